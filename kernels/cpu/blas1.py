@@ -1,0 +1,228 @@
+"""Level-1 vector kernels on the CPU (Numba).
+
+Every kernel takes raw 1-D arrays and scalars and writes its result in place
+(house rules 6 and 7).  Each public function dispatches once on the length:
+the parallel form (``prange``, both cores) for long vectors, the serial form
+below :data:`PARALLEL_MIN`.  Vectors of one call share one dtype; the scalar
+arguments are Python floats and are cast to that dtype inside the kernel.
+
+The reductions here are the *native* ones (accumulating in the vectors' dtype,
+reassociated so LLVM can vectorise); the compensated ones live in
+:mod:`mpsolve.kernels.eft`.
+"""
+import numpy as np
+from numba import njit, prange
+
+from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN
+from ..registry import register
+
+_VEC = [("float64",), ("float32",)]
+
+
+# --- reductions -----------------------------------------------------------------
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _dot_ser(x, y):
+    s = x.dtype.type(0.0)  # accumulate in the vectors' dtype
+    for i in range(x.size):
+        s += x[i] * y[i]
+    return s
+
+
+@njit(parallel=True, fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _dot_par(x, y):
+    s = x.dtype.type(0.0)
+    for i in prange(x.size):
+        s += x[i] * y[i]
+    return s
+
+
+@register("cpu", "dot", _VEC, mode="native")
+def dot(x, y):
+    """``x . y`` accumulated in the vectors' precision."""
+    if x.size >= PARALLEL_MIN:
+        return float(_dot_par(x, y))
+    return float(_dot_ser(x, y))
+
+
+@register("cpu", "nrm2", _VEC, mode="native")
+def nrm2(x):
+    """``||x||_2`` as ``sqrt(x . x)`` (no overflow scaling; inputs are checked finite)."""
+    return float(np.sqrt(dot(x, x)))
+
+
+# --- updates ----------------------------------------------------------------------
+
+@njit(**JIT)
+def _axpy_ser(a, x, y):
+    a = x.dtype.type(a)
+    for i in range(x.size):
+        y[i] += a * x[i]
+
+
+@njit(parallel=True, **JIT)
+def _axpy_par(a, x, y):
+    a = x.dtype.type(a)
+    for i in prange(x.size):
+        y[i] += a * x[i]
+
+
+@register("cpu", "axpy", _VEC)
+def axpy(a, x, y):
+    """``y <- a x + y``."""
+    (_axpy_par if x.size >= PARALLEL_MIN else _axpy_ser)(a, x, y)
+
+
+@njit(**JIT)
+def _xpay_ser(x, a, y):
+    a = x.dtype.type(a)
+    for i in range(x.size):
+        y[i] = x[i] + a * y[i]
+
+
+@njit(parallel=True, **JIT)
+def _xpay_par(x, a, y):
+    a = x.dtype.type(a)
+    for i in prange(x.size):
+        y[i] = x[i] + a * y[i]
+
+
+@register("cpu", "xpay", _VEC)
+def xpay(x, a, y):
+    """``y <- x + a y`` (CG's direction update ``p <- z + beta p``)."""
+    (_xpay_par if x.size >= PARALLEL_MIN else _xpay_ser)(x, a, y)
+
+
+@njit(**JIT)
+def _axpby_ser(a, x, b, y):
+    a = x.dtype.type(a)
+    b = x.dtype.type(b)
+    for i in range(x.size):
+        y[i] = a * x[i] + b * y[i]
+
+
+@njit(parallel=True, **JIT)
+def _axpby_par(a, x, b, y):
+    a = x.dtype.type(a)
+    b = x.dtype.type(b)
+    for i in prange(x.size):
+        y[i] = a * x[i] + b * y[i]
+
+
+@register("cpu", "axpby", _VEC)
+def axpby(a, x, b, y):
+    """``y <- a x + b y``."""
+    (_axpby_par if x.size >= PARALLEL_MIN else _axpby_ser)(a, x, b, y)
+
+
+@njit(**JIT)
+def _waxpy_ser(a, x, y, w):
+    a = x.dtype.type(a)
+    for i in range(x.size):
+        w[i] = y[i] + a * x[i]
+
+
+@njit(parallel=True, **JIT)
+def _waxpy_par(a, x, y, w):
+    a = x.dtype.type(a)
+    for i in prange(x.size):
+        w[i] = y[i] + a * x[i]
+
+
+@register("cpu", "waxpy", _VEC)
+def waxpy(a, x, y, w):
+    """``w <- a x + y`` (BiCGSTAB's ``s <- r - alpha v``)."""
+    (_waxpy_par if x.size >= PARALLEL_MIN else _waxpy_ser)(a, x, y, w)
+
+
+@njit(**JIT)
+def _axpy2_ser(a, x, y, b, u, v):
+    a = x.dtype.type(a)
+    b = x.dtype.type(b)
+    for i in range(x.size):
+        y[i] += a * x[i]
+        v[i] += b * u[i]
+
+
+@njit(parallel=True, **JIT)
+def _axpy2_par(a, x, y, b, u, v):
+    a = x.dtype.type(a)
+    b = x.dtype.type(b)
+    for i in prange(x.size):
+        y[i] += a * x[i]
+        v[i] += b * u[i]
+
+
+@register("cpu", "axpy2", _VEC)
+def axpy2(a, x, y, b, u, v):
+    """Two fused updates in one pass: ``y <- y + a x``; ``v <- v + b u``.
+
+    CG's step 2 (Ginkgo's naming): ``x <- x + alpha p``; ``r <- r - alpha q``.
+    """
+    (_axpy2_par if x.size >= PARALLEL_MIN else _axpy2_ser)(a, x, y, b, u, v)
+
+
+@njit(**JIT)
+def _bicg_dir_ser(r, beta, omega, v, p):
+    beta = r.dtype.type(beta)
+    omega = r.dtype.type(omega)
+    for i in range(r.size):
+        p[i] = r[i] + beta * (p[i] - omega * v[i])
+
+
+@njit(parallel=True, **JIT)
+def _bicg_dir_par(r, beta, omega, v, p):
+    beta = r.dtype.type(beta)
+    omega = r.dtype.type(omega)
+    for i in prange(r.size):
+        p[i] = r[i] + beta * (p[i] - omega * v[i])
+
+
+@register("cpu", "bicg_dir", _VEC)
+def bicg_dir(r, beta, omega, v, p):
+    """BiCGSTAB's direction update ``p <- r + beta (p - omega v)`` in one pass."""
+    (_bicg_dir_par if r.size >= PARALLEL_MIN else _bicg_dir_ser)(r, beta, omega, v, p)
+
+
+@njit(**JIT)
+def _copy_ser(x, out):
+    for i in range(x.size):
+        out[i] = x[i]
+
+
+@njit(parallel=True, **JIT)
+def _copy_par(x, out):
+    for i in prange(x.size):
+        out[i] = x[i]
+
+
+@register("cpu", "copy", [("float64", "float64"), ("float32", "float32"),
+                          ("float64", "float32"), ("float32", "float64")])
+def copy(x, out):
+    """``out <- x`` with the cast to ``out``'s dtype fused into the copy."""
+    (_copy_par if x.size >= PARALLEL_MIN else _copy_ser)(x, out)
+
+
+@register("cpu", "scal", _VEC)
+def scal(a, x):
+    """``x <- a x``."""
+    axpby(0.0, x, a, x)
+
+
+@njit(**JIT)
+def _dmul_ser(d, x, out):
+    for i in range(x.size):
+        out[i] = d[i] * x[i]
+
+
+@njit(parallel=True, **JIT)
+def _dmul_par(d, x, out):
+    for i in prange(x.size):
+        out[i] = d[i] * x[i]
+
+
+@register("cpu", "dmul", [(dd, xx, oo) for dd in ("float32", "float64")
+                          for xx in ("float32", "float64") for oo in ("float32", "float64")])
+def dmul(d, x, out):
+    """``out <- diag(d) x``, the casts fused (point Jacobi's apply).  Dtypes key ``(d, x, out)``."""
+    (_dmul_par if x.size >= PARALLEL_MIN else _dmul_ser)(d, x, out)

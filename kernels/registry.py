@@ -1,0 +1,88 @@
+"""Kernel registry: ``(device, op, dtypes, mode) -> function``.
+
+Every primitive a Krylov method may call is looked up here once, before the
+iteration loop starts (house rule 5).  Kernels register themselves at import
+time with :func:`register`; :func:`lookup` raises a :class:`KeyError` that lists
+what exists when a combination is missing, so an unsupported precision or
+device is reported at setup, never inside the loop.
+
+Keys
+----
+device : ``"cpu"`` or ``"gpu"``
+op     : primitive name (``"spmv"``, ``"dot"``, ``"nrm2"``, ``"axpy"``, ...)
+dtypes : tuple of dtype strings, e.g. ``("float64",)`` for a vector kernel or
+         ``("float32", "float64", "float64")`` for an SpMV with FP32 values,
+         FP64 input and FP64 output
+mode   : a variant: ``"native"``/``"compensated"`` for reductions,
+         ``"acc64"``/``"acc32"`` for the SpMV accumulator, ``""`` otherwise
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable, Tuple
+
+import numpy as np
+
+__all__ = ["register", "lookup", "available", "dtype_key"]
+
+Key = Tuple[str, str, Tuple[str, ...], str]
+_REGISTRY: Dict[Key, Callable] = {}
+_LOADED: set = set()
+
+
+def dtype_key(*dtypes) -> Tuple[str, ...]:
+    """Normalise dtype-likes to a tuple of NumPy dtype names."""
+    return tuple(np.dtype(d).name for d in dtypes)
+
+
+def register(device: str, op: str, dtypes: Iterable[Tuple], mode: str = "") -> Callable:
+    """Decorator registering ``func`` for every dtype tuple in ``dtypes``."""
+
+    def deco(func: Callable) -> Callable:
+        for dt in dtypes:
+            key = (device, op, dtype_key(*dt), mode)
+            _REGISTRY[key] = func
+        return func
+
+    return deco
+
+
+def _ensure_loaded(device: str) -> None:
+    # Kernels register on import; import a device's modules lazily so that
+    # ``import mpsolve`` stays cheap and a GPU stack is never imported on a CPU run.
+    if device in _LOADED:
+        return
+    if device == "cpu":
+        from . import cpu  # noqa: F401  (registers on import)
+    elif device == "gpu":
+        from . import cuda  # noqa: F401
+    _LOADED.add(device)
+
+
+def lookup(device: str, op: str, dtypes: Tuple = (), mode: str = "") -> Callable:
+    """Return the kernel for ``(device, op, dtypes, mode)``.
+
+    Raises
+    ------
+    KeyError
+        If no kernel is registered for that combination; the message lists the
+        registered ``(dtypes, mode)`` variants of ``op`` on ``device``.
+    """
+    _ensure_loaded(device)
+    key = (device, op, dtype_key(*dtypes), mode)
+    try:
+        return _REGISTRY[key]
+    except KeyError:
+        have = sorted(
+            f"{k[2]} mode={k[3]!r}" for k in _REGISTRY if k[0] == device and k[1] == op
+        )
+        raise KeyError(
+            f"no {device} kernel for op={op!r}, dtypes={key[2]}, mode={mode!r}; "
+            f"registered: {have or 'none'}"
+        ) from None
+
+
+def available(device: str | None = None) -> list:
+    """All registered keys (optionally for one device), sorted."""
+    if device is not None:
+        _ensure_loaded(device)
+    return sorted(k for k in _REGISTRY if device is None or k[0] == device)

@@ -1,0 +1,215 @@
+"""Public entry points: SciPy-compatible ``cg``/``gmres``/``bicgstab`` and ``solve``."""
+from __future__ import annotations
+
+import warnings
+
+from .krylov import BODIES
+from .krylov._driver import run
+from .result import SolveResult
+
+__all__ = ["cg", "gmres", "bicgstab", "solve", "METHODS"]
+
+METHODS = tuple(BODIES)
+
+_COMMON_DOC = """
+    Parameters
+    ----------
+    A : sparse matrix/array (any format), ndarray or LinearOperator
+        The ``n x n`` real system matrix.  Integer data is converted to FP64.
+    b : ndarray, shape (n,) or (n, 1)
+    x0 : ndarray, ``'Mb'`` or None
+        Starting guess (never modified); ``'Mb'`` starts from ``M @ b``.
+    rtol, atol : float, keyword-only
+        Stop when ``||b - A x|| <= max(atol, rtol * ||b||)`` (FP64 true residual).
+    maxiter : int, optional
+        Iteration limit{maxiter_note}.
+    M : sparse matrix, ndarray, LinearOperator or mpsolve preconditioner
+        Approximation of ``A^-1``.  An mpsolve preconditioner that is not set up
+        yet is set up on ``A`` in the policy's preconditioner precision.
+    callback : callable, optional
+        {callback_note}
+    precision : str or Precision, optional
+        ``'double'``, ``'single'``, ``'mixed'``, ``'eft'``, ``'mixed-eft'``, ``'ir'``
+        or a :class:`~mpsolve.Precision`.  Default: the data's precision (SciPy's).
+    escalate : bool, default True
+        Switch to a stronger policy when the current one stagnates above the
+        tolerance (recorded in :attr:`SolveResult.escalations`).
+
+    Returns
+    -------
+    x : ndarray
+    info : int
+        0 converged; > 0 iterations done without converging{info_note}; < 0 a
+        breakdown, see :data:`mpsolve.BREAKDOWNS`.
+"""
+
+
+def _fmt(doc, **kw):
+    kw.setdefault("maxiter_note", " (default ``10 n``)")
+    kw.setdefault("callback_note", "Called as ``callback(xk)`` after each iteration.")
+    kw.setdefault("info_note", "")
+    return doc.replace("{common}", _COMMON_DOC.format(**kw))
+
+
+def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
+       precision=None, escalate=True):
+    r = run("cg", BODIES["cg"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
+            callback=callback, precision=precision, escalate=escalate)
+    return r.x, r.info
+
+
+cg.__doc__ = _fmt("""Solve ``A x = b`` with the (preconditioned) conjugate gradient method.
+
+    A drop-in for :func:`scipy.sparse.linalg.cg`; ``A`` and ``M`` must be
+    symmetric positive definite.
+{common}
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mpsolve import cg
+    >>> from mpsolve.matrices import poisson2d
+    >>> A = poisson2d(20)
+    >>> b = A @ np.ones(A.shape[0])
+    >>> x, info = cg(A, b, rtol=1e-10)
+    >>> info, bool(np.linalg.norm(b - A @ x) <= 1e-10 * np.linalg.norm(b))
+    (0, True)
+""")
+
+
+def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
+             precision=None, escalate=True):
+    r = run("bicgstab", BODIES["bicgstab"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter,
+            M=M, callback=callback, precision=precision, escalate=escalate)
+    return r.x, r.info
+
+
+bicgstab.__doc__ = _fmt("""Solve ``A x = b`` with right-preconditioned BiCGSTAB.
+
+    A drop-in for :func:`scipy.sparse.linalg.bicgstab` (same breakdown codes
+    -10 and -11).
+{common}
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mpsolve import bicgstab
+    >>> from mpsolve.matrices import convection_diffusion2d
+    >>> A = convection_diffusion2d(16)
+    >>> b = A @ np.ones(A.shape[0])
+    >>> x, info = bicgstab(A, b, rtol=1e-8)
+    >>> info
+    0
+""")
+
+
+def _gmres_maxiter(restart, callback, callback_type):
+    if callback is not None and callback_type is None:
+        callback_type = "legacy"
+    if callback_type not in (None, "x", "pr_norm", "legacy"):
+        raise ValueError(f"callback_type={callback_type!r}: use 'x', 'pr_norm' or 'legacy'")
+    if restart is not None and (isinstance(restart, bool) or int(restart) != restart or restart < 1):
+        raise ValueError(f"restart={restart!r}: must be a positive integer")
+    return callback_type or "x"
+
+
+def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=None,
+          callback=None, callback_type=None, precision=None, escalate=True):
+    r = _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter, M=M,
+                      callback=callback, callback_type=callback_type, precision=precision,
+                      escalate=escalate)
+    return r.x, r.info
+
+
+def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, callback_type,
+                  precision, escalate, precond_name=None):
+    ctype = _gmres_maxiter(restart, callback, callback_type)
+    m = 20 if restart is None else int(restart)
+    kw = {"restart": m, "callback_type": ctype}
+    if callback is not None and ctype == "legacy":
+        # SciPy's legacy mode: maxiter counts inner iterations
+        kw["max_inner"] = maxiter
+    return run("gmres", BODIES["gmres"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
+               callback=callback, precision=precision, escalate=escalate, body_kw=kw,
+               precond_name=precond_name)
+
+
+gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted, right-preconditioned GMRES(restart).
+
+    A drop-in for :func:`scipy.sparse.linalg.gmres`.  ``restart`` (default 20)
+    is the Krylov dimension between restarts; modified Gram--Schmidt with
+    selective reorthogonalisation.
+{common}
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mpsolve import gmres
+    >>> from mpsolve.matrices import convection_diffusion2d
+    >>> A = convection_diffusion2d(16)
+    >>> b = A @ np.ones(A.shape[0])
+    >>> x, info = gmres(A, b, rtol=1e-8, restart=30)
+    >>> info
+    0
+""", maxiter_note=" in restart cycles (default ``10 n``); with a callback and "
+     "``callback_type='legacy'`` it counts inner iterations, as in SciPy",
+     callback_note="``callback_type='x'``: ``callback(xk)`` after each restart cycle; "
+     "``'pr_norm'`` or ``'legacy'`` (the default when a callback is given): "
+     "``callback(residual_norm / ||b||)`` after each inner iteration.",
+     info_note=" (restart cycles)")
+
+
+def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1e-5,
+          atol=0.0, maxiter=None, restart=None, callback=None, escalate=True,
+          **precond_params) -> SolveResult:
+    """Solve ``A x = b`` and report everything about the solve.
+
+    Parameters
+    ----------
+    A, b, x0, rtol, atol, maxiter, callback, precision, escalate
+        As in :func:`cg`.
+    method : {'cg', 'gmres', 'bicgstab'}
+    precond : None, str or preconditioner
+        ``None``/``'none'``, a name from :data:`mpsolve.precond.REGISTRY`
+        (``'jacobi'``, ...), a preconditioner object, or any ``M`` accepted by
+        :func:`cg`.
+    restart : int, optional
+        GMRES only: Krylov dimension between restarts (default 20).
+    **precond_params
+        Passed to the preconditioner's constructor when ``precond`` is a name.
+
+    Returns
+    -------
+    SolveResult
+        ``x``, ``info``, ``converged``, ``iterations``, ``residuals``,
+        ``true_residual`` (FP64, relative), ``setup_time``, ``solve_time``,
+        ``status``, ``escalations``.  ``x, info = solve(...)`` also works.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mpsolve
+    >>> from mpsolve.matrices import poisson3d
+    >>> A = poisson3d(10)
+    >>> b = A @ np.ones(A.shape[0])
+    >>> res = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="mixed-eft", rtol=1e-10)
+    >>> res.converged, res.true_residual <= 1e-10
+    (True, True)
+    """
+    from .precond import make_preconditioner
+
+    if method not in BODIES:
+        raise ValueError(f"method={method!r}: choose one of {list(BODIES)}")
+    name = None
+    M = precond
+    if isinstance(precond, str):
+        name = precond
+        M = make_preconditioner(precond, **precond_params)
+    elif precond_params:
+        raise TypeError(f"unexpected keyword arguments {sorted(precond_params)} "
+                        "(preconditioner parameters need precond=<name>)")
+    if method == "gmres":
+        return _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter,
+                             M=M, callback=callback, callback_type="x" if callback else None,
+                             precision=precision, escalate=escalate, precond_name=name)
+    if restart is not None:
+        warnings.warn(f"restart is a GMRES option; ignored by method={method!r}", stacklevel=2)
+    return run(method, BODIES[method], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
+               callback=callback, precision=precision, escalate=escalate, precond_name=name)

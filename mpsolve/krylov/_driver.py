@@ -1,0 +1,197 @@
+"""The solve driver shared by every method.
+
+A method is a *body* ``body(sys, x, r, maxiter, tol, callback, hist, **kw) ->
+(count, iterations, flag)`` that iterates on a :class:`~mpsolve._system.System`.
+The driver around it, written once for all methods:
+
+1. validates the input once (:func:`make_problem`) and realises it at the
+   requested :class:`Precision` (:func:`make_system`);
+2. runs the body; when the body's own (recursive) residual says "converged",
+   checks the FP64 true residual ``||b - A x||``: if it misses the tolerance, the
+   iteration restarts from the true residual (*residual replacement*);
+3. if the true residual stops improving (it failed to halve between two
+   replacements) the solve has hit the accuracy floor of its precision: with
+   ``escalate=True`` it switches to ``precision.stronger()`` and goes on from the
+   current ``x``, recording an :class:`Escalation`; otherwise it stops with
+   ``info > 0``;
+4. judges the returned ``x`` by its FP64 true residual: ``info == 0`` only when
+   ``||b - A x|| <= max(atol, rtol ||b||)``.
+
+A policy with ``inner`` set runs as iterative refinement (:mod:`.refine`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from .._demote import PrecisionRangeError
+from .._system import make_problem, make_system
+from ..precision import as_precision
+from ..result import Escalation, SolveResult, status_text
+from .refine import refine_stage
+
+__all__ = ["run"]
+
+#: A stage stops replacing residuals once the true residual fails to shrink by this factor.
+STAGNATION = 0.5
+
+
+def _true_residual(problem, x64, r64):
+    problem.A64.bind_residual("float64")(x64, problem.b64, r64)  # r = b - A x in FP64
+    return float(np.linalg.norm(r64))
+
+
+def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
+    """One precision policy, with residual replacement.  Returns
+    ``(count, iterations, flag, true_norm)``; flag 2 means "stagnated"."""
+    problem = sys.problem
+    tol = problem.tol
+    wdt = sys.dtype
+    same = x64.dtype == wdt
+    x = x64 if same else x64.astype(wdt)
+    backup = x64.copy()
+    true = _true_residual(problem, x64, r64)
+    r = r64 if same else np.empty_like(x)
+    if not same:
+        r[:] = r64                              # r = b - A x, rounded once
+    count = iters = 0
+    last_true = np.inf
+    while True:
+        c, it, flag = body(sys, x, r, budget - count, tol, callback, hist, **body_kw)
+        count += c
+        iters += it
+        if not same:
+            x64[:] = x
+        if not np.isfinite(x64).all():
+            x64[:] = backup
+            true = _true_residual(problem, x64, r64)
+            return count, iters, -14, true
+        true = _true_residual(problem, x64, r64)
+        if true <= tol:
+            return count, iters, 0, true
+        if flag != 0 or count >= budget:
+            return count, iters, flag, true
+        # the recursive residual met the tolerance but the true one did not
+        if true > STAGNATION * last_true:
+            return count, iters, 2, true
+        last_true = true
+        if same:
+            pass  # r64 already holds b - A x: the body goes on from it
+        else:
+            r[:] = r64                          # r = b - A x (FP64, rounded once)
+
+
+def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None,
+        M=None, callback=None, precision=None, escalate=True, device="cpu",
+        default_maxiter=lambda n: 10 * n, body_kw=None, precond_name=None) -> SolveResult:
+    """Validate, realise, iterate, escalate, judge.  See the module docstring."""
+    t0 = time.perf_counter()
+    body_kw = body_kw or {}
+    problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
+                           default_maxiter=default_maxiter)
+    policy = as_precision(precision, problem.data_dtype)
+    n = problem.n
+    rel_tol = problem.tol / problem.bnrm if problem.bnrm else problem.rtol
+
+    def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra=""):
+        x = x64 if x64.dtype == problem.out_dtype else x64.astype(problem.out_dtype)
+        rel = true / problem.bnrm if problem.bnrm else true
+        Mobj = problem.M_user
+        return SolveResult(
+            x=x, info=int(info), iterations=int(iters),
+            residuals=np.asarray(hist, dtype=np.float64) / (problem.bnrm or 1.0),
+            true_residual=float(rel), tolerance=float(rel_tol), setup_time=setup,
+            solve_time=solve, status=status_text(info, iters, rel, rel_tol, extra),
+            method=method, precision=pol.name, escalations=escalations,
+            precond=precond_name or (getattr(Mobj, "name", None) or
+                                     (type(Mobj).__name__ if Mobj is not None else None)),
+            precond_nbytes=int(getattr(Mobj, "nbytes", 0) or 0) if Mobj is not None else 0,
+        )
+
+    if n == 0 or problem.bnrm == 0.0:
+        # SciPy: a zero right-hand side (or an empty system) has the solution 0
+        return finish(np.zeros(n), 0, 0, 0, [], 0.0, time.perf_counter() - t0, 0.0, [], policy,
+                      "zero right-hand side" if n else "empty system")
+
+    escalations = []
+    sys = None
+    while sys is None:
+        try:
+            sys = make_system(problem, policy, device)
+        except PrecisionRangeError as err:
+            nxt = policy.stronger() if escalate else None
+            if nxt is None:
+                raise
+            escalations.append(Escalation(0, policy.name, nxt.name, f"setup: {err}", float("nan")))
+            policy = nxt
+    setup_time = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    if problem.x0_mode == "given":
+        x64 = problem.x0_64.copy()
+    elif problem.x0_mode == "Mb":
+        x64 = np.zeros(n)
+        if sys.psolve is None:
+            x64[:] = problem.b64
+        else:
+            bw = sys.b
+            z = np.empty(n, dtype=sys.dtype)
+            sys.psolve(bw, z)                  # x0 = M b
+            x64[:] = z
+    else:
+        x64 = np.zeros(n)
+    r64 = np.empty(n)
+    hist = []
+    count = iters = 0
+    budget = problem.maxiter
+    flag, true = 1, np.inf
+    while True:
+        # a policy that cannot reach the tolerance even in exact arithmetic is skipped
+        if escalate and rel_tol < policy.floor and policy.stronger() is not None:
+            nxt = policy.stronger()
+            true = _true_residual(problem, x64, r64)
+            escalations.append(Escalation(iters, policy.name, nxt.name,
+                                          f"requested rtol {rel_tol:.1e} is below the "
+                                          f"accuracy floor {policy.floor:.1e} of {policy.name}",
+                                          true / problem.bnrm))
+            policy = nxt
+            sys = make_system(problem, policy, device)
+            continue
+        if policy.inner is not None:
+            c, it, flag, true = refine_stage(body, problem, policy, x64, budget - count, callback,
+                                             hist, body_kw, r64, device)
+        else:
+            c, it, flag, true = krylov_stage(body, sys, x64, budget - count, callback, hist,
+                                             body_kw, r64)
+        count += c
+        iters += it
+        if flag == 0:
+            break
+        stuck = flag == 2 or (flag == -14 and policy.working == "float32")
+        nxt = policy.stronger() if (escalate and stuck and count < budget) else None
+        if nxt is None:
+            break
+        reason = ("the true residual stagnated above the tolerance (recursive and true residual "
+                  "drifted apart)" if flag == 2 else "a non-finite value appeared in float32")
+        escalations.append(Escalation(iters, policy.name, nxt.name, reason, true / problem.bnrm))
+        policy = nxt
+        try:
+            sys = make_system(problem, policy, device)
+        except PrecisionRangeError:
+            continue
+    solve_time = time.perf_counter() - t1
+
+    if true <= problem.tol:
+        info = 0
+    elif flag < 0:
+        info = flag
+    else:
+        info = max(count, 1)
+    extra = ""
+    if flag == 2 and info > 0:
+        extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
+                 + ("" if escalate else "; escalate=True would switch to a stronger policy"))
+    return finish(x64, info, count, iters, hist, true, setup_time,
+                  solve_time, escalations, policy, extra)

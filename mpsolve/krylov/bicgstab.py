@@ -1,0 +1,98 @@
+"""BiCGSTAB -- the stabilised biconjugate gradient method, right-preconditioned.
+
+van der Vorst (1992), "Bi-CGSTAB: a fast and smoothly converging variant of
+Bi-CG for the solution of nonsymmetric linear systems", SIAM J. Sci. Stat.
+Comput. 13(2), doi:10.1137/0913035; the right-preconditioned form of Saad,
+Algorithm 7.7 with ``M`` applied to the search directions (as SciPy does), so
+the residual is the unpreconditioned one.
+
+Breakdown codes are SciPy's: -10 when ``rho = r0.r`` vanishes (relative to
+``||r0|| ||r||``), -11 when ``omega`` vanishes.  The half step is checked: if
+``||s||`` already meets the tolerance the iteration stops after ``x += alpha p``.
+
+Memory traffic per iteration: 2 SpMV + 2 M + about 20n values.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["bicgstab_body"]
+
+
+def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
+    """Run at most ``maxiter`` BiCGSTAB iterations from ``x`` with residual ``r``.
+
+    Returns ``(iterations, iterations, flag)`` like :func:`~mpsolve.krylov.cg.cg_body`.
+    """
+    ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
+    dot, nrm2, waxpy, axpy2, bicg_dir = ops.dot, ops.nrm2, ops.waxpy, ops.axpy2, ops.bicg_dir
+    n = x.size
+    eps = float(np.finfo(sys.dtype).eps)
+    rhotol = eps * eps
+    r0 = r.copy()                              # shadow residual r0^ = r
+    r0nrm = nrm2(r0)
+    p = np.zeros(n, dtype=sys.dtype)
+    v = np.zeros(n, dtype=sys.dtype)
+    s = np.empty(n, dtype=sys.dtype)
+    t = np.empty(n, dtype=sys.dtype)
+    if psolve is None:
+        ph, sh = p, s                           # no M: p^ = p, s^ = s
+    else:
+        ph = np.empty(n, dtype=sys.dtype)
+        sh = np.empty(n, dtype=sys.dtype)
+    rnorm = r0nrm
+    if rnorm <= tol:
+        return 0, 0, 0
+    rho_old = alpha = omega = 1.0
+    for k in range(1, maxiter + 1):
+        rho = dot(r0, r)                        # rho = r0^.r
+        if not math.isfinite(rho):
+            return k - 1, k - 1, -14
+        if abs(rho) <= rhotol * r0nrm * rnorm:
+            return k - 1, k - 1, -10
+        if k == 1:
+            ops.copy(r, p)                      # p = r
+        else:
+            beta = (rho / rho_old) * (alpha / omega)
+            bicg_dir(r, beta, omega, v, p)      # p = r + beta (p - omega v)
+        if psolve is not None:
+            psolve(p, ph)                       # p^ = M p
+        matvec(ph, v)                           # v = A p^
+        r0v = dot(r0, v)
+        if r0v == 0.0 or not math.isfinite(r0v):
+            return k - 1, k - 1, (-10 if r0v == 0.0 else -14)
+        alpha = rho / r0v
+        waxpy(-alpha, v, r, s)                  # s = r - alpha v
+        snorm = nrm2(s)
+        if snorm <= tol:
+            ops.axpy(alpha, ph, x)              # x += alpha p^
+            ops.copy(s, r)                      # r = s
+            hist.append(snorm)
+            if callback is not None:
+                callback(x)
+            return k, k, 0
+        if psolve is not None:
+            psolve(s, sh)                       # s^ = M s
+        matvec(sh, t)                           # t = A s^
+        tt = dot(t, t)
+        if not math.isfinite(tt):
+            return k - 1, k - 1, -14
+        if tt == 0.0:
+            return k - 1, k - 1, -11
+        omega = dot(t, s) / tt                  # omega = t.s / t.t
+        if omega == 0.0:
+            return k - 1, k - 1, -11
+        axpy2(alpha, ph, x, omega, sh, x)       # x += alpha p^ + omega s^
+        waxpy(-omega, t, s, r)                  # r = s - omega t
+        rnorm = nrm2(r)
+        hist.append(rnorm)
+        if callback is not None:
+            callback(x)
+        if not math.isfinite(rnorm):
+            return k, k, -14
+        if rnorm <= tol:
+            return k, k, 0
+        rho_old = rho
+    return maxiter, maxiter, 1

@@ -1,0 +1,70 @@
+"""Mixed-precision iterative refinement (the ``ir`` policy).
+
+Outer loop in FP64, inner Krylov solve in the policy's ``inner`` precision
+(Wilkinson 1963; Carson & Higham (2018), "Accelerating the solution of linear
+systems by iterative refinement in three precisions", SIAM J. Sci. Comput.
+40(2), doi:10.1137/17M1140819 -- here with a Krylov inner solver, as in
+GMRES-IR):
+
+1. ``r = b - A x`` in FP64 (exact FP64 matrix, FP64 row sums);
+2. solve ``A d = r / ||r||`` to a modest relative accuracy in the inner
+   precision (FP32 matrix, FP32 preconditioner, FP32 vectors); the scaling by
+   ``||r||`` keeps the inner data in FP32's range;
+3. ``x <- x + ||r|| d`` in FP64; repeat until the FP64 true residual meets the
+   tolerance.
+
+Stagnation: if one refinement step does not halve the true residual, the
+inner precision cannot make progress on this matrix (its condition number is
+beyond ``1/eps_fp32``); the stage stops with flag 2 so the driver can escalate.
+The user's ``callback`` is called with the FP64 iterate after each outer step.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["refine_stage", "INNER_RTOL"]
+
+#: Relative residual reduction asked of each inner solve.
+INNER_RTOL = 1e-4
+
+
+def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r64, device):
+    from .._system import make_system
+    from ._driver import STAGNATION, _true_residual
+
+    inner = make_system(problem, policy.inner, device)
+    wdt = inner.dtype
+    tol = problem.tol
+    n = problem.n
+    d = np.empty(n, dtype=wdt)
+    r = np.empty(n, dtype=wdt)
+    inner.b = np.empty(n, dtype=wdt)             # the inner solve's own right-hand side
+    true = _true_residual(problem, x64, r64)
+    count = iters = 0
+    flag = 1
+    while true > tol and count < budget:
+        scale = true
+        r[:] = r64 / scale                       # inner right-hand side, unit norm
+        inner.b[:] = r
+        d[:] = 0.0
+        eta = max(INNER_RTOL, 0.5 * tol / true)  # no need to go further than the goal
+        sub = []
+        c, it, iflag = body(inner, d, r, budget - count, eta, None, sub, **body_kw)
+        count += c
+        iters += it
+        hist.extend(h * scale for h in sub)
+        if not np.isfinite(d).all():             # overflow in the inner precision
+            flag = -14
+            break
+        x64 += scale * d.astype(np.float64)      # x = x + ||r|| d  (FP64)
+        new = _true_residual(problem, x64, r64)
+        if callback is not None:
+            callback(x64)
+        if new > STAGNATION * true:
+            true = new
+            flag = 2 if new > tol else 0
+            break
+        true = new
+    if true <= tol:
+        flag = 0
+    return count, iters, flag, true

@@ -1,0 +1,184 @@
+"""Precision policies: which precision each part of a solve runs in.
+
+A :class:`Precision` is a frozen, explicit record (no global "current
+precision"): the solver reads it once in ``make_system`` and picks its kernels
+from it.  The named presets follow ``DESIGN.md``:
+
+============  ===============  ===========  ==============  ==========  ============
+preset        Krylov vectors   A in SpMV    preconditioner  SpMV acc.   dots/norms
+============  ===============  ===========  ==============  ==========  ============
+double        fp64             fp64         fp64            fp64        native
+single        fp32             fp32         fp32            fp32        native
+mixed         fp64             fp64         fp32            fp64        native
+eft           fp64             fp64         fp64            fp64        compensated
+mixed-eft     fp64             fp64         fp32            fp64        compensated
+ir            fp64 outer       fp64 outer   fp32            fp64        native
+              fp32 inner       fp32 inner
+============  ===============  ===========  ==============  ==========  ============
+
+Whatever the policy, the returned ``x`` is judged by an FP64 true residual.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import numpy as np
+
+__all__ = ["Precision", "PRESETS", "as_precision"]
+
+_DOT_MODES = ("native", "compensated")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A precision policy.
+
+    Parameters
+    ----------
+    name : str
+        Label used in reports.
+    working : str
+        dtype of the Krylov vectors and scalars (``"float64"`` or ``"float32"``).
+    matrix : str
+        dtype in which ``A``'s values are stored for the operator SpMV.
+    precond : str
+        dtype in which the preconditioner is stored and applied.
+    accumulate : str
+        dtype of the SpMV row sums (``"float64"`` or ``"float32"``).
+    dot : {"native", "compensated"}
+        Reductions (inner products and norms): plain, or Ogita--Rump--Oishi Dot2.
+    inner : Precision or None
+        If set, the solve is an iterative refinement: FP64 residuals and updates
+        outside, an inner Krylov solve in this policy.
+
+    Examples
+    --------
+    >>> from mpsolve import Precision
+    >>> p = Precision.preset("mixed-eft")
+    >>> (p.working, p.matrix, p.precond, p.dot)
+    ('float64', 'float64', 'float32', 'compensated')
+    >>> Precision(working="float32", matrix="float32").precond
+    'float64'
+    """
+
+    name: str = "custom"
+    working: str = "float64"
+    matrix: str = "float64"
+    precond: str = "float64"
+    accumulate: str = "float64"
+    dot: str = "native"
+    inner: Optional["Precision"] = field(default=None, compare=True)
+
+    def __post_init__(self):
+        for f in ("working", "matrix", "precond", "accumulate"):
+            v = getattr(self, f)
+            try:
+                name = np.dtype(v).name
+            except TypeError:
+                name = None
+            if name not in ("float32", "float64"):
+                raise ValueError(
+                    f"Precision.{f}={v!r} is not supported; use 'float32' or 'float64'"
+                )
+            object.__setattr__(self, f, name)
+        if self.dot not in _DOT_MODES:
+            raise ValueError(f"Precision.dot={self.dot!r}; use one of {_DOT_MODES}")
+        if self.inner is not None and self.inner.inner is not None:
+            raise ValueError("Precision.inner must not itself have an inner policy")
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def working_dtype(self) -> np.dtype:
+        return np.dtype(self.working)
+
+    @property
+    def eps(self) -> float:
+        """Unit roundoff of the working precision."""
+        return float(np.finfo(self.working).eps)
+
+    @property
+    def floor(self) -> float:
+        """Relative accuracy a solve in this policy can be expected to reach.
+
+        The attainable relative residual is limited by the least precise of the
+        working vectors and the stored operator (``~ sqrt(n) eps`` in practice; we
+        use ``eps`` of the coarser one times a safety factor of 10 and leave ``n``
+        to the stagnation test).  For refinement it is the outer (FP64) floor.
+        """
+        if self.inner is not None:
+            return 10.0 * float(np.finfo(np.float64).eps)
+        coarse = max(np.finfo(self.working).eps, np.finfo(self.matrix).eps)
+        return 10.0 * float(coarse)
+
+    def stronger(self) -> Optional["Precision"]:
+        """The next policy of the escalation ladder, or ``None`` at the top.
+
+        ``single -> ir -> mixed -> mixed-eft -> eft`` and ``double -> eft``: FP32
+        work is kept as long as it can still help (refinement reaches FP64
+        accuracy with FP32 inner solves), then vectors and ``A`` move to FP64,
+        then the reductions become compensated;
+        a custom policy moves its low-precision parts to FP64, then its dots to
+        compensated.
+        """
+        ladder = {"single": "ir", "ir": "mixed", "mixed": "mixed-eft",
+                  "mixed-eft": "eft", "double": "eft", "eft": None}
+        if self.name in ladder:
+            nxt = ladder[self.name]
+            return None if nxt is None else PRESETS[nxt]
+        if self.inner is not None or "float32" in (self.working, self.matrix, self.accumulate):
+            return replace(self, name=self.name + "+fp64", working="float64",
+                           matrix="float64", accumulate="float64", inner=None)
+        if self.dot == "native":
+            return replace(self, name=self.name + "+eft", dot="compensated")
+        return None
+
+    @staticmethod
+    def preset(name: str) -> "Precision":
+        """The named preset (see the module table)."""
+        try:
+            return PRESETS[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown precision preset {name!r}; choose one of {sorted(PRESETS)}"
+            ) from None
+
+    def describe(self) -> str:
+        s = (f"{self.name}: vectors {self.working}, A {self.matrix} (acc {self.accumulate}), "
+             f"M {self.precond}, dots {self.dot}")
+        if self.inner is not None:
+            s += f"; inner solve [{self.inner.describe()}]"
+        return s
+
+
+_f8, _f4 = "float64", "float32"
+PRESETS = {
+    "double": Precision("double", _f8, _f8, _f8, _f8, "native"),
+    "single": Precision("single", _f4, _f4, _f4, _f4, "native"),
+    "mixed": Precision("mixed", _f8, _f8, _f4, _f8, "native"),
+    "eft": Precision("eft", _f8, _f8, _f8, _f8, "compensated"),
+    "mixed-eft": Precision("mixed-eft", _f8, _f8, _f4, _f8, "compensated"),
+}
+PRESETS["ir"] = Precision("ir", _f8, _f8, _f4, _f8, "native",
+                          inner=replace(PRESETS["single"], name="ir-inner",
+                                        accumulate=_f8))
+
+
+def as_precision(precision, dtype=None) -> Precision:
+    """Normalise the ``precision=`` argument.
+
+    ``None`` keeps SciPy's behaviour: everything in the problem's dtype
+    (``double`` for FP64 data, ``single`` for FP32 data).
+    """
+    if precision is None:
+        if dtype is not None and np.dtype(dtype) == np.float32:
+            return PRESETS["single"]
+        return PRESETS["double"]
+    if isinstance(precision, Precision):
+        return precision
+    if isinstance(precision, str):
+        return Precision.preset(precision)
+    raise TypeError(
+        f"precision must be a preset name {sorted(PRESETS)} or a Precision, "
+        f"got {type(precision).__name__}"
+    )

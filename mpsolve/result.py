@@ -1,0 +1,125 @@
+"""Solve results, breakdown codes and status texts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+__all__ = ["SolveResult", "Escalation", "BREAKDOWNS", "status_text"]
+
+#: Negative ``info`` codes, one per breakdown.  -10 and -11 are SciPy's BiCGSTAB codes.
+BREAKDOWNS = {
+    -10: "BiCGSTAB rho breakdown: the shadow residual became orthogonal to the residual",
+    -11: "BiCGSTAB omega breakdown: the stabilisation step vanished (t.s == 0 or t == 0)",
+    -12: "CG curvature breakdown: p.Ap <= 0 or r.z <= 0, so A or M is not symmetric positive definite",
+    -13: "GMRES: the Krylov space is exhausted (happy breakdown) but the true residual is above "
+         "the tolerance: A or M is singular",
+    -14: "a NaN or Inf appeared in the iteration (overflow in the working precision, or a "
+         "preconditioner that produced non-finite values)",
+}
+
+
+@dataclass
+class Escalation:
+    """One automatic switch to a stronger precision policy."""
+
+    iteration: int          # iterations done before the switch
+    from_precision: str
+    to_precision: str
+    reason: str
+    true_residual: float    # relative FP64 true residual at the switch
+
+    def __str__(self):
+        return (f"after {self.iteration} iterations: {self.from_precision} -> "
+                f"{self.to_precision} ({self.reason}; true residual {self.true_residual:.2e})")
+
+
+@dataclass
+class SolveResult:
+    """What a solve returns with :func:`mpsolve.solve`.
+
+    Attributes
+    ----------
+    x : ndarray
+        The solution (FP64 unless the problem data were FP32).
+    info : int
+        SciPy's convention: 0 converged (the FP64 true residual meets the
+        tolerance), > 0 iterations done without converging (restart cycles for
+        GMRES), < 0 a breakdown (see :data:`BREAKDOWNS`).
+    converged : bool
+        ``info == 0``.
+    iterations : int
+        Krylov iterations (matrix-vector products with the preconditioned
+        operator), all stages and escalations included.
+    residuals : ndarray
+        Residual norm estimate after each iteration, relative to ``||b||`` (the
+        recursive residual for CG/BiCGSTAB, the Arnoldi estimate for GMRES).
+    true_residual : float
+        ``||b - A x|| / ||b||`` of the returned ``x``, computed in FP64.
+    setup_time, solve_time : float
+        Seconds: preconditioner and operator setup; the iteration.
+    status : str
+        A sentence saying what happened.
+    precision : str
+        The policy that produced the answer (the last one after escalations).
+    escalations : list of Escalation
+    method : str
+    """
+
+    x: np.ndarray
+    info: int
+    iterations: int
+    residuals: np.ndarray
+    true_residual: float
+    tolerance: float
+    setup_time: float
+    solve_time: float
+    status: str
+    method: str
+    precision: str
+    escalations: List[Escalation] = field(default_factory=list)
+    restarts: int = 0
+    precond: Optional[str] = None
+    precond_nbytes: int = 0
+
+    @property
+    def converged(self) -> bool:
+        return self.info == 0
+
+    def __iter__(self):
+        """``x, info = mpsolve.solve(...)`` unpacks like SciPy's tuple."""
+        return iter((self.x, self.info))
+
+    def __repr__(self):
+        return (f"SolveResult(method={self.method!r}, precision={self.precision!r}, "
+                f"info={self.info}, iterations={self.iterations}, "
+                f"true_residual={self.true_residual:.3e}, status={self.status!r})")
+
+    def summary(self) -> str:
+        lines = [
+            f"method      {self.method}" + (f" + {self.precond}" if self.precond else ""),
+            f"precision   {self.precision}",
+            f"status      {self.status}",
+            f"info        {self.info}",
+            f"iterations  {self.iterations}",
+            f"true rel. residual  {self.true_residual:.3e}  (tolerance {self.tolerance:.1e})",
+            f"setup {self.setup_time:.4f} s, solve {self.solve_time:.4f} s",
+        ]
+        if self.precond_nbytes:
+            lines.append(f"preconditioner memory  {self.precond_nbytes / 2**20:.2f} MiB")
+        for e in self.escalations:
+            lines.append(f"escalation  {e}")
+        return "\n".join(lines)
+
+
+def status_text(info: int, iterations: int, true_rel: float, rel_tol: float, extra: str = "") -> str:
+    if info == 0:
+        s = (f"converged in {iterations} iterations: true relative residual "
+             f"{true_rel:.2e} <= {rel_tol:.1e}")
+    elif info > 0:
+        s = (f"not converged: {iterations} iterations, true relative residual "
+             f"{true_rel:.2e} > {rel_tol:.1e}")
+    else:
+        s = f"breakdown (info={info}): {BREAKDOWNS.get(info, 'unknown')}"
+    return s + (f"; {extra}" if extra else "")

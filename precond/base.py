@@ -1,0 +1,129 @@
+"""The preconditioner interface.
+
+Cheap parameters in ``__init__`` -> ``setup(A)`` once (all the expensive work,
+in FP64) -> ``apply(r, out)`` as often as the solver likes (``out <- M r``, in
+the storage precision, no allocation).
+
+Every preconditioner is also a SciPy-compatible operator: it has ``shape``,
+``dtype`` and ``matvec``, so it can be passed as ``M`` to
+``scipy.sparse.linalg.cg`` and friends (``aslinearoperator`` accepts it).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse.linalg as spla
+
+__all__ = ["Preconditioner"]
+
+
+class Preconditioner:
+    """Base class of mpsolve's preconditioners.
+
+    Parameters
+    ----------
+    dtype : {"float32", "float64"} or None
+        Storage and apply precision.  ``None``: the precision the solver's policy
+        asks for (``Precision.precond``), or FP32 when set up on its own.
+
+    Attributes
+    ----------
+    shape : tuple
+    dtype : numpy.dtype
+        Always float64 for SciPy's benefit: ``matvec`` takes and returns FP64.
+    storage_dtype : numpy.dtype
+        Precision the preconditioner is stored and applied in.
+    nbytes : int
+        Memory held by the set-up preconditioner.
+    setup_time : float
+        Seconds the last ``setup`` took.
+    """
+
+    #: True when ``M`` is symmetric positive definite for SPD ``A`` (usable with CG).
+    symmetric = True
+    name = "preconditioner"
+
+    def __init__(self, dtype=None):
+        self._dtype_request = None if dtype is None else np.dtype(dtype).name
+        if self._dtype_request not in (None, "float32", "float64"):
+            raise ValueError(f"dtype={dtype!r}: use 'float32' or 'float64'")
+        self.shape = None
+        self.storage_dtype = None
+        self.setup_time = 0.0
+        self.dtype = np.dtype(np.float64)
+        self._A_id = None
+
+    # ----------------------------------------------------------------- protocol
+    @property
+    def is_setup(self) -> bool:
+        return self.storage_dtype is not None
+
+    def setup(self, A, dtype=None):
+        """Build the preconditioner for ``A`` (any SciPy sparse format or dense).
+
+        ``dtype`` is used only when none was given to the constructor.
+        Returns ``self``.
+        """
+        import time
+
+        from mpsolve.operator import canonical_csr
+        from mpsolve._system import check_matrix
+
+        A = check_matrix(A, "A")
+        C = canonical_csr(A)
+        want = self._dtype_request or (None if dtype is None else np.dtype(dtype).name) or "float32"
+        t0 = time.perf_counter()
+        self._setup(C, np.dtype(want))
+        self.setup_time = time.perf_counter() - t0
+        self.shape = C.shape
+        self.storage_dtype = np.dtype(want)
+        return self
+
+    def _setup(self, A, dtype):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def apply(self, r, out):
+        """``out <- M r``; ``r`` and ``out`` are 1-D FP32 or FP64 arrays."""
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        return 0
+
+    # ------------------------------------------------------------ conveniences
+    def _check_ready(self):
+        if not self.is_setup:
+            raise RuntimeError(
+                f"{type(self).__name__} is not set up: call .setup(A) first "
+                "(the solvers do this for you when you pass it as M)"
+            )
+
+    def matvec(self, r):
+        """``M @ r`` into a new array (SciPy's operator protocol)."""
+        self._check_ready()
+        r = np.asarray(r)
+        squeeze = r.ndim == 2
+        r1 = np.ascontiguousarray(r.reshape(-1))
+        if r1.dtype not in (np.float32, np.float64):
+            r1 = r1.astype(np.float64)
+        if r1.shape[0] != self.shape[0]:
+            raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
+        out = np.empty_like(r1)
+        self.apply(r1, out)
+        return out.reshape(-1, 1) if squeeze else out
+
+    def __matmul__(self, r):
+        r = np.asarray(r)
+        if r.ndim == 2 and r.shape[1] > 1:
+            return np.column_stack([self.matvec(r[:, j]) for j in range(r.shape[1])])
+        return self.matvec(r)
+
+    def aslinearoperator(self) -> spla.LinearOperator:
+        """This preconditioner as a ``scipy.sparse.linalg.LinearOperator``."""
+        self._check_ready()
+        return spla.LinearOperator(self.shape, matvec=self.matvec, rmatvec=self.matvec if self.symmetric else None,
+                                   dtype=np.float64)
+
+    def __repr__(self):
+        state = (f"{self.shape[0]}x{self.shape[1]}, {self.storage_dtype.name}, "
+                 f"{self.nbytes / 2**20:.2f} MiB" if self.is_setup else "not set up")
+        return f"<{type(self).__name__} ({state})>"
