@@ -29,7 +29,7 @@ def demote(values: np.ndarray, dtype, what: str) -> np.ndarray:
         return values.astype(dtype)
     fi = np.finfo(dtype)
     a = np.abs(values)
-    big = a > fi.max
+    big = a > float(fi.max)
     if big.any():
         raise PrecisionRangeError(
             f"{what}: {int(big.sum())} value(s) exceed the {dtype.name} range "
@@ -38,7 +38,7 @@ def demote(values: np.ndarray, dtype, what: str) -> np.ndarray:
             f"(precision='double' or 'eft')"
         )
     # a nonzero below half the smallest subnormal rounds to zero
-    tiny = (a > 0) & (a < fi.smallest_subnormal / 2)
+    tiny = (a > 0) & (a < float(fi.smallest_subnormal) / 2)
     if tiny.any():
         raise PrecisionRangeError(
             f"{what}: {int(tiny.sum())} nonzero value(s) underflow to zero in "

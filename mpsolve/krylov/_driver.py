@@ -159,22 +159,30 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
             policy = nxt
             sys = make_system(problem, policy, device)
             continue
-        if policy.inner is not None:
-            c, it, flag, true = refine_stage(body, problem, policy, x64, budget - count, callback,
-                                             hist, body_kw, r64, device)
-        else:
-            c, it, flag, true = krylov_stage(body, sys, x64, budget - count, callback, hist,
-                                             body_kw, r64)
+        range_error = None
+        try:
+            if policy.inner is not None:
+                c, it, flag, true = refine_stage(body, problem, policy, x64, budget - count,
+                                                 callback, hist, body_kw, r64, device)
+            else:
+                c, it, flag, true = krylov_stage(body, sys, x64, budget - count, callback, hist,
+                                                 body_kw, r64)
+        except PrecisionRangeError as err:  # the inner policy's FP32 copy did not fit
+            if not escalate:
+                raise
+            range_error, c, it, flag = err, 0, 0, 3
+            true = _true_residual(problem, x64, r64)
         count += c
         iters += it
         if flag == 0:
             break
-        stuck = flag == 2 or (flag == -14 and policy.working == "float32")
+        stuck = flag in (2, 3) or (flag == -14 and "float32" in (policy.working, policy.matrix))
         nxt = policy.stronger() if (escalate and stuck and count < budget) else None
         if nxt is None:
             break
-        reason = ("the true residual stagnated above the tolerance (recursive and true residual "
-                  "drifted apart)" if flag == 2 else "a non-finite value appeared in float32")
+        reason = {2: "the true residual stagnated above the tolerance (recursive and true "
+                     "residual drifted apart)",
+                  3: f"setup: {range_error}"}.get(flag, "a non-finite value appeared in float32")
         escalations.append(Escalation(iters, policy.name, nxt.name, reason, true / problem.bnrm))
         policy = nxt
         try:

@@ -1,0 +1,248 @@
+"""SciPy's contract for cg / gmres / bicgstab, checked against SciPy itself."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import mpsolve
+from mpsolve import bicgstab, cg, gmres
+from mpsolve.precond import Jacobi
+
+from conftest import problem, problems
+
+SOLVERS = {"cg": cg, "gmres": gmres, "bicgstab": bicgstab}
+SCIPY = {"cg": spla.cg, "gmres": spla.gmres, "bicgstab": spla.bicgstab}
+
+
+def _cases():
+    for name, A, spd in problems():
+        for m in SOLVERS:
+            if m == "cg" and not spd:
+                continue
+            yield pytest.param(m, A, id=f"{m}-{name}")
+
+
+@pytest.mark.parametrize("method,A", list(_cases()))
+def test_residual_bound_per_dtype(method, A):
+    """Converges with a true residual within the tolerance of the data's precision."""
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal(A.shape[0]).astype(A.dtype)
+    eps = np.finfo(A.dtype).eps
+    rtol = 1e-8 if A.dtype == np.float64 else 1e-4
+    x, info = SOLVERS[method](A, b, rtol=rtol, maxiter=2000)
+    assert info == 0
+    assert x.dtype == A.dtype
+    res = np.linalg.norm(b.astype(float) - A.astype(float) @ x.astype(float))
+    assert res <= rtol * np.linalg.norm(b.astype(float)) * (1 + 10 * eps / rtol)
+
+
+@pytest.mark.parametrize("method", SOLVERS)
+def test_matches_scipy_solution(method):
+    A = problem("random-spd") if method == "cg" else problem("nonsymmetric")
+    b = np.arange(A.shape[0], dtype=float) / A.shape[0] + 1.0
+    x, info = SOLVERS[method](A, b, rtol=1e-12, maxiter=5000)
+    xs, infos = SCIPY[method](A, b, rtol=1e-12, maxiter=5000)
+    assert info == infos == 0
+    xe = np.linalg.solve(A.toarray(), b)
+    cond = np.linalg.cond(A.toarray())
+    assert np.linalg.norm(x - xe) <= 1e-12 * cond * 10 * np.linalg.norm(xe)
+
+
+@pytest.mark.parametrize("method", SOLVERS)
+def test_maxiter_one_calls_callback_once(method):
+    A = problem("poisson2d")
+    b = np.ones(A.shape[0])
+    calls = []
+    kw = {"callback_type": "x"} if method == "gmres" else {}
+    x, info = SOLVERS[method](A, b, maxiter=1, rtol=1e-14, callback=calls.append, **kw)
+    assert len(calls) == 1
+    assert info == 1
+
+
+def test_gmres_legacy_callback_counts_inner_iterations_like_scipy():
+    A = problem("nonsymmetric")
+    b = np.ones(A.shape[0])
+    ours, theirs = [], []
+    gmres(A, b, maxiter=7, restart=5, rtol=1e-14, callback=ours.append, callback_type="legacy")
+    spla.gmres(A, b, maxiter=7, restart=5, rtol=1e-14, callback=theirs.append,
+               callback_type="legacy")
+    assert len(ours) == len(theirs) == 7
+    assert all(isinstance(v, float) for v in ours)
+    assert ours[0] < 1.0
+
+
+@pytest.mark.parametrize("method", SOLVERS)
+def test_zero_rhs_returns_zero(method):
+    A = problem("poisson2d")
+    x0 = np.ones(A.shape[0])
+    x, info = SOLVERS[method](A, np.zeros(A.shape[0]), x0=x0)
+    assert info == 0 and not x.any()
+    assert (x0 == 1).all()
+
+
+@pytest.mark.parametrize("method", SOLVERS)
+def test_user_data_never_modified(method):
+    A = problem("poisson2d").tocsr()
+    A_before = A.copy()
+    b = np.linspace(1, 2, A.shape[0])
+    b_before = b.copy()
+    x0 = np.full(A.shape[0], 0.5)
+    x0_before = x0.copy()
+    M = sp.diags(1 / A.diagonal()).tocsr()
+    x, info = SOLVERS[method](A, b, x0=x0, M=M, rtol=1e-10)
+    assert info == 0
+    assert (x0 == x0_before).all() and (b == b_before).all()
+    assert (A != A_before).nnz == 0
+    assert x is not x0 and x is not b
+
+
+def test_unsorted_duplicate_csr_is_not_modified_and_solved():
+    A = problem("poisson2d").tocoo()
+    # duplicate every entry as two halves, shuffle the order: a non-canonical CSR
+    rng = np.random.default_rng(3)
+    perm = rng.permutation(2 * A.nnz)
+    rows = np.concatenate([A.row, A.row])[perm]
+    cols = np.concatenate([A.col, A.col])[perm]
+    vals = np.concatenate([A.data / 2, A.data / 2])[perm]
+    # build a CSR whose rows hold unsorted, duplicated column indices
+    order = np.argsort(rows, kind="stable")
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=A.shape[0]))])
+    C = sp.csr_matrix((vals[order], cols[order], indptr), shape=A.shape)
+    assert not C.has_canonical_format
+    data0, idx0 = C.data.copy(), C.indices.copy()
+    b = np.ones(A.shape[0])
+    x, info = cg(C, b, rtol=1e-10)
+    assert info == 0
+    assert (C.data == data0).all() and (C.indices == idx0).all()
+    assert np.linalg.norm(b - A.tocsr() @ x) <= 1e-10 * np.linalg.norm(b)
+
+
+def test_positional_tolerances_rejected():
+    A = problem("poisson2d")
+    with pytest.raises(TypeError):
+        cg(A, np.ones(A.shape[0]), None, 1e-5)
+
+
+@pytest.mark.parametrize("method", SOLVERS)
+def test_x0_Mb(method):
+    A = problem("poisson2d")
+    b = np.ones(A.shape[0])
+    M = Jacobi(dtype="float64")
+    x, info = SOLVERS[method](A, b, x0="Mb", M=M, rtol=1e-10)
+    assert info == 0
+    assert np.linalg.norm(b - A @ x) <= 1e-10 * np.linalg.norm(b)
+
+
+FORMATS = ["csr", "csc", "coo", "bsr", "dia", "lil", "dok"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS + ["dense", "linop", "csr_array", "int"])
+def test_any_matrix_format(fmt):
+    A0 = problem("poisson2d")
+    b = A0 @ np.ones(A0.shape[0])
+    if fmt in FORMATS:
+        A = A0.asformat(fmt)
+    elif fmt == "dense":
+        A = A0.toarray()
+    elif fmt == "linop":
+        A = spla.aslinearoperator(A0)
+    elif fmt == "csr_array":
+        A = sp.csr_array(A0)
+    else:
+        A = sp.csr_matrix(problem("poisson1d").astype(np.int64))
+        b = A @ np.ones(A.shape[0])
+    x, info = cg(A, b, rtol=1e-10)
+    assert info == 0
+    assert x.dtype == np.float64
+    assert np.allclose(x, 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["sparse", "dense", "linop", "jacobi", "jacobi-fp64", "callable"])
+def test_any_preconditioner_kind(kind):
+    A = problem("nonsymmetric").tocsr()  # nonsymmetric
+    b = A @ np.ones(A.shape[0])
+    d = 1 / A.diagonal()
+    M = {"sparse": sp.diags(d).tocsc(), "dense": np.diag(d),
+         "linop": spla.LinearOperator(A.shape, matvec=lambda r: d * r.ravel()),
+         "jacobi": Jacobi(), "jacobi-fp64": Jacobi(dtype="float64"),
+         "callable": spla.aslinearoperator(sp.diags(d))}[kind]
+    for method in ("gmres", "bicgstab"):
+        x, info = SOLVERS[method](A, b, M=M, rtol=1e-10)
+        assert info == 0, method
+        assert np.linalg.norm(b - A @ x) <= 1e-10 * np.linalg.norm(b)
+
+
+def test_mpsolve_preconditioner_in_scipy():
+    D = sp.diags(10.0 ** np.random.default_rng(5).uniform(-2, 2, 80))
+    A = (D @ problem("random-spd") @ D).tocsr()  # badly scaled SPD
+    b = A @ np.ones(A.shape[0])
+    M = Jacobi().setup(A)
+    counts = {}
+    for name, MM in (("none", None), ("jacobi", M)):
+        it = []
+        x, info = spla.cg(A, b, rtol=1e-10, M=MM, callback=it.append, maxiter=5000)
+        assert info == 0 or name == "none"
+        counts[name] = len(it)
+    # Jacobi helps on this badly scaled SPD matrix
+    assert counts["jacobi"] < counts["none"]
+    assert isinstance(M.aslinearoperator(), spla.LinearOperator)
+
+
+def test_jacobi_iterations_agree_with_scipy():
+    A = problem("poisson2d")
+    b = A @ np.ones(A.shape[0])
+    d = 1 / A.diagonal()
+    it_s, it_m = [], []
+    spla.cg(A, b, rtol=1e-10, M=sp.diags(d), callback=it_s.append)
+    res = mpsolve.solve(A, b, method="cg", precond=Jacobi(dtype="float64"), rtol=1e-10,
+                        callback=it_m.append)
+    assert res.converged
+    assert abs(len(it_s) - res.iterations) <= 2
+    assert len(it_m) == res.iterations
+
+
+def test_solve_result_fields():
+    A = problem("poisson2d")
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="cg", precond="jacobi", rtol=1e-9)
+    assert res.converged and res.info == 0
+    assert res.iterations == len(res.residuals)
+    assert res.residuals[-1] <= 1e-9
+    true = np.linalg.norm(b - A @ res.x) / np.linalg.norm(b)
+    assert res.true_residual == pytest.approx(true, rel=1e-6)
+    assert res.setup_time >= 0 and res.solve_time > 0
+    assert "converged" in res.status
+    x, info = res
+    assert info == 0 and x is res.x
+    assert "true rel. residual" in res.summary()
+
+
+def test_nonconvergence_reports_positive_info():
+    A = problem("poisson2d")
+    b = np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="cg", maxiter=3, rtol=1e-12)
+    assert res.info == 3 and not res.converged
+    assert "not converged" in res.status
+
+
+def test_cg_on_indefinite_reports_breakdown_or_nonconvergence():
+    A = -problem("poisson2d")  # negative definite: p.Ap < 0 at once
+    b = np.ones(A.shape[0])
+    x, info = cg(A, b, rtol=1e-8)
+    assert info == -12
+    assert np.isfinite(x).all()
+
+
+def test_empty_system():
+    x, info = cg(sp.csr_matrix((0, 0)), np.zeros(0))
+    assert info == 0 and x.shape == (0,)
+
+
+def test_singular_gmres_reports_failure():
+    A = sp.diags([1.0, 2.0, 0.0, 4.0]).tocsr()
+    b = np.ones(4)
+    x, info = gmres(A, b, rtol=1e-10, maxiter=5)
+    assert info != 0
+    assert np.isfinite(x).all()

@@ -1,0 +1,139 @@
+"""Bad input: every case gets a clear exception naming the argument (or a documented info)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mpsolve
+from mpsolve import PrecisionRangeError, bicgstab, cg, gmres
+from mpsolve.precond import Jacobi
+
+from conftest import problem
+
+A0 = problem("poisson2d")
+N = A0.shape[0]
+B0 = np.ones(N)
+
+
+def _with(A=None, b=None, **kw):
+    return dict(A=A0 if A is None else A, b=B0 if b is None else b, **kw)
+
+
+def _nan_matrix():
+    A = A0.copy()
+    A.data[5] = np.nan
+    return A
+
+
+def _inf_matrix():
+    A = A0.copy()
+    A.data[7] = np.inf
+    return A
+
+
+def _zero_diag():
+    A = A0.tolil()
+    A[3, 3] = 0.0
+    A[17, 17] = 0.0
+    return A.tocsr()
+
+
+# (id, kwargs for the solver, exception type, words the message must contain)
+CASES = [
+    ("non-square A", _with(A=sp.random(5, 7, density=0.5, format="csr")), ValueError, ["A", "square"]),
+    ("1-D A", _with(A=np.ones(4)), ValueError, ["A", "2-D"]),
+    ("b too short", _with(b=np.ones(N - 1)), ValueError, ["b", f"({N},)"]),
+    ("b 2-D wide", _with(b=np.ones((N, 2))), ValueError, ["b", "shape"]),
+    ("x0 wrong length", _with(x0=np.ones(N + 3)), ValueError, ["x0", f"({N},)"]),
+    ("x0 bad string", _with(x0="zeros"), ValueError, ["x0", "Mb"]),
+    ("NaN in A", _with(A=_nan_matrix()), ValueError, ["A", "NaN"]),
+    ("Inf in A", _with(A=_inf_matrix()), ValueError, ["A", "Inf"]),
+    ("NaN in b", _with(b=np.r_[np.nan, np.ones(N - 1)]), ValueError, ["b", "NaN"]),
+    ("Inf in x0", _with(x0=np.r_[np.inf, np.ones(N - 1)]), ValueError, ["x0", "Inf"]),
+    ("complex A", _with(A=A0.astype(np.complex128)), TypeError, ["A", "complex"]),
+    ("complex b", _with(b=B0 + 1j), TypeError, ["b", "complex"]),
+    ("string A", _with(A="matrix"), (TypeError, ValueError), ["A"]),
+    ("negative rtol", _with(rtol=-1e-5), ValueError, ["rtol", "non-negative"]),
+    ("negative atol", _with(atol=-1.0), ValueError, ["atol", "non-negative"]),
+    ("NaN rtol", _with(rtol=float("nan")), ValueError, ["rtol"]),
+    ("string rtol", _with(rtol="1e-5"), TypeError, ["rtol"]),
+    ("maxiter zero", _with(maxiter=0), ValueError, ["maxiter", "positive"]),
+    ("maxiter negative", _with(maxiter=-5), ValueError, ["maxiter", "positive"]),
+    ("maxiter float", _with(maxiter=2.5), TypeError, ["maxiter"]),
+    ("M wrong shape", _with(M=sp.eye(N + 1, format="csr")), ValueError, ["M", f"{N}x{N}"]),
+    ("M non-square", _with(M=np.ones((N, 2))), ValueError, ["M", "square"]),
+    ("Jacobi zero diagonal", _with(A=_zero_diag(), M=Jacobi()), ValueError, ["Jacobi", "rows 3, 17"]),
+    ("unknown precision", _with(precision="quad"), ValueError, ["precision", "double"]),
+    ("precision wrong type", _with(precision=64), TypeError, ["precision"]),
+]
+
+
+@pytest.mark.parametrize("solver", [cg, gmres, bicgstab], ids=["cg", "gmres", "bicgstab"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_rejected_clearly(case, solver):
+    _, kw, exc, words = case
+    kw = dict(kw)
+    A, b = kw.pop("A"), kw.pop("b")
+    with pytest.raises(exc) as err:
+        solver(A, b, **kw)
+    msg = str(err.value)
+    for w in words:
+        assert w in msg, f"{w!r} not in {msg!r}"
+
+
+def test_integer_matrix_converted_like_scipy():
+    A = sp.csr_matrix(np.array([[4, 1, 0], [1, 3, 1], [0, 1, 2]], dtype=np.int32))
+    b = np.array([1, 2, 3])
+    x, info = cg(A, b, rtol=1e-12)
+    assert info == 0 and x.dtype == np.float64
+    assert np.allclose(A.toarray() @ x, b)
+
+
+def test_zero_by_zero_system():
+    for solver in (cg, gmres, bicgstab):
+        x, info = solver(np.zeros((0, 0)), np.zeros(0))
+        assert info == 0 and x.size == 0
+
+
+def test_fp32_overflow_detected_before_the_solve():
+    A = (A0 * 1e39).tocsr()  # fits FP64, not FP32
+    b = A @ B0
+    with pytest.raises(PrecisionRangeError, match="exceed the float32 range"):
+        mpsolve.solve(A, b, method="cg", precision="single", escalate=False)
+    # with escalation the solve moves on to FP64 storage and says why
+    res = mpsolve.solve(A, b, method="cg", precision="single", rtol=1e-8)
+    assert res.converged
+    assert res.escalations and "range" in res.escalations[0].reason
+
+
+def test_fp32_underflow_detected():
+    A = A0.copy().tolil()
+    A[0, 7] = A[7, 0] = 1e-50  # a nonzero that would round to 0 in FP32
+    A = A.tocsr()
+    with pytest.raises(PrecisionRangeError, match="underflow"):
+        mpsolve.solve(A, A @ B0, method="cg", precision="single", escalate=False)
+
+
+def test_linear_operator_with_matrix_preconditioner_needs_entries():
+    from scipy.sparse.linalg import aslinearoperator
+
+    with pytest.raises(TypeError, match="LinearOperator"):
+        cg(aslinearoperator(A0), B0, M=Jacobi())
+
+
+def test_unknown_method_and_preconditioner():
+    with pytest.raises(ValueError, match="method"):
+        mpsolve.solve(A0, B0, method="minres")
+    with pytest.raises(ValueError, match="preconditioner"):
+        mpsolve.solve(A0, B0, method="cg", precond="amg-magic")
+
+
+def test_malformed_matrix_market_names_the_line(tmp_path):
+    from mpsolve.matrices import MatrixMarketError, read_mtx
+
+    f = tmp_path / "bad.mtx"
+    f.write_text("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 x 2.0\n")
+    with pytest.raises(MatrixMarketError) as err:
+        read_mtx(f)
+    assert "line 4" in str(err.value)
