@@ -10,6 +10,9 @@ separate choice:
   ``y``'s dtype;
 * ``acc32`` -- the row sum is carried in FP32 (what a pure FP32 library does).
 
+Indices are read as unsigned (``np.uint64(indices[k])``): Numba then emits no
+negative-index wraparound test in the inner loop (about 2x on this loop).
+
 Work is split over *row partitions balanced by nonzeros* (``parts``, computed
 once per matrix by :func:`partition_rows`), so a matrix with a few long rows
 does not leave one core idle.  Memory traffic per product, for ``nnz``
@@ -20,16 +23,25 @@ bytes of matrix plus the vectors, so FP32 values move ~2/3 of FP64's bytes
 import numpy as np
 from numba import njit, prange, get_num_threads
 
-from ._config import JIT
+from ._config import JIT, PARALLEL_MIN
+
+#: Below this many ``nnz + rows`` the SpMV runs serially.
+PARALLEL_MIN_WORK = 4 * PARALLEL_MIN
 from ..registry import register
 
 
 def partition_rows(indptr, nparts=None):
     """Row boundaries splitting the rows into ``nparts`` runs of about equal
-    ``nnz + rows`` work.  Returns an int64 array of length ``nparts + 1``."""
+    ``nnz + rows`` work.  Returns an int64 array of length ``nparts + 1``.
+
+    By default ``4 x threads`` partitions, or a single one (a serial product,
+    no parallel region) when the matrix has fewer than :data:`PARALLEL_MIN_WORK`
+    nonzeros plus rows: opening a parallel region costs more than it saves there.
+    """
     n = indptr.size - 1
     if nparts is None:
-        nparts = 4 * get_num_threads()
+        work_total = int(indptr[-1]) + n
+        nparts = 4 * get_num_threads() if work_total >= PARALLEL_MIN_WORK else 1
     nparts = max(1, min(nparts, n))
     # work of a prefix of rows: nonzeros plus one unit per row (the store of y[i])
     work = indptr.astype(np.int64) + np.arange(n + 1, dtype=np.int64)
@@ -39,34 +51,66 @@ def partition_rows(indptr, nparts=None):
     return np.maximum.accumulate(bounds)
 
 
+@njit(inline="always", **JIT)
+def _rows_acc64(lo, hi, indptr, indices, data, x, y):
+    for i in range(lo, hi):
+        acc = 0.0  # float64
+        for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            acc += np.float64(data[k]) * np.float64(x[np.uint64(indices[k])])
+        y[i] = acc  # rounded once to y's dtype
+
+
+@njit(inline="always", **JIT)
+def _rows_acc32(lo, hi, indptr, indices, data, x, y):
+    for i in range(lo, hi):
+        acc = np.float32(0.0)
+        for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            acc += np.float32(data[k]) * np.float32(x[np.uint64(indices[k])])
+        y[i] = acc
+
+
+@njit(inline="always", **JIT)
+def _rows_residual(lo, hi, indptr, indices, data, x, b, r):
+    for i in range(lo, hi):
+        acc = np.float64(b[i])
+        for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            acc -= np.float64(data[k]) * np.float64(x[np.uint64(indices[k])])
+        r[i] = acc
+
+
+# Parallel drivers: one row partition per task.  A single partition runs serially
+# (no parallel region is opened): see ``partition_rows``.
 @njit(parallel=True, **JIT)
-def _csr_acc64(parts, indptr, indices, data, x, y):
+def _csr_acc64_par(parts, indptr, indices, data, x, y):
     for t in prange(parts.size - 1):
-        for i in range(parts[t], parts[t + 1]):
-            acc = 0.0  # float64
-            for k in range(indptr[i], indptr[i + 1]):
-                acc += np.float64(data[k]) * np.float64(x[indices[k]])
-            y[i] = acc
+        _rows_acc64(parts[t], parts[t + 1], indptr, indices, data, x, y)
+
+
+@njit(**JIT)
+def _csr_acc64_ser(parts, indptr, indices, data, x, y):
+    _rows_acc64(0, indptr.size - 1, indptr, indices, data, x, y)
 
 
 @njit(parallel=True, **JIT)
-def _csr_acc32(parts, indptr, indices, data, x, y):
+def _csr_acc32_par(parts, indptr, indices, data, x, y):
     for t in prange(parts.size - 1):
-        for i in range(parts[t], parts[t + 1]):
-            acc = np.float32(0.0)
-            for k in range(indptr[i], indptr[i + 1]):
-                acc += np.float32(data[k]) * np.float32(x[indices[k]])
-            y[i] = acc
+        _rows_acc32(parts[t], parts[t + 1], indptr, indices, data, x, y)
+
+
+@njit(**JIT)
+def _csr_acc32_ser(parts, indptr, indices, data, x, y):
+    _rows_acc32(0, indptr.size - 1, indptr, indices, data, x, y)
 
 
 @njit(parallel=True, **JIT)
-def _csr_residual(parts, indptr, indices, data, x, b, r):
+def _csr_residual_par(parts, indptr, indices, data, x, b, r):
     for t in prange(parts.size - 1):
-        for i in range(parts[t], parts[t + 1]):
-            acc = np.float64(b[i])
-            for k in range(indptr[i], indptr[i + 1]):
-                acc -= np.float64(data[k]) * np.float64(x[indices[k]])
-            r[i] = acc
+        _rows_residual(parts[t], parts[t + 1], indptr, indices, data, x, b, r)
+
+
+@njit(**JIT)
+def _csr_residual_ser(parts, indptr, indices, data, x, b, r):
+    _rows_residual(0, indptr.size - 1, indptr, indices, data, x, b, r)
 
 
 _F = ("float32", "float64")
@@ -76,17 +120,18 @@ _ALL = [(v, xi, yo) for v in _F for xi in _F for yo in _F]
 @register("cpu", "spmv", _ALL, mode="acc64")
 def csr_spmv_acc64(parts, indptr, indices, data, x, y):
     """``y <- A x``, row sums in FP64.  Dtypes key: ``(data, x, y)``."""
-    _csr_acc64(parts, indptr, indices, data, x, y)
+    (_csr_acc64_par if parts.size > 2 else _csr_acc64_ser)(parts, indptr, indices, data, x, y)
 
 
 @register("cpu", "spmv", _ALL, mode="acc32")
 def csr_spmv_acc32(parts, indptr, indices, data, x, y):
     """``y <- A x``, row sums in FP32.  Dtypes key: ``(data, x, y)``."""
-    _csr_acc32(parts, indptr, indices, data, x, y)
+    (_csr_acc32_par if parts.size > 2 else _csr_acc32_ser)(parts, indptr, indices, data, x, y)
 
 
 @register("cpu", "residual", [(v, "float64", "float64", "float64") for v in _F]
           + [(v, "float32", "float32", "float32") for v in _F], mode="acc64")
 def csr_residual(parts, indptr, indices, data, x, b, r):
     """``r <- b - A x`` in one pass, row sums in FP64.  Dtypes key: ``(data, x, b, r)``."""
-    _csr_residual(parts, indptr, indices, data, x, b, r)
+    (_csr_residual_par if parts.size > 2 else _csr_residual_ser)(parts, indptr, indices, data,
+                                                                 x, b, r)
