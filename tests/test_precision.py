@@ -1,0 +1,208 @@
+"""Precision policies, escalation and iterative refinement (issue: mixed precision + EFT)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mpsolve
+from mpsolve import PRESETS, Precision
+from mpsolve.matrices import elasticity3d, poisson3d, anisotropic2d, convection_diffusion2d
+
+from conftest import COLLECTION, load_collection_matrix, manifest
+
+RTOL = 1e-10
+
+
+def test_presets_match_the_design_table():
+    table = {  # working, matrix, precond, dot
+        "double": ("float64", "float64", "float64", "native"),
+        "single": ("float32", "float32", "float32", "native"),
+        "mixed": ("float64", "float64", "float32", "native"),
+        "eft": ("float64", "float64", "float64", "compensated"),
+        "mixed-eft": ("float64", "float64", "float32", "compensated"),
+        "ir": ("float64", "float64", "float32", "native"),
+    }
+    for name, want in table.items():
+        p = PRESETS[name]
+        assert (p.working, p.matrix, p.precond, p.dot) == want, name
+    ir = PRESETS["ir"]
+    assert ir.inner is not None and ir.inner.working == "float32" and ir.inner.matrix == "float32"
+
+
+def test_precision_is_frozen_and_validated():
+    p = Precision.preset("mixed")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.working = "float32"
+    with pytest.raises(ValueError, match="working"):
+        Precision(working="float16")
+    with pytest.raises(ValueError, match="dot"):
+        Precision(dot="kahan")
+    with pytest.raises(ValueError, match="unknown precision preset"):
+        Precision.preset("quad")
+
+
+def test_escalation_ladder_ends_in_fp64_compensated():
+    p = PRESETS["single"]
+    seen = [p.name]
+    while p.stronger() is not None:
+        p = p.stronger()
+        seen.append(p.name)
+    assert seen == ["single", "ir", "mixed", "mixed-eft", "eft"]
+    custom = Precision("mine", "float32", "float32", "float32", "float32", "native")
+    up = custom.stronger()
+    assert up.working == up.matrix == "float64"
+
+
+def test_default_precision_follows_the_data():
+    A = poisson3d(6)
+    b = A @ np.ones(A.shape[0])
+    assert mpsolve.solve(A, b, method="cg").precision == "double"
+    assert mpsolve.solve(A.astype(np.float32), b.astype(np.float32), method="cg").precision == "single"
+
+
+# ----------------------------------------------------------------- problem sets
+def _spd_problems():
+    out = [("poisson3d:16", poisson3d(16)), ("elasticity3d:6", elasticity3d(6)),
+           ("anisotropic2d:40", anisotropic2d(40, epsilon=1e-2))]
+    for row in manifest():
+        if row["likely_spd"] == "yes" and int(row["nnz"]) <= 150_000:
+            out.append((row["name"], None))
+    return out
+
+
+SPD = _spd_problems()
+
+
+def _matrix(name, A):
+    return load_collection_matrix(name) if A is None else A
+
+
+def _prec_for(A):
+    from mpsolve.precond import Jacobi
+
+    return Jacobi
+
+
+@pytest.mark.parametrize("name,A", SPD, ids=[s[0] for s in SPD])
+def test_mixed_and_eft_reach_fp64_accuracy_where_double_does(name, A, table):
+    """`mixed`/`mixed-eft` reach 1e-10 wherever `double` does; `eft` needs no more
+    iterations than `double` (up to a 2% rounding allowance); `single` never claims a
+    false success."""
+    A = _matrix(name, A)
+    b = A @ np.ones(A.shape[0])
+    maxiter = 20 * A.shape[0] if A.shape[0] < 2000 else 10_000
+    res = {}
+    for prec in ("double", "eft", "mixed", "mixed-eft"):
+        res[prec] = mpsolve.solve(A, b, method="cg", precond="jacobi", precision=prec,
+                                  rtol=RTOL, maxiter=maxiter)
+    single = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="single", rtol=RTOL,
+                           maxiter=maxiter, escalate=False)
+    single_esc = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="single",
+                               rtol=RTOL, maxiter=maxiter)
+    table("CG + Jacobi iterations to a true relative residual of 1e-10",
+          ["matrix", "double", "eft", "mixed", "mixed-eft", "single(no esc.)", "single->escalated"]
+          ).append([name] + [f"{res[p].iterations}{'' if res[p].converged else '(F)'}"
+                             for p in ("double", "eft", "mixed", "mixed-eft")]
+                   + [f"info={single.info}", f"{single_esc.iterations} via "
+                      + ">".join([single_esc.escalations[0].from_precision]
+                                 + [e.to_precision for e in single_esc.escalations])
+                      if single_esc.escalations else f"{single_esc.iterations}"])
+    for prec, r in res.items():
+        true = np.linalg.norm(b - A @ r.x) / np.linalg.norm(b)
+        assert r.converged == (true <= RTOL * (1 + 1e-6)), prec  # info tells the truth
+    if res["double"].converged:
+        assert res["mixed"].converged and res["mixed-eft"].converged
+        assert res["eft"].converged
+        assert res["eft"].iterations <= res["double"].iterations * 1.02 + 1
+    # single asked for 1e-10 cannot reach it in FP32: never a false success
+    assert single.info != 0
+    assert single.true_residual > RTOL
+    # with escalation on, it escalates (and then reaches the goal wherever double does)
+    assert single_esc.escalations
+    if res["double"].converged:
+        assert single_esc.converged
+
+
+def test_single_stagnation_escalates_with_reason():
+    A = poisson3d(20)
+    b = A @ np.ones(A.shape[0])
+    r = mpsolve.solve(A, b, method="cg", precision="single", rtol=1e-10)
+    assert r.converged and r.true_residual <= 1e-10
+    assert r.escalations[0].from_precision == "single"
+    assert "floor" in r.escalations[0].reason
+    assert r.precision != "single"
+
+
+def test_stagnation_is_detected_from_drift():
+    """A custom FP32 policy whose floor is not known in advance: the recursive
+    residual reaches the tolerance while the true one does not; the driver sees
+    the drift, escalates and records why."""
+    A = anisotropic2d(60, epsilon=1e-3)
+    b = A @ np.ones(A.shape[0])
+    p = Precision("fp32-matrix", working="float64", matrix="float32", precond="float32",
+                  accumulate="float32", dot="native")
+    off = mpsolve.solve(A, b, method="cg", precision=p, rtol=1e-12, escalate=False, maxiter=5000)
+    assert not off.converged and off.info > 0 and "stagnated" in off.status
+    on = mpsolve.solve(A, b, method="cg", precision=p, rtol=1e-12, maxiter=5000)
+    assert on.converged
+    assert any("stagnated" in e.reason for e in on.escalations)
+
+
+@pytest.mark.parametrize("method", ["cg", "gmres", "bicgstab"])
+def test_iterative_refinement_reaches_fp64_accuracy(method):
+    A = poisson3d(14) if method == "cg" else convection_diffusion2d(40, peclet=20)
+    b = A @ np.linspace(1, 2, A.shape[0])
+    r = mpsolve.solve(A, b, method=method, precond="jacobi", precision="ir", rtol=1e-12,
+                      escalate=False)
+    assert r.converged
+    assert np.linalg.norm(b - A @ r.x) <= 1e-12 * np.linalg.norm(b)
+    assert r.precision == "ir"
+
+
+def test_iterative_refinement_stagnates_on_fp32_singular_matrix():
+    """A matrix with condition ~1e9 (beyond 1/eps_fp32): FP32 inner solves cannot make
+    progress; refinement stagnates and escalates instead of iterating forever."""
+    n = 200
+    d = np.logspace(0, -9, n)
+    rng = np.random.default_rng(0)
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    A = sp.csr_matrix((Q * d) @ Q.T)
+    A = (A + A.T) * 0.5
+    b = A @ np.ones(n)
+    off = mpsolve.solve(A, b, method="gmres", precision="ir", rtol=1e-12, escalate=False,
+                        restart=50, maxiter=200)
+    assert not off.converged
+    on = mpsolve.solve(A, b, method="gmres", precision="ir", rtol=1e-12, restart=50, maxiter=200)
+    assert on.escalations and on.escalations[0].from_precision == "ir"
+
+
+def test_ir_callback_sees_fp64_iterates():
+    A = poisson3d(10)
+    b = A @ np.ones(A.shape[0])
+    seen = []
+    r = mpsolve.solve(A, b, method="cg", precision="ir", rtol=1e-12, callback=seen.append)
+    assert r.converged and seen and all(s.dtype == np.float64 for s in seen)
+
+
+def test_nonfinite_iteration_is_never_silent():
+    """A preconditioner producing NaN: the solve reports info=-14 and returns a finite x."""
+    from scipy.sparse.linalg import LinearOperator
+
+    A = poisson3d(6)
+    b = A @ np.ones(A.shape[0])
+    calls = [0]
+
+    def mv(r):
+        calls[0] += 1
+        out = r.copy()
+        if calls[0] > 3:
+            out[0] = np.nan
+        return out
+
+    M = LinearOperator(A.shape, matvec=mv)
+    x, info = mpsolve.cg(A, b, M=M, rtol=1e-12)
+    assert info == -14
+    assert np.isfinite(x).all()
