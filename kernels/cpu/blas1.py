@@ -203,10 +203,24 @@ def copy(x, out):
     (_copy_par if x.size >= PARALLEL_MIN else _copy_ser)(x, out)
 
 
+@njit(**JIT)
+def _scal_ser(a, x):
+    a = x.dtype.type(a)
+    for i in range(x.size):
+        x[i] *= a
+
+
+@njit(parallel=True, **JIT)
+def _scal_par(a, x):
+    a = x.dtype.type(a)
+    for i in prange(x.size):
+        x[i] *= a
+
+
 @register("cpu", "scal", _VEC)
 def scal(a, x):
-    """``x <- a x``."""
-    axpby(0.0, x, a, x)
+    """``x <- a x`` (its own loop: ``axpby(0, x, a, x)`` gave ``0 * inf = nan``)."""
+    (_scal_par if x.size >= PARALLEL_MIN else _scal_ser)(a, x)
 
 
 @njit(**JIT)

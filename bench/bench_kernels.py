@@ -1,0 +1,148 @@
+"""Micro-benchmarks of the CPU kernels (pytest-benchmark).
+
+Run (outside the default ``testpaths``)::
+
+    python -m pytest bench/bench_kernels.py --benchmark-only
+
+Groups
+------
+spmv    CSR SpMV on the 3-D Poisson matrix (7-point, 100^3 = 1M rows, ~7M nonzeros,
+        built with ``scipy.sparse.kron``): FP64 values/acc64 vs FP32 values/acc32
+        (pure FP32) vs FP32 values with FP64 vectors/acc64 (the mixed operator)
+        vs SciPy's ``A @ x``.  Bytes per product: ``nnz * (4 + 8)`` for FP64
+        values, ``nnz * (4 + 4)`` for FP32, so FP32 can be at most ~1.5x faster.
+dot     native dot vs Dot2 (parallel, and the serial kernel) on 10M FP64 vectors;
+        both stream 160 MB, Dot2 does ~10x the flops.
+nrm2    native vs compensated norm on 10M FP64.
+sum     ``np.sum`` vs Sum2 on 10M FP64.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from mpsolve.kernels import eft, lookup
+from mpsolve.kernels.cpu.spmv import partition_rows
+
+pytestmark = pytest.mark.benchmark
+
+N_VEC = 10_000_000
+GRID = 100
+
+
+def poisson3d(m):
+    """7-point Laplacian on an ``m^3`` grid (Dirichlet), CSR with int32 indices."""
+    T = sp.diags([-np.ones(m - 1), 2 * np.ones(m), -np.ones(m - 1)], [-1, 0, 1], format="csr")
+    Id = sp.identity(m, format="csr")
+    A = (sp.kron(sp.kron(T, Id), Id) + sp.kron(sp.kron(Id, T), Id)
+         + sp.kron(sp.kron(Id, Id), T)).tocsr()
+    A.sort_indices()
+    A.indices = A.indices.astype(np.int32)
+    A.indptr = A.indptr.astype(np.int32)
+    return A
+
+
+@pytest.fixture(scope="module")
+def poisson():
+    A = poisson3d(GRID)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(A.shape[0])
+    return A, partition_rows(A.indptr), x
+
+
+@pytest.fixture(scope="module")
+def vecs():
+    rng = np.random.default_rng(1)
+    return rng.standard_normal(N_VEC), rng.standard_normal(N_VEC)
+
+
+def _spmv_case(poisson, vdt, xdt, ydt, mode):
+    A, parts, x64 = poisson
+    data = A.data.astype(vdt)
+    x = x64.astype(xdt)
+    y = np.empty(A.shape[0], dtype=ydt)
+    kern = lookup("cpu", "spmv", (vdt, xdt, ydt), mode)
+    args = (parts, A.indptr, A.indices, data, x, y)
+    kern(*args)                                          # compile / load outside the timing
+    return kern, args
+
+
+@pytest.mark.benchmark(group="spmv")
+def test_spmv_f64_acc64(benchmark, poisson):
+    kern, args = _spmv_case(poisson, "float64", "float64", "float64", "acc64")
+    benchmark(kern, *args)
+
+
+@pytest.mark.benchmark(group="spmv")
+def test_spmv_f32_acc32(benchmark, poisson):
+    kern, args = _spmv_case(poisson, "float32", "float32", "float32", "acc32")
+    benchmark(kern, *args)
+
+
+@pytest.mark.benchmark(group="spmv")
+def test_spmv_f32vals_f64vecs_acc64(benchmark, poisson):
+    kern, args = _spmv_case(poisson, "float32", "float64", "float64", "acc64")
+    benchmark(kern, *args)
+
+
+@pytest.mark.benchmark(group="spmv")
+def test_spmv_scipy_f64(benchmark, poisson):
+    A, _, x = poisson
+    benchmark(A.__matmul__, x)
+
+
+@pytest.mark.benchmark(group="dot")
+def test_dot_native(benchmark, vecs):
+    x, y = vecs
+    f = lookup("cpu", "dot", ("float64",), "native")
+    f(x, y)
+    benchmark(f, x, y)
+
+
+@pytest.mark.benchmark(group="dot")
+def test_dot2_compensated(benchmark, vecs):
+    x, y = vecs
+    f = lookup("cpu", "dot", ("float64",), "compensated")
+    f(x, y)
+    benchmark(f, x, y)
+
+
+@pytest.mark.benchmark(group="dot")
+def test_dot2_serial_kernel(benchmark, vecs):
+    x, y = vecs
+    eft._dot2_ser(x, y)
+    benchmark(eft._dot2_ser, x, y)
+
+
+@pytest.mark.benchmark(group="dot")
+def test_dot_numpy(benchmark, vecs):
+    x, y = vecs
+    benchmark(np.dot, x, y)
+
+
+@pytest.mark.benchmark(group="nrm2")
+def test_nrm2_native(benchmark, vecs):
+    f = lookup("cpu", "nrm2", ("float64",), "native")
+    f(vecs[0])
+    benchmark(f, vecs[0])
+
+
+@pytest.mark.benchmark(group="nrm2")
+def test_nrm2_compensated(benchmark, vecs):
+    f = lookup("cpu", "nrm2", ("float64",), "compensated")
+    f(vecs[0])
+    benchmark(f, vecs[0])
+
+
+@pytest.mark.benchmark(group="sum")
+def test_sum_native(benchmark, vecs):
+    f = lookup("cpu", "sum", ("float64",), "native")
+    benchmark(f, vecs[0])
+
+
+@pytest.mark.benchmark(group="sum")
+def test_sum2_compensated(benchmark, vecs):
+    f = lookup("cpu", "sum", ("float64",), "compensated")
+    f(vecs[0])
+    benchmark(f, vecs[0])

@@ -1,0 +1,495 @@
+"""Error-free transformations (EFT) and compensated reductions (Numba, CPU).
+
+Reference
+---------
+T. Ogita, S. M. Rump, S. Oishi, "Accurate sum and dot product",
+SIAM J. Sci. Comput. 26(6):1955-1988, 2005, doi:10.1137/030601818.
+
+* Algorithm 3.1 ``TwoSum``  (Knuth)            -> :func:`two_sum`
+* Algorithm 3.3 ``TwoProduct`` (Dekker/Veltkamp) -> :func:`two_prod_dekker`
+* FMA form of ``TwoProduct`` (their eq. (3.5))   -> :func:`two_prod`
+* Algorithm 4.4 ``Sum2``                         -> :func:`sum2`
+* Algorithm 5.3 ``Dot2``                         -> :func:`dot2`
+* Algorithm 6.1 ``GenDot`` (test generator)      -> ``tests/test_eft.py``
+
+Deviations from the paper
+-------------------------
+* Several independent ``(s, c)`` pairs.  A single running pair is one long
+  dependency chain; the serial kernels keep ``_NACC = 4`` pairs (unrolled) and
+  the parallel kernels give every chunk of ``_CHUNK`` elements its own pairs.
+  The partial pairs are merged with :func:`two_sum` (high parts) and ordinary
+  addition (low parts).  This is still an error-free transformation of the
+  input vector followed by a floating-point sum of the error terms, so the
+  bound of the paper holds (with the same ``gamma_n``)::
+
+      |dot2(x, y) - x.y| <= u |x.y| + gamma_n^2 |x|.|y|,
+      u = 2^-53 (FP64) or 2^-24 (FP32),  gamma_n = n u / (1 - n u),
+
+  for ``sum2`` the same with ``x.y`` -> ``sum x`` and ``gamma_{n-1}``.
+* The chunking depends on the length only, never on the thread count, so a
+  result is bitwise reproducible for any ``NUMBA_NUM_THREADS``.
+* FP32 inputs are accumulated as an FP32 pair (the *native* compensated
+  scheme: ``u = 2^-24``, "as accurate as FP32 arithmetic with twice the
+  precision, then rounded to FP32").  For FP32 data a plain FP64 accumulation
+  is an alternative; it is not what this module does.
+* The paper assumes no underflow or overflow.  Same here: ``two_prod`` is exact
+  while ``a*b`` neither overflows nor its error underflows (``|a*b| >=
+  2^(emin + p)``); a product that overflows gives ``inf``/``nan`` (as the
+  native dot does).  No input scaling is done by the norms.
+
+Every kernel here is compiled *without* ``fastmath``: reassociation or
+contraction lets LLVM "simplify" ``(a - (s - bb))`` to zero and destroys the
+transformations (``tests/test_eft.py`` inspects the dispatchers and the IR).
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, overload
+
+from .cpu._config import JIT, PARALLEL_MIN
+from .registry import register
+
+__all__ = [
+    "fma", "two_sum", "fast_two_sum", "two_prod", "two_prod_dekker", "split",
+    "sum2", "dot2", "nrm2_compensated", "sum_native",
+]
+
+# Explicit: an EFT kernel must never get fastmath, whatever JIT grows into.
+_EFT_JIT = dict(JIT, fastmath=False)
+
+#: Independent (s, c) accumulator pairs per serial kernel (unrolled by hand).
+_NACC = 4
+#: Elements per chunk of the parallel kernels (fixed: reproducible results).
+_CHUNK = 8192
+
+
+# --- fused multiply-add -------------------------------------------------------------
+
+@intrinsic
+def _llvm_fma(typingctx, a, b, c):
+    """``fl(a*b + c)`` with one rounding: LLVM's ``llvm.fma.f32/f64`` intrinsic.
+
+    The three arguments are converted to ``float64`` unless all are ``float32``.
+    """
+    args = (a, b, c)
+    if not all(isinstance(t, (types.Float, types.Integer)) for t in args):
+        return None
+    if all(isinstance(t, types.Float) and t.bitwidth == 32 for t in args):
+        ft = types.float32
+    else:
+        ft = types.float64
+    sig = ft(a, b, c)
+
+    def codegen(context, builder, signature, llargs):
+        lty = context.get_value_type(ft)
+        vals = [context.cast(builder, v, t, ft)
+                for v, t in zip(llargs, signature.args)]
+        # the full function type is required, else LLVM rejects the call
+        fn = builder.module.declare_intrinsic("llvm.fma", [lty],
+                                              ir.FunctionType(lty, [lty, lty, lty]))
+        return builder.call(fn, vals)
+
+    return sig, codegen
+
+
+@njit(**_EFT_JIT)
+def fma(a, b, c):
+    """Fused multiply-add ``fl(a*b + c)``, rounded once.
+
+    Parameters
+    ----------
+    a, b, c : float
+        FP64, or all FP32 (then the result is FP32).
+
+    Returns
+    -------
+    float
+        ``a*b + c`` with a single rounding (hardware FMA where the CPU has it;
+        LLVM lowers it to a correct library call otherwise).
+
+    Examples
+    --------
+    >>> from mpsolve.kernels.eft import fma
+    >>> fma(1 + 2.0**-30, 1 - 2.0**-30, -1.0) == -2.0**-60   # a*b then +c gives 0
+    True
+    """
+    return _llvm_fma(a, b, c)
+
+
+# --- error-free transformations ---------------------------------------------------
+
+@njit(**_EFT_JIT)
+def two_sum(a, b):
+    """Knuth's TwoSum (ORO 2005, Algorithm 3.1): ``s + e == a + b`` exactly.
+
+    Branch-free, 6 flops, any order of magnitude of ``a`` and ``b``.
+
+    Parameters
+    ----------
+    a, b : float
+        Both FP64 or both FP32.
+
+    Returns
+    -------
+    s : float
+        ``fl(a + b)``.
+    e : float
+        The rounding error, ``a + b - s`` (exact, if ``a + b`` does not overflow).
+
+    Examples
+    --------
+    >>> from mpsolve.kernels.eft import two_sum
+    >>> two_sum(1.0, 2.0**-60)
+    (1.0, 8.673617379884035e-19)
+    """
+    s = a + b                        # s = fl(a + b)
+    bb = s - a                       # the part of b that went into s
+    e = (a - (s - bb)) + (b - bb)    # what a and b lost:  s + e == a + b exactly
+    return s, e
+
+
+@njit(**_EFT_JIT)
+def fast_two_sum(a, b):
+    """Dekker's FastTwoSum: ``s + e == a + b`` exactly, **if** ``|a| >= |b|``.
+
+    3 flops; the result is not exact when ``|a| < |b|`` (use :func:`two_sum`).
+
+    Examples
+    --------
+    >>> from mpsolve.kernels.eft import fast_two_sum
+    >>> fast_two_sum(1.0, 2.0**-60)
+    (1.0, 8.673617379884035e-19)
+    """
+    s = a + b                        # s = fl(a + b)
+    e = b - (s - a)                  # s - a is exact when |a| >= |b|:  s + e == a + b
+    return s, e
+
+
+@njit(**_EFT_JIT)
+def two_prod(a, b):
+    """TwoProduct with an FMA: ``p + e == a * b`` exactly.
+
+    Parameters
+    ----------
+    a, b : float
+        Both FP64 or both FP32.
+
+    Returns
+    -------
+    p : float
+        ``fl(a * b)``.
+    e : float
+        ``fma(a, b, -p)``, the rounding error of the product (exact unless
+        ``a*b`` overflows or its error falls below the subnormal range).
+
+    Examples
+    --------
+    >>> from mpsolve.kernels.eft import two_prod
+    >>> two_prod(1 + 2.0**-30, 1 - 2.0**-30)
+    (1.0, -8.673617379884035e-19)
+    """
+    p = a * b                        # p = fl(a b)
+    e = _llvm_fma(a, b, -p)          # e = a b - p, exact:  p + e == a b
+    return p, e
+
+
+def _split_factor(a):  # pragma: no cover - replaced by the overload in nopython code
+    raise NotImplementedError
+
+
+@overload(_split_factor)
+def _ol_split_factor(a):
+    # Veltkamp's constant 2^ceil(p/2) + 1 of the argument's format
+    if isinstance(a, types.Float) and a.bitwidth == 32:
+        return lambda a: np.float32(4097.0)         # 2^12 + 1, p = 24
+    return lambda a: 134217729.0                    # 2^27 + 1, p = 53
+
+
+@njit(**_EFT_JIT)
+def split(a):
+    """Veltkamp's split (ORO 2005, Algorithm 3.2): ``hi + lo == a``, each half
+    with at most ``ceil(p/2)`` significant bits (so ``hi*hi`` etc. are exact).
+
+    Overflows for ``|a| > 2^996`` (FP64) / ``2^115`` (FP32).
+    """
+    c = _split_factor(a) * a         # c = fl((2^s + 1) a)
+    hi = c - (c - a)                 # the upper half of a's significand
+    lo = a - hi                      # the rest:  hi + lo == a exactly
+    return hi, lo
+
+
+@njit(**_EFT_JIT)
+def two_prod_dekker(a, b):
+    """Dekker's TwoProduct without FMA (ORO 2005, Algorithm 3.3): ``p + e == a*b``.
+
+    17 flops; the fallback where no FMA is available.  Same exactness
+    conditions as :func:`two_prod`, plus no overflow in :func:`split`.
+    """
+    p = a * b                        # p = fl(a b)
+    ah, al = split(a)
+    bh, bl = split(b)
+    # the half-products are exact; subtract them from p in decreasing size
+    e = al * bl - (((p - ah * bh) - al * bh) - ah * bl)   # p + e == a b exactly
+    return p, e
+
+
+@njit(**_EFT_JIT)
+def _round_pair(p, s):
+    """``fl(p + s)`` in the pair's own dtype; an infinite ``p`` (overflow, or an
+    infinite input) is returned as it is, as the native dot would give it
+    (its error term is then ``nan``)."""
+    if p - p != 0:                               # p is inf or nan
+        return p
+    return p + s                                 # res = fl(p + s)
+
+
+# --- Sum2 (Algorithm 4.4) -----------------------------------------------------------
+
+@njit(**_EFT_JIT)
+def _sum2_pair_range(x, lo, hi):
+    """Sum2 of ``x[lo:hi]`` with 4 independent pairs; returns the pair ``(s, c)``."""
+    z = x.dtype.type(0.0)
+    s0 = z; s1 = z; s2 = z; s3 = z
+    c0 = z; c1 = z; c2 = z; c3 = z
+    i = lo
+    stop4 = lo + ((hi - lo) // 4) * 4
+    while i < stop4:
+        s0, q0 = two_sum(s0, x[i])       # s + q == old s + x_i
+        s1, q1 = two_sum(s1, x[i + 1])
+        s2, q2 = two_sum(s2, x[i + 2])
+        s3, q3 = two_sum(s3, x[i + 3])
+        c0 += q0                         # c collects the rounding errors
+        c1 += q1
+        c2 += q2
+        c3 += q3
+        i += 4
+    while i < hi:
+        s0, q0 = two_sum(s0, x[i])
+        c0 += q0
+        i += 1
+    # merge the pairs: high parts error-free, the errors join the low parts
+    s0, q0 = two_sum(s0, s1)
+    s2, q2 = two_sum(s2, s3)
+    s0, q1 = two_sum(s0, s2)
+    c = ((c0 + c1) + (c2 + c3)) + ((q0 + q2) + q1)
+    return s0, c
+
+
+@njit(**_EFT_JIT)
+def _sum2_ser(x):
+    s, c = _sum2_pair_range(x, 0, x.size)
+    return _round_pair(s, c)             # res = fl(s + c)
+
+
+@njit(parallel=True, **_EFT_JIT)
+def _sum2_pair_par(x, chunk):
+    n = x.size
+    nchunk = (n + chunk - 1) // chunk
+    ps = np.empty(nchunk, dtype=x.dtype)
+    pc = np.empty(nchunk, dtype=x.dtype)
+    for k in prange(nchunk):
+        lo = k * chunk
+        ps[k], pc[k] = _sum2_pair_range(x, lo, min(lo + chunk, n))
+    z = x.dtype.type(0.0)
+    s = z
+    c = z
+    for k in range(nchunk):              # combine the chunks' pairs in order
+        s, q = two_sum(s, ps[k])
+        c += pc[k] + q
+    return s, c
+
+
+@njit(**_EFT_JIT)
+def _sum2_par(x, chunk):
+    s, c = _sum2_pair_par(x, chunk)
+    return _round_pair(s, c)
+
+
+def sum2(x):
+    """Compensated sum, ORO 2005 Algorithm 4.4 (Sum2).
+
+    As accurate as summing in twice the working precision and rounding:
+    ``|sum2(x) - sum(x)| <= u |sum(x)| + gamma_{n-1}^2 sum|x|``.
+
+    Parameters
+    ----------
+    x : ndarray, float64 or float32, 1-D contiguous
+        FP32 is summed as an FP32 pair (``u = 2^-24``).
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mpsolve.kernels.eft import sum2
+    >>> x = np.array([1.0, 1e-16, -1.0])
+    >>> sum2(x), float(np.sum(x))
+    (1e-16, 0.0)
+    """
+    if x.size >= PARALLEL_MIN:
+        return float(_sum2_par(x, _CHUNK))
+    return float(_sum2_ser(x))
+
+
+@register("cpu", "sum", [("float64",), ("float32",)], mode="native")
+def sum_native(x):
+    """``sum(x)`` accumulated in the vector's dtype (NumPy's pairwise sum)."""
+    return float(np.sum(x))
+
+
+register("cpu", "sum", [("float64",), ("float32",)], mode="compensated")(sum2)
+
+
+# --- Dot2 (Algorithm 5.3) -----------------------------------------------------------
+
+@njit(**_EFT_JIT)
+def _dot2_pair_range(x, y, lo, hi):
+    """Dot2 of ``x[lo:hi] . y[lo:hi]`` with 4 independent pairs; returns ``(p, s)``."""
+    z = x.dtype.type(0.0)
+    p0 = z; p1 = z; p2 = z; p3 = z
+    s0 = z; s1 = z; s2 = z; s3 = z
+    i = lo
+    stop4 = lo + ((hi - lo) // 4) * 4
+    while i < stop4:
+        h0, r0 = two_prod(x[i], y[i])            # h + r == x_i y_i
+        h1, r1 = two_prod(x[i + 1], y[i + 1])
+        h2, r2 = two_prod(x[i + 2], y[i + 2])
+        h3, r3 = two_prod(x[i + 3], y[i + 3])
+        p0, q0 = two_sum(p0, h0)                 # p + q == old p + h
+        p1, q1 = two_sum(p1, h1)
+        p2, q2 = two_sum(p2, h2)
+        p3, q3 = two_sum(p3, h3)
+        s0 += q0 + r0                            # s collects both errors
+        s1 += q1 + r1
+        s2 += q2 + r2
+        s3 += q3 + r3
+        i += 4
+    while i < hi:
+        h0, r0 = two_prod(x[i], y[i])
+        p0, q0 = two_sum(p0, h0)
+        s0 += q0 + r0
+        i += 1
+    p0, q0 = two_sum(p0, p1)
+    p2, q2 = two_sum(p2, p3)
+    p0, q1 = two_sum(p0, p2)
+    s = ((s0 + s1) + (s2 + s3)) + ((q0 + q2) + q1)
+    return p0, s
+
+
+@njit(**_EFT_JIT)
+def _dot2_pair_ser(x, y):
+    return _dot2_pair_range(x, y, 0, x.size)
+
+
+@njit(parallel=True, **_EFT_JIT)
+def _dot2_pair_par(x, y, chunk):
+    n = x.size
+    nchunk = (n + chunk - 1) // chunk
+    pp = np.empty(nchunk, dtype=x.dtype)
+    ps = np.empty(nchunk, dtype=x.dtype)
+    for k in prange(nchunk):                     # each chunk: its own Dot2 pairs
+        lo = k * chunk
+        pp[k], ps[k] = _dot2_pair_range(x, y, lo, min(lo + chunk, n))
+    z = x.dtype.type(0.0)
+    p = z
+    s = z
+    for k in range(nchunk):                      # merge: p + q == old p + pp_k
+        p, q = two_sum(p, pp[k])
+        s += ps[k] + q
+    return p, s
+
+
+@njit(**_EFT_JIT)
+def _dot2_ser(x, y):
+    p, s = _dot2_pair_range(x, y, 0, x.size)
+    return _round_pair(p, s)
+
+
+@njit(**_EFT_JIT)
+def _dot2_par(x, y, chunk):
+    p, s = _dot2_pair_par(x, y, chunk)
+    return _round_pair(p, s)
+
+
+def dot2(x, y):
+    """Compensated dot product, ORO 2005 Algorithm 5.3 (Dot2).
+
+    As accurate as the dot product in twice the working precision, rounded::
+
+        |dot2(x, y) - x.y| <= u |x.y| + gamma_n^2 |x|.|y|
+
+    Same signature as the native ``dot`` of :mod:`mpsolve.kernels.cpu.blas1`;
+    registered as ``("cpu", "dot", dtype, "compensated")``.
+
+    Parameters
+    ----------
+    x, y : ndarray, 1-D contiguous, same length and dtype (float64 or float32)
+        FP32 vectors are accumulated as an FP32 pair (``u = 2^-24``).
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mpsolve.kernels.eft import dot2
+    >>> x = np.array([1e16, 1.0, -1e16]); y = np.ones(3)
+    >>> dot2(x, y), float(np.dot(x, y))
+    (1.0, 0.0)
+    """
+    if x.size >= PARALLEL_MIN:
+        return float(_dot2_par(x, y, _CHUNK))
+    return float(_dot2_ser(x, y))
+
+
+@njit(**_EFT_JIT)
+def _sqrt_pair(p, s):
+    """``sqrt(p + s)`` for a Dot2 pair, with one Newton step on the pair."""
+    if not (p > 0 and p < np.inf):
+        return np.sqrt(_round_pair(p, s))        # 0, inf or nan: nothing to correct
+    r = np.sqrt(p)                               # r ~ sqrt(p)
+    res = _llvm_fma(-r, r, p) + s                # (p - r^2) exact by FMA, + s
+    return r + res / (r + r)                     # r + (p + s - r^2) / (2 r)
+
+
+@njit(**_EFT_JIT)
+def _nrm2_ser(x):
+    p, s = _dot2_pair_range(x, x, 0, x.size)
+    return _sqrt_pair(p, s)
+
+
+@njit(**_EFT_JIT)
+def _nrm2_par(x, chunk):
+    p, s = _dot2_pair_par(x, x, chunk)
+    return _sqrt_pair(p, s)
+
+
+def nrm2_compensated(x):
+    """``||x||_2`` from the Dot2 pair of ``x . x``.
+
+    ``x . x`` is kept as the unrounded pair ``(p, s)``; the root is
+    ``r = sqrt(p)`` corrected by one Newton step whose residual
+    ``p - r^2`` comes exactly from an FMA: ``r + (fma(-r, r, p) + s) / (2 r)``.
+    The result is within about one ulp of the exact norm (no overflow scaling:
+    ``x . x`` must not overflow, as for the native ``nrm2``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mpsolve.kernels.eft import nrm2_compensated
+    >>> nrm2_compensated(np.array([3.0, 4.0]))
+    5.0
+    """
+    if x.size >= PARALLEL_MIN:
+        return float(_nrm2_par(x, _CHUNK))
+    return float(_nrm2_ser(x))
+
+
+_VEC = [("float64",), ("float32",)]
+register("cpu", "dot", _VEC, mode="compensated")(dot2)
+register("cpu", "nrm2", _VEC, mode="compensated")(nrm2_compensated)
