@@ -99,17 +99,17 @@ class Precision:
 
     @property
     def floor(self) -> float:
-        """Relative accuracy a solve in this policy can be expected to reach.
+        """Relative residual below which this policy cannot be expected to go.
 
-        The attainable relative residual is limited by the least precise of the
-        working vectors and the stored operator (``~ sqrt(n) eps`` in practice; we
-        use ``eps`` of the coarser one times a safety factor of 10 and leave ``n``
-        to the stagnation test).  For refinement it is the outer (FP64) floor.
+        Set by the working precision, in which ``x`` and ``r`` live (``10 eps``;
+        the conditioning part is left to the stagnation test).  The storage
+        precision of ``A`` sets no floor of its own: the driver's residual
+        replacement recomputes ``r = b - A x`` in FP64 with the exact matrix, so an
+        FP32 ``A`` costs iterations, not accuracy.  Refinement has the FP64 floor.
         """
         if self.inner is not None:
             return 10.0 * float(np.finfo(np.float64).eps)
-        coarse = max(np.finfo(self.working).eps, np.finfo(self.matrix).eps)
-        return 10.0 * float(coarse)
+        return 10.0 * float(np.finfo(self.working).eps)
 
     def stronger(self) -> Optional["Precision"]:
         """The next policy of the escalation ladder, or ``None`` at the top.

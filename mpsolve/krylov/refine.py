@@ -16,6 +16,7 @@ GMRES-IR):
 Stagnation: if one refinement step does not halve the true residual, the
 inner precision cannot make progress on this matrix (its condition number is
 beyond ``1/eps_fp32``); the stage stops with flag 2 so the driver can escalate.
+Each inner solve gets at most a tenth of the iteration budget.
 The user's ``callback`` is called with the FP64 iterate after each outer step.
 """
 from __future__ import annotations
@@ -26,6 +27,9 @@ __all__ = ["refine_stage", "INNER_RTOL"]
 
 #: Relative residual reduction asked of each inner solve.
 INNER_RTOL = 1e-4
+#: One inner solve may use at most 1/STEP_SHARE of the iteration budget, so an inner
+#: precision that cannot converge is noticed (stagnation) before the budget is gone.
+STEP_SHARE = 10
 
 
 def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r64, device):
@@ -49,7 +53,8 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
         d[:] = 0.0
         eta = max(INNER_RTOL, 0.5 * tol / true)  # no need to go further than the goal
         sub = []
-        c, it, iflag = body(inner, d, r, budget - count, eta, None, sub, **body_kw)
+        step_budget = min(budget - count, max(1, -(-budget // STEP_SHARE)))
+        c, it, iflag = body(inner, d, r, step_budget, eta, None, sub, **body_kw)
         count += c
         iters += it
         hist.extend(h * scale for h in sub)
