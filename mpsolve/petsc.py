@@ -1,0 +1,295 @@
+"""mpsolve preconditioners inside PETSc, through petsc4py's Python PC.
+
+Each class here follows petsc4py's Python-PC protocol (a plain class; PETSc
+calls the methods it finds):
+
+``setUp(pc)``
+    reads the operator with ``pc.getOperators()`` and builds the mpsolve
+    preconditioner on its *local* CSR block (the whole matrix in serial; on
+    ``-pc_type bjacobi`` each rank's sub-PC is handed its diagonal block; an
+    MPI matrix given directly is reduced to its local diagonal block with
+    ``MatGetDiagonalBlock``).  It rebuilds only when the operator changed
+    (PETSc's object state); ``setup_count`` counts the builds.
+``apply(pc, x, y)``
+    ``y = M x`` on the vectors' own arrays (``x.array_r``, ``y.array``): no copies.
+``matApply(pc, X, Y)``
+    several right-hand sides: the columns of the dense matrices, in place.
+``setFromOptions(pc)``
+    reads ``-[prefix]mpsolve_precision`` (a preset: its preconditioner precision
+    is used), ``-[prefix]mpsolve_dtype`` (``float32``/``float64``, overrides),
+    ``-[prefix]mpsolve_block_size``, ``-[prefix]mpsolve_sparsity_power``,
+    ``-[prefix]mpsolve_variant``, ``-[prefix]mpsolve_accumulate``; an option
+    without the prefix is used when the prefixed one is absent.
+``view(pc, viewer)`` / ``reset(pc)``
+
+Use from the options database::
+
+    -ksp_type gmres -pc_type python -pc_python_type mpsolve.petsc.BlockISAI
+    mpiexec -n 2 ... -pc_type bjacobi -sub_pc_type python \\
+        -sub_pc_python_type mpsolve.petsc.BlockISAI -sub_mpsolve_block_size 3
+
+or from Python: ``pc.setType("python"); pc.setPythonContext(mpsolve.petsc.ISAI())``.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from .precision import PRESETS
+
+__all__ = ["ISAI", "BlockISAI", "BlockJacobi", "Jacobi", "local_csr", "petsc_solve"]
+
+
+def local_csr(P) -> sp.csr_matrix:
+    """The local (diagonal-block) CSR matrix of a PETSc Mat, without PETSc-side copies
+    where the format allows (AIJ); BAIJ/SBAIJ/dense are converted first."""
+    mtype = P.getType()
+    if P.getComm().getSize() > 1 or mtype.startswith("mpi"):
+        P = P.getDiagonalBlock()
+        mtype = P.getType()
+    if mtype not in ("seqaij", "aij", "seqaijperm", "seqaijsell"):
+        P = P.convert("seqaij")
+    indptr, indices, data = P.getValuesCSR()
+    m, n = P.getSize()
+    A = sp.csr_matrix((np.asarray(data, dtype=np.float64), np.asarray(indices),
+                       np.asarray(indptr)), shape=(m, n))
+    return A
+
+
+class _MpsolvePC:
+    """Shared behaviour of the Python-PC contexts (see the module docstring)."""
+
+    precond_cls = None
+    #: option name -> (constructor keyword, parser)
+    _int_options = {"block_size": "block_size", "sparsity_power": "sparsity_power"}
+
+    def __init__(self, **params):
+        self.params = dict(params)
+        self.dtype = None
+        self.M = None
+        self.setup_count = 0
+        self.setup_time = 0.0
+        self._key = None
+
+    # -------------------------------------------------------------- options
+    def setFromOptions(self, pc):
+        from petsc4py import PETSc
+
+        prefix = pc.getOptionsPrefix() or ""
+        scoped, plain = PETSc.Options(prefix), PETSc.Options()
+
+        def get(kind, name):
+            for db in (scoped, plain):
+                if db.hasName("mpsolve_" + name):
+                    return getattr(db, kind)("mpsolve_" + name)
+            return None
+
+        changed = False
+        for opt, kw in self._int_options.items():
+            if kw in self._accepted():
+                v = get("getInt", opt)
+                if v is not None and self.params.get(kw) != v:
+                    self.params[kw] = int(v)
+                    changed = True
+        for opt in ("variant", "accumulate"):
+            if opt in self._accepted():
+                v = get("getString", opt)
+                if v is not None and self.params.get(opt) != v:
+                    self.params[opt] = v
+                    changed = True
+        prec = get("getString", "precision")
+        if prec is not None:
+            if prec not in PRESETS:
+                raise ValueError(f"-mpsolve_precision {prec}: choose one of {sorted(PRESETS)}")
+            self.dtype = PRESETS[prec].precond
+            changed = True
+        dt = get("getString", "dtype")
+        if dt is not None:
+            if dt not in ("float32", "float64"):
+                raise ValueError(f"-mpsolve_dtype {dt}: use float32 or float64")
+            self.dtype = dt
+            changed = True
+        if changed:
+            self._key = None  # rebuild at the next setUp
+
+    def _accepted(self):
+        import inspect
+
+        return inspect.signature(self.precond_cls.__init__).parameters
+
+    # ------------------------------------------------------------ protocol
+    def setUp(self, pc):
+        A, P = pc.getOperators()
+        state = P.stateGet() if hasattr(P, "stateGet") else None
+        key = (P.handle, state, P.getSize())
+        if self.M is not None and key == self._key:
+            return
+        t0 = time.perf_counter()
+        C = local_csr(P)
+        kw = {k: v for k, v in self.params.items() if k in self._accepted()}
+        M = self.precond_cls(**kw, **({"dtype": self.dtype} if self.dtype else {}))
+        self.M = M.setup(C, dtype=self.dtype or "float32")
+        self.setup_time = time.perf_counter() - t0
+        self.setup_count += 1
+        self._key = key
+
+    def apply(self, pc, x, y):
+        self.M.apply(x.array_r, y.array)  # y = M x on PETSc's own arrays
+
+    def matApply(self, pc, X, Y):
+        Xa = X.getDenseArray(readonly=True)
+        Ya = Y.getDenseArray()
+        for j in range(Xa.shape[1]):
+            xj = Xa[:, j]
+            yj = Ya[:, j]
+            if yj.flags.c_contiguous and xj.flags.c_contiguous:
+                self.M.apply(xj, yj)
+            else:  # a strided leading dimension: go through a contiguous column
+                out = np.empty(Xa.shape[0])
+                self.M.apply(np.ascontiguousarray(xj), out)
+                yj[:] = out
+
+    def applyTranspose(self, pc, x, y):
+        if not getattr(self.M, "symmetric", False):
+            raise NotImplementedError(f"{type(self).__name__}: transpose apply of a "
+                                      "nonsymmetric preconditioner is not available")
+        self.apply(pc, x, y)
+
+    def view(self, pc, viewer):
+        lines = [f"mpsolve {type(self).__name__} preconditioner"]
+        if self.M is None:
+            lines.append("  (not set up)")
+        else:
+            lines.append(f"  {self.M!r}")
+            extra = {k: getattr(self.M, k) for k in ("variant", "sparsity_power", "block_size")
+                     if hasattr(self.M, k)}
+            if extra:
+                lines.append("  " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+            lines.append(f"  storage {self.M.storage_dtype.name}, setups {self.setup_count}, "
+                         f"last setup {self.setup_time:.3g} s")
+        for ln in lines:
+            viewer.printfASCII(ln + "\n")
+
+    def reset(self, pc):
+        self.M = None
+        self._key = None
+
+
+class Jacobi(_MpsolvePC):
+    """Point Jacobi (:class:`mpsolve.precond.Jacobi`) as a PETSc Python PC."""
+
+    @property
+    def precond_cls(self):
+        from .precond import Jacobi as C
+
+        return C
+
+
+class BlockJacobi(_MpsolvePC):
+    """Block-Jacobi (:class:`mpsolve.precond.BlockJacobi`) as a PETSc Python PC."""
+
+    @property
+    def precond_cls(self):
+        from .precond import BlockJacobi as C
+
+        return C
+
+
+class ISAI(_MpsolvePC):
+    """ISAI (:class:`mpsolve.precond.ISAI`) as a PETSc Python PC."""
+
+    @property
+    def precond_cls(self):
+        from .precond import ISAI as C
+
+        return C
+
+
+class BlockISAI(_MpsolvePC):
+    """Block-ISAI (:class:`mpsolve.precond.BlockISAI`) as a PETSc Python PC."""
+
+    @property
+    def precond_cls(self):
+        from .precond import BlockISAI as C
+
+        return C
+
+
+_KSP = {"cg": "cg", "gmres": "gmres", "bicgstab": "bcgs"}
+_PC_CTX = {"mpsolve": BlockISAI, "mpsolve-isai": ISAI, "mpsolve-block-isai": BlockISAI,
+           "mpsolve-block-jacobi": BlockJacobi}
+
+
+def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, restart=30,
+                block_size=None, sparsity_power=None, options=None):
+    """Solve with PETSc's KSP (serial, FP64), for baselines and tests.
+
+    The stopping test is PETSc's on the *unpreconditioned* residual relative to
+    ``||b||`` (right preconditioning for GMRES/BiCGSTAB), the same rule as mpsolve's.
+
+    Returns a dict: ``x``, ``iterations``, ``reason``, ``setup_time``,
+    ``solve_time``, ``true_residual`` (FP64, relative).
+    """
+    from petsc4py import PETSc
+
+    A = sp.csr_matrix(A)
+    comm = PETSc.COMM_SELF
+    P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
+                                                 A.indices.astype(PETSc.IntType),
+                                                 A.data.astype(np.float64)), comm=comm)
+    P.assemble()
+    ksp = PETSc.KSP().create(comm)
+    ksp.setOperators(P)
+    ksp.setType(_KSP[method])
+    if method == "gmres":
+        ksp.setGMRESRestart(restart)
+    if method != "cg":
+        ksp.setPCSide(PETSc.PC.Side.RIGHT)
+    ksp.setNormType(PETSc.KSP.NormType.UNPRECONDITIONED)
+    ksp.setTolerances(rtol=rtol, atol=0.0, max_it=maxiter)
+    p = ksp.getPC()
+    ctx = None
+    if pc in _PC_CTX:
+        p.setType("python")
+        kw = {}
+        if block_size is not None:
+            kw["block_size"] = block_size
+        if sparsity_power is not None:
+            kw["sparsity_power"] = sparsity_power
+        ctx = _PC_CTX[pc](**kw)
+        if method == "cg":
+            ctx.params.setdefault("variant", "spd")
+        p.setPythonContext(ctx)
+    elif pc == "ilu":
+        p.setType("ilu")
+    else:
+        p.setType(pc)
+    if options:
+        opts = PETSc.Options()
+        for k, v in options.items():
+            opts[k] = v
+        ksp.setFromOptions()
+    bv = P.createVecLeft()
+    bv.array[:] = b
+    xv = P.createVecRight()
+    xv.set(0.0)
+    t0 = time.perf_counter()
+    ksp.setUp()
+    setup = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    ksp.solve(bv, xv)
+    solve = time.perf_counter() - t1
+    x = xv.array.copy()
+    true = float(np.linalg.norm(b - A @ x) / np.linalg.norm(b))
+    reason = ksp.getConvergedReason()
+    names = {v: k for k, v in vars(PETSc.KSP.ConvergedReason).items() if isinstance(v, int)}
+    out = dict(x=x, iterations=int(ksp.getIterationNumber()),
+               reason=f"{names.get(reason, reason)}", setup_time=setup, solve_time=solve,
+               true_residual=true, ctx=ctx)
+    ksp.destroy()
+    P.destroy()
+    bv.destroy()
+    xv.destroy()
+    return out
