@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from .backend import array_module
 from .kernels import lookup
 from .operator import CallableOperator, SparseOperator, canonical_csr
 from .precision import Precision, as_precision
@@ -214,6 +215,8 @@ def make_ops(device: str, dtype, dot_mode: str) -> SimpleNamespace:
         setattr(ops, name, lookup(device, name, dt))
     ops.copy = lookup(device, "copy", dt * 2)
     ops.scal = lookup(device, "scal", dt)
+    ops.lincomb = lookup(device, "lincomb", dt)
+    ops.xp = array_module(device)      # workspace allocation: xp.empty / xp.zeros
     return ops
 
 

@@ -32,7 +32,7 @@ def _eps(*dtypes):
 # --- coverage: a newly registered op without a test here fails ---------------------------
 
 TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay", "axpby", "waxpy",
-              "axpy2", "bicg_dir", "copy", "dmul", "scal"}
+              "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb"}
 
 
 def test_every_registered_cpu_op_is_tested():
@@ -382,3 +382,17 @@ def test_scal_keeps_infinities():
         lookup("cpu", "scal", (dt,))(2.0, x)
         assert x[0] == np.inf and x[1] == -np.inf and x[3] == 2
         assert math.copysign(1, x[2]) == -1
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("dt", F)
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_lincomb(dt, n, k):
+    V = np.stack([_vec(n, dt, 20 + i) for i in range(8)])
+    y = np.linspace(-1.5, 2.0, 8)
+    out = np.empty(n, dtype=dt)
+    lookup("cpu", "lincomb", (dt,))(V, y, k, out)        # out <- sum_{i<k} y_i V[i]
+    yk = y[:k].astype(dt).astype(np.float64)
+    want = yk @ V[:k].astype(np.float64)
+    scale = np.abs(yk) @ np.abs(V[:k].astype(np.float64))
+    _close(out, want, scale, dt, k=k + 1)

@@ -240,3 +240,12 @@ def _dmul_par(d, x, out):
 def dmul(d, x, out):
     """``out <- diag(d) x``, the casts fused (point Jacobi's apply).  Dtypes key ``(d, x, out)``."""
     (_dmul_par if x.size >= PARALLEL_MIN else _dmul_ser)(d, x, out)
+
+
+@register("cpu", "lincomb", _VEC)
+def lincomb(V, y, k, out):
+    """``out <- sum_{i<k} y_i V[i]`` (GMRES's update ``V_k y``); ``V`` holds one vector a row.
+
+    A dense GEMV on the first ``k`` rows (BLAS through NumPy).
+    """
+    np.dot(np.asarray(y[:k], dtype=V.dtype), V[:k], out=out)

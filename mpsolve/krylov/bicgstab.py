@@ -29,19 +29,20 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
     dot, nrm2, waxpy, axpy2, bicg_dir = ops.dot, ops.nrm2, ops.waxpy, ops.axpy2, ops.bicg_dir
     n = x.size
+    xp = ops.xp                                # workspace lives where x lives
     eps = float(np.finfo(sys.dtype).eps)
     rhotol = eps * eps
     r0 = r.copy()                              # shadow residual r0^ = r
     r0nrm = nrm2(r0)
-    p = np.zeros(n, dtype=sys.dtype)
-    v = np.zeros(n, dtype=sys.dtype)
-    s = np.empty(n, dtype=sys.dtype)
-    t = np.empty(n, dtype=sys.dtype)
+    p = xp.zeros(n, dtype=sys.dtype)
+    v = xp.zeros(n, dtype=sys.dtype)
+    s = xp.empty(n, dtype=sys.dtype)
+    t = xp.empty(n, dtype=sys.dtype)
     if psolve is None:
         ph, sh = p, s                           # no M: p^ = p, s^ = s
     else:
-        ph = np.empty(n, dtype=sys.dtype)
-        sh = np.empty(n, dtype=sys.dtype)
+        ph = xp.empty(n, dtype=sys.dtype)
+        sh = xp.empty(n, dtype=sys.dtype)
     rnorm = r0nrm
     if rnorm <= tol:
         return 0, 0, 0

@@ -33,11 +33,12 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
     dot, nrm2, axpy2, xpay = ops.dot, ops.nrm2, ops.axpy2, ops.xpay
     n = x.size
-    q = np.empty(n, dtype=sys.dtype)
+    xp = ops.xp                                # workspace lives where x lives
+    q = xp.empty(n, dtype=sys.dtype)
     if psolve is None:
         z = r  # unpreconditioned: z aliases r
     else:
-        z = np.empty(n, dtype=sys.dtype)
+        z = xp.empty(n, dtype=sys.dtype)
         psolve(r, z)                          # z = M r
     p = z.copy()                              # p = z
     rnorm = nrm2(r)

@@ -42,11 +42,12 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
     dot, nrm2, axpy = ops.dot, ops.nrm2, ops.axpy
     n = x.size
+    xp = ops.xp                                # workspace lives where x lives
     m = max(1, min(restart, n))
     wdt = sys.dtype
-    V = np.empty((m + 1, n), dtype=wdt)        # Arnoldi basis, one row per vector
-    z = np.empty(n, dtype=wdt) if psolve is not None else None
-    u = np.empty(n, dtype=wdt)
+    V = xp.empty((m + 1, n), dtype=wdt)        # Arnoldi basis, one row per vector
+    z = xp.empty(n, dtype=wdt) if psolve is not None else None
+    u = xp.empty(n, dtype=wdt)
     H = np.zeros((m + 1, m), dtype=np.float64)
     cs = np.zeros(m)
     sn = np.zeros(m)
@@ -117,7 +118,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             hii = H[i, i]
             acc = g[i] - float(np.dot(H[i, i + 1:k], y[i + 1:k]))
             y[i] = acc / hii if hii != 0.0 else 0.0
-        np.dot(y[:k].astype(wdt), V[:k], out=u)  # u = V_k y
+        ops.lincomb(V, y, k, u)                 # u = V_k y
         if psolve is not None:
             psolve(u, z)                        # z = M u
             axpy(1.0, z, x)                     # x += M V y
