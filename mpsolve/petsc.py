@@ -67,7 +67,7 @@ class _MpsolvePC:
 
     def __init__(self, **params):
         self.params = dict(params)
-        self.dtype = None
+        self.dtype = self.params.pop("dtype", None)   # storage precision (None: FP32)
         self.M = None
         self.setup_count = 0
         self.setup_time = 0.0

@@ -1,0 +1,227 @@
+"""mpsolve's preconditioners inside PETSc (petsc4py's Python PC), serial and under MPI."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+petsc4py = pytest.importorskip("petsc4py", reason="petsc4py is not installed (run .ci/setup.sh)")
+from petsc4py import PETSc  # noqa: E402
+
+import mpsolve  # noqa: E402
+import mpsolve.petsc as mp  # noqa: E402
+from mpsolve.matrices import convection_diffusion2d, elasticity3d  # noqa: E402
+from mpsolve.petsc import petsc_solve  # noqa: E402
+
+from conftest import COLLECTION, load_collection_matrix  # noqa: E402
+
+RTOL = 1e-8
+
+
+def _ksp(A, ksp_type, ctx=None, pc_type=None):
+    P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
+                                                 A.indices.astype(PETSc.IntType), A.data),
+                              comm=PETSc.COMM_SELF)
+    P.assemble()
+    ksp = PETSc.KSP().create(PETSc.COMM_SELF)
+    ksp.setOperators(P)
+    ksp.setType(ksp_type)
+    ksp.setTolerances(rtol=RTOL, atol=0.0, max_it=3000)
+    if ksp_type != "cg":
+        ksp.setPCSide(PETSc.PC.Side.RIGHT)
+    ksp.setNormType(PETSc.KSP.NormType.UNPRECONDITIONED)
+    pc = ksp.getPC()
+    if ctx is not None:
+        pc.setType("python")
+        pc.setPythonContext(ctx)
+    elif pc_type:
+        pc.setType(pc_type)
+    return ksp, P
+
+
+def _solve(ksp, P, b):
+    bv = P.createVecLeft()
+    bv.array[:] = b
+    xv = P.createVecRight()
+    xv.set(0.0)
+    ksp.solve(bv, xv)
+    return xv.array.copy(), ksp.getIterationNumber(), ksp.getConvergedReason()
+
+
+CASES = [
+    # (matrix, PETSc KSP, mpsolve method, context factory)
+    ("bcsstk14", "cg", "cg", lambda: mp.ISAI(variant="spd")),
+    ("s1rmq4m1", "cg", "cg", lambda: mp.BlockISAI(variant="spd")),
+    ("sherman3", "gmres", "gmres", lambda: mp.ISAI(variant="general", sparsity_power=2)),
+    ("elasticity3d:8", "gmres", "gmres", lambda: mp.BlockISAI(block_size=3)),
+    ("convdiff2d:40", "bcgs", "bicgstab", lambda: mp.ISAI()),
+]
+
+
+def _matrix(name):
+    if name == "elasticity3d:8":
+        return elasticity3d(8)
+    if name == "convdiff2d:40":
+        return convection_diffusion2d(40, peclet=20)
+    if not COLLECTION.exists():
+        pytest.skip("no test collection")
+    return load_collection_matrix(name)
+
+
+@pytest.mark.parametrize("name,ksp_type,method,make", CASES, ids=[c[0] for c in CASES])
+def test_ksp_with_mpsolve_pc_matches_mpsolve(name, ksp_type, method, make, table):
+    """PETSc's KSP + mpsolve's PC reaches the same true residual as mpsolve's own
+    solver with the same preconditioner, in about the same number of iterations."""
+    A = _matrix(name)
+    b = A @ np.ones(A.shape[0])
+    ctx = make()
+    ksp, P = _ksp(A, ksp_type, ctx)
+    if ksp_type == "gmres":
+        ksp.setGMRESRestart(30)
+    x, its, reason = _solve(ksp, P, b)
+    true_p = np.linalg.norm(b - A @ x) / np.linalg.norm(b)
+    assert reason > 0, f"PETSc did not converge: reason {reason}"
+    assert true_p <= RTOL * 1.01
+    assert ctx.setup_count == 1
+    # mpsolve's own solver with an identically configured preconditioner
+    M = type(ctx.M)(**{k: v for k, v in ctx.params.items()}, dtype="float32")
+    res = mpsolve.solve(A, b, method=method, precond=M, rtol=RTOL, maxiter=3000,
+                        restart=30 if method == "gmres" else None)
+    assert res.converged
+    table("PETSc KSP + mpsolve PC vs mpsolve's own solver (same PC, true residual 1e-8)",
+          ["matrix", "KSP", "PC", "PETSc its", "mpsolve its", "PETSc true res", "mpsolve true res"]
+          ).append([name, ksp_type, type(ctx).__name__, its, res.iterations, f"{true_p:.1e}",
+                    f"{res.true_residual:.1e}"])
+    assert abs(its - res.iterations) <= max(5, 0.35 * max(its, res.iterations))
+
+
+def test_setup_runs_once_for_the_same_operator_and_again_when_it_changes():
+    A = _matrix("convdiff2d:40")
+    b = A @ np.ones(A.shape[0])
+    ctx = mp.ISAI()
+    ksp, P = _ksp(A, "gmres", ctx)
+    _solve(ksp, P, b)
+    _solve(ksp, P, 2 * b)
+    assert ctx.setup_count == 1
+    P.scale(2.0)            # new values: PETSc's state changes, the PC must rebuild
+    ksp.setOperators(P)
+    x, its, reason = _solve(ksp, P, b)
+    assert ctx.setup_count == 2
+    assert reason > 0
+    assert np.linalg.norm(b - 2 * (A @ x)) <= RTOL * 1.01 * np.linalg.norm(b)
+
+
+def test_options_database_selects_and_configures_the_pc(tmp_path):
+    A = elasticity3d(6)
+    b = A @ np.ones(A.shape[0])
+    ksp, P = _ksp(A, "cg")
+    opts = PETSc.Options()
+    settings = {"pc_type": "python", "pc_python_type": "mpsolve.petsc.BlockISAI",
+                "mpsolve_block_size": "3", "mpsolve_sparsity_power": "2",
+                "mpsolve_variant": "spd", "mpsolve_precision": "double"}
+    for k, v in settings.items():
+        opts[k] = v
+    try:
+        ksp.setFromOptions()
+        x, its, reason = _solve(ksp, P, b)
+    finally:
+        for k in settings:
+            opts.delValue(k)
+    ctx = ksp.getPC().getPythonContext()
+    assert isinstance(ctx, mp.BlockISAI)
+    assert reason > 0
+    assert ctx.M.block_size == 3 and ctx.M.sparsity_power == 2 and ctx.M.variant == "spd"
+    assert ctx.M.storage_dtype == np.float64      # -mpsolve_precision double
+    f = tmp_path / "view.txt"
+    viewer = PETSc.Viewer().createASCII(str(f), comm=PETSc.COMM_SELF)
+    ksp.view(viewer)
+    viewer.destroy()
+    text = f.read_text()
+    assert "mpsolve BlockISAI" in text and "block_size=3" in text and "float64" in text
+
+
+def test_bad_option_is_a_clear_error():
+    A = elasticity3d(4)
+    ksp, P = _ksp(A, "cg")
+    opts = PETSc.Options()
+    opts["pc_type"] = "python"
+    opts["pc_python_type"] = "mpsolve.petsc.BlockISAI"
+    opts["mpsolve_precision"] = "quadruple"
+    try:
+        with pytest.raises(Exception, match="mpsolve_precision"):
+            ksp.setFromOptions()
+    finally:
+        for k in ("pc_type", "pc_python_type", "mpsolve_precision"):
+            opts.delValue(k)
+
+
+def test_mat_apply_handles_several_right_hand_sides():
+    A = _matrix("convdiff2d:40")
+    n = A.shape[0]
+    ctx = mp.ISAI()
+    ksp, P = _ksp(A, "gmres", ctx)
+    ksp.setUp()
+    pc = ksp.getPC()
+    R = np.random.default_rng(0).standard_normal((n, 4))
+    X = PETSc.Mat().createDense((n, 4), array=np.asfortranarray(R), comm=PETSc.COMM_SELF)
+    Y = PETSc.Mat().createDense((n, 4), comm=PETSc.COMM_SELF)
+    Y.setUp()
+    X.assemble()
+    Y.assemble()
+    pc.matApply(X, Y)
+    got = Y.getDenseArray().copy()
+    want = np.column_stack([ctx.M.matvec(R[:, j]) for j in range(4)])
+    assert np.allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
+def test_apply_writes_into_petsc_arrays_without_copies():
+    A = _matrix("convdiff2d:40")
+    ctx = mp.ISAI(dtype="float64")
+    ksp, P = _ksp(A, "gmres", ctx)
+    ksp.setUp()
+    x = P.createVecRight()
+    x.setRandom()
+    y = P.createVecLeft()
+    before = y.array  # a view on PETSc's memory
+    ctx.apply(ksp.getPC(), x, y)
+    assert np.shares_memory(before, y.array)
+    assert np.allclose(y.array, ctx.M.matvec(x.array.copy()))
+
+
+def test_petsc_baseline_runner_matches_scipy_truth():
+    A = _matrix("convdiff2d:40")
+    b = A @ np.ones(A.shape[0])
+    for pc in ("jacobi", "bjacobi", "sor", "mpsolve"):
+        out = petsc_solve(A, b, method="gmres", pc=pc, rtol=RTOL, maxiter=2000, restart=30)
+        assert out["true_residual"] <= RTOL * 1.01, (pc, out["reason"])
+        assert out["iterations"] > 0
+
+
+def _mpiexec():
+    exe = shutil.which("mpiexec") or shutil.which("mpiexec.mpich")
+    if exe is None:
+        pytest.skip("mpiexec not found")
+    return exe
+
+
+@pytest.mark.mpi
+def test_mpi_two_ranks_bjacobi_with_mpsolve_subpc():
+    script = Path(__file__).parent / "mpi" / "petsc_bjacobi.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+    proc = subprocess.run([_mpiexec(), "-n", "2", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, proc.stdout[-2000:]
+    res = json.loads(line[0][len("RESULT "):])
+    assert res.pop("size") == 2
+    for name, r in res.items():
+        assert r["reason"] > 0, (name, r)
+        assert r["true_residual"] <= RTOL * 1.01, (name, r)
