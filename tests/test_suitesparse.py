@@ -11,8 +11,16 @@ SPD matrices):
   by its true residual too (it can report ``info == 0`` for an ``x`` that misses
   the tolerance); a run that fails counts as using the whole budget, so "close"
   also covers a run that converges near the budget while the other just misses.
-  GMRES: SciPy preconditions from the left, mpsolve from the right, so their
-  residual norms differ by the conditioning of ``M``; the rule is the same.
+
+  - CG: the same algorithm; counts agree within a few percent.
+  - GMRES: SciPy preconditions from the left and mpsolve from the right, which
+    changes the residual being minimised (on watt_1 left needs 240 iterations,
+    right 5).  So SciPy's ``gmres`` is run on the right-preconditioned operator
+    ``A M`` (``x = M y``): the same method, preconditioner and side; counts agree.
+  - BiCGSTAB: its iteration count is chaotic in rounding -- SciPy's own count on
+    add20 moves between 206 and 1254 when ``b`` is perturbed by 1e-14.  SciPy is
+    run on ``b`` and two such perturbations, and mpsolve's count must fall in the
+    range they span (with the same margin).
 
 The per-matrix iteration table is printed at the end of the test run.
 """
@@ -66,23 +74,43 @@ def test_agrees_with_scipy(name, method, table):
     assert (res.info == 0) == (true_m <= RTOL), res.status
     assert np.isfinite(res.x).all()
 
-    count = [0]
+    def scipy_run(rhs):
+        count = [0]
 
-    def cb(_):
-        count[0] += 1
+        def cb(_):
+            count[0] += 1
 
-    fn = {"cg": spla.cg, "gmres": spla.gmres, "bicgstab": spla.bicgstab}[method]
-    extra = {"callback_type": "pr_norm"} if method == "gmres" else {}
-    xs, info_s = fn(A, b, callback=cb, **kw, **extra)
-    true_s = np.linalg.norm(b - A @ xs) / bn
+        if method == "gmres":  # right preconditioning, as mpsolve: GMRES on A M, x = M y
+            Aop = A if M is None else spla.LinearOperator(A.shape, matvec=lambda v: A @ (M @ v),
+                                                          dtype=np.float64)
+            y, info = spla.gmres(Aop, rhs, rtol=RTOL, restart=RESTART, maxiter=MAXITER // RESTART,
+                                 callback=cb, callback_type="pr_norm")
+            x = y if M is None else M @ y
+        else:
+            fn = {"cg": spla.cg, "bicgstab": spla.bicgstab}[method]
+            x, info = fn(A, rhs, callback=cb, **kw)
+        true = np.linalg.norm(rhs - A @ x) / np.linalg.norm(rhs)
+        return count[0], info, true
+
+    it_raw, info_s, true_s = scipy_run(b)
     ok_s = bool(true_s <= RTOL)
     it_m = res.iterations if res.converged else MAXITER
-    it_s = count[0] if ok_s else MAXITER
+    it_s = it_raw if ok_s else MAXITER
+    lo = hi = it_s
+    if method == "bicgstab":
+        rng = np.random.default_rng(0)
+        for _ in range(2):
+            c, _, t = scipy_run(b * (1 + 1e-14 * rng.standard_normal(n)))
+            c = c if t <= RTOL else MAXITER
+            lo, hi = min(lo, c), max(hi, c)
     table("SuiteSparse: iterations to true relative residual 1e-8 (Jacobi; F = not reached)",
-          ["matrix", "method", "M", "mpsolve", "scipy", "mpsolve true res", "scipy true res"]
+          ["matrix", "method", "M", "mpsolve", "scipy", "scipy range (bicgstab)",
+           "mpsolve true res", "scipy true res"]
           ).append([name, method, "jacobi" if M is not None else "none",
                     f"{res.iterations}{'' if res.converged else ' F'}",
-                    f"{count[0]}{'' if ok_s else ' F'}{' (info=0!)' if info_s == 0 and not ok_s else ''}",
+                    f"{it_raw}{'' if ok_s else ' F'}{' (info=0!)' if info_s == 0 and not ok_s else ''}",
+                    f"{lo}-{hi}" if method == "bicgstab" else "",
                     f"{true_m:.1e}", f"{true_s:.1e}"])
-    assert _close(it_m, it_s), (f"mpsolve {res.iterations} it ({res.status}); scipy {count[0]} it "
-                                f"(info {info_s}, true residual {true_s:.2e})")
+    assert _close(it_m, lo) or _close(it_m, hi) or lo <= it_m <= hi, (
+        f"mpsolve {res.iterations} it ({res.status}); scipy {it_raw} it (info {info_s}, true "
+        f"residual {true_s:.2e}; range over perturbed b {lo}-{hi})")
