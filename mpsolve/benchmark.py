@@ -311,7 +311,7 @@ def summary(runs, reference=None):
                          and r.method in meth]
                 other = min(cands, key=lambda r: r.total_time if r.converged else math.inf,
                             default=None)
-            else:
+            if other is None:  # no reference run for this problem: the baseline's best run
                 other = best(runs, s, p)
             row[s] = other
             if mine and other:
@@ -343,7 +343,7 @@ def write_markdown(runs, path, meta, reference=None):
     out.append("")
     for s, g in gm.items():
         out.append(f"- geometric-mean speedup of mpsolve's best over {s}"
-                   f"{' reference ' + str(reference[s]) if reference and s in reference else ' best'}: "
+                   f"{' reference ' + str(reference[s]) + ' (its best run where absent)' if reference and s in reference else ' best'}: "
                    f"**{g:.2f}x** over {len(ratios[s])} problems "
                    f"(a baseline that failed counts as infinitely slow, excluded from the mean: "
                    f"{sum(1 for x in ratios[s] if not math.isfinite(x))})")

@@ -1,0 +1,104 @@
+"""The ``mpsolve`` command line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mpsolve.cli import main
+from mpsolve.matrices import convection_diffusion2d, poisson2d, read_mtx, read_vector, write_mtx
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "mpsolve.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("cmd", [[], ["solve"], ["info"], ["bench"]])
+def test_help_everywhere(cmd):
+    p = run(*cmd, "--help")
+    assert p.returncode == 0
+    assert "usage: mpsolve" in p.stdout
+
+
+def test_solve_a_file_and_write_x(tmp_path, capsys):
+    A = convection_diffusion2d(20, peclet=10)
+    f = tmp_path / "A.mtx"
+    write_mtx(f, A)
+    xtrue = np.linspace(1, 2, A.shape[0])
+    write_mtx(tmp_path / "b.mtx", A @ xtrue)
+    rc = main(["solve", str(f), "--rhs", str(tmp_path / "b.mtx"), "--method", "bicgstab",
+               "--precond", "jacobi", "--precision", "mixed-eft", "--rtol", "1e-10",
+               "--out", str(tmp_path / "x.mtx")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "converged" in out and "mixed-eft" in out and "true rel. residual" in out
+    x = read_vector(tmp_path / "x.mtx")
+    assert np.linalg.norm(A @ x - A @ xtrue) <= 1e-10 * np.linalg.norm(A @ xtrue)
+
+
+def test_solve_generator_spec_nonconverged_exit_status(capsys):
+    rc = main(["solve", "poisson2d:30", "--method", "cg", "--maxiter", "3", "--rtol", "1e-12"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "not converged" in out
+
+
+def test_solve_with_preconditioner_options(capsys):
+    rc = main(["solve", "elasticity3d:5", "--method", "cg", "--precond", "block-isai",
+               "--block-size", "3", "--sparsity-power", "1", "--rtol", "1e-8"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "block-isai" in out
+
+
+def test_info_reports_block_size_and_symmetry(capsys):
+    rc = main(["info", "elasticity3d:4"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "block_size" in out and "3" in out
+    assert "symmetric" in out
+
+
+def test_clear_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.mtx"
+    bad.write_text("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 q 1.0\n")
+    assert main(["solve", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "line 3" in err
+    assert main(["solve", "no_such_matrix_anywhere"]) == 2
+    assert "no_such_matrix_anywhere" in capsys.readouterr().err
+    p = run("solve", "poisson2d:10", "--method", "minres")
+    assert p.returncode == 2 and "invalid choice" in p.stderr
+
+
+def test_bench_quick_writes_json_markdown_and_plots(tmp_path):
+    out = tmp_path / "bench"
+    p = run("bench", "--problems", "poisson2d:20", "convdiff2d:16", "--methods", "cg", "gmres",
+            "--precisions", "double", "mixed-eft", "--preconds", "jacobi", "--baselines", "scipy",
+            "--scipy-preconds", "jacobi", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    runs = data["runs"]
+    # poisson: cg+gmres, convdiff: gmres only (not SPD); x (2 precisions + 1 scipy)
+    assert len(runs) == (2 + 1) * 3
+    assert all(r["converged"] for r in runs)
+    assert {r["solver"] for r in runs} == {"mpsolve", "scipy"}
+    md = (out / "results.md").read_text()
+    assert "| poisson2d:20 |" in md and "geometric-mean speedup" in md
+    assert (out / "profile.png").stat().st_size > 1000
+    assert any(f.name.startswith("convergence_") for f in out.iterdir())
+
+
+def test_bench_records_failures_instead_of_dropping_them(tmp_path):
+    out = tmp_path / "bench"
+    p = run("bench", "--problems", "convdiff2d:24", "--methods", "gmres", "--precisions", "double",
+            "--preconds", "none", "--baselines", "scipy", "--scipy-preconds", "none",
+            "--maxiter", "5", "--restart", "5", "--no-plots", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-2000:]
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert len(runs) == 2 and not any(r["converged"] for r in runs)
+    assert "FAILED" in (out / "results.md").read_text()
