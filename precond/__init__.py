@@ -1,13 +1,26 @@
 """mpsolve.precond: preconditioners (setup once in FP64, stored and applied in FP32 by default).
 
 * :class:`Jacobi` -- point Jacobi
+* :class:`BlockJacobi` -- dense ``b x b`` diagonal blocks (``b`` detected or given)
+* :class:`ILU0` -- ILU(0) with sequential triangular solves (the baseline)
+* :class:`ISAI` -- incomplete sparse approximate inverse (``general``, ``spd`` = FSAI,
+  ``lower``/``upper`` triangular inverses, ``ilu`` = ILU(0) with ISAI'd factors)
+* :class:`BlockISAI` -- ISAI on the BSR block structure (``general``, ``spd``)
 """
+from ._local import PreconditionerWarning, detect_block_size
 from .base import Preconditioner
+from .block_isai import BlockISAI
+from .block_jacobi import BlockJacobi
+from .ilu import ILU0, ZeroPivotError
+from .isai import ISAI
 from .jacobi import Jacobi
 
-__all__ = ["Preconditioner", "Jacobi", "make_preconditioner", "REGISTRY"]
+__all__ = ["Preconditioner", "Jacobi", "BlockJacobi", "ILU0", "ISAI", "BlockISAI",
+           "PreconditionerWarning", "ZeroPivotError", "detect_block_size",
+           "make_preconditioner", "REGISTRY"]
 
-REGISTRY = {"jacobi": Jacobi}
+REGISTRY = {"jacobi": Jacobi, "block-jacobi": BlockJacobi, "ilu0": ILU0, "isai": ISAI,
+            "block-isai": BlockISAI}
 
 
 def make_preconditioner(name, **params):

@@ -1,0 +1,153 @@
+"""BSR (block CSR) sparse matrix-vector products on the CPU (Numba).
+
+``y = A x`` with ``A`` stored as ``b x b`` dense blocks: ``indptr`` / ``indices``
+over block rows / block columns and ``data`` of shape ``(nnzb, b, b)`` (C order).
+As for CSR (:mod:`.spmv`) the values, the input and the output may each be FP32
+or FP64 with the casts fused into the loop, and the accumulator is chosen
+separately (``acc64``: row sums in FP64, ``acc32``: in FP32).
+
+Work is split over block-row partitions balanced by block nonzeros
+(:func:`mpsolve.kernels.cpu.spmv.partition_rows` on the block ``indptr``).
+A trailing partial block is allowed: scalar rows/columns ``>= len(y)`` /
+``>= len(x)`` are skipped, so ``n`` need not be a multiple of ``b`` (the block
+preconditioners pad their last block that way).
+
+Memory traffic per product: ``nnzb * (b*b*sizeof(value) + 4)`` bytes of matrix
+plus the vectors -- the index overhead per value is ``4 / b^2`` bytes instead
+of CSR's 4, which is where BSR gains for ``b >= 2``.
+"""
+import numpy as np
+from numba import njit, prange
+
+from ._config import JIT
+from ..registry import register
+
+
+@njit(inline="always", **JIT)
+def _block_rows(lo, hi, indptr, indices, data, x, y, acc, acc_t):
+    """Block rows ``lo:hi``: all ``b`` row sums of a block row at once in ``acc``
+    (a per-task scratch vector of the accumulator type ``acc_t``), so each block and
+    its column index are read once.  A block that reaches past ``len(x)`` (the padded
+    last block) takes the guarded loop; every other block the plain one."""
+    b = data.shape[1]
+    n = y.size
+    nx = x.size
+    for ib in range(lo, hi):
+        for u in range(b):
+            acc[u] = acc_t(0.0)
+        for k in range(np.uint64(indptr[ib]), np.uint64(indptr[ib + 1])):
+            c0 = np.uint64(indices[k]) * np.uint64(b)
+            if c0 + b <= nx:
+                for u in range(b):
+                    s = acc[u]
+                    for v in range(b):
+                        s += acc_t(data[k, u, v]) * acc_t(x[c0 + np.uint64(v)])
+                    acc[u] = s
+            else:
+                for u in range(b):
+                    s = acc[u]
+                    for v in range(b):
+                        if c0 + np.uint64(v) < nx:
+                            s += acc_t(data[k, u, v]) * acc_t(x[c0 + np.uint64(v)])
+                    acc[u] = s
+        r0 = ib * b
+        for u in range(b):
+            if r0 + u < n:
+                y[r0 + u] = acc[u]
+
+
+@njit(parallel=True, **JIT)
+def _bsr_acc64(parts, indptr, indices, data, x, y):
+    for t in prange(parts.size - 1):
+        acc = np.empty(data.shape[1], dtype=np.float64)
+        _block_rows(parts[t], parts[t + 1], indptr, indices, data, x, y, acc, np.float64)
+
+
+@njit(parallel=True, **JIT)
+def _bsr_acc32(parts, indptr, indices, data, x, y):
+    for t in prange(parts.size - 1):
+        acc = np.empty(data.shape[1], dtype=np.float32)
+        _block_rows(parts[t], parts[t + 1], indptr, indices, data, x, y, acc, np.float32)
+
+
+@njit(**JIT)
+def _bsr_acc64_ser(parts, indptr, indices, data, x, y):
+    acc = np.empty(data.shape[1], dtype=np.float64)
+    _block_rows(0, indptr.size - 1, indptr, indices, data, x, y, acc, np.float64)
+
+
+@njit(**JIT)
+def _bsr_acc32_ser(parts, indptr, indices, data, x, y):
+    acc = np.empty(data.shape[1], dtype=np.float32)
+    _block_rows(0, indptr.size - 1, indptr, indices, data, x, y, acc, np.float32)
+
+
+# --- kernels unrolled for one block size -------------------------------------------
+# For b <= MAX_UNROLLED the kernel is generated with the block size as a constant: the
+# b accumulators and the b loaded x values live in registers and the b x b block is a
+# straight-line sequence of multiply-adds.  Compiled on first use per (b, accumulator,
+# parallel) and kept for the process.
+MAX_UNROLLED = 8
+_GENERATED = {}
+
+
+def _unrolled_source(b, acc, parallel):
+    B = range(b)
+    L = [f"def kern(parts, indptr, indices, data, x, y):",
+         "    n = y.size",
+         "    nx = x.size",
+         f"    for t in {'prange' if parallel else 'range'}(parts.size - 1):",
+         "        for ib in range(parts[t], parts[t + 1]):"]
+    L += [f"            a{u} = {acc}(0.0)" for u in B]
+    L += ["            for k in range(np.uint64(indptr[ib]), np.uint64(indptr[ib + 1])):",
+          f"                c0 = np.uint64(indices[k]) * np.uint64({b})",
+          f"                if c0 + np.uint64({b}) <= nx:"]
+    L += [f"                    x{v} = {acc}(x[c0 + np.uint64({v})])" for v in B]
+    L += ["                else:"]
+    L += [f"                    x{v} = {acc}(x[c0 + np.uint64({v})]) if c0 + np.uint64({v}) < nx "
+          f"else {acc}(0.0)" for v in B]
+    for u in B:
+        terms = " + ".join(f"{acc}(data[k, {u}, {v}]) * x{v}" for v in B)
+        L.append(f"                a{u} += {terms}")
+    L.append(f"            r0 = ib * {b}")
+    for u in B:
+        L += [f"            if r0 + {u} < n:", f"                y[r0 + {u}] = a{u}"]
+    return "\n".join(L) + "\n"
+
+
+def _unrolled(b, acc, parallel):
+    key = (b, acc, parallel)
+    k = _GENERATED.get(key)
+    if k is None:
+        ns = {"np": np, "prange": prange}
+        exec(compile(_unrolled_source(b, acc, parallel), f"<bsr b={b} {acc}>", "exec"), ns)
+        k = _GENERATED[key] = njit(parallel=parallel, nogil=True)(ns["kern"])
+    return k
+
+
+def _dispatch(acc, generic_par, generic_ser, parts, indptr, indices, data, x, y):
+    b = data.shape[1]
+    parallel = parts.size > 2
+    if b <= MAX_UNROLLED:
+        _unrolled(b, acc, parallel)(parts, indptr, indices, data, x, y)
+    else:
+        (generic_par if parallel else generic_ser)(parts, indptr, indices, data, x, y)
+
+
+_F = ("float32", "float64")
+_ALL = [(v, xi, yo) for v in _F for xi in _F for yo in _F]
+
+
+@register("cpu", "bsrmv", _ALL, mode="acc64")
+def bsr_spmv_acc64(parts, indptr, indices, data, x, y):
+    """``y <- A x`` for BSR ``A`` (``data`` of shape ``(nnzb, b, b)``), row sums in FP64.
+
+    Dtypes key: ``(data, x, y)``.
+    """
+    _dispatch("np.float64", _bsr_acc64, _bsr_acc64_ser, parts, indptr, indices, data, x, y)
+
+
+@register("cpu", "bsrmv", _ALL, mode="acc32")
+def bsr_spmv_acc32(parts, indptr, indices, data, x, y):
+    """``y <- A x`` for BSR ``A``, row sums in FP32.  Dtypes key: ``(data, x, y)``."""
+    _dispatch("np.float32", _bsr_acc32, _bsr_acc32_ser, parts, indptr, indices, data, x, y)

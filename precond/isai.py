@@ -1,0 +1,253 @@
+"""ISAI: incomplete sparse approximate inverses (point version).
+
+Anzt, Huckle, Braeckle, Dongarra, "Incomplete sparse approximate inverses for
+parallel preconditioning", Parallel Computing 71 (2018), doi:10.1016/j.parco.2017.10.003;
+the ``spd`` variant is the factorized sparse approximate inverse (FSAI) of
+Kolotilina & Yeremin, SIAM J. Matrix Anal. Appl. 14 (1993).
+
+``M`` (or its factors) has a sparsity pattern fixed in advance -- the pattern of
+``A^k`` -- and each row solves one small dense *local system* independently of
+the others; the set-up solves them in FP64, batched by size
+(:mod:`mpsolve.precond._local`).  ``M`` is stored in FP32 by default and applied
+as CSR SpMVs with the casts fused into the kernel.  Point ISAI is Block-ISAI
+(:mod:`.block_isai`) with ``b = 1``: both use :func:`isai_operators`.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+from mpsolve.operator import SparseOperator
+
+from ._local import (DEFAULT_MAX_LOCAL, OperatorChain, PreconditionerWarning, StoredBSR,
+                     block_pattern, local_solve, rows_text, to_bsr)
+from .base import Preconditioner
+
+__all__ = ["ISAI", "isai_operators"]
+
+VARIANTS = ("general", "spd", "lower", "upper", "ilu")
+_DEFAULT_POWER = {"general": 2, "spd": 1, "lower": 1, "upper": 1, "ilu": 1}
+
+
+def _triangle(C, part):
+    """``tril(C)`` / ``triu(C)`` keeping explicit zeros (CSR, canonical)."""
+    T = sp.tril(C, format="coo") if part == "lower" else sp.triu(C, format="coo")
+    T = sp.csr_matrix((T.data.astype(np.float64), (T.row, T.col)), shape=C.shape)
+    T.sort_indices()
+    return T
+
+
+def _pad(C, b):
+    """``C`` padded with an identity block to a multiple of ``b`` rows."""
+    n = C.shape[0]
+    extra = (-n) % b
+    if extra == 0:
+        return C
+    P = sp.block_diag([C, sp.identity(extra)], format="csr")
+    P.sort_indices()
+    return P
+
+
+def _store(pp, pi, data, n, storage, dtype, accumulate, what):
+    nbr = pp.size - 1
+    b = data.shape[1]
+    if storage == "csr":
+        M = sp.csr_matrix((data.reshape(-1), pi.astype(np.int32), pp.astype(np.int32)),
+                          shape=(nbr, nbr))
+        return SparseOperator(M, dtype=dtype, accumulate=accumulate, what=what)
+    return StoredBSR(pp, pi, data, n, dtype, accumulate, what)
+
+
+def _transpose_blocks(pp, pi, data):
+    """Block pattern and blocks of the (block) transpose, canonical."""
+    nbr = pp.size - 1
+    b = data.shape[1]
+    B = sp.bsr_matrix((data, pi, pp), shape=(nbr * b, nbr * b)).transpose().tobsr((b, b))
+    B.sort_indices()
+    return B.indptr.astype(np.int64), B.indices.astype(np.int64), np.ascontiguousarray(B.data)
+
+
+def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what):
+    """Operators of one (Block-)ISAI on ``C``: ``[M]`` or ``[G, G^T]`` (spd)."""
+    n = C.shape[0]
+    Cp = _pad(C, b)
+    if variant in ("lower", "upper"):
+        Cp = _triangle(Cp, variant)
+    aptr, aind, adata = to_bsr(Cp, b)
+    nb = aptr.size - 1
+    part = {"general": "all", "spd": "lower", "lower": "lower", "upper": "upper"}[variant]
+    pp, pi = block_pattern(aptr, aind, nb, power, part)
+    data, bad, stats = local_solve(aptr, aind, adata, pp, pi,
+                                   "spd" if variant == "spd" else "general",
+                                   max_local=max_local, scalar_csr=Cp)
+    ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what)]
+    if variant == "spd":
+        tp, ti, td = _transpose_blocks(pp, pi, data)
+        ops.append(_store(tp, ti, td, n, storage, dtype, accumulate, what + " (G^T)"))
+    stats = dict(stats, pattern_nnz_blocks=int(pi.size))
+    return ops, bad, stats
+
+
+def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, name):
+    """Build the stored operators of (Block-)ISAI; shared by :class:`ISAI` and ``BlockISAI``.
+
+    Returns ``(chain, fallback_rows, stats)``: ``chain(r, out)`` applies ``M``;
+    ``fallback_rows`` are the (block) rows that took the fallback rule.
+    """
+    if variant == "ilu":
+        from .ilu import ilu0_split
+
+        L, U = ilu0_split(C)
+        opsL, badL, stL = _one(L, b, "lower", power, max_local, storage, dtype, accumulate,
+                               f"{name} of L")
+        opsU, badU, stU = _one(U, b, "upper", power, max_local, storage, dtype, accumulate,
+                               f"{name} of U")
+        ops = opsL + opsU  # out = U_isai (L_isai r)
+        bad = np.union1d(badL, badU)
+        stats = {k: stL[k] + stU[k] for k in stL}
+    else:
+        ops, bad, stats = _one(C, b, variant, power, max_local, storage, dtype, accumulate, name)
+    if bad.size:
+        unit = "block row" if b > 1 else "row"
+        warnings.warn(
+            f"{name}: {bad.size} local system(s) singular or ill-conditioned ({unit}s "
+            f"{rows_text(bad)}); replaced by the fallback rule (least squares, then the "
+            f"(block-)diagonal inverse -- see mpsolve.precond._local); they are listed in "
+            f".fallback_rows", PreconditionerWarning, stacklevel=4)
+    return OperatorChain(ops), bad, stats
+
+
+class _ISAIBase(Preconditioner):
+    """Common parameter handling and apply of ISAI and Block-ISAI."""
+
+    symmetric = False
+    _variants = VARIANTS
+    _storage = "csr"
+
+    def __init__(self, variant="general", sparsity_power=None, dtype=None,
+                 accumulate="float32", max_local=DEFAULT_MAX_LOCAL):
+        super().__init__(dtype)
+        if variant not in self._variants:
+            raise ValueError(f"variant={variant!r}: choose one of {list(self._variants)}")
+        acc = np.dtype(accumulate).name
+        if acc not in ("float32", "float64"):
+            raise ValueError(f"accumulate={accumulate!r}: use 'float32' or 'float64'")
+        if sparsity_power is not None and (int(sparsity_power) != sparsity_power
+                                           or sparsity_power < 1):
+            raise ValueError(f"sparsity_power={sparsity_power!r}: use an integer >= 1")
+        if int(max_local) < 1:
+            raise ValueError(f"max_local={max_local!r}: use an integer >= 1")
+        self.variant = variant
+        self.sparsity_power = (_DEFAULT_POWER[variant] if sparsity_power is None
+                               else int(sparsity_power))
+        self.accumulate = acc
+        self.max_local = int(max_local)
+        self.symmetric = variant == "spd"
+        self.fallback_rows = np.zeros(0, dtype=np.int64)
+        self.stats = {}
+        self._chain = None
+
+    def _build(self, A, dtype, b):
+        self._chain, self.fallback_rows, self.stats = isai_operators(
+            A, b, self.variant, self.sparsity_power, self.max_local, self._storage,
+            dtype, self.accumulate, type(self).__name__ + f"({self.variant})")
+
+    def apply(self, r, out):
+        self._chain(r, out)  # out = M r (one SpMV, or two: G^T (G r) / U_isai (L_isai r))
+
+    @property
+    def nbytes(self):
+        return self._chain.nbytes if self._chain is not None else 0
+
+    def operators(self):
+        """The stored factors as SciPy CSR matrices with FP64 values, in the order applied.
+
+        ``[M]`` for ``general``/``lower``/``upper``; ``[G, G^T]`` for ``spd``
+        (``M = G^T G``); ``[L_isai, U_isai]`` for ``ilu`` (``M = U_isai L_isai``).
+        """
+        self._check_ready()
+        out = []
+        for op in self._chain.ops:
+            if isinstance(op, SparseOperator):
+                out.append(sp.csr_matrix((op.data.astype(np.float64), op.indices, op.indptr),
+                                         shape=op.shape))
+            else:
+                out.append(sp.csr_matrix(op.to_scipy()))
+        return out
+
+    def to_sparse(self):
+        """``M`` itself as a SciPy CSR matrix (FP64 copy of the stored values)."""
+        ops = self.operators()
+        M = ops[0]
+        for F in ops[1:]:
+            M = F @ M
+        return sp.csr_matrix(M)
+
+
+class ISAI(_ISAIBase):
+    """Incomplete sparse approximate inverse ``M ~ A^{-1}`` on a fixed pattern.
+
+    Parameters
+    ----------
+    variant : {"general", "spd", "lower", "upper", "ilu"}
+        * ``"general"`` -- ``M ~ A^{-1}`` on the pattern of ``A^k``; row ``i`` with
+          columns ``J_i`` solves ``M[i, J_i] A[J_i, J_i] = e_i^T``.  For
+          GMRES/BiCGSTAB.
+        * ``"spd"`` -- factorized (FSAI): ``G`` lower triangular on the pattern of
+          ``tril(A^k)``, ``A[J_i, J_i] g = e_last``, ``g /= sqrt(g_last)`` (so
+          ``diag(G A G^T) = 1``); ``M = G^T G`` is SPD for SPD ``A`` and is applied
+          as two SpMVs.  ``symmetric`` is True: for CG.
+        * ``"lower"`` / ``"upper"`` -- the triangular-inverse operators: ``M ~ T^{-1}``
+          for ``T = tril(A)`` / ``triu(A)`` (pass a triangular factor, e.g. ILU(0)'s
+          ``L`` or ``U`` from :meth:`ILU0.factors`), on the pattern of ``T^k``.
+          The local systems are triangular.
+        * ``"ilu"`` -- both combined: ILU(0) of ``A`` (``A ~ L U``) and
+          ``M = U_isai L_isai ~ U^{-1} L^{-1}``, i.e. ILU(0) with its two
+          sequential triangular solves replaced by two parallel SpMVs.
+    sparsity_power : int, optional
+        ``k`` of the pattern ``A^k`` (of ``T^k`` for the triangular variants).
+        Default 2 for ``general`` (the pattern of ``A`` alone is often worse than
+        Jacobi on nonsymmetric matrices), 1 otherwise.
+    dtype : {"float32", "float64"} or None
+        Storage precision of ``M`` (FP32 when set up on its own); the set-up
+        always runs in FP64 and the values are range-checked (``demote``).
+    accumulate : {"float32", "float64"}
+        Accumulator of the apply SpMVs (default FP32, as a pure FP32 SpMV).
+    max_local : int
+        Largest local system solved in the batched path (default 256); longer
+        rows take the (slower, still exact) excess path.
+
+    Attributes
+    ----------
+    fallback_rows : ndarray of int
+        Rows whose local system was singular or ill-conditioned and were replaced
+        by the fallback rule (least squares over the columns the row's rows
+        touch, then the inverse diagonal); a :class:`PreconditionerWarning` is
+        issued when it is not empty.
+    stats : dict
+        Number of batched groups, batched and excess rows, pattern size.
+    nbytes : int
+        Bytes of the stored operators (and apply scratch vectors, once used).
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> from mpsolve.precond import ISAI
+    >>> A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(6, 6)).tocsr()
+    >>> M = ISAI("spd", dtype="float64").setup(A)
+    >>> G = M.operators()[0]
+    >>> bool(np.allclose((G @ A @ G.T).diagonal(), 1.0))
+    True
+    >>> r = np.ones(6)
+    >>> out = np.empty(6)
+    >>> M.apply(r, out)
+    >>> bool(np.allclose(out, M.to_sparse() @ r))
+    True
+    """
+
+    name = "isai"
+
+    def _setup(self, A, dtype):
+        self._build(A, dtype, 1)
