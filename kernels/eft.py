@@ -493,3 +493,56 @@ def nrm2_compensated(x):
 _VEC = [("float64",), ("float32",)]
 register("cpu", "dot", _VEC, mode="compensated")(dot2)
 register("cpu", "nrm2", _VEC, mode="compensated")(nrm2_compensated)
+
+
+# --- Dot2 of several vectors with one (classical Gram-Schmidt) ----------------------
+
+_MCHUNK = 4096
+
+
+@njit(parallel=True, **_EFT_JIT)
+def _mdot2_pairs_par(V, k, w, chunk):
+    n = w.size
+    nch = (n + chunk - 1) // chunk
+    pp = np.empty((nch, k), dtype=w.dtype)
+    ps = np.empty((nch, k), dtype=w.dtype)
+    for c in prange(nch):                        # each chunk: Dot2 pairs of all k rows
+        lo = c * chunk
+        hi = min(lo + chunk, n)
+        for i in range(k):
+            pp[c, i], ps[c, i] = _dot2_pair_range(V[i], w, lo, hi)
+    return pp, ps
+
+
+@njit(**_EFT_JIT)
+def _mdot2_merge(pp, ps, k, out):
+    z = pp.dtype.type(0.0)
+    for i in range(k):
+        p = z
+        s = z
+        for c in range(pp.shape[0]):             # p + q == old p + pp_c
+            p, q = two_sum(p, pp[c, i])
+            s += ps[c, i] + q
+        out[i] = _round_pair(p, s)
+
+
+@njit(**_EFT_JIT)
+def _mdot2_ser(V, k, w, out):
+    for i in range(k):
+        p, s = _dot2_pair_range(V[i], w, 0, w.size)
+        out[i] = _round_pair(p, s)
+
+
+def mdot2(V, k, w, out):
+    """Compensated ``out[i] <- V[i] . w`` for ``i < k`` (Dot2 of each row, one pass over ``w``
+    per chunk); same error bound as :func:`dot2` for each coefficient."""
+    tmp = np.empty(k, dtype=w.dtype)
+    if w.size >= PARALLEL_MIN:
+        pp, ps = _mdot2_pairs_par(V, k, w, _MCHUNK)
+        _mdot2_merge(pp, ps, k, tmp)
+    else:
+        _mdot2_ser(V, k, w, tmp)
+    out[:k] = tmp
+
+
+register("cpu", "mdot", [("float64",), ("float32",)], mode="compensated")(mdot2)

@@ -216,6 +216,8 @@ def make_ops(device: str, dtype, dot_mode: str) -> SimpleNamespace:
     ops.copy = lookup(device, "copy", dt * 2)
     ops.scal = lookup(device, "scal", dt)
     ops.lincomb = lookup(device, "lincomb", dt)
+    ops.mdot = lookup(device, "mdot", dt, dot_mode)
+    ops.maxpy = lookup(device, "maxpy", dt)
     ops.xp = array_module(device)      # workspace allocation: xp.empty / xp.zeros
     return ops
 

@@ -32,7 +32,7 @@ def _eps(*dtypes):
 # --- coverage: a newly registered op without a test here fails ---------------------------
 
 TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay", "axpby", "waxpy",
-              "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb"}
+              "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb", "mdot", "maxpy"}
 
 
 def test_every_registered_cpu_op_is_tested():
@@ -396,3 +396,35 @@ def test_lincomb(dt, n, k):
     want = yk @ V[:k].astype(np.float64)
     scale = np.abs(yk) @ np.abs(V[:k].astype(np.float64))
     _close(out, want, scale, dt, k=k + 1)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("dt", F)
+@pytest.mark.parametrize("mode", ["native", "compensated"])
+def test_mdot(mode, dt, n):
+    V = np.stack([_vec(n, dt, 40 + i) for i in range(6)])
+    w = _vec(n, dt, 50)
+    out = np.full(6, np.nan)
+    lookup("cpu", "mdot", (dt,), mode)(V, 5, w, out)     # out_i <- V_i . w, i < 5
+    assert np.isnan(out[5])                               # rows past k untouched
+    for i in range(5):
+        want = ref.fsum_dot(V[i].astype(np.float64), w.astype(np.float64))
+        scale = float(np.abs(V[i].astype(np.float64)) @ np.abs(w.astype(np.float64)))
+        k = 2 if mode == "compensated" else max(2, n)
+        tol = (EPS[dt] * abs(want) + k * EPS[dt] ** (2 if mode == "compensated" else 1) * scale
+               * (n + 2) + 1e-300)
+        assert abs(out[i] - want) <= tol, (i, out[i], want)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("dt", F)
+def test_maxpy(dt, n):
+    V = np.stack([_vec(n, dt, 60 + i) for i in range(4)])
+    w0 = _vec(n, dt, 70)
+    h = np.array([0.5, -1.25, 2.0, 3.0])
+    w = w0.copy()
+    lookup("cpu", "maxpy", (dt,))(V, 3, h, w)              # w <- w - sum_{i<3} h_i V_i
+    hk = h[:3].astype(dt).astype(np.float64)
+    want = w0.astype(np.float64) - hk @ V[:3].astype(np.float64)
+    scale = np.abs(w0.astype(np.float64)) + np.abs(hk) @ np.abs(V[:3].astype(np.float64))
+    _close(w, want, scale, dt, k=4)

@@ -249,3 +249,80 @@ def lincomb(V, y, k, out):
     A dense GEMV on the first ``k`` rows (BLAS through NumPy).
     """
     np.dot(np.asarray(y[:k], dtype=V.dtype), V[:k], out=out)
+
+
+# --- several vectors at once (GMRES's classical Gram-Schmidt) ------------------------
+# ``V`` holds one vector per row.  The columns are processed in chunks small enough for
+# a chunk of ``w`` to stay in cache while the ``k`` rows stream past, so ``w`` is read
+# from memory once per call instead of once per basis vector (what ``k`` separate
+# dots or axpys would cost).
+
+MCHUNK = 4096
+
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _mdot_chunk(V, k, w, lo, hi, part):
+    for i in range(k):
+        s = w.dtype.type(0.0)
+        for j in range(lo, hi):
+            s += V[i, j] * w[j]
+        part[i] = s
+
+
+@njit(parallel=True, **JIT)
+def _mdot_par(V, k, w, out):
+    n = w.size
+    nch = (n + MCHUNK - 1) // MCHUNK
+    parts = np.empty((nch, k), dtype=w.dtype)
+    for c in prange(nch):
+        lo = c * MCHUNK
+        _mdot_chunk(V, k, w, lo, min(lo + MCHUNK, n), parts[c])
+    for i in range(k):
+        s = w.dtype.type(0.0)
+        for c in range(nch):
+            s += parts[c, i]
+        out[i] = s
+
+
+@njit(**JIT)
+def _mdot_ser(V, k, w, out):
+    _mdot_chunk(V, k, w, 0, w.size, out)
+
+
+@register("cpu", "mdot", _VEC, mode="native")
+def mdot(V, k, w, out):
+    """``out[i] <- V[i] . w`` for ``i < k`` (classical Gram-Schmidt's coefficients).
+
+    ``out`` is an FP64 array of length >= ``k``; the sums are carried in ``w``'s dtype.
+    """
+    tmp = np.empty(k, dtype=w.dtype)
+    (_mdot_par if w.size >= PARALLEL_MIN else _mdot_ser)(V, k, w, tmp)
+    out[:k] = tmp
+
+
+@njit(**JIT)
+def _maxpy_chunk(V, k, h, w, lo, hi):
+    for i in range(k):
+        a = w.dtype.type(h[i])
+        for j in range(lo, hi):
+            w[j] -= a * V[i, j]
+
+
+@njit(parallel=True, **JIT)
+def _maxpy_par(V, k, h, w):
+    n = w.size
+    nch = (n + MCHUNK - 1) // MCHUNK
+    for c in prange(nch):
+        lo = c * MCHUNK
+        _maxpy_chunk(V, k, h, w, lo, min(lo + MCHUNK, n))
+
+
+@njit(**JIT)
+def _maxpy_ser(V, k, h, w):
+    _maxpy_chunk(V, k, h, w, 0, w.size)
+
+
+@register("cpu", "maxpy", _VEC)
+def maxpy(V, k, h, w):
+    """``w <- w - sum_{i<k} h_i V[i]`` (the projection step of classical Gram-Schmidt)."""
+    (_maxpy_par if w.size >= PARALLEL_MIN else _maxpy_ser)(V, k, h, w)

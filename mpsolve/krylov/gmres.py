@@ -7,15 +7,19 @@ Algorithm 9.5: the Arnoldi process runs on ``A M``, so the least-squares
 residual it minimises is the *unpreconditioned* residual and ``x = x0 + M V y``.
 (SciPy's ``gmres`` preconditions from the left; iteration counts differ a little.)
 
-Orthogonalisation: modified Gram--Schmidt with one selective
-reorthogonalisation pass ("twice is enough", Giraud, Langou & Rozloznik 2005):
-when ``||w||`` drops below ``0.7`` of its value before the projection, the
-projection is repeated and the coefficients added.  Every coefficient and norm
-goes through ``ops.dot`` / ``ops.nrm2``, so the ``compensated`` policies use Dot2.
+Orthogonalisation: classical Gram--Schmidt with one selective
+reorthogonalisation pass (CGS2, "twice is enough": Giraud, Langou, Rozloznik &
+van den Eshof 2005, doi:10.1007/s00211-005-0615-4): the coefficients of all
+basis vectors come from one multi-vector pass (``ops.mdot``), the projection
+from another (``ops.maxpy``); when ``||w||`` drops below ``0.7`` of its value
+before the projection, the projection is repeated and the coefficients added.
+This is as stable as modified Gram--Schmidt for GMRES and reads ``w`` once per
+pass instead of once per basis vector.  The coefficients and norms go through
+``ops.mdot`` / ``ops.nrm2``, so the ``compensated`` policies use Dot2.
 The Hessenberg matrix, Givens rotations and the small triangular solve are
 always FP64.
 
-Memory traffic per inner step j: SpMV + M + about (4j + 4) n values (MGS).
+Memory traffic per inner step j: SpMV + M + about (2j + 4) n values (one CGS pass).
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     tolerance, -14 non-finite values.
     """
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
-    dot, nrm2, axpy = ops.dot, ops.nrm2, ops.axpy
+    nrm2, axpy, mdot, maxpy = ops.nrm2, ops.axpy, ops.mdot, ops.maxpy
     n = x.size
     xp = ops.xp                                # workspace lives where x lives
     m = max(1, min(restart, n))
@@ -53,6 +57,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     sn = np.zeros(m)
     g = np.zeros(m + 1)
     y = np.zeros(m)
+    hcol = np.zeros(m + 1)                     # Gram-Schmidt coefficients of one column
     inner = 0
     rnorm = nrm2(r)
     if rnorm <= tol:
@@ -74,11 +79,10 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
                 matvec(V[j], V[j + 1])          # w = A v_j
             w = V[j + 1]
             wnorm0 = wnorm_in = nrm2(w)
-            for _pass in range(2):              # MGS, repeated once if needed
-                for i in range(j + 1):
-                    h = dot(V[i], w)            # h_ij = v_i . w
-                    H[i, j] += h
-                    axpy(-h, V[i], w)           # w -= h_ij v_i
+            for _pass in range(2):              # CGS, repeated once if needed (CGS2)
+                mdot(V, j + 1, w, hcol)         # h_i = v_i . w, i <= j
+                maxpy(V, j + 1, hcol, w)        # w -= sum_i h_i v_i
+                H[: j + 1, j] += hcol[: j + 1]
                 wnorm = nrm2(w)
                 if wnorm > REORTH * wnorm0:
                     break
