@@ -140,6 +140,7 @@ class _ISAIBase(Preconditioner):
         if int(max_local) < 1:
             raise ValueError(f"max_local={max_local!r}: use an integer >= 1")
         self.variant = variant
+        self._power_request = None if sparsity_power is None else int(sparsity_power)
         self.sparsity_power = (_DEFAULT_POWER[variant] if sparsity_power is None
                                else int(sparsity_power))
         self.accumulate = acc
@@ -149,7 +150,32 @@ class _ISAIBase(Preconditioner):
         self.stats = {}
         self._chain = None
 
+    def _resolve_power(self, A, b):
+        """The default ``k`` for this matrix.
+
+        ``general`` defaults to ``A^2``, but on a matrix with wide rows (3-D
+        elasticity: 81 entries a row, 375 in ``A^2``) the local systems of ``A^2``
+        exceed the batched limit and the set-up cost explodes; there ``k = 1`` is
+        used.  Decided from the ``A^2`` row sizes of a sample of 256 (block) rows:
+        ``k = 1`` when their median exceeds ``max_local / 2``.
+        """
+        if self._power_request is not None:
+            return self._power_request
+        k = _DEFAULT_POWER[self.variant]
+        if k < 2 or A.shape[0] == 0:
+            return k
+        P = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
+        if b > 1:
+            B = _pad(P, b).tobsr((b, b))
+            P = sp.csr_matrix((np.ones(B.indices.size), B.indices, B.indptr),
+                              shape=(B.shape[0] // b, B.shape[1] // b))
+        rng = np.random.default_rng(0)
+        rows = rng.choice(P.shape[0], size=min(P.shape[0], 256), replace=False)
+        sizes = np.diff((P[rows] @ P).indptr) * b
+        return k if np.median(sizes) <= self.max_local / 2 else 1
+
     def _build(self, A, dtype, b):
+        self.sparsity_power = self._resolve_power(A, b)
         self._chain, self.fallback_rows, self.stats = isai_operators(
             A, b, self.variant, self.sparsity_power, self.max_local, self._storage,
             dtype, self.accumulate, type(self).__name__ + f"({self.variant})")
@@ -209,7 +235,9 @@ class ISAI(_ISAIBase):
     sparsity_power : int, optional
         ``k`` of the pattern ``A^k`` (of ``T^k`` for the triangular variants).
         Default 2 for ``general`` (the pattern of ``A`` alone is often worse than
-        Jacobi on nonsymmetric matrices), 1 otherwise.
+        Jacobi on nonsymmetric matrices) -- unless the rows of ``A^2`` are too wide
+        for the batched local solves (median over a sample above ``max_local / 2``),
+        then 1 -- and 1 otherwise.  The value used is in ``sparsity_power`` after set-up.
     dtype : {"float32", "float64"} or None
         Storage precision of ``M`` (FP32 when set up on its own); the set-up
         always runs in FP64 and the values are range-checked (``demote``).
