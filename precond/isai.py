@@ -28,6 +28,9 @@ from .base import Preconditioner
 __all__ = ["ISAI", "isai_operators"]
 
 VARIANTS = ("general", "spd", "lower", "upper", "ilu")
+#: Local systems wider than this (median over a sample of rows of ``A^2``) make the
+#: default ``general`` pattern fall back from ``A^2`` to ``A``.
+WIDE_ROWS = 128
 _DEFAULT_POWER = {"general": 2, "spd": 1, "lower": 1, "upper": 1, "ilu": 1}
 
 
@@ -157,7 +160,7 @@ class _ISAIBase(Preconditioner):
         elasticity: 81 entries a row, 375 in ``A^2``) the local systems of ``A^2``
         exceed the batched limit and the set-up cost explodes; there ``k = 1`` is
         used.  Decided from the ``A^2`` row sizes of a sample of 256 (block) rows:
-        ``k = 1`` when their median exceeds ``max_local / 2``.
+        ``k = 1`` when their median exceeds :data:`WIDE_ROWS`.
         """
         if self._power_request is not None:
             return self._power_request
@@ -172,7 +175,7 @@ class _ISAIBase(Preconditioner):
         rng = np.random.default_rng(0)
         rows = rng.choice(P.shape[0], size=min(P.shape[0], 256), replace=False)
         sizes = np.diff((P[rows] @ P).indptr) * b
-        return k if np.median(sizes) <= self.max_local / 2 else 1
+        return k if np.median(sizes) <= WIDE_ROWS else 1
 
     def _build(self, A, dtype, b):
         self.sparsity_power = self._resolve_power(A, b)
@@ -236,7 +239,7 @@ class ISAI(_ISAIBase):
         ``k`` of the pattern ``A^k`` (of ``T^k`` for the triangular variants).
         Default 2 for ``general`` (the pattern of ``A`` alone is often worse than
         Jacobi on nonsymmetric matrices) -- unless the rows of ``A^2`` are too wide
-        for the batched local solves (median over a sample above ``max_local / 2``),
+        for cheap local solves (median over a sample above ``WIDE_ROWS = 128``),
         then 1 -- and 1 otherwise.  The value used is in ``sparsity_power`` after set-up.
     dtype : {"float32", "float64"} or None
         Storage precision of ``M`` (FP32 when set up on its own); the set-up
