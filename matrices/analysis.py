@@ -24,11 +24,13 @@ def _as_csr(A, name="A"):
 def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95):
     """Largest block size ``b`` whose ``b x b`` blocks tile the sparsity pattern of ``A``.
 
-    For each candidate ``b`` (largest first) that divides both dimensions, the stored pattern
+    For each candidate ``b`` (largest first) the stored pattern
     (explicit zeros included) is compared with its block-expanded pattern: with ``nb`` the
     number of ``b x b`` blocks holding at least one stored entry, the fill is
     ``nnz / (nb * b**2)``. The first ``b`` with fill ``>= min_fill`` is returned. This costs
-    one ``tobsr`` conversion per candidate tried.
+    one ``tobsr`` conversion per candidate tried.  ``b`` need not divide ``n`` (square
+    matrices): the last block may be partial, as when constrained unknowns were removed
+    from a node-blocked matrix; its blocks count only the places inside the matrix.
 
     Parameters
     ----------
@@ -63,10 +65,23 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95):
     if nnz == 0:
         return 1
     for b in sorted({int(c) for c in candidates}, reverse=True):
-        if b < 2 or m % b or n % b:
+        if b < 2 or b > min(m, n):
             continue
-        nblocks = A.tobsr(blocksize=(b, b)).indptr[-1]
-        if nnz >= min_fill * nblocks * b * b:
+        if m % b or n % b:
+            if m != n:
+                continue
+            # a trailing partial block (constrained dofs removed, as in s1rmq4m1 with
+            # n = 5489 = 3 * 1829 + 2): the blocks of the last block row/column hold
+            # fewer than b * b places
+            pad = -n % b
+            B = sp.block_diag([A, sp.csr_matrix((pad, pad))], format="csr").tobsr((b, b))
+            width = np.full(B.shape[0] // b, b)
+            width[-1] = b - pad
+            rows = np.repeat(np.arange(width.size), np.diff(B.indptr))
+            capacity = int((width[rows] * width[B.indices]).sum())
+        else:
+            capacity = int(A.tobsr(blocksize=(b, b)).indptr[-1]) * b * b
+        if nnz >= min_fill * capacity:
             return b
     return 1
 

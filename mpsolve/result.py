@@ -82,6 +82,7 @@ class SolveResult:
     restarts: int = 0
     precond: Optional[str] = None
     precond_nbytes: int = 0
+    precond_detail: str = ""
 
     @property
     def converged(self) -> bool:
@@ -106,6 +107,8 @@ class SolveResult:
             f"true rel. residual  {self.true_residual:.3e}  (tolerance {self.tolerance:.1e})",
             f"setup {self.setup_time:.4f} s, solve {self.solve_time:.4f} s",
         ]
+        if self.precond_detail:
+            lines.append(f"preconditioner  {self.precond_detail}")
         if self.precond_nbytes:
             lines.append(f"preconditioner memory  {self.precond_nbytes / 2**20:.2f} MiB")
         for e in self.escalations:

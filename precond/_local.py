@@ -144,12 +144,11 @@ def blas_single_thread():
 
 
 # ----------------------------------------------------------------- block structure
-def detect_block_size(A, candidates=(6, 5, 4, 3, 2)) -> int:
-    """Largest ``b`` in ``candidates`` for which ``A`` is made of full ``b x b`` blocks.
+def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95) -> int:
+    """The block size of ``A``'s node blocks: :func:`mpsolve.matrices.detect_block_size`.
 
-    ``b`` qualifies when it divides ``n``, every structurally nonzero ``b x b``
-    block of ``A`` is structurally full (explicit zeros count as structure), and
-    every diagonal block is present.  Returns 1 when none qualifies.
+    The largest ``b`` whose ``b x b`` blocks tile the pattern (at least ``min_fill`` of
+    the block-expanded pattern stored; a partial last block allowed), else 1.
 
     Examples
     --------
@@ -160,23 +159,9 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2)) -> int:
     >>> detect_block_size(T.tocsr())
     1
     """
-    C = sp.csr_matrix(A)
-    n = C.shape[0]
-    if C.shape[0] != C.shape[1] or n == 0:
-        return 1
-    C = C.copy()
-    C.sum_duplicates()
-    for b in sorted(candidates, reverse=True):
-        if b < 2 or n % b:
-            continue
-        B = sp.bsr_matrix(C, blocksize=(b, b))
-        if B.indptr[-1] * b * b != C.nnz:
-            continue
-        ptr, ind = B.indptr, B.indices
-        rows = np.repeat(np.arange(n // b), np.diff(ptr))
-        if np.count_nonzero(rows == ind) == n // b:
-            return b
-    return 1
+    from mpsolve.matrices.analysis import detect_block_size as detect
+
+    return detect(sp.csr_matrix(A), candidates=candidates, min_fill=min_fill)
 
 
 def to_bsr(C, b):

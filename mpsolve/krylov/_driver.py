@@ -43,6 +43,18 @@ def _true_residual(problem, x64, r64):
     return float(np.linalg.norm(r64))
 
 
+def _describe(M):
+    from ..precond.base import Preconditioner
+
+    if M is None:
+        return ""
+    if isinstance(M, Preconditioner):
+        extra = ", ".join(f"{k}={getattr(M, k)}" for k in ("variant", "block_size", "sparsity_power")
+                          if getattr(M, k, None) is not None)
+        return repr(M) + (f" [{extra}]" if extra else "")
+    return type(M).__name__
+
+
 def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     """One precision policy, with residual replacement.  Returns
     ``(count, iterations, flag, true_norm)``; flag 2 means "stagnated"."""
@@ -108,6 +120,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
             precond=precond_name or (getattr(Mobj, "name", None) or
                                      (type(Mobj).__name__ if Mobj is not None else None)),
             precond_nbytes=int(getattr(Mobj, "nbytes", 0) or 0) if Mobj is not None else 0,
+            precond_detail=_describe(Mobj),
         )
 
     if n == 0 or problem.bnrm == 0.0:
