@@ -112,18 +112,22 @@ def _gmres_maxiter(restart, callback, callback_type):
 
 
 def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=None,
-          callback=None, callback_type=None, precision=None, escalate=True):
+          callback=None, callback_type=None, precision=None, escalate=True, side="left"):
     r = _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter, M=M,
                       callback=callback, callback_type=callback_type, precision=precision,
-                      escalate=escalate)
+                      escalate=escalate, side=side)
     return r.x, r.info
 
 
 def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, callback_type,
-                  precision, escalate, precond_name=None):
+                  precision, escalate, precond_name=None, side="left"):
+    from .krylov.gmres import SIDES
+
     ctype = _gmres_maxiter(restart, callback, callback_type)
+    if side not in SIDES:
+        raise ValueError(f"side={side!r}: preconditioning side must be 'left' or 'right'")
     m = 20 if restart is None else int(restart)
-    kw = {"restart": m, "callback_type": ctype}
+    kw = {"restart": m, "callback_type": ctype, "side": side}
     if callback is not None and ctype == "legacy":
         # SciPy's legacy mode: maxiter counts inner iterations
         kw["max_inner"] = maxiter
@@ -132,11 +136,13 @@ def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, c
                precond_name=precond_name)
 
 
-gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted, right-preconditioned GMRES(restart).
+gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
 
     A drop-in for :func:`scipy.sparse.linalg.gmres`.  ``restart`` (default 20)
-    is the Krylov dimension between restarts; modified Gram--Schmidt with
-    selective reorthogonalisation.
+    is the Krylov dimension between restarts; classical Gram--Schmidt with
+    selective reorthogonalisation.  ``side`` (keyword, default ``'left'`` as in
+    SciPy and PETSc) chooses left or right preconditioning; either way the
+    stopping test is on the true residual ``||b - A x||``.
 {common}
     Examples
     --------
@@ -157,7 +163,7 @@ gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted, right-preconditioned G
 
 
 def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1e-5,
-          atol=0.0, maxiter=None, restart=None, callback=None, escalate=True,
+          atol=0.0, maxiter=None, restart=None, callback=None, escalate=True, side="left",
           **precond_params) -> SolveResult:
     """Solve ``A x = b`` and report everything about the solve.
 
@@ -172,6 +178,8 @@ def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1
         :func:`cg`.
     restart : int, optional
         GMRES only: Krylov dimension between restarts (default 20).
+    side : {'left', 'right'}
+        GMRES only: preconditioning side (default left, as SciPy and PETSc).
     **precond_params
         Passed to the preconditioner's constructor when ``precond`` is a name.
 
@@ -208,7 +216,8 @@ def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1
     if method == "gmres":
         return _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter,
                              M=M, callback=callback, callback_type="x" if callback else None,
-                             precision=precision, escalate=escalate, precond_name=name)
+                             precision=precision, escalate=escalate, precond_name=name,
+                             side=side)
     if restart is not None:
         warnings.warn(f"restart is a GMRES option; ignored by method={method!r}", stacklevel=2)
     return run(method, BODIES[method], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,

@@ -1,11 +1,23 @@
-"""GMRES(m) -- restarted generalised minimal residual, right-preconditioned.
+"""GMRES(m) -- restarted generalised minimal residual, left or right preconditioned.
 
 Saad & Schultz (1986), "GMRES: a generalized minimal residual algorithm for
 solving nonsymmetric linear systems", SIAM J. Sci. Stat. Comput. 7(3),
-doi:10.1137/0907058; right preconditioning as in Saad, *Iterative Methods*,
-Algorithm 9.5: the Arnoldi process runs on ``A M``, so the least-squares
-residual it minimises is the *unpreconditioned* residual and ``x = x0 + M V y``.
-(SciPy's ``gmres`` preconditions from the left; iteration counts differ a little.)
+doi:10.1137/0907058; preconditioning as in Saad, *Iterative Methods for Sparse
+Linear Systems*, 2nd ed., Algorithms 9.4 (left) and 9.5 (right).
+
+``side="left"`` (the default, as in SciPy and PETSc): the Arnoldi process runs
+on ``M A`` and minimises the preconditioned residual ``||M r||``.  The stopping
+test is on the true residual ``||b - A x||`` all the same: a cycle stops when the
+preconditioned estimate reaches ``tol`` scaled by the ratio ``||M r|| / ||r||``
+seen at the start of the cycle, and the residual is recomputed at the end of each
+cycle; when the estimate was met but the residual was not, the inner target is
+tightened (x 1/4) for the next cycle (SciPy's rule, gh-8400).
+
+``side="right"``: the Arnoldi process runs on ``A M`` (``x = x0 + M V y``), so
+the minimised residual *is* the unpreconditioned one and the estimate needs no
+translation.  Right preconditioning can stall on badly scaled matrices where
+left converges (sherman3 with ISAI(A^2): left 1697 iterations, right none in
+9000, because the unpreconditioned 2-norm is dominated by a few huge rows).
 
 Orthogonalisation: classical Gram--Schmidt with one selective
 reorthogonalisation pass (CGS2, "twice is enough": Giraud, Langou, Rozloznik &
@@ -15,9 +27,8 @@ from another (``ops.maxpy``); when ``||w||`` drops below ``0.7`` of its value
 before the projection, the projection is repeated and the coefficients added.
 This is as stable as modified Gram--Schmidt for GMRES and reads ``w`` once per
 pass instead of once per basis vector.  The coefficients and norms go through
-``ops.mdot`` / ``ops.nrm2``, so the ``compensated`` policies use Dot2.
-The Hessenberg matrix, Givens rotations and the small triangular solve are
-always FP64.
+``ops.mdot`` / ``ops.nrm2``, so the ``compensated`` policies use Dot2.  The
+Hessenberg matrix, Givens rotations and the small triangular solve are always FP64.
 
 Memory traffic per inner step j: SpMV + M + about (2j + 4) n values (one CGS pass).
 """
@@ -27,21 +38,25 @@ import math
 
 import numpy as np
 
-__all__ = ["gmres_body"]
+__all__ = ["gmres_body", "SIDES"]
 
 REORTH = 0.7
+SIDES = ("left", "right")
 
 
 def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_type="x",
-               max_inner=None):
+               max_inner=None, side="left"):
     """Run at most ``maxiter`` restart cycles of GMRES(restart).
 
     ``max_inner`` caps the inner iterations too (SciPy's ``callback_type='legacy'``).
     ``x`` and ``r`` are updated in place; ``r`` is ``b - A x`` in the working
-    precision after each cycle.  Returns ``(cycles, inner_iterations, flag)``:
-    flag 0 converged (or the Arnoldi estimate converged while the recomputed
-    residual did not -- the driver then judges by the true residual), 1 out of cycles, -13 happy breakdown short of the
-    tolerance, -14 non-finite values.
+    precision after each cycle.  ``hist`` gets one residual estimate per inner
+    iteration, in unpreconditioned units (for ``side="left"`` the preconditioned
+    estimate times the cycle's ``||r|| / ||M r||``).  Returns
+    ``(cycles, inner_iterations, flag)``: flag 0 converged (or the estimate can no
+    longer be trusted to find a better ``x`` -- the driver then judges by the true
+    residual), 1 out of cycles, -13 happy breakdown short of the tolerance,
+    -14 non-finite values.
     """
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
     nrm2, axpy, mdot, maxpy = ops.nrm2, ops.axpy, ops.mdot, ops.maxpy
@@ -49,6 +64,9 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     xp = ops.xp                                # workspace lives where x lives
     m = max(1, min(restart, n))
     wdt = sys.dtype
+    left = psolve is not None and side == "left"
+    right = psolve is not None and not left
+    eps = float(np.finfo(wdt).eps)
     V = xp.empty((m + 1, n), dtype=wdt)        # Arnoldi basis, one row per vector
     z = xp.empty(n, dtype=wdt) if psolve is not None else None
     u = xp.empty(n, dtype=wdt)
@@ -58,21 +76,36 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     g = np.zeros(m + 1)
     y = np.zeros(m)
     hcol = np.zeros(m + 1)                     # Gram-Schmidt coefficients of one column
+    bnrm = sys.problem.bnrm or 1.0
     inner = 0
+    factor = 1.0                               # left: tightening of the inner target
     rnorm = nrm2(r)
     if rnorm <= tol:
         return 0, 0, 0
     for cycle in range(1, maxiter + 1):
-        beta = rnorm
-        ops.copy(r, V[0])
-        ops.scal(1.0 / beta, V[0])              # v0 = r / ||r||
+        if left:
+            psolve(r, V[0])                     # v0 = M r / ||M r||
+            beta = nrm2(V[0])
+            if not (beta > 0.0 and math.isfinite(beta)):
+                return cycle, inner, -14 if not math.isfinite(beta) else -13
+            ratio = rnorm / beta                # unpreconditioned per preconditioned
+        else:
+            ops.copy(r, V[0])                   # v0 = r / ||r||
+            beta = rnorm
+            ratio = 1.0
+        ops.scal(1.0 / beta, V[0])
+        target = tol / ratio * factor           # inner target for the minimised residual
         g[:] = 0.0
         g[0] = beta
         H[:] = 0.0
         happy = False
+        est = beta
         j_end = 0
         for j in range(m):
-            if psolve is not None:
+            if left:
+                matvec(V[j], u)                 # u = A v_j
+                psolve(u, V[j + 1])             # w = M A v_j
+            elif right:
                 psolve(V[j], z)                 # z = M v_j
                 matvec(z, V[j + 1])             # w = A M v_j
             else:
@@ -105,16 +138,16 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             g[j + 1] = -sn[j] * g[j]
             g[j] = cs[j] * g[j]
             inner += 1
-            est = abs(g[j + 1])                 # ||b - A x_j|| in exact arithmetic
-            hist.append(est)
+            est = abs(g[j + 1])                 # minimised residual after step j
+            hist.append(est * ratio)
             if callback is not None and callback_type in ("pr_norm", "legacy"):
-                callback(est / sys.problem.bnrm if sys.problem.bnrm else est)
+                callback(est / bnrm)
             j_end = j + 1
-            if wnorm <= np.finfo(wdt).eps * wnorm_in or wnorm == 0.0:
+            if wnorm <= eps * wnorm_in or wnorm == 0.0:
                 happy = True
                 break
             ops.scal(1.0 / wnorm, w)            # v_{j+1} = w / ||w||
-            if est <= tol or inner == max_inner:
+            if est <= target or inner == max_inner:
                 break
         k = j_end
         # y = H[:k, :k]^-1 g[:k] (upper triangular, back substitution in FP64)
@@ -123,7 +156,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             acc = g[i] - float(np.dot(H[i, i + 1:k], y[i + 1:k]))
             y[i] = acc / hii if hii != 0.0 else 0.0
         ops.lincomb(V, y, k, u)                 # u = V_k y
-        if psolve is not None:
+        if right:
             psolve(u, z)                        # z = M u
             axpy(1.0, z, x)                     # x += M V y
         else:
@@ -136,13 +169,18 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             return cycle, inner, -14
         if rnorm <= tol:
             return cycle, inner, 0
-        if est <= tol and not happy:
-            # the Arnoldi estimate met the tolerance but the recomputed residual did
-            # not: the working precision's floor, or rounding drift.  The driver
-            # judges with the FP64 true residual (replacement, stagnation, escalation).
-            return cycle, inner, 0
         if happy:
             return cycle, inner, -13
         if inner == max_inner:
             return cycle, inner, 1
+        if est <= target:
+            # the minimised residual met its target but the true one did not
+            if left and factor > eps:
+                factor *= 0.25                  # ask the next cycle for more (SciPy's rule)
+            else:
+                # the working precision's floor or rounding drift: the driver judges
+                # with the FP64 true residual (replacement, stagnation, escalation)
+                return cycle, inner, 0
+        elif left:
+            factor = min(1.0, 1.5 * factor)
     return maxiter, inner, 1
