@@ -237,6 +237,7 @@ class System:
     A_op: object
     M_obj: object = None                      # the preconditioner object (for reports)
     precond_setup_time: float = 0.0
+    diverged: bool = False                    # a stage ended worse than it started
 
 
 def _realise_preconditioner(problem: Problem, precision: Precision, wdt):

@@ -218,6 +218,48 @@ def block_pattern(indptr, indices, nb, power=1, part="all"):
     return P.indptr.astype(np.int64), P.indices.astype(np.int64)
 
 
+def truncate_wide_rows(pptr, pind, aptr, aind, adata, power, keep):
+    """Cap every row of the pattern of ``A^power`` at ``keep`` block columns.
+
+    A row that is wider keeps its diagonal and the ``keep - 1`` block columns of
+    largest weight in ``|A|^power`` (``|A|`` the matrix of block Frobenius norms) --
+    the entries of ``A^power`` that can be large, as threshold-based sparse
+    approximate inverses choose them.  Returns ``(pptr, pind, n_truncated)``.
+    """
+    nb = pptr.size - 1
+    sizes = np.diff(pptr)
+    wide = np.flatnonzero(sizes > keep)
+    if wide.size == 0:
+        return pptr, pind, 0
+    norms = np.sqrt((adata ** 2).sum(axis=(1, 2)))
+    top = norms.max() if norms.size and norms.max() > 0 else 1.0
+    norms = norms + 1e-30 * top        # stored zeros keep a (tiny) weight: no entry vanishes
+    W = sp.csr_matrix((norms, aind, aptr), shape=(nb, nb))
+    W = (W + sp.identity(nb, format="csr") * top).tocsr()
+    P = W
+    for _ in range(int(power) - 1):
+        P = P @ W
+    P = sp.csr_matrix(P)
+    P.sort_indices()
+    new_sizes = sizes.copy()
+    new_sizes[wide] = keep
+    out_ptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(new_sizes, out=out_ptr[1:])
+    out_ind = np.empty(out_ptr[-1], dtype=np.int64)
+    is_wide = np.zeros(nb, dtype=bool)
+    is_wide[wide] = True
+    for i in range(nb):
+        J = pind[pptr[i]:pptr[i + 1]]
+        if is_wide[i]:
+            cols = P.indices[P.indptr[i]:P.indptr[i + 1]]
+            vals = P.data[P.indptr[i]:P.indptr[i + 1]]
+            w = vals[np.searchsorted(cols, J)]
+            w[J == i] = np.inf                      # the diagonal always stays
+            J = np.sort(J[np.argsort(-w, kind="stable")[:keep]])
+        out_ind[out_ptr[i]:out_ptr[i + 1]] = J
+    return out_ptr, out_ind, int(wide.size)
+
+
 # ----------------------------------------------------------------- gather kernel
 @njit(parallel=True, **JIT)
 def _gather(rows, pptr, pind, aptr, aind, adata, out):

@@ -22,12 +22,15 @@ import scipy.sparse as sp
 from mpsolve.operator import SparseOperator
 
 from ._local import (DEFAULT_MAX_LOCAL, OperatorChain, PreconditionerWarning, StoredBSR,
-                     block_pattern, local_solve, rows_text, to_bsr)
+                     block_pattern, local_solve, rows_text, to_bsr, truncate_wide_rows)
 from .base import Preconditioner
 
 __all__ = ["ISAI", "isai_operators"]
 
 VARIANTS = ("general", "spd", "lower", "upper", "ilu")
+#: A row whose pattern of ``A^k`` (k > 1) has more unknowns than this keeps only that many,
+#: the heaviest in ``|A|^k`` (its local system would cost O(width^3) and dominate the set-up).
+NARROW_ABOVE = 128
 #: Local systems wider than this (median over a sample of rows of ``A^2``) make the
 #: default ``general`` pattern fall back from ``A^2`` to ``A``.
 WIDE_ROWS = 128
@@ -82,6 +85,13 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what):
     nb = aptr.size - 1
     part = {"general": "all", "spd": "lower", "lower": "lower", "upper": "upper"}[variant]
     pp, pi = block_pattern(aptr, aind, nb, power, part)
+    narrowed = 0
+    if power > 1:
+        # a row whose pattern of A^k is very wide (a dense row or column of A spreads it
+        # to thousands of unknowns: memplus has 225 rows above 512 in A^2, up to 6067)
+        # would cost O(width^3): it keeps its NARROW_ABOVE heaviest entries of |A|^k
+        pp, pi, narrowed = truncate_wide_rows(pp, pi, aptr, aind, adata, power,
+                                              max(1, NARROW_ABOVE // b))
     data, bad, stats = local_solve(aptr, aind, adata, pp, pi,
                                    "spd" if variant == "spd" else "general",
                                    max_local=max_local, scalar_csr=Cp)
@@ -89,7 +99,7 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what):
     if variant == "spd":
         tp, ti, td = _transpose_blocks(pp, pi, data)
         ops.append(_store(tp, ti, td, n, storage, dtype, accumulate, what + " (G^T)"))
-    stats = dict(stats, pattern_nnz_blocks=int(pi.size))
+    stats = dict(stats, pattern_nnz_blocks=int(pi.size), narrowed_rows=narrowed)
     return ops, bad, stats
 
 

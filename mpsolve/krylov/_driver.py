@@ -64,7 +64,7 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     same = x64.dtype == wdt
     x = x64 if same else x64.astype(wdt)
     backup = x64.copy()
-    true = _true_residual(problem, x64, r64)
+    true = start_true = _true_residual(problem, x64, r64)
     r = r64 if same else np.empty_like(x)
     if not same:
         r[:] = r64                              # r = b - A x, rounded once
@@ -84,6 +84,12 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         if true <= tol:
             return count, iters, 0, true
         if flag != 0 or count >= budget:
+            if true > start_true:
+                # the iteration diverged: never hand back an x worse than the one it
+                # started from (the status says so through diverged=True)
+                x64[:] = backup
+                true = _true_residual(problem, x64, r64)
+                sys.diverged = True
             return count, iters, flag, true
         # the recursive residual met the tolerance but the true one did not
         if true > STAGNATION * last_true:
@@ -211,6 +217,8 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
     else:
         info = max(count, 1)
     extra = ""
+    if getattr(sys, "diverged", False) and info != 0:
+        extra = "the iteration diverged; the starting x is returned"
     if flag == 2 and info > 0:
         extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
                  + ("" if escalate else "; escalate=True would switch to a stronger policy"))

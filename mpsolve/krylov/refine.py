@@ -61,8 +61,12 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
         if not np.isfinite(d).all():             # overflow in the inner precision
             flag = -14
             break
-        x64 += scale * d.astype(np.float64)      # x = x + ||r|| d  (FP64)
+        step = scale * d.astype(np.float64)
+        x64 += step                              # x = x + ||r|| d  (FP64)
         new = _true_residual(problem, x64, r64)
+        if new > true:                           # the correction made it worse: undo it
+            x64 -= step
+            new = _true_residual(problem, x64, r64)
         if callback is not None:
             callback(x64)
         if new > STAGNATION * true:
