@@ -13,9 +13,12 @@ seen at the start of the cycle, and the residual is recomputed at the end of eac
 cycle; when the estimate was met but the residual was not, the inner target is
 tightened (x 1/4) for the next cycle (SciPy's rule, gh-8400).
 
-``side="right"``: the Arnoldi process runs on ``A M`` (``x = x0 + M V y``), so
-the minimised residual *is* the unpreconditioned one and the estimate needs no
-translation.  Right preconditioning can stall on badly scaled matrices where
+``side="right"``: the Arnoldi process runs on ``A M``, so the minimised residual
+*is* the unpreconditioned one and the estimate needs no translation.  The
+preconditioned vectors ``z_j = M v_j`` are kept and ``x = x0 + Z y`` (flexible
+GMRES, Saad 1993, doi:10.1137/0914028): a preconditioner applied in FP32 is not
+exactly linear, and ``x0 + M (V y)`` would miss the Arnoldi relation by
+``eps_fp32 ||M||``.  This costs ``restart`` more vectors.  Right preconditioning can stall on badly scaled matrices where
 left converges (sherman3 with ISAI(A^2): left 1697 iterations, right none in
 9000, because the unpreconditioned 2-norm is dominated by a few huge rows).
 
@@ -31,6 +34,7 @@ pass instead of once per basis vector.  The coefficients and norms go through
 Hessenberg matrix, Givens rotations and the small triangular solve are always FP64.
 
 Memory traffic per inner step j: SpMV + M + about (2j + 4) n values (one CGS pass).
+Memory: ``restart + 1`` basis vectors (``2 restart + 1`` with right preconditioning).
 """
 from __future__ import annotations
 
@@ -68,6 +72,10 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     right = psolve is not None and not left
     eps = float(np.finfo(wdt).eps)
     V = xp.empty((m + 1, n), dtype=wdt)        # Arnoldi basis, one row per vector
+    # right preconditioning keeps Z = [M v_0, M v_1, ...] (flexible GMRES): an M applied in
+    # FP32 is not exactly linear, and x += M (V y) would not be the combination the
+    # Arnoldi relation was built from (add20 + FP32 ISAI: 5e-5 instead of 1e-8)
+    Z = xp.empty((m, n), dtype=wdt) if right else None
     z = xp.empty(n, dtype=wdt) if psolve is not None else None
     u = xp.empty(n, dtype=wdt)
     H = np.zeros((m + 1, m), dtype=np.float64)
@@ -106,8 +114,8 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
                 matvec(V[j], u)                 # u = A v_j
                 psolve(u, V[j + 1])             # w = M A v_j
             elif right:
-                psolve(V[j], z)                 # z = M v_j
-                matvec(z, V[j + 1])             # w = A M v_j
+                psolve(V[j], Z[j])              # z_j = M v_j
+                matvec(Z[j], V[j + 1])          # w = A z_j
             else:
                 matvec(V[j], V[j + 1])          # w = A v_j
             w = V[j + 1]
@@ -155,12 +163,11 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             hii = H[i, i]
             acc = g[i] - float(np.dot(H[i, i + 1:k], y[i + 1:k]))
             y[i] = acc / hii if hii != 0.0 else 0.0
-        ops.lincomb(V, y, k, u)                 # u = V_k y
         if right:
-            psolve(u, z)                        # z = M u
-            axpy(1.0, z, x)                     # x += M V y
+            ops.lincomb(Z, y, k, u)             # u = Z_k y  (= M V_k y for an exact M)
         else:
-            axpy(1.0, u, x)                     # x += V y
+            ops.lincomb(V, y, k, u)             # u = V_k y
+        axpy(1.0, u, x)                         # x += u
         sys.residual(x, sys.b, r)               # r = b - A x
         rnorm = nrm2(r)
         if callback is not None and callback_type == "x":
