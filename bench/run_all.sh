@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Re-create everything in bench/results/ (the commands the result files name).
+# Run on an otherwise idle machine: timings are compared as ratios within one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+COLL=${MPSOLVE_TEST_COLLECTION:-../shared/matrices/suitesparse}
+# kernels, CG vs SciPy, precision presets (issues: core, mixed precision)
+python bench/bench_core.py --grid 100 --elasticity 40 --collection "$COLL" --out bench/results
+# preconditioner set-up / apply times against spilu and ILU(0)
+python bench/bench_precond.py --out bench/results/precond_apply.md
+# iterations per preconditioner on the SuiteSparse set and generated problems
+MPSOLVE_WRITE_RESULTS=1 python -m pytest -q tests/test_precond_table.py
+# the suite runner: generated problems (~1M unknowns) and the SuiteSparse collection
+mpsolve bench --out bench/results/generated
+mpsolve bench --collection "$COLL" --methods cg gmres --precisions double mixed-eft \
+    --preconds jacobi isai block-isai --out bench/results/suitesparse
