@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PrecisionRangeError", "demote"]
+__all__ = ["PrecisionRangeError", "demote", "row_scale"]
 
 
 class PrecisionRangeError(ValueError):
@@ -11,16 +11,22 @@ class PrecisionRangeError(ValueError):
 
     Raised before a solve starts (never as a NaN later): a value larger than
     the format's largest finite number, or a nonzero so small it would round to
-    zero.  The message says how many values, the largest/smallest magnitude, and
+    zero while it still matters in its row (see :func:`demote`).  The message says how many values, the largest/smallest magnitude, and
     the fixes: scale the system, or store that part in FP64.
     """
 
 
-def demote(values: np.ndarray, dtype, what: str) -> np.ndarray:
+def demote(values: np.ndarray, dtype, what: str, scale=None) -> np.ndarray:
     """Return ``values`` cast to ``dtype``, after checking that they fit.
 
     ``values`` is never modified; the result is a new array unless no cast is
     needed (then ``values`` itself is returned, read-only use intended).
+
+    ``scale`` (optional, same shape): the magnitude each value is measured against,
+    e.g. the largest entry of its matrix row.  A nonzero that underflows to zero
+    but is below ``eps(dtype) * scale`` is *negligible*: rounding every other entry
+    of its row to ``dtype`` already perturbs the row by more, so it is flushed to
+    zero (the documented rule) instead of raising.
     """
     dtype = np.dtype(dtype)
     if values.dtype == dtype:
@@ -39,10 +45,26 @@ def demote(values: np.ndarray, dtype, what: str) -> np.ndarray:
         )
     # a nonzero below half the smallest subnormal rounds to zero
     tiny = (a > 0) & (a < float(fi.smallest_subnormal) / 2)
+    if tiny.any() and scale is not None:
+        tiny &= ~(a < float(fi.eps) * np.asarray(scale))  # negligible ones may flush
     if tiny.any():
         raise PrecisionRangeError(
             f"{what}: {int(tiny.sum())} nonzero value(s) underflow to zero in "
-            f"{dtype.name} (smallest |value| {a[a > 0].min():.3e}); scale the system "
-            f"or keep {what} in float64 (precision='double' or 'eft')"
+            f"{dtype.name} (smallest |value| {a[tiny].min():.3e}) and are not negligible "
+            f"in their rows; scale the system or keep {what} in float64 "
+            f"(precision='double' or 'eft')"
         )
     return values.astype(dtype)
+
+
+def row_scale(indptr, values):
+    """For each stored value, the largest magnitude in its row (the ``scale`` of
+    :func:`demote` for a CSR matrix)."""
+    a = np.abs(values)
+    rows = np.diff(indptr)
+    out = np.zeros_like(a)
+    nz = np.flatnonzero(rows)
+    if nz.size:
+        m = np.maximum.reduceat(a, indptr[nz])
+        out[:] = np.repeat(m, rows[nz])
+    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ._demote import demote
+from ._demote import demote, row_scale
 from .kernels import lookup
 from .kernels.cpu.spmv import partition_rows
 
@@ -65,12 +65,22 @@ class SparseOperator:
         self.device = device
         self.indptr = A.indptr
         self.indices = A.indices
-        self.data = demote(A.data, dtype, what)
+        self.data = self._demote(A, dtype, what)
         self.dtype = self.data.dtype
         self.accumulate = np.dtype(accumulate).name
         self._mode = "acc64" if self.accumulate == "float64" else "acc32"
         self.parts = partition_rows(self.indptr)
         self._bound = {}
+
+    @staticmethod
+    def _demote(A, dtype, what):
+        if np.dtype(dtype).itemsize >= A.data.dtype.itemsize:
+            return demote(A.data, dtype, what)
+        try:
+            return demote(A.data, dtype, what)
+        except ValueError:
+            # retry with row scales: underflowing entries negligible in their row flush to 0
+            return demote(A.data, dtype, what, scale=row_scale(A.indptr, A.data))
 
     @property
     def nnz(self) -> int:

@@ -108,11 +108,22 @@ def test_fp32_overflow_detected_before_the_solve():
 
 
 def test_fp32_underflow_detected():
-    A = A0.copy().tolil()
-    A[0, 7] = A[7, 0] = 1e-50  # a nonzero that would round to 0 in FP32
-    A = A.tocsr()
+    """A row whose entries all underflow in FP32 cannot be stored there: a clear error."""
+    D = np.ones(N)
+    D[0] = 1e-50
+    A = (sp.diags(D) @ A0).tocsr()  # row 0 ~ 4e-50: it would become a zero row
     with pytest.raises(PrecisionRangeError, match="underflow"):
-        mpsolve.solve(A, A @ B0, method="cg", precision="single", escalate=False)
+        mpsolve.solve(A, A @ B0, method="gmres", precision="single", escalate=False)
+
+
+def test_fp32_negligible_underflow_is_flushed():
+    """A nonzero that underflows but is below eps_fp32 times its row's largest entry is
+    flushed to zero (documented): FP32 rounding of the row perturbs it more already."""
+    A = A0.copy().tolil()
+    A[0, 7] = A[7, 0] = 1e-50
+    A = A.tocsr()
+    r = mpsolve.solve(A, A @ B0, method="cg", precision="single", rtol=1e-5, escalate=False)
+    assert r.converged
 
 
 def test_linear_operator_with_matrix_preconditioner_needs_entries():
