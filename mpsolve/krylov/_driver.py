@@ -22,7 +22,7 @@ A policy with ``inner`` set runs as iterative refinement (:mod:`.refine`).
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -95,9 +95,7 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         if true > STAGNATION * last_true:
             return count, iters, 2, true
         last_true = true
-        if same:
-            pass  # r64 already holds b - A x: the body goes on from it
-        else:
+        if not same:                            # (same: r is r64 = b - A x already)
             r[:] = r64                          # r = b - A x (FP64, rounded once)
 
 
@@ -135,16 +133,22 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
                       "zero right-hand side" if n else "empty system")
 
     escalations = []
-    sys = None
-    while sys is None:
-        try:
-            sys = make_system(problem, policy, device)
-        except PrecisionRangeError as err:
-            nxt = policy.stronger() if escalate else None
-            if nxt is None:
-                raise
-            escalations.append(Escalation(0, policy.name, nxt.name, f"setup: {err}", float("nan")))
-            policy = nxt
+
+    def realise(policy, done):
+        """``make_system`` for ``policy`` -- or, when its data do not fit (FP32 range),
+        for the first stronger policy whose data do."""
+        while True:
+            try:
+                return policy, make_system(problem, policy, device)
+            except PrecisionRangeError as err:
+                nxt = policy.stronger() if escalate else None
+                if nxt is None:
+                    raise
+                escalations.append(Escalation(done, policy.name, nxt.name, f"setup: {err}",
+                                              float("nan")))
+                policy = nxt
+
+    policy, sys = realise(policy, 0)
     setup_time = time.perf_counter() - t0
 
     t1 = time.perf_counter()
@@ -175,8 +179,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
                                           f"requested rtol {rel_tol:.1e} is below the "
                                           f"accuracy floor {policy.floor:.1e} of {policy.name}",
                                           true / problem.bnrm))
-            policy = nxt
-            sys = make_system(problem, policy, device)
+            policy, sys = realise(nxt, iters)
             continue
         range_error = None
         try:
@@ -203,11 +206,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
                      "residual drifted apart)",
                   3: f"setup: {range_error}"}.get(flag, "a non-finite value appeared in float32")
         escalations.append(Escalation(iters, policy.name, nxt.name, reason, true / problem.bnrm))
-        policy = nxt
-        try:
-            sys = make_system(problem, policy, device)
-        except PrecisionRangeError:
-            continue
+        policy, sys = realise(nxt, iters)
     solve_time = time.perf_counter() - t1
 
     if true <= problem.tol:
