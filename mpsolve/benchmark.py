@@ -125,7 +125,11 @@ def run_mpsolve(A, b, problem, spd, method, precision, precond, args):
         _warm_up(A, method, precision, precond, args)
         M = _precond_for(precond, method, args.block_size, args.sparsity_power)
         res = solve(A, b, method=method, precond=M, precision=precision, rtol=args.rtol,
-                    maxiter=_maxiter(method, args), restart=args.restart if method == "gmres" else None)
+                    maxiter=_maxiter(method, args), restart=args.restart if method == "gmres" else None,
+                    callback=_deadline_callback(args.time_limit))
+    except _TimeLimit:
+        return Run(**base, status=f"stopped at the time limit ({args.time_limit:g} s)",
+                   setup_time=float("nan"), solve_time=float(args.time_limit))
     except Exception as err:  # recorded, never dropped
         return Run(**base, status=f"error: {type(err).__name__}: {err}")
     return Run(**base, setup_time=res.setup_time, solve_time=res.solve_time,
@@ -135,6 +139,22 @@ def run_mpsolve(A, b, problem, spd, method, precision, precond, args):
 
 
 _WARM = set()
+
+
+class _TimeLimit(Exception):
+    """Raised from an iteration callback when a run exceeds ``--time-limit``."""
+
+
+def _deadline_callback(limit, counter=None):
+    """A callback that counts iterations and stops the run past ``limit`` seconds."""
+    start = time.perf_counter()
+
+    def cb(*_):
+        if counter is not None:
+            counter[0] += 1
+        if time.perf_counter() - start > limit:
+            raise _TimeLimit
+    return cb
 
 
 def _warm_up(A, method, precision, precond, args):
@@ -203,10 +223,7 @@ def run_scipy(A, b, problem, spd, method, precond, args):
                    status=f"error in setup: {type(err).__name__}: {err}")
     setup = time.perf_counter() - t0
     count = [0]
-
-    def cb(_):
-        count[0] += 1
-
+    cb = _deadline_callback(args.time_limit, count)
     kw = dict(rtol=args.rtol, M=M, callback=cb, maxiter=_maxiter(method, args))
     if method == "gmres":
         kw.update(restart=args.restart, callback_type="pr_norm")
@@ -214,6 +231,10 @@ def run_scipy(A, b, problem, spd, method, precond, args):
     t1 = time.perf_counter()
     try:
         x, info = fn(A, b, **kw)
+    except _TimeLimit:
+        return Run(**base, setup_time=setup, solve_time=float(args.time_limit),
+                   iterations=count[0], precond_nbytes=nbytes,
+                   status=f"stopped at the time limit ({args.time_limit:g} s)")
     except Exception as err:
         return Run(**base, setup_time=setup, status=f"error: {type(err).__name__}: {err}")
     solve = time.perf_counter() - t1
@@ -234,7 +255,8 @@ def run_petsc(A, b, problem, spd, method, pc, args):
     try:
         out = petsc_solve(A, b, method=method, pc=pc, rtol=args.rtol,
                           maxiter=args.maxiter, restart=args.restart,
-                          block_size=args.block_size, sparsity_power=args.sparsity_power)
+                          block_size=args.block_size, sparsity_power=args.sparsity_power,
+                          time_limit=args.time_limit)
     except Exception as err:
         return Run(**base, status=f"error: {type(err).__name__}: {err}")
     true = out["true_residual"]
@@ -514,6 +536,9 @@ def add_arguments(p):
     p.add_argument("--maxiter", type=int, default=3000,
                    help="iteration limit per run (inner iterations for gmres; default 3000)")
     p.add_argument("--restart", type=int, default=30, help="GMRES restart (default 30)")
+    p.add_argument("--time-limit", type=float, default=60.0,
+                   help="seconds one solve may iterate before it is stopped and recorded as "
+                        "not converged (default 60; a preconditioner set-up is not interrupted)")
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--sparsity-power", type=int, default=None)
     p.add_argument("--out", default="mpsolve-bench",

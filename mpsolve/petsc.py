@@ -223,7 +223,7 @@ _PC_CTX = {"mpsolve": BlockISAI, "mpsolve-isai": ISAI, "mpsolve-block-isai": Blo
 
 
 def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, restart=30,
-                block_size=None, sparsity_power=None, options=None):
+                block_size=None, sparsity_power=None, options=None, time_limit=None):
     """Solve with PETSc's KSP (serial, FP64), for baselines and tests.
 
     The stopping test is PETSc's on the *unpreconditioned* residual relative to
@@ -284,15 +284,32 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     t0 = time.perf_counter()
     ksp.setUp()
     setup = time.perf_counter() - t0
+    stopped = [False]
+    if time_limit is not None:
+        t_start = time.perf_counter()
+
+        def watchdog(ksp_, its, rnorm):
+            # a monitor that ends the solve past the wall-clock limit (PETSc turns the
+            # Python exception into an error that ksp.solve raises)
+            if time.perf_counter() - t_start > time_limit:
+                stopped[0] = True
+                raise TimeoutError("time limit")
+
+        ksp.setMonitor(watchdog)
     t1 = time.perf_counter()
-    ksp.solve(bv, xv)
+    try:
+        ksp.solve(bv, xv)
+    except PETSc.Error:
+        if not stopped[0]:
+            raise
     solve = time.perf_counter() - t1
     x = xv.array.copy()
     true = float(np.linalg.norm(b - A @ x) / np.linalg.norm(b))
     reason = ksp.getConvergedReason()
     names = {v: k for k, v in vars(PETSc.KSP.ConvergedReason).items() if isinstance(v, int)}
     out = dict(x=x, iterations=int(ksp.getIterationNumber()),
-               reason=f"{names.get(reason, reason)}", setup_time=setup, solve_time=solve,
+               reason=(f"stopped at the time limit ({time_limit:g} s)" if stopped[0]
+                       else f"{names.get(reason, reason)}"), setup_time=setup, solve_time=solve,
                true_residual=true, ctx=ctx)
     ksp.destroy()
     P.destroy()
