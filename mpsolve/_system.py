@@ -27,7 +27,7 @@ import scipy.sparse.linalg as spla
 from .backend import array_module
 from .kernels import lookup
 from .operator import CallableOperator, SparseOperator, canonical_csr
-from .precision import Precision, as_precision
+from .precision import Precision
 
 __all__ = ["Problem", "System", "make_problem", "make_system", "make_ops", "check_matrix"]
 

@@ -58,7 +58,6 @@ def _pad(C, b):
 
 def _store(pp, pi, data, n, storage, dtype, accumulate, what):
     nbr = pp.size - 1
-    b = data.shape[1]
     if storage == "csr":
         M = sp.csr_matrix((data.reshape(-1), pi.astype(np.int32), pp.astype(np.int32)),
                           shape=(nbr, nbr))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mpsolve.cli import main
-from mpsolve.matrices import convection_diffusion2d, poisson2d, read_mtx, read_vector, write_mtx
+from mpsolve.matrices import convection_diffusion2d, read_vector, write_mtx
 
 
 def run(*args):

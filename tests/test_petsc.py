@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 petsc4py = pytest.importorskip("petsc4py", reason="petsc4py is not installed (run .ci/setup.sh)")
 from petsc4py import PETSc  # noqa: E402

@@ -12,7 +12,7 @@ from mpsolve import PRESETS, Precision
 from mpsolve.matrices import (anisotropic2d, convection_diffusion2d, elasticity3d, poisson2d,
                                poisson3d)
 
-from conftest import COLLECTION, load_collection_matrix, manifest
+from conftest import load_collection_matrix, manifest
 
 RTOL = 1e-10
 

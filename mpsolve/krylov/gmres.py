@@ -80,7 +80,6 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     # FP32 is not exactly linear, and x += M (V y) would not be the combination the
     # Arnoldi relation was built from (add20 + FP32 ISAI: 5e-5 instead of 1e-8)
     Z = xp.empty((m, n), dtype=wdt) if right else None
-    z = xp.empty(n, dtype=wdt) if psolve is not None else None
     u = xp.empty(n, dtype=wdt)
     H = np.zeros((m + 1, m), dtype=np.float64)
     cs = np.zeros(m)
