@@ -248,6 +248,16 @@ def _round_pair(p, s):
 # --- Sum2 (Algorithm 4.4) -----------------------------------------------------------
 
 @njit(**_EFT_JIT)
+def _merge4(h0, h1, h2, h3, l0, l1, l2, l3):
+    """Merge four (high, low) accumulator pairs into one: the high parts are added
+    error-free (``two_sum``), their errors join the low parts."""
+    h0, q0 = two_sum(h0, h1)
+    h2, q2 = two_sum(h2, h3)
+    h0, q1 = two_sum(h0, h2)
+    return h0, ((l0 + l1) + (l2 + l3)) + ((q0 + q2) + q1)
+
+
+@njit(**_EFT_JIT)
 def _sum2_pair_range(x, lo, hi):
     """Sum2 of ``x[lo:hi]`` with 4 independent pairs; returns the pair ``(s, c)``."""
     z = x.dtype.type(0.0)
@@ -269,12 +279,7 @@ def _sum2_pair_range(x, lo, hi):
         s0, q0 = two_sum(s0, x[i])
         c0 += q0
         i += 1
-    # merge the pairs: high parts error-free, the errors join the low parts
-    s0, q0 = two_sum(s0, s1)
-    s2, q2 = two_sum(s2, s3)
-    s0, q1 = two_sum(s0, s2)
-    c = ((c0 + c1) + (c2 + c3)) + ((q0 + q2) + q1)
-    return s0, c
+    return _merge4(s0, s1, s2, s3, c0, c1, c2, c3)
 
 
 @njit(**_EFT_JIT)
@@ -373,11 +378,7 @@ def _dot2_pair_range(x, y, lo, hi):
         p0, q0 = two_sum(p0, h0)
         s0 += q0 + r0
         i += 1
-    p0, q0 = two_sum(p0, p1)
-    p2, q2 = two_sum(p2, p3)
-    p0, q1 = two_sum(p0, p2)
-    s = ((s0 + s1) + (s2 + s3)) + ((q0 + q2) + q1)
-    return p0, s
+    return _merge4(p0, p1, p2, p3, s0, s1, s2, s3)
 
 
 @njit(**_EFT_JIT)
@@ -536,13 +537,11 @@ def _mdot2_ser(V, k, w, out):
 def mdot2(V, k, w, out):
     """Compensated ``out[i] <- V[i] . w`` for ``i < k`` (Dot2 of each row, one pass over ``w``
     per chunk); same error bound as :func:`dot2` for each coefficient."""
-    tmp = np.empty(k, dtype=w.dtype)
     if w.size >= PARALLEL_MIN:
         pp, ps = _mdot2_pairs_par(V, k, w, _MCHUNK)
-        _mdot2_merge(pp, ps, k, tmp)
+        _mdot2_merge(pp, ps, k, out)
     else:
-        _mdot2_ser(V, k, w, tmp)
-    out[:k] = tmp
+        _mdot2_ser(V, k, w, out)
 
 
 register("cpu", "mdot", [("float64",), ("float32",)], mode="compensated")(mdot2)

@@ -297,9 +297,7 @@ def mdot(V, k, w, out):
 
     ``out`` is an FP64 array of length >= ``k``; the sums are carried in ``w``'s dtype.
     """
-    tmp = np.empty(k, dtype=w.dtype)
-    (_mdot_par if w.size >= PARALLEL_MIN else _mdot_ser)(V, k, w, tmp)
-    out[:k] = tmp
+    (_mdot_par if w.size >= PARALLEL_MIN else _mdot_ser)(V, k, w, out)
 
 
 @njit(**JIT)
