@@ -166,7 +166,12 @@ def _warm_up(A, method, precision, precond, args):
 
     from . import solve
 
-    key = (method, precision, precond, A.shape[0] > 40_000)
+    block = args.block_size
+    if block is None and precond.startswith("block-"):
+        from .precond import detect_block_size
+
+        block = detect_block_size(A)  # kernels are generated per block size
+    key = (method, precision, precond, A.shape[0] > 40_000, block)
     if key in _WARM:
         return
     m = min(A.shape[0], 40_000)
@@ -174,7 +179,7 @@ def _warm_up(A, method, precision, precond, args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            M = _precond_for(precond, method, args.block_size, args.sparsity_power)
+            M = _precond_for(precond, method, block, args.sparsity_power)
             solve(S, S @ np.ones(m), method=method, precond=M, precision=precision,
                   rtol=1e-30, maxiter=2, escalate=False)
         except Exception:

@@ -428,3 +428,39 @@ def test_maxpy(dt, n):
     want = w0.astype(np.float64) - hk @ V[:3].astype(np.float64)
     scale = np.abs(w0.astype(np.float64)) + np.abs(hk) @ np.abs(V[:3].astype(np.float64))
     _close(w, want, scale, dt, k=4)
+
+
+_GEN_SCRIPT = """
+import numpy as np
+from mpsolve.kernels.cpu import bsr
+parts = np.array([0, 2], dtype=np.int64)
+indptr = np.array([0, 1, 2], dtype=np.int32)
+indices = np.array([0, 1], dtype=np.int32)
+data = np.stack([np.eye(3), 2 * np.eye(3)])
+x = np.arange(6.0)
+y = np.empty(6)
+bsr.bsr_spmv_acc64(parts, indptr, indices, data, x, y)
+assert np.array_equal(y, x * np.repeat([1.0, 2.0], 3)), y
+k = bsr._GENERATED[(3, "np.float64", False)]
+print(sum(k.stats.cache_hits.values()))
+"""
+
+
+def test_generated_bsr_kernels_are_cached_on_disk(tmp_path):
+    """The unrolled BSR kernels are generated per block size; their source is written
+    under MPSOLVE_CACHE_DIR so Numba's disk cache spares a second process the
+    compilation.  An unwritable folder falls back to compiling in memory."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MPSOLVE_CACHE_DIR=str(tmp_path / "cache"))
+    run = lambda: subprocess.run([sys.executable, "-c", _GEN_SCRIPT], env=env, check=True,
+                                 capture_output=True, text=True).stdout.split()[-1]
+    assert run() == "0"  # first process compiles
+    assert list((tmp_path / "cache").glob("kernels-*/bsr_b3_float64_ser.py"))
+    assert int(run()) >= 1  # second process loads the compiled kernel from disk
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    env["MPSOLVE_CACHE_DIR"] = str(blocker)
+    assert run() == "0"  # no cache folder possible: still correct

@@ -16,6 +16,10 @@ Memory traffic per product: ``nnzb * (b*b*sizeof(value) + 4)`` bytes of matrix
 plus the vectors -- the index overhead per value is ``4 / b^2`` bytes instead
 of CSR's 4, which is where BSR gains for ``b >= 2``.
 """
+import importlib.util
+import os
+import sys
+
 import numpy as np
 from numba import njit, prange
 
@@ -115,13 +119,51 @@ def _unrolled_source(b, acc, parallel):
     return "\n".join(L) + "\n"
 
 
+def _generated_dir():
+    """Folder for the generated kernels' source files (``MPSOLVE_CACHE_DIR``, else
+    ``~/.cache/mpsolve``): Numba caches compiled code only for functions that live in
+    a file, so each generated kernel is written once and imported from there."""
+    root = os.environ.get("MPSOLVE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "mpsolve")
+    return os.path.join(root, f"kernels-{_SOURCE_VERSION}")
+
+
+_SOURCE_VERSION = 1  # bump when _unrolled_source changes
+
+
+def _load_generated(name, source):
+    """The function ``kern`` of ``source``, imported from a file when one can be
+    written (disk cache across processes), else exec'd (compiled once per process)."""
+    try:
+        folder = _generated_dir()
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, name + ".py")
+        text = "import numpy as np\nfrom numba import prange\n\n\n" + source
+        if not os.path.exists(path) or open(path).read() != text:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)  # atomic: concurrent processes never see half a file
+        modname = f"mpsolve_generated_{name}"
+        spec = importlib.util.spec_from_file_location(modname, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module  # Numba's disk cache re-imports it by name
+        spec.loader.exec_module(module)
+        return module.kern, True
+    except OSError:
+        ns = {"np": np, "prange": prange}
+        exec(compile(source, f"<{name}>", "exec"), ns)
+        return ns["kern"], False
+
+
 def _unrolled(b, acc, parallel):
     key = (b, acc, parallel)
     k = _GENERATED.get(key)
     if k is None:
-        ns = {"np": np, "prange": prange}
-        exec(compile(_unrolled_source(b, acc, parallel), f"<bsr b={b} {acc}>", "exec"), ns)
-        k = _GENERATED[key] = njit(parallel=parallel, nogil=True)(ns["kern"])
+        name = f"bsr_b{b}_{acc.split('.')[-1]}_{'par' if parallel else 'ser'}"
+        fn, on_disk = _load_generated(name, _unrolled_source(b, acc, parallel))
+        k = _GENERATED[key] = njit(parallel=parallel, nogil=True, cache=on_disk)(fn)
     return k
 
 
