@@ -15,6 +15,7 @@ from numba import njit
 
 from mpsolve._demote import demote
 from mpsolve.kernels.cpu._config import JIT
+from mpsolve.kernels.eft import fma
 
 from ._local import rows_text
 from .base import Preconditioner
@@ -108,20 +109,116 @@ def ilu0_split(C):
 
 
 @njit(**JIT)
-def _ilu_solve(indptr, indices, data, diag, r, out):
-    n = out.size
-    # forward: L y = r (unit diagonal), y kept in out
+def _symmetric_pattern_values(indptr, indices, data, rtol):
+    """True when the pattern is symmetric and ``|a_ij - a_ji| <= rtol max(|a_ij|, |a_ji|)``
+    for every stored entry (rows sorted; binary search for the mirror entry)."""
+    n = indptr.size - 1
     for i in range(n):
-        acc = np.float64(r[i])
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            if j <= i:
+                continue
+            lo, hi = indptr[j], indptr[j + 1]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if indices[mid] < i:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo == indptr[j + 1] or indices[lo] != i:
+                return False
+            a, b = data[k], data[lo]
+            if abs(a - b) > rtol * max(abs(a), abs(b)):
+                return False
+    return True
+
+
+@njit(**JIT)
+def _split(indptr, indices, data, diag, symmetric, lval, lind, lptr, uval, uind, uptr, dinv):
+    """Lay the combined FP64 factors out for the solves.
+
+    ``L``: strict lower part, rows in order, columns ascending (the nearest column
+    last).  ``U' = D^{-1} U`` (unit upper, strict part): rows in *reverse* order so the
+    backward sweep streams forward through memory, columns descending (the nearest
+    column last again).  ``dinv = 1 / diag(U)``.  With ``symmetric`` the values of
+    ``U'`` are those of ``L^T`` (for symmetric ``A``, ``U = D L^T`` in exact arithmetic),
+    which makes the stored ``M = (L D L^T)^{-1}`` symmetric bit for bit.
+    """
+    n = indptr.size - 1
+    q = 0
+    for i in range(n):
+        lptr[i] = q
         for k in range(indptr[i], diag[i]):
-            acc -= np.float64(data[k]) * np.float64(out[indices[k]])
+            lval[q] = data[k]
+            lind[q] = indices[k]
+            q += 1
+        dinv[i] = 1.0 / data[diag[i]]
+    lptr[n] = q
+    q = 0
+    for p in range(n):
+        i = n - 1 - p
+        uptr[p] = q
+        d = data[diag[i]]
+        for k in range(indptr[i + 1] - 1, diag[i], -1):
+            j = indices[k]
+            if symmetric:
+                lo, hi = indptr[j], diag[j]  # l_ji sits in row j, left of its diagonal
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if indices[mid] < i:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                uval[q] = data[lo]
+            else:
+                uval[q] = data[k] / d
+            uind[q] = j
+            q += 1
+    uptr[n] = q
+
+
+@njit(**JIT)
+def _ilu_solve(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
+    """``out = (L D U')^{-1} r``: forward sweep with unit ``L``, backward with unit
+    ``U'`` scaled by ``dinv``; each row's sum in FP64.
+
+    Triangular solves are latency bound: row ``i`` waits for row ``i - 1``.  The
+    previous row's value is kept in an FP64 register and its term (stored last in the
+    row) subtracted last, so the chain between rows is one multiply-add instead of a
+    store, a reload and (for FP32 vectors) two conversions.
+    """
+    n = out.size
+    prev = 0.0
+    for i in range(n):
+        s, e = lptr[i], lptr[i + 1]
+        near = 0.0
+        if e > s and lind[e - 1] == i - 1:
+            e -= 1
+            near = np.float64(lval[e])
+        acc = np.float64(r[i])
+        for k in range(s, e):
+            acc -= np.float64(lval[k]) * np.float64(out[lind[k]])
+        acc = fma(-near, prev, acc)
         out[i] = acc
-    # backward: U x = y
-    for i in range(n - 1, -1, -1):
-        acc = np.float64(out[i])
-        for k in range(diag[i] + 1, indptr[i + 1]):
-            acc -= np.float64(data[k]) * np.float64(out[indices[k]])
-        out[i] = acc / np.float64(data[diag[i]])
+        prev = acc
+    prev = 0.0
+    for p in range(n):
+        i = n - 1 - p
+        s, e = uptr[p], uptr[p + 1]
+        near = 0.0
+        if e > s and uind[e - 1] == i + 1:
+            e -= 1
+            near = np.float64(uval[e])
+        acc = np.float64(out[i]) * np.float64(dinv[i])
+        for k in range(s, e):
+            acc -= np.float64(uval[k]) * np.float64(out[uind[k]])
+        acc = fma(-near, prev, acc)
+        out[i] = acc
+        prev = acc
+
+
+#: Relative tolerance of the symmetry check of ``ILU0(symmetric=None)``.
+SYMMETRY_RTOL = 1e-12
 
 
 class ILU0(Preconditioner):
@@ -133,12 +230,20 @@ class ILU0(Preconditioner):
         Storage precision of the factors (FP32 when set up on its own).  The
         factorization itself always runs in FP64; the triangular solves carry
         each row's sum in FP64 and round it to the dtype of ``out``.
+    symmetric : bool or None
+        ``True``: ``A`` is symmetric, store ``L`` and ``D`` only in effect
+        (``U = D L^T``, the IC(0) / LDL^T form) so ``M`` is symmetric bit for bit
+        and usable with CG (and PETSc's ``applyTranspose``).  ``False``: general
+        ILU(0).  ``None`` (default): symmetric when ``A``'s pattern is and its
+        values agree to ``SYMMETRY_RTOL`` (1e-12) relative.
 
     Attributes
     ----------
     nbytes : int
-        Bytes of the stored factors (values, indices, row pointers, diagonal
-        positions).
+        Bytes of the stored factors (values, indices, row pointers, inverse
+        diagonal).
+    symmetric : bool
+        After setup: whether the symmetric form was used.
 
     Raises
     ------
@@ -147,9 +252,11 @@ class ILU0(Preconditioner):
 
     Notes
     -----
-    The solves are sequential (a row depends on the rows before it): the cost
-    ISAI avoids by replacing them with SpMVs.  ``symmetric`` is False: ``L U``
-    is not symmetric even for SPD ``A``.
+    The solves are sequential (a row depends on the rows before it) -- the cost
+    ISAI avoids by replacing them with SpMVs -- and latency bound rather than
+    bandwidth bound; see ``_ilu_solve`` for how the chain between rows is kept
+    short.  Storage: ``L`` forward, ``D^{-1} U`` backward, ``1/diag(U)``, so
+    neither sweep divides.
 
     Examples
     --------
@@ -158,30 +265,67 @@ class ILU0(Preconditioner):
     >>> A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(5, 5)).tocsr()
     >>> M = ILU0(dtype="float64").setup(A)
     >>> x = M.matvec(A @ np.ones(5))      # ILU(0) is exact on a tridiagonal matrix
-    >>> bool(np.allclose(x, 1.0))
-    True
+    >>> bool(np.allclose(x, 1.0)), M.symmetric
+    (True, True)
     """
 
     name = "ilu0"
     symmetric = False
 
+    def __init__(self, dtype=None, symmetric=None):
+        super().__init__(dtype)
+        if symmetric not in (None, True, False):
+            raise ValueError(f"symmetric={symmetric!r}: use True, False or None (detect)")
+        self._symmetric_request = symmetric
+
     def _setup(self, A, dtype):
         indptr, indices, data, diag = ilu0_factor(A)
-        self.indptr = indptr.astype(np.int32)
-        self.indices = indices.astype(np.int32)
-        self.diag = diag.astype(np.int32)
-        self.data = demote(data, dtype, "ILU(0) factors")
+        sym = self._symmetric_request
+        if sym is None:
+            sym = bool(_symmetric_pattern_values(A.indptr, A.indices, A.data, SYMMETRY_RTOL))
+        elif sym and not _symmetric_pattern_values(A.indptr, A.indices, A.data, 1e-8):
+            raise ValueError("ILU0(symmetric=True): A is not symmetric (pattern or values "
+                             "differ by more than 1e-8 relative); use symmetric=False or None")
+        n = A.shape[0]
+        nl = int(np.sum(diag - indptr[:-1]))
+        nu = indices.size - n - nl
+        lptr = np.empty(n + 1, np.int64)
+        uptr = np.empty(n + 1, np.int64)
+        lind = np.empty(nl, np.int32)
+        uind = np.empty(nu, np.int32)
+        lval = np.empty(nl, np.float64)
+        uval = np.empty(nu, np.float64)
+        dinv = np.empty(n, np.float64)
+        _split(indptr, indices, data, diag, sym, lval, lind, lptr, uval, uind, uptr, dinv)
+        self.symmetric = sym
+        self.lptr, self.lind = lptr.astype(np.int32), lind
+        self.uptr, self.uind = uptr.astype(np.int32), uind
+        self.lval = demote(lval, dtype, "ILU(0) factor L")
+        self.uval = demote(uval, dtype, "ILU(0) factor D^-1 U")
+        self.dinv = demote(dinv, dtype, "ILU(0) inverse pivots")
 
     def apply(self, r, out):
-        _ilu_solve(self.indptr, self.indices, self.data, self.diag, r, out)  # out = U^-1 L^-1 r
+        _ilu_solve(self.lptr, self.lind, self.lval, self.uptr, self.uind, self.uval,
+                   self.dinv, r, out)  # out = U^-1 L^-1 r
 
     def factors(self):
-        """``(L, U)`` as SciPy CSR FP64 matrices from the stored values."""
+        """``(L, U)`` as SciPy CSR FP64 matrices from the stored values (``L`` with its
+        unit diagonal, ``U = D U'`` with ``D = 1 / dinv``)."""
         self._check_ready()
-        return split_factors(self.indptr, self.indices, self.data, self.shape[0])
+        n = self.shape[0]
+        L = sp.csr_matrix((self.lval.astype(np.float64), self.lind, self.lptr), shape=(n, n))
+        L = (L + sp.eye(n, format="csr")).tocsr()
+        d = 1.0 / self.dinv.astype(np.float64)
+        rows = (n - 1 - np.repeat(np.arange(n), np.diff(self.uptr))).astype(np.int64)
+        Up = sp.csr_matrix((self.uval.astype(np.float64), (rows, self.uind)), shape=(n, n))
+        U = (sp.diags(d) @ (Up + sp.eye(n, format="csr"))).tocsr()
+        L.sort_indices()
+        U.sort_indices()
+        return L, U
 
     @property
     def nbytes(self):
         if not self.is_setup:
             return 0
-        return int(self.data.nbytes + self.indices.nbytes + self.indptr.nbytes + self.diag.nbytes)
+        return int(sum(a.nbytes for a in (self.lptr, self.lind, self.lval, self.uptr,
+                                          self.uind, self.uval, self.dinv)))

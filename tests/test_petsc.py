@@ -107,6 +107,37 @@ def test_ksp_with_mpsolve_pc_matches_mpsolve(name, ksp_type, method, make, table
     assert abs(its - res.iterations) <= max(5, 0.35 * max(its, res.iterations))
 
 
+ILU_CASES = [("bcsstk16", "cg", "cg"), ("nos3", "cg", "cg"), ("sherman3", "gmres", "gmres"),
+             ("convdiff2d:40", "bcgs", "bicgstab")]
+
+
+@pytest.mark.parametrize("name,ksp_type,method", ILU_CASES, ids=[c[0] for c in ILU_CASES])
+def test_ilu0_matches_petsc_ilu(name, ksp_type, method, table):
+    """mpsolve's ILU(0) (FP64 factors, and FP32) is PETSc's ILU(0): the same Krylov
+    method takes the same number of iterations with either, to the same true residual."""
+    from mpsolve.precond import ILU0
+
+    A = _matrix(name)
+    b = A @ np.ones(A.shape[0])
+    ksp, P = _ksp(A, ksp_type, pc_type="ilu")
+    if ksp_type == "gmres":
+        ksp.setGMRESRestart(30)
+    x, its, reason = _solve(ksp, P, b)
+    assert reason > 0
+    kw = dict(restart=30, side="right") if method == "gmres" else {}
+    res64 = mpsolve.solve(A, b, method=method, precond=ILU0(dtype="float64"), rtol=RTOL,
+                          maxiter=3000, **kw)
+    res32 = mpsolve.solve(A, b, method=method, precond=ILU0(dtype="float32"), rtol=RTOL,
+                          maxiter=3000, **kw)
+    table("ILU(0): PETSc's vs mpsolve's (FP64 and FP32 factors), true residual 1e-8",
+          ["matrix", "method", "PETSc its", "mpsolve FP64 its", "mpsolve FP32 its"]
+          ).append([name, method, its, res64.iterations, res32.iterations])
+    assert res64.converged and res32.converged
+    slack = 1 if method == "cg" else 2 + 0.1 * its  # BiCGSTAB/GMRES: rounding moves a step
+    assert abs(res64.iterations - its) <= slack
+    assert abs(res32.iterations - its) <= slack + 0.1 * its
+
+
 def test_setup_runs_once_for_the_same_operator_and_again_when_it_changes():
     A = _matrix("convdiff2d:40")
     b = A @ np.ones(A.shape[0])

@@ -461,6 +461,78 @@ def test_ilu0_exact_on_tridiagonal():
     assert not M.symmetric and M.nbytes > 0
 
 
+def _ilu_reference_solve(M, r):
+    """``(L U)^{-1} r`` by SciPy's triangular solves on the stored factors."""
+    L, U = M.factors()
+    y = spla.spsolve_triangular(L, r.astype(np.float64), lower=True)
+    return spla.spsolve_triangular(U, y, lower=False)
+
+
+@pytest.mark.parametrize("store", ["float32", "float64"])
+@pytest.mark.parametrize("vec", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["nonsym", "spd", "stencil"])
+def test_ilu0_solve_kernel_vs_scipy_triangular_solves(store, vec, kind):
+    """The sweeps (nearest-column term kept in a register, D^-1 U stored reversed) give
+    the triangular solves of the stored factors: random patterns (nearest column often
+    not i-1) and a stencil (always i-1)."""
+    if kind == "nonsym":
+        A = random_nonsym(60, 0.1, 21)
+    elif kind == "spd":
+        A = random_spd(60, 0.1, 22)
+    else:
+        from mpsolve.matrices import convection_diffusion2d
+        A = convection_diffusion2d(9, peclet=5)
+    M = ILU0(dtype=store).setup(A)
+    r = np.random.default_rng(3).standard_normal(A.shape[0]).astype(vec)
+    out = np.empty(A.shape[0], vec)
+    M.apply(r, out)
+    ref = _ilu_reference_solve(M, r)
+    tol = 1e-13 if vec == np.float64 else 4 * EPS32
+    assert np.linalg.norm(out - ref) <= tol * np.linalg.norm(ref) * 10
+
+
+def test_ilu0_symmetric_form():
+    """On SPD A the symmetric form stores U = D L^T exactly (M symmetric bit for bit),
+    equals general ILU(0) to rounding, and is detected; symmetric=True on a
+    nonsymmetric A is refused."""
+    A = random_spd(50, 0.15, 23)
+    Ms = ILU0(dtype="float32").setup(A)
+    assert Ms.symmetric
+    L, U = Ms.factors()
+    D = sp.diags(1.0 / Ms.dinv.astype(np.float64))
+    assert abs(U - D @ L.T).max() <= 1e-15 * abs(U).max()
+    Mg = ILU0(dtype="float64", symmetric=False).setup(A)
+    assert not Mg.symmetric
+    Ms64 = ILU0(dtype="float64", symmetric=True).setup(A)
+    E = np.eye(50)
+    Dg = np.column_stack([Mg.matvec(c) for c in E])
+    Ds = np.column_stack([Ms64.matvec(c) for c in E])
+    np.testing.assert_allclose(Ds, Dg, rtol=1e-10, atol=1e-12 * abs(Dg).max())
+    np.testing.assert_allclose(Ds, Ds.T, rtol=1e-12, atol=1e-13 * abs(Ds).max())
+    assert np.all(np.linalg.eigvalsh((Ds + Ds.T) / 2) > 0)
+    with pytest.raises(ValueError, match="symmetric=True"):
+        ILU0(symmetric=True).setup(random_nonsym(30, 0.1, 24))
+    with pytest.raises(ValueError, match="symmetric="):
+        ILU0(symmetric="yes")
+
+
+def test_ilu0_cg_spd_collection():
+    """CG with the symmetric ILU(0) stored in FP32 converges on SPD matrices where
+    ILU(0) exists, to the FP64 true residual, in the iterations of the FP64 factors."""
+    import mpsolve
+    from conftest import load_collection_matrix
+
+    if not COLLECTION.exists():
+        pytest.skip("no test collection")
+    for name in ("nos4", "gr_30_30", "bcsstk16"):
+        A = load_collection_matrix(name)
+        b = A @ np.ones(A.shape[0])
+        r32 = mpsolve.solve(A, b, method="cg", precond=ILU0(dtype="float32"), rtol=1e-10)
+        r64 = mpsolve.solve(A, b, method="cg", precond=ILU0(dtype="float64"), rtol=1e-10)
+        assert r32.converged and r64.converged and r32.true_residual <= 1e-10
+        assert abs(r32.iterations - r64.iterations) <= 1 + 0.05 * r64.iterations
+
+
 def test_ilu0_zero_pivot_names_the_row():
     A = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 2.0]]))
     with pytest.raises(ZeroPivotError, match="row 1"):
