@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 __all__ = ["PrecisionRangeError", "demote", "row_scale"]
 
@@ -34,6 +35,10 @@ def demote(values: np.ndarray, dtype, what: str, scale=None) -> np.ndarray:
     if dtype.itemsize >= values.dtype.itemsize:
         return values.astype(dtype)
     fi = np.finfo(dtype)
+    big_at, tiny_at = _range_scan(values.reshape(-1), float(fi.max),
+                                  float(fi.smallest_subnormal) / 2)
+    if not (big_at or tiny_at):  # the common case: one pass, then the cast
+        return values.astype(dtype)
     a = np.abs(values)
     big = a > float(fi.max)
     if big.any():
@@ -55,6 +60,20 @@ def demote(values: np.ndarray, dtype, what: str, scale=None) -> np.ndarray:
             f"(precision='double' or 'eft')"
         )
     return values.astype(dtype)
+
+
+@njit(cache=True, nogil=True)
+def _range_scan(v, big, tiny):
+    """``(any |v| > big, any 0 < |v| < tiny)`` in one pass (NaN counts as neither)."""
+    has_big = False
+    has_tiny = False
+    for i in range(v.size):
+        a = abs(v[i])
+        if a > big:
+            has_big = True
+        elif a < tiny and a > 0.0:
+            has_tiny = True
+    return has_big, has_tiny
 
 
 def row_scale(indptr, values):

@@ -29,29 +29,47 @@ class ZeroPivotError(ValueError):
 
 @njit(**JIT)
 def _ilu0_ikj(n, indptr, indices, data, diag):
-    # Saad Alg. 10.4: for i = 1..n-1: for k < i in row i: a_ik /= a_kk;
-    #   for j > k in row k and in pattern(row i): a_ij -= a_ik a_kj.
-    # Returns -1 on success, else the first row with a zero/missing pivot.
-    iw = np.full(n, -1, dtype=np.int64)
+    # Saad Alg. 10.4 (IKJ) with a dense work row, as PETSc's numeric factorization:
+    # scatter row i into w, for each k < i in its pattern (ascending): l_ik = w_k / u_kk,
+    # w_j -= l_ik u_kj over the strict upper part of row k -- without testing whether j
+    # is in row i's pattern: updates outside it land in w and are never gathered (each
+    # row overwrites w on its own pattern first) -- then gather w back.  Branch-free
+    # inner loop.  Returns -1 on success, else the first row with a bad pivot.
+    w = np.zeros(n, dtype=np.float64)
+    inv = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        s, e = indptr[i], indptr[i + 1]
+        for k in range(s, e):
+            w[indices[k]] = data[k]
+        for kk in range(s, e):
+            k = indices[kk]
+            if k >= i:
+                break
+            lik = w[k] * inv[k]
+            w[k] = lik
+            for jj in range(diag[k] + 1, indptr[k + 1]):
+                w[indices[jj]] -= lik * data[jj]
+        for k in range(s, e):
+            data[k] = w[indices[k]]
+        if diag[i] < 0:
+            return i
+        piv = data[diag[i]]
+        if piv == 0.0 or not np.isfinite(piv):
+            return i
+        inv[i] = 1.0 / piv
+    return -1
+
+
+@njit(**JIT)
+def _diag_positions(indptr, indices):
+    n = indptr.size - 1
+    diag = np.full(n, -1, dtype=np.int64)
     for i in range(n):
         for k in range(indptr[i], indptr[i + 1]):
-            iw[indices[k]] = k
-        for kk in range(indptr[i], indptr[i + 1]):
-            j = indices[kk]
-            if j >= i:
+            if indices[k] == i:
+                diag[i] = k
                 break
-            piv = data[diag[j]]
-            lij = data[kk] / piv
-            data[kk] = lij
-            for jj in range(diag[j] + 1, indptr[j + 1]):
-                p = iw[indices[jj]]
-                if p >= 0:
-                    data[p] -= lij * data[jj]
-        for k in range(indptr[i], indptr[i + 1]):
-            iw[indices[k]] = -1
-        if diag[i] < 0 or data[diag[i]] == 0.0 or not np.isfinite(data[diag[i]]):
-            return i
-    return -1
+    return diag
 
 
 def ilu0_factor(C):
@@ -59,7 +77,8 @@ def ilu0_factor(C):
 
     Returns ``(indptr, indices, data, diag)``: the combined factors in the
     pattern of ``C`` (strictly lower part = ``L`` without its unit diagonal,
-    upper part = ``U``) and the position of each diagonal entry.
+    upper part = ``U``) and the position of each diagonal entry.  ``indptr`` and
+    ``indices`` are ``C``'s own arrays (not copied, never written).
 
     Raises
     ------
@@ -67,13 +86,9 @@ def ilu0_factor(C):
         If a pivot ``u_ii`` is zero, not finite, or structurally missing.
     """
     n = C.shape[0]
-    indptr = C.indptr.astype(np.int64)
-    indices = C.indices.astype(np.int64)
+    indptr, indices = C.indptr, C.indices
     data = C.data.astype(np.float64)  # a copy: the user's matrix is never touched
-    rows = np.repeat(np.arange(n), np.diff(indptr))
-    diag = np.full(n, -1, dtype=np.int64)
-    on = np.flatnonzero(indices == rows)
-    diag[rows[on]] = on
+    diag = _diag_positions(indptr, indices)
     bad = _ilu0_ikj(n, indptr, indices, data, diag)
     if bad >= 0:
         missing = np.flatnonzero(diag < 0)
@@ -109,32 +124,31 @@ def ilu0_split(C):
 
 
 @njit(**JIT)
-def _symmetric_pattern_values(indptr, indices, data, rtol):
+def _symmetric_mirror(indptr, indices, data, rtol, mirror):
     """True when the pattern is symmetric and ``|a_ij - a_ji| <= rtol max(|a_ij|, |a_ji|)``
-    for every stored entry (rows sorted; binary search for the mirror entry)."""
+    for every stored entry; then ``mirror[k]`` is the position of entry ``k``'s
+    transpose.  One pass with a cursor per row (sorted rows): walking the rows in
+    order visits the entries of column ``j`` by ascending row, which for a symmetric
+    pattern are the entries of row ``j`` in order."""
     n = indptr.size - 1
+    cursor = indptr[:-1].copy()
     for i in range(n):
         for k in range(indptr[i], indptr[i + 1]):
             j = indices[k]
-            if j <= i:
-                continue
-            lo, hi = indptr[j], indptr[j + 1]
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if indices[mid] < i:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            if lo == indptr[j + 1] or indices[lo] != i:
+            m = cursor[j]
+            if m >= indptr[j + 1] or indices[m] != i:
                 return False
-            a, b = data[k], data[lo]
+            cursor[j] = m + 1
+            a, b = data[k], data[m]
             if abs(a - b) > rtol * max(abs(a), abs(b)):
                 return False
+            mirror[k] = m
     return True
 
 
 @njit(**JIT)
-def _split(indptr, indices, data, diag, symmetric, lval, lind, lptr, uval, uind, uptr, dinv):
+def _split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lptr, uval, uind, uptr,
+           dinv):
     """Lay the combined FP64 factors out for the solves.
 
     ``L``: strict lower part, rows in order, columns ascending (the nearest column
@@ -162,14 +176,7 @@ def _split(indptr, indices, data, diag, symmetric, lval, lind, lptr, uval, uind,
         for k in range(indptr[i + 1] - 1, diag[i], -1):
             j = indices[k]
             if symmetric:
-                lo, hi = indptr[j], diag[j]  # l_ji sits in row j, left of its diagonal
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if indices[mid] < i:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                uval[q] = data[lo]
+                uval[q] = data[mirror[k]]  # l_ji
             else:
                 uval[q] = data[k] / d
             uind[q] = j
@@ -281,9 +288,11 @@ class ILU0(Preconditioner):
     def _setup(self, A, dtype):
         indptr, indices, data, diag = ilu0_factor(A)
         sym = self._symmetric_request
+        mirror = np.empty(indices.size if sym is not False else 0,
+                          np.int32 if indices.size < 2**31 else np.int64)
         if sym is None:
-            sym = bool(_symmetric_pattern_values(A.indptr, A.indices, A.data, SYMMETRY_RTOL))
-        elif sym and not _symmetric_pattern_values(A.indptr, A.indices, A.data, 1e-8):
+            sym = bool(_symmetric_mirror(A.indptr, A.indices, A.data, SYMMETRY_RTOL, mirror))
+        elif sym and not _symmetric_mirror(A.indptr, A.indices, A.data, 1e-8, mirror):
             raise ValueError("ILU0(symmetric=True): A is not symmetric (pattern or values "
                              "differ by more than 1e-8 relative); use symmetric=False or None")
         n = A.shape[0]
@@ -296,7 +305,7 @@ class ILU0(Preconditioner):
         lval = np.empty(nl, np.float64)
         uval = np.empty(nu, np.float64)
         dinv = np.empty(n, np.float64)
-        _split(indptr, indices, data, diag, sym, lval, lind, lptr, uval, uind, uptr, dinv)
+        _split(indptr, indices, data, diag, sym, mirror, lval, lind, lptr, uval, uind, uptr, dinv)
         self.symmetric = sym
         self.lptr, self.lind = lptr.astype(np.int32), lind
         self.uptr, self.uind = uptr.astype(np.int32), uind

@@ -45,10 +45,45 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 __all__ = ["gmres_body", "SIDES"]
 
 SIDES = ("left", "right")
+
+
+# The small (restart x restart) least-squares problem lives on the host in FP64 whatever
+# the device of the vectors; its per-step bookkeeping is compiled because in Python it
+# costs more than an SpMV on a small matrix.
+@njit(cache=True)
+def _rotate(H, cs, sn, g, j):
+    """Apply the previous Givens rotations to column ``j`` of ``H``, make the one that
+    zeroes ``H[j + 1, j]``, update ``g``; return the new residual estimate ``|g[j+1]|``."""
+    for i in range(j):
+        hi, hi1 = H[i, j], H[i + 1, j]
+        H[i, j] = cs[i] * hi + sn[i] * hi1
+        H[i + 1, j] = -sn[i] * hi + cs[i] * hi1
+    den = math.hypot(H[j, j], H[j + 1, j])
+    if den == 0.0:
+        cs[j], sn[j] = 1.0, 0.0
+    else:
+        cs[j], sn[j] = H[j, j] / den, H[j + 1, j] / den
+    H[j, j] = den
+    H[j + 1, j] = 0.0
+    g[j + 1] = -sn[j] * g[j]
+    g[j] = cs[j] * g[j]
+    return abs(g[j + 1])
+
+
+@njit(cache=True)
+def _back_substitute(H, g, k, y):
+    """``y[:k] = R^{-1} g[:k]`` for the upper triangular ``R = H[:k, :k]`` (a zero
+    diagonal entry gives a zero component)."""
+    for i in range(k - 1, -1, -1):
+        acc = g[i]
+        for l in range(i + 1, k):
+            acc -= H[i, l] * y[l]
+        y[i] = acc / H[i, i] if H[i, i] != 0.0 else 0.0
 
 
 def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_type="x",
@@ -134,22 +169,8 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             H[j + 1, j] = wnorm
             if not math.isfinite(wnorm):
                 return cycle, inner, -14
-            # apply the previous rotations to column j, then a new one
-            for i in range(j):
-                hi, hi1 = H[i, j], H[i + 1, j]
-                H[i, j] = cs[i] * hi + sn[i] * hi1
-                H[i + 1, j] = -sn[i] * hi + cs[i] * hi1
-            den = math.hypot(H[j, j], H[j + 1, j])
-            if den == 0.0:
-                cs[j], sn[j] = 1.0, 0.0
-            else:
-                cs[j], sn[j] = H[j, j] / den, H[j + 1, j] / den
-            H[j, j] = den
-            H[j + 1, j] = 0.0
-            g[j + 1] = -sn[j] * g[j]
-            g[j] = cs[j] * g[j]
+            est = _rotate(H, cs, sn, g, j)      # Givens: H[:, j] -> R, g updated
             inner += 1
-            est = abs(g[j + 1])                 # minimised residual after step j
             hist.append(est * ratio)
             if callback is not None and callback_type in ("pr_norm", "legacy"):
                 callback(est / bnrm)
@@ -161,11 +182,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             if est <= target or inner == max_inner:
                 break
         k = j_end
-        # y = H[:k, :k]^-1 g[:k] (upper triangular, back substitution in FP64)
-        for i in range(k - 1, -1, -1):
-            hii = H[i, i]
-            acc = g[i] - float(np.dot(H[i, i + 1:k], y[i + 1:k]))
-            y[i] = acc / hii if hii != 0.0 else 0.0
+        _back_substitute(H, g, k, y)            # y = R[:k, :k]^-1 g[:k], FP64
         if right:
             ops.lincomb(Z, y, k, u)             # u = Z_k y  (= M V_k y for an exact M)
         else:
