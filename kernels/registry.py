@@ -22,16 +22,34 @@ from typing import Callable, Dict, Iterable, Tuple
 
 import numpy as np
 
-__all__ = ["register", "lookup", "available", "dtype_key"]
+__all__ = ["register", "lookup", "available", "dtype_key", "dtype_name"]
 
 Key = Tuple[str, str, Tuple[str, ...], str]
 _REGISTRY: Dict[Key, Callable] = {}
 _LOADED: set = set()
+_MEMO: Dict[tuple, Callable] = {}
+
+
+_NAMES: Dict[object, str] = {}
+
+
+def dtype_name(d) -> str:
+    """``np.dtype(d).name``, memoised: ``dtype.name`` is computed in Python on every
+    access (several microseconds), and a solve asks a few dozen times."""
+    try:
+        return _NAMES[d]
+    except (KeyError, TypeError):  # TypeError: an unhashable dtype-like
+        name = np.dtype(d).name
+        try:
+            _NAMES[d] = name
+        except TypeError:
+            pass
+        return name
 
 
 def dtype_key(*dtypes) -> Tuple[str, ...]:
     """Normalise dtype-likes to a tuple of NumPy dtype names."""
-    return tuple(np.dtype(d).name for d in dtypes)
+    return tuple(dtype_name(d) for d in dtypes)
 
 
 def register(device: str, op: str, dtypes: Iterable[Tuple], mode: str = "") -> Callable:
@@ -41,6 +59,7 @@ def register(device: str, op: str, dtypes: Iterable[Tuple], mode: str = "") -> C
         for dt in dtypes:
             key = (device, op, dtype_key(*dt), mode)
             _REGISTRY[key] = func
+        _MEMO.clear()  # a (re-)registration must be seen by later lookups
         return func
 
     return deco
@@ -67,10 +86,14 @@ def lookup(device: str, op: str, dtypes: Tuple = (), mode: str = "") -> Callable
         If no kernel is registered for that combination; the message lists the
         registered ``(dtypes, mode)`` variants of ``op`` on ``device``.
     """
+    try:  # memo on the raw arguments (dtype objects hash): a solve does dozens of lookups
+        return _MEMO[(device, op, dtypes, mode)]
+    except (KeyError, TypeError):
+        pass
     _ensure_loaded(device)
     key = (device, op, dtype_key(*dtypes), mode)
     try:
-        return _REGISTRY[key]
+        func = _REGISTRY[key]
     except KeyError:
         have = sorted(
             f"{k[2]} mode={k[3]!r}" for k in _REGISTRY if k[0] == device and k[1] == op
@@ -79,6 +102,11 @@ def lookup(device: str, op: str, dtypes: Tuple = (), mode: str = "") -> Callable
             f"no {device} kernel for op={op!r}, dtypes={key[2]}, mode={mode!r}; "
             f"registered: {have or 'none'}"
         ) from None
+    try:
+        _MEMO[(device, op, dtypes, mode)] = func
+    except TypeError:  # unhashable dtype-likes: not memoised
+        pass
+    return func
 
 
 def available(device: str | None = None) -> list:

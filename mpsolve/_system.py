@@ -26,6 +26,7 @@ import scipy.sparse.linalg as spla
 
 from .backend import array_module
 from .kernels import lookup
+from .kernels.registry import dtype_name
 from .operator import CallableOperator, SparseOperator, canonical_csr
 from .precision import Precision
 
@@ -207,7 +208,7 @@ def _is_mpsolve_precond(M):
 # ------------------------------------------------------------------ system
 def make_ops(device: str, dtype, dot_mode: str) -> SimpleNamespace:
     """The vector primitives for one solve, looked up once (house rule 5)."""
-    dt = (np.dtype(dtype).name,)
+    dt = (dtype_name(dtype),)
     ops = SimpleNamespace(dtype=np.dtype(dtype), device=device, dot_mode=dot_mode)
     ops.dot = lookup(device, "dot", dt, dot_mode)
     ops.nrm2 = lookup(device, "nrm2", dt, dot_mode)

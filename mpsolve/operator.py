@@ -13,6 +13,7 @@ import scipy.sparse as sp
 
 from ._demote import demote, row_scale
 from .kernels import lookup
+from .kernels.registry import dtype_name
 from .kernels.cpu.spmv import partition_rows
 
 __all__ = ["SparseOperator", "CallableOperator", "canonical_csr"]
@@ -67,7 +68,7 @@ class SparseOperator:
         self.indices = A.indices
         self.data = self._demote(A, dtype, what)
         self.dtype = self.data.dtype
-        self.accumulate = np.dtype(accumulate).name
+        self.accumulate = dtype_name(accumulate)
         self._mode = "acc64" if self.accumulate == "float64" else "acc32"
         self.parts = partition_rows(self.indptr)
         self._bound = {}
@@ -93,7 +94,7 @@ class SparseOperator:
 
     def bind(self, x_dtype, y_dtype):
         """Kernel ``f(x, y)`` computing ``y <- A x`` for these vector dtypes."""
-        key = (np.dtype(x_dtype).name, np.dtype(y_dtype).name)
+        key = (dtype_name(x_dtype), dtype_name(y_dtype))
         f = self._bound.get(key)
         if f is None:
             kern = lookup(self.device, "spmv", (self.dtype, key[0], key[1]), self._mode)
@@ -107,7 +108,7 @@ class SparseOperator:
 
     def bind_residual(self, dtype):
         """Kernel ``f(x, b, r)`` computing ``r <- b - A x`` (FP64 row sums)."""
-        dt = np.dtype(dtype).name
+        dt = dtype_name(dtype)
         kern = lookup(self.device, "residual", (self.dtype, dt, dt, dt), "acc64")
         parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg as spla
 
+from mpsolve.kernels.registry import dtype_name
+
 __all__ = ["Preconditioner"]
 
 
@@ -43,7 +45,7 @@ class Preconditioner:
     name = "preconditioner"
 
     def __init__(self, dtype=None):
-        self._dtype_request = None if dtype is None else np.dtype(dtype).name
+        self._dtype_request = None if dtype is None else dtype_name(dtype)
         if self._dtype_request not in (None, "float32", "float64"):
             raise ValueError(f"dtype={dtype!r}: use 'float32' or 'float64'")
         self.shape = None
@@ -70,7 +72,7 @@ class Preconditioner:
 
         A = check_matrix(A, "A")
         C = canonical_csr(A)
-        want = self._dtype_request or (None if dtype is None else np.dtype(dtype).name) or "float32"
+        want = self._dtype_request or (None if dtype is None else dtype_name(dtype)) or "float32"
         t0 = time.perf_counter()
         self._setup(C, np.dtype(want))
         self.setup_time = time.perf_counter() - t0

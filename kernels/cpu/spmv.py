@@ -43,6 +43,8 @@ def partition_rows(indptr, nparts=None):
         work_total = int(indptr[-1]) + n
         nparts = 4 * get_num_threads() if work_total >= PARALLEL_MIN_WORK else 1
     nparts = max(1, min(nparts, n))
+    if nparts == 1:
+        return np.array([0, n], dtype=np.int64)
     # work of a prefix of rows: nonzeros plus one unit per row (the store of y[i])
     work = indptr.astype(np.int64) + np.arange(n + 1, dtype=np.int64)
     targets = np.linspace(0, work[-1], nparts + 1)
