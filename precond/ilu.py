@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from mpsolve._demote import demote
-from mpsolve.kernels.cpu._config import JIT
+from mpsolve.kernels.cpu._config import JIT, NATIVE_REDUCTION_MATH
 from mpsolve.kernels.eft import fma
 
 from ._local import rows_text
@@ -184,7 +184,7 @@ def _split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lptr, uva
     uptr[n] = q
 
 
-@njit(**JIT)
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _ilu_solve(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
     """``out = (L D U')^{-1} r``: forward sweep with unit ``L``, backward with unit
     ``U'`` scaled by ``dinv``; each row's sum in FP64.

@@ -23,7 +23,7 @@ bytes of matrix plus the vectors, so FP32 values move ~2/3 of FP64's bytes
 import numpy as np
 from numba import njit, prange, get_num_threads
 
-from ._config import JIT, PARALLEL_MIN
+from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN
 
 #: Below this many ``nnz + rows`` the SpMV runs serially.
 PARALLEL_MIN_WORK = 4 * PARALLEL_MIN
@@ -82,24 +82,24 @@ def _rows_residual(lo, hi, indptr, indices, data, x, b, r):
 
 # Parallel drivers: one row partition per task.  A single partition runs serially
 # (no parallel region is opened): see ``partition_rows``.
-@njit(parallel=True, **JIT)
+@njit(parallel=True, fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _csr_acc64_par(parts, indptr, indices, data, x, y):
     for t in prange(parts.size - 1):
         _rows_acc64(parts[t], parts[t + 1], indptr, indices, data, x, y)
 
 
-@njit(**JIT)
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _csr_acc64_ser(parts, indptr, indices, data, x, y):
     _rows_acc64(0, indptr.size - 1, indptr, indices, data, x, y)
 
 
-@njit(parallel=True, **JIT)
+@njit(parallel=True, fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _csr_acc32_par(parts, indptr, indices, data, x, y):
     for t in prange(parts.size - 1):
         _rows_acc32(parts[t], parts[t + 1], indptr, indices, data, x, y)
 
 
-@njit(**JIT)
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _csr_acc32_ser(parts, indptr, indices, data, x, y):
     _rows_acc32(0, indptr.size - 1, indptr, indices, data, x, y)
 
