@@ -88,7 +88,7 @@ def test_bench_quick_writes_json_markdown_and_plots(tmp_path):
     assert all(r["converged"] for r in runs)
     assert {r["solver"] for r in runs} == {"mpsolve", "scipy"}
     md = (out / "results.md").read_text()
-    assert "| poisson2d:20 |" in md and "geometric-mean speedup" in md
+    assert "| poisson2d:20 |" in md and "geometric-mean speed-up" in md
     assert (out / "profile.png").stat().st_size > 1000
     assert any(f.name.startswith("convergence_") for f in out.iterdir())
 
