@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
+from numba import get_num_threads, njit, prange
 
 from mpsolve._demote import demote
 from mpsolve.kernels.cpu._config import JIT, NATIVE_REDUCTION_MATH
+from mpsolve.kernels.cpu.spmv import partition_rows
 from mpsolve.kernels.eft import fma
 
 from ._local import rows_text
@@ -184,19 +185,20 @@ def _split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lptr, uva
     uptr[n] = q
 
 
-@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
-def _ilu_solve(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
-    """``out = (L D U')^{-1} r``: forward sweep with unit ``L``, backward with unit
-    ``U'`` scaled by ``dinv``; each row's sum in FP64.
+@njit(inline="always", **JIT)
+def _sweeps(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, r, out):
+    """``out[lo:hi] = (L D U')^{-1} r[lo:hi]`` for one diagonal block (rows ``lo..hi-1``,
+    no entries outside it): forward sweep with unit ``L``, backward with unit ``U'``
+    scaled by ``dinv``; each row's sum in FP64.
 
     Triangular solves are latency bound: row ``i`` waits for row ``i - 1``.  The
     previous row's value is kept in an FP64 register and its term (stored last in the
-    row) subtracted last, so the chain between rows is one multiply-add instead of a
-    store, a reload and (for FP32 vectors) two conversions.
+    row) subtracted last with one FMA, so the chain between rows is one multiply-add
+    instead of a store, a reload and (for FP32 vectors) two conversions.
     """
     n = out.size
     prev = 0.0
-    for i in range(n):
+    for i in range(lo, hi):
         s, e = lptr[i], lptr[i + 1]
         near = 0.0
         if e > s and lind[e - 1] == i - 1:
@@ -209,7 +211,7 @@ def _ilu_solve(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
         out[i] = acc
         prev = acc
     prev = 0.0
-    for p in range(n):
+    for p in range(n - hi, n - lo):
         i = n - 1 - p
         s, e = uptr[p], uptr[p + 1]
         near = 0.0
@@ -222,6 +224,51 @@ def _ilu_solve(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
         acc = fma(-near, prev, acc)
         out[i] = acc
         prev = acc
+
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _ilu_solve(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
+    """Both sweeps over all rows (one block)."""
+    _sweeps(0, out.size, lptr, lind, lval, uptr, uind, uval, dinv, r, out)
+
+
+@njit(parallel=True, fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _ilu_solve_blocks(bounds, lptr, lind, lval, uptr, uind, uval, dinv, r, out):
+    """The sweeps of independent diagonal blocks, one task per block."""
+    for t in prange(bounds.size - 1):
+        _sweeps(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv, r, out)
+
+
+@njit(**JIT)
+def _drop_coupling(indptr, indices, data, bounds):
+    """The block-diagonal part of a CSR matrix: entries whose column lies in their
+    row's block (``bounds``), in order."""
+    n = indptr.size - 1
+    block = np.empty(n, np.int64)
+    for t in range(bounds.size - 1):
+        block[bounds[t]:bounds[t + 1]] = t
+    ip = np.empty(n + 1, np.int64)
+    keep = 0
+    for i in range(n):
+        ip[i] = keep
+        for k in range(indptr[i], indptr[i + 1]):
+            if block[indices[k]] == block[i]:
+                keep += 1
+    ip[n] = keep
+    ix = np.empty(keep, indices.dtype)
+    dv = np.empty(keep, data.dtype)
+    q = 0
+    for i in range(n):
+        for k in range(indptr[i], indptr[i + 1]):
+            if block[indices[k]] == block[i]:
+                ix[q] = indices[k]
+                dv[q] = data[k]
+                q += 1
+    return ip, ix, dv
+
+
+#: Fewest rows per block when ``ILU0(blocks="threads")`` splits a matrix for the threads.
+MIN_BLOCK_ROWS = 50_000
 
 
 #: Relative tolerance of the symmetry check of ``ILU0(symmetric=None)``.
@@ -237,6 +284,16 @@ class ILU0(Preconditioner):
         Storage precision of the factors (FP32 when set up on its own).  The
         factorization itself always runs in FP64; the triangular solves carry
         each row's sum in FP64 and round it to the dtype of ``out``.
+    blocks : int or "threads"
+        Number of diagonal blocks, factorised and solved independently, one thread
+        each (block Jacobi with ILU(0) blocks: what PETSc's ``bjacobi`` gives with
+        one block per MPI rank).  Entries coupling two blocks are dropped before the
+        factorisation; blocks are contiguous row ranges of about equal nonzeros.
+        Default 1: plain ILU(0).  ``"threads"``: one block per Numba thread, as long as
+        each gets at least ``MIN_BLOCK_ROWS`` (50,000) rows.  The sweeps then run on
+        every core at the price of iterations (measured on this 2-core machine,
+        ``poisson3d:100`` CG: apply 10.8 -> 7.4 ms, iterations 101 -> 117 -- a wash
+        with two cores; it pays with more).
     symmetric : bool or None
         ``True``: ``A`` is symmetric, store ``L`` and ``D`` only in effect
         (``U = D L^T``, the IC(0) / LDL^T form) so ``M`` is symmetric bit for bit
@@ -279,13 +336,34 @@ class ILU0(Preconditioner):
     name = "ilu0"
     symmetric = False
 
-    def __init__(self, dtype=None, symmetric=None):
+    def __init__(self, dtype=None, symmetric=None, blocks=1):
         super().__init__(dtype)
         if symmetric not in (None, True, False):
             raise ValueError(f"symmetric={symmetric!r}: use True, False or None (detect)")
+        if blocks != "threads" and (isinstance(blocks, bool) or not isinstance(blocks, int)
+                                    or blocks < 1):
+            raise ValueError(f"blocks={blocks!r}: use a positive integer, or 'threads' (one "
+                             "block per thread for large systems)")
         self._symmetric_request = symmetric
+        self._blocks_request = blocks
+        self.bounds = None
+
+    def _block_bounds(self, A):
+        n = A.shape[0]
+        nb = self._blocks_request
+        if nb == "threads":
+            nb = max(1, min(get_num_threads(), n // MIN_BLOCK_ROWS))
+        nb = max(1, min(nb, n))
+        if nb == 1:
+            return np.array([0, n], dtype=np.int64)
+        return partition_rows(A.indptr, nb)
 
     def _setup(self, A, dtype):
+        self.bounds = self._block_bounds(A)
+        if self.bounds.size > 2:
+            ip, ix, dv = _drop_coupling(A.indptr, A.indices, A.data, self.bounds)
+            A = sp.csr_matrix((dv, ix, ip), shape=A.shape)
+            A.has_sorted_indices = True
         indptr, indices, data, diag = ilu0_factor(A)
         sym = self._symmetric_request
         mirror = np.empty(indices.size if sym is not False else 0,
@@ -313,9 +391,18 @@ class ILU0(Preconditioner):
         self.uval = demote(uval, dtype, "ILU(0) factor D^-1 U")
         self.dinv = demote(dinv, dtype, "ILU(0) inverse pivots")
 
+    @property
+    def blocks(self):
+        """Number of diagonal blocks used (after setup)."""
+        return 0 if self.bounds is None else int(self.bounds.size - 1)
+
     def apply(self, r, out):
-        _ilu_solve(self.lptr, self.lind, self.lval, self.uptr, self.uind, self.uval,
-                   self.dinv, r, out)  # out = U^-1 L^-1 r
+        if self.bounds.size > 2:  # out = U^-1 L^-1 r, one thread per block
+            _ilu_solve_blocks(self.bounds, self.lptr, self.lind, self.lval, self.uptr,
+                              self.uind, self.uval, self.dinv, r, out)
+        else:
+            _ilu_solve(self.lptr, self.lind, self.lval, self.uptr, self.uind, self.uval,
+                       self.dinv, r, out)
 
     def factors(self):
         """``(L, U)`` as SciPy CSR FP64 matrices from the stored values (``L`` with its

@@ -516,6 +516,31 @@ def test_ilu0_symmetric_form():
         ILU0(symmetric="yes")
 
 
+@pytest.mark.parametrize("kind", ["nonsym", "spd"])
+def test_ilu0_blocks_is_block_jacobi_with_ilu0_blocks(kind):
+    """ILU0(blocks=k): the coupling between the k row blocks is dropped, each block
+    gets its own ILU(0), and the blocks are solved in parallel -- the same result as
+    plain ILU(0) of the block-diagonal part."""
+    A = random_nonsym(90, 0.08, 31) if kind == "nonsym" else random_spd(90, 0.08, 32)
+    M = ILU0(dtype="float64", blocks=3).setup(A)
+    assert M.blocks == 3
+    b = M.bounds
+    mask = np.zeros(A.shape, dtype=bool)
+    for t in range(3):
+        mask[b[t]:b[t + 1], b[t]:b[t + 1]] = True
+    Ad = A.toarray() * mask
+    ref = ILU0(dtype="float64").setup(sp.csr_matrix(Ad))
+    assert ref.blocks == 1 and M.symmetric == ref.symmetric == (kind == "spd")
+    for got, want in zip(M.factors(), ref.factors()):
+        np.testing.assert_allclose(got.toarray(), want.toarray(), rtol=1e-13, atol=1e-14)
+    r = np.random.default_rng(7).standard_normal(90)
+    np.testing.assert_allclose(M.matvec(r), ref.matvec(r), rtol=1e-12)
+    assert ILU0(blocks="threads").setup(A).blocks == 1  # small: one block
+    for bad in (0, -1, 1.5, True, "cores"):
+        with pytest.raises(ValueError, match="blocks="):
+            ILU0(blocks=bad)
+
+
 def test_ilu0_cg_spd_collection():
     """CG with the symmetric ILU(0) stored in FP32 converges on SPD matrices where
     ILU(0) exists, to the FP64 true residual, in the iterations of the FP64 factors."""
