@@ -219,6 +219,16 @@ def make_ops(device: str, dtype, dot_mode: str) -> SimpleNamespace:
     ops.lincomb = lookup(device, "lincomb", dt)
     ops.mdot = lookup(device, "mdot", dt, dot_mode)
     ops.maxpy = lookup(device, "maxpy", dt)
+    try:  # fused update + norm where the device has one for this reduction mode
+        ops.axpy2_nrm2 = lookup(device, "axpy2_nrm2", dt, dot_mode)
+    except KeyError:
+        axpy2, nrm2 = ops.axpy2, ops.nrm2
+
+        def axpy2_nrm2(a, x, y, b, u, v):
+            axpy2(a, x, y, b, u, v)
+            return nrm2(v)
+
+        ops.axpy2_nrm2 = axpy2_nrm2
     ops.xp = array_module(device)      # workspace allocation: xp.empty / xp.zeros
     return ops
 
@@ -239,6 +249,7 @@ class System:
     M_obj: object = None                      # the preconditioner object (for reports)
     precond_setup_time: float = 0.0
     diverged: bool = False                    # a stage ended worse than it started
+    matvec_dot: Optional[Callable] = None     # f(x, y) -> x . y after y = A x (fused or not)
 
 
 def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
@@ -279,6 +290,8 @@ def make_system(problem: Problem, precision: Precision, device: str = "cpu") -> 
         A_op = problem.A64
     matvec = A_op.bind(wdt, wdt)
     residual = A_op.bind_residual(wdt)
+    matvec_dot = (getattr(A_op, "bind_dot", lambda dt: None)(wdt)
+                  if precision.dot == "native" else None)
     psolve, M_obj, t = _realise_preconditioner(problem, precision, wdt)
     key = (device, wdt.name, precision.dot)
     ops = problem._ops_cache.get(key)
@@ -289,6 +302,13 @@ def make_system(problem: Problem, precision: Precision, device: str = "cpu") -> 
     b = demote(problem.b64, wdt, "b")
     if b is problem.b64:
         b = problem.b64  # FP64 working precision shares the (private) FP64 copy
+    if matvec_dot is None:  # compose: the reduction mode's own dot after the product
+        dot = ops.dot
+
+        def matvec_dot(x, y):
+            matvec(x, y)
+            return dot(x, y)
+
     return System(problem=problem, precision=precision, dtype=wdt, matvec=matvec,
                   residual=residual, psolve=psolve, ops=ops, b=b, A_op=A_op,
-                  M_obj=M_obj, precond_setup_time=t)
+                  M_obj=M_obj, precond_setup_time=t, matvec_dot=matvec_dot)

@@ -106,6 +106,24 @@ class SparseOperator:
             self._bound[key] = f
         return f
 
+    def bind_dot(self, dtype):
+        """Kernel ``f(x, y) -> x . y`` computing ``y <- A x`` and the native dot of
+        ``x`` and ``y`` in one pass (square ``A``, FP64 row sums), or ``None`` when no
+        fused kernel exists for this operator (the caller composes ``bind`` and a dot)."""
+        dt = dtype_name(dtype)
+        if self._mode != "acc64" or self.shape[0] != self.shape[1]:
+            return None
+        try:
+            kern = lookup(self.device, "spmv_dot", (self.dtype, dt, dt), "acc64")
+        except KeyError:
+            return None
+        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
+
+        def f(x, y):
+            return kern(parts, ip, ix, d, x, y)  # y = A x; return x . y
+
+        return f
+
     def bind_residual(self, dtype):
         """Kernel ``f(x, b, r)`` computing ``r <- b - A x`` (FP64 row sums)."""
         dt = dtype_name(dtype)

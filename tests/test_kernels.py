@@ -32,7 +32,8 @@ def _eps(*dtypes):
 # --- coverage: a newly registered op without a test here fails ---------------------------
 
 TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay", "axpby", "waxpy",
-              "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb", "mdot", "maxpy"}
+              "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb", "mdot", "maxpy",
+              "axpy2_nrm2", "spmv_dot"}
 
 
 def test_every_registered_cpu_op_is_tested():
@@ -464,3 +465,62 @@ def test_generated_bsr_kernels_are_cached_on_disk(tmp_path):
     blocker.write_text("not a folder")
     env["MPSOLVE_CACHE_DIR"] = str(blocker)
     assert run() == "0"  # no cache folder possible: still correct
+
+
+# --- fused kernels (CG) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("dt", F)
+def test_axpy2_nrm2_is_axpy2_then_nrm2(dt, n):
+    """The updates are rounded exactly as axpy2's; the norm within nrm2's tolerance."""
+    x, y0, u, v0 = (_vec(n, dt, s) for s in (11, 12, 13, 14))
+    y1, v1, y2, v2 = y0.copy(), v0.copy(), y0.copy(), v0.copy()
+    got = lookup("cpu", "axpy2_nrm2", (dt,), "native")(A, x, y1, B, u, v1)
+    lookup("cpu", "axpy2", (dt,))(A, x, y2, B, u, v2)
+    assert np.array_equal(y1, y2) and np.array_equal(v1, v2)
+    want = float(np.linalg.norm(v2.astype(np.float64)))
+    assert abs(got - want) <= 2 * (n + 1) * _eps(dt) * want + 1e-300
+    assert isinstance(got, float)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 300, 3000])
+@pytest.mark.parametrize("vdt,wdt", [(v, w) for v in F for w in F])
+def test_spmv_dot_is_spmv_then_dot(vdt, wdt, n):
+    """y = A x as the acc64 SpMV computes it, and x . y within a dot's tolerance."""
+    rng = np.random.default_rng(n + 5)
+    if n:
+        M = sp.random(n, n, density=min(1.0, 8.0 / n), random_state=n, format="csr") \
+            + sp.eye(n, format="csr")
+        M.sort_indices()
+    else:
+        M = sp.csr_matrix((0, 0))
+    indptr, indices = M.indptr.astype(np.int32), M.indices.astype(np.int32)
+    data = M.data.astype(vdt)
+    x = rng.standard_normal(n).astype(wdt)
+    for parts in (spmv_mod.partition_rows(indptr), spmv_mod.partition_rows(indptr, 4)):
+        y = np.full(n, np.nan, dtype=wdt)
+        got = lookup("cpu", "spmv_dot", (vdt, wdt, wdt), "acc64")(parts, indptr, indices,
+                                                                 data, x, y)
+        y2 = np.empty(n, dtype=wdt)
+        lookup("cpu", "spmv", (vdt, wdt, wdt), "acc64")(parts, indptr, indices, data, x, y2)
+        want_y = ref.spmv(indptr, indices, data, x)
+        ab, rowlen = _row_scale(indptr, indices, data, x)
+        tol = 2 * EPS["float64"] * (rowlen + 1) * ab + EPS[wdt] * np.abs(want_y)
+        assert np.all(np.abs(y.astype(np.float64) - want_y) <= tol)
+        want = float(np.dot(x.astype(np.float64), y.astype(np.float64)))
+        scale = float(np.dot(np.abs(x.astype(np.float64)), np.abs(y.astype(np.float64))))
+        assert abs(got - want) <= 2 * (n + 1) * _eps(wdt) * scale + 1e-300
+
+
+def test_cg_uses_the_fused_kernels_and_matches_the_composed_path():
+    """CG with native dots runs the fused SpMV+dot and update+norm; with compensated
+    dots the composition.  Both reach the tolerance in (nearly) the same iterations."""
+    import mpsolve
+    from mpsolve.matrices import poisson2d
+
+    A = poisson2d(30)
+    b = A @ np.ones(A.shape[0])
+    fused = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="double", rtol=1e-10)
+    comp = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="eft", rtol=1e-10)
+    assert fused.converged and comp.converged
+    assert abs(fused.iterations - comp.iterations) <= 1

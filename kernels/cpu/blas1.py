@@ -135,6 +135,42 @@ def waxpy(a, x, y, w):
     (_waxpy_par if x.size >= PARALLEL_MIN else _waxpy_ser)(a, x, y, w)
 
 
+# CG's update and the norm of the new residual in one pass (reassociation is allowed
+# in the sum only; the updates are rounded exactly as ``axpy2``'s).
+@njit(fastmath={"reassoc"}, **JIT)
+def _axpy2_nrm2_ser(a, x, y, b, u, v):
+    a = x.dtype.type(a)
+    b = x.dtype.type(b)
+    s = v.dtype.type(0.0)
+    for i in range(x.size):
+        y[i] += a * x[i]
+        t = v[i] + b * u[i]
+        v[i] = t
+        s += t * t
+    return s
+
+
+@njit(parallel=True, fastmath={"reassoc"}, **JIT)
+def _axpy2_nrm2_par(a, x, y, b, u, v):
+    a = x.dtype.type(a)
+    b = x.dtype.type(b)
+    s = v.dtype.type(0.0)
+    for i in prange(x.size):
+        y[i] += a * x[i]
+        t = v[i] + b * u[i]
+        v[i] = t
+        s += t * t
+    return s
+
+
+@register("cpu", "axpy2_nrm2", _VEC, mode="native")
+def axpy2_nrm2(a, x, y, b, u, v):
+    """``axpy2`` and then ``||v||_2`` of the updated ``v``, in one pass over the vectors
+    (CG: ``x += alpha p; r -= alpha q; return ||r||``).  The norm as :func:`nrm2`."""
+    s = (_axpy2_nrm2_par if x.size >= PARALLEL_MIN else _axpy2_nrm2_ser)(a, x, y, b, u, v)
+    return float(np.sqrt(s))
+
+
 @njit(**JIT)
 def _axpy2_ser(a, x, y, b, u, v):
     a = x.dtype.type(a)

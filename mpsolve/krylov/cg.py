@@ -28,8 +28,8 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
     ``(iterations, iterations, flag)``: flag 0 when the recursive residual met
     ``tol``, 1 when ``maxiter`` was reached, a negative breakdown code otherwise.
     """
-    ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
-    dot, nrm2, axpy2, xpay = ops.dot, ops.nrm2, ops.axpy2, ops.xpay
+    ops, matvec_dot, psolve = sys.ops, sys.matvec_dot, sys.psolve
+    dot, nrm2, axpy2_nrm2, xpay = ops.dot, ops.nrm2, ops.axpy2_nrm2, ops.xpay
     n = x.size
     xp = ops.xp                                # workspace lives where x lives
     q = xp.empty(n, dtype=sys.dtype)
@@ -46,13 +46,11 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
     if not (rz > 0 and math.isfinite(rz)):
         return 0, 0, (-14 if not math.isfinite(rz) else -12)
     for k in range(1, maxiter + 1):
-        matvec(p, q)                          # q = A p
-        pq = dot(p, q)                        # p.q
+        pq = matvec_dot(p, q)                 # q = A p; p.q (one pass where fused)
         if not (pq > 0):
             return k - 1, k - 1, (-14 if math.isnan(pq) else -12)
         alpha = rz / pq
-        axpy2(alpha, p, x, -alpha, q, r)      # x += alpha p ; r -= alpha q
-        rnorm = nrm2(r)
+        rnorm = axpy2_nrm2(alpha, p, x, -alpha, q, r)  # x += alpha p; r -= alpha q; ||r||
         hist.append(rnorm)
         if callback is not None:
             callback(x)
