@@ -564,9 +564,9 @@ def add_arguments(p):
                    choices=["cg", "gmres", "bicgstab"],
                    help="Krylov methods (default: cg and gmres on SPD problems, gmres and "
                         "bicgstab on the others; cg never on non-SPD ones)")
-    p.add_argument("--precisions", nargs="+", default=["double", "mixed-eft"],
+    p.add_argument("--precisions", nargs="+", default=["double", "mixed", "mixed-eft"],
                    choices=sorted(PRESETS), help="mpsolve precision presets")
-    p.add_argument("--preconds", nargs="+", default=["jacobi", "block-isai"],
+    p.add_argument("--preconds", nargs="+", default=["jacobi", "ilu0", "block-isai"],
                    help="mpsolve preconditioners (names in mpsolve.precond.REGISTRY, or none)")
     p.add_argument("--baselines", nargs="*", default=["scipy", "petsc"],
                    choices=["scipy", "petsc"], help="baselines to run (petsc needs petsc4py)")
