@@ -12,5 +12,6 @@ python bench/bench_precond.py --out bench/results/precond_apply.md
 MPSOLVE_WRITE_RESULTS=1 python -m pytest -q tests/test_precond_table.py
 # the suite runner: generated problems (~1M unknowns) and the SuiteSparse collection
 mpsolve bench --out bench/results/generated
-mpsolve bench --collection "$COLL" --methods cg gmres --precisions double mixed-eft \
-    --preconds jacobi isai block-isai --out bench/results/suitesparse
+mpsolve bench --collection "$COLL" --precisions double mixed --preconds jacobi ilu0 block-isai \
+    --scipy-preconds spilu --petsc-preconds bjacobi --repeat 3 --time-limit 10 \
+    --out bench/results/suitesparse

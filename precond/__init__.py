@@ -2,7 +2,7 @@
 
 * :class:`Jacobi` -- point Jacobi
 * :class:`BlockJacobi` -- dense ``b x b`` diagonal blocks (``b`` detected or given)
-* :class:`ILU0` -- ILU(0) with sequential triangular solves (the baseline)
+* :class:`ILU0` -- ILU(0) (PETSc's), factors stored in FP32, sequential sweeps (or one block per thread)
 * :class:`ISAI` -- incomplete sparse approximate inverse (``general``, ``spd`` = FSAI,
   ``lower``/``upper`` triangular inverses, ``ilu`` = ILU(0) with ISAI'd factors)
 * :class:`BlockISAI` -- ISAI on the BSR block structure (``general``, ``spd``)

@@ -1,11 +1,13 @@
-"""ILU(0): incomplete LU factorization on the pattern of ``A`` -- the baseline
-that (Block-)ISAI competes with.
+"""ILU(0): incomplete LU factorization on the pattern of ``A`` -- the preconditioner
+PETSc and SciPy users reach for first, and the one (Block-)ISAI competes with.
 
 ``A ~ L U`` with ``L`` unit lower triangular and ``U`` upper triangular, both
 restricted to the pattern of ``A`` (Saad, *Iterative Methods for Sparse Linear
-Systems*, 2nd ed., Algorithm 10.4, IKJ variant on sorted CSR).  The
-factorization runs in FP64; the factors are stored in ``dtype`` and applied by
-two sequential triangular solves (forward with ``L``, backward with ``U``).
+Systems*, 2nd ed., Algorithm 10.4, IKJ variant on sorted CSR, with a dense work row
+as PETSc's numeric factorization).  The factorization runs in FP64; the factors are
+stored in ``dtype`` (FP32 by default) as ``L`` and ``D^{-1} U`` and applied by two
+sequential sweeps that carry each row's sum in FP64 (forward with ``L``, backward
+with ``D^{-1} U`` and ``1/diag(U)``).  Optionally one diagonal block per thread.
 """
 from __future__ import annotations
 

@@ -102,3 +102,29 @@ def test_bench_records_failures_instead_of_dropping_them(tmp_path):
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert len(runs) == 2 and not any(r["converged"] for r in runs)
     assert "FAILED" in (out / "results.md").read_text()
+
+
+def test_bench_repeat_keeps_the_fastest_converged_run_and_never_retries_failures(monkeypatch):
+    import argparse
+
+    from mpsolve import benchmark as bm
+
+    p = argparse.ArgumentParser()
+    bm.add_arguments(p)
+    args = p.parse_args(["--problems", "poisson2d:8", "--methods", "cg", "--precisions",
+                         "double", "--preconds", "jacobi", "none", "--baselines",
+                         "--repeat", "3"])
+    times = {"jacobi": iter([0.3, 0.1, 0.2]), "none": iter([0.5])}
+    calls = []
+
+    def fake(A, b, problem, spd, method, precision, precond, args_):
+        calls.append(precond)
+        t = next(times[precond])
+        return bm.Run(problem=problem, n=A.shape[0], nnz=A.nnz, spd=spd, solver="mpsolve",
+                      method=method, precision=precision, precond=precond, setup_time=0.0,
+                      solve_time=t, converged=precond == "jacobi")
+
+    monkeypatch.setattr(bm, "run_mpsolve", fake)
+    runs = bm.run_suite(args, progress=False)
+    assert calls == ["jacobi"] * 3 + ["none"]          # the failure ran once
+    assert [(r.precond, r.solve_time) for r in runs] == [("jacobi", 0.1), ("none", 0.5)]
