@@ -379,9 +379,10 @@ def _geomean(xs):
 def summary(runs, reference=None):
     """Per problem: mpsolve's best time to solution against each baseline.
 
-    ``reference``: a dict solver -> (method, precond) naming the baseline run to
-    compare with (e.g. PETSc's default GMRES + bjacobi/ILU(0)); by default each
-    baseline's best converged run.
+    ``reference``: a dict solver -> (methods, precond) naming the baseline run to
+    compare with: the run of the first of ``methods`` that has one, converged or not
+    (e.g. PETSc's default GMRES + bjacobi/ILU(0), see :data:`REFERENCE`); without it
+    each baseline's best converged run.
     """
     problems = list(dict.fromkeys(r.problem for r in runs))
     lines = []
@@ -435,7 +436,10 @@ def write_markdown(runs, path, meta, reference=None):
 
     out += ["## Best time to solution per problem", "",
             "Time to solution = set-up + solve (building the solver's copy of the matrix "
-            "included). Speed-up = baseline time / mpsolve's best time.", "",
+            "included). Speed-up = baseline time / mpsolve's best time. The reference "
+            "columns are each baseline's GMRES(restart) run with the named preconditioner "
+            "(its CG run where no GMRES ran); 'petsc best' is PETSc's fastest converged run.",
+            "",
             f"| problem | mpsolve best | time (s) | {ref_name['scipy']} (s) | "
             f"{ref_name['petsc']} (s) | speed-up vs it | petsc best | time (s) | "
             "speed-up vs it |",

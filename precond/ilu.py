@@ -320,7 +320,7 @@ class ILU0(Preconditioner):
     -----
     The solves are sequential (a row depends on the rows before it) -- the cost
     ISAI avoids by replacing them with SpMVs -- and latency bound rather than
-    bandwidth bound; see ``_ilu_solve`` for how the chain between rows is kept
+    bandwidth bound; see ``_sweeps`` for how the chain between rows is kept
     short.  Storage: ``L`` forward, ``D^{-1} U`` backward, ``1/diag(U)``, so
     neither sweep divides.
 
