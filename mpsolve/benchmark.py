@@ -124,8 +124,7 @@ def run_mpsolve(A, b, problem, spd, method, precision, precond, args):
     try:
         _warm_up(A, method, precision, precond, args)
         M = _precond_for(precond, method, args.block_size, args.sparsity_power)
-        kw = (dict(restart=args.restart, side=getattr(args, "gmres_side", "right"))
-              if method == "gmres" else {})
+        kw = dict(restart=args.restart, side=args.gmres_side) if method == "gmres" else {}
         res = solve(A, b, method=method, precond=M, precision=precision, rtol=args.rtol,
                     maxiter=_maxiter(method, args), callback=_deadline_callback(args.time_limit),
                     **kw)
@@ -182,7 +181,7 @@ def _warm_up(A, method, precision, precond, args):
         warnings.simplefilter("ignore")
         try:
             M = _precond_for(precond, method, block, args.sparsity_power)
-            kw = dict(side=getattr(args, "gmres_side", "right")) if method == "gmres" else {}
+            kw = dict(side=args.gmres_side) if method == "gmres" else {}
             solve(S, S @ np.ones(m), method=method, precond=M, precision=precision,
                   rtol=1e-30, maxiter=2, escalate=False, **kw)
         except Exception:
@@ -308,7 +307,7 @@ def run_suite(args, progress=True) -> List[Run]:
             if bar:
                 bar.update(f"{name} {solver} {method}/{pc}/{prec}")
             r = None
-            for _ in range(max(1, getattr(args, "repeat", 1))):
+            for _ in range(args.repeat):
                 if solver == "mpsolve":
                     t = run_mpsolve(A, b, name, spd, method, prec, pc, args)
                 elif solver == "scipy":
@@ -552,6 +551,18 @@ def _versions():
 
 
 # --------------------------------------------------------------------------- CLI
+def _positive_int(text):
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
 def add_arguments(p):
     from .precision import PRESETS
 
@@ -591,7 +602,7 @@ def add_arguments(p):
     p.add_argument("--time-limit", type=float, default=60.0,
                    help="seconds one solve may iterate before it is stopped and recorded as "
                         "not converged (default 60; a preconditioner set-up is not interrupted)")
-    p.add_argument("--repeat", type=int, default=1,
+    p.add_argument("--repeat", type=_positive_int, default=1,
                    help="run each converged configuration this many times and keep the "
                         "fastest (every solver alike; this machine's timings are noisy)")
     p.add_argument("--block-size", type=int, default=None)

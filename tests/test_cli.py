@@ -128,3 +128,8 @@ def test_bench_repeat_keeps_the_fastest_converged_run_and_never_retries_failures
     runs = bm.run_suite(args, progress=False)
     assert calls == ["jacobi"] * 3 + ["none"]          # the failure ran once
     assert [(r.precond, r.solve_time) for r in runs] == [("jacobi", 0.1), ("none", 0.5)]
+
+
+def test_bench_repeat_must_be_positive():
+    p = run("bench", "--quick", "--repeat", "0", "--out", "unused")
+    assert p.returncode == 2 and "positive integer" in p.stderr

@@ -513,14 +513,36 @@ def test_spmv_dot_is_spmv_then_dot(vdt, wdt, n):
 
 
 def test_cg_uses_the_fused_kernels_and_matches_the_composed_path():
-    """CG with native dots runs the fused SpMV+dot and update+norm; with compensated
-    dots the composition.  Both reach the tolerance in (nearly) the same iterations."""
+    """With native dots the system carries the registered fused kernels (SpMV+dot, update
+    +norm); with compensated dots their compositions from the mode's own dot and norm.
+    Both give the separate kernels' results, and CG converges alike with either."""
     import mpsolve
+    from mpsolve import Precision
+    from mpsolve._system import make_problem, make_system
     from mpsolve.matrices import poisson2d
 
     A = poisson2d(30)
-    b = A @ np.ones(A.shape[0])
+    n = A.shape[0]
+    b = A @ np.ones(n)
+    prob = make_problem(A, b, None, rtol=1e-10, atol=0.0, maxiter=None, M=None)
+    native = make_system(prob, Precision.preset("double"))
+    comp = make_system(prob, Precision.preset("eft"))
+    assert native.ops.axpy2_nrm2 is lookup("cpu", "axpy2_nrm2", ("float64",), "native")
+    assert comp.ops.axpy2_nrm2.__name__ == "axpy2_nrm2" and \
+        comp.ops.axpy2_nrm2 is not native.ops.axpy2_nrm2      # the composition
+    x = np.random.default_rng(1).standard_normal(n)
+    for sys_ in (native, comp):
+        y, y2 = np.empty(n), np.empty(n)
+        d = sys_.matvec_dot(x, y)
+        sys_.matvec(x, y2)
+        assert np.array_equal(y, y2)                          # the same product
+        assert abs(d - float(x @ y2)) <= 4 * n * EPS["float64"] * float(np.abs(x) @ np.abs(y2))
+        u, v, v2, w, w2 = (np.random.default_rng(s).standard_normal(n) for s in (2, 3, 3, 4, 4))
+        nr = sys_.ops.axpy2_nrm2(0.5, u, w, -0.25, x, v)
+        sys_.ops.axpy2(0.5, u, w2, -0.25, x, v2)
+        assert np.array_equal(v, v2) and np.array_equal(w, w2)
+        assert abs(nr - float(np.linalg.norm(v2))) <= 4 * n * EPS["float64"] * nr
     fused = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="double", rtol=1e-10)
-    comp = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="eft", rtol=1e-10)
-    assert fused.converged and comp.converged
-    assert abs(fused.iterations - comp.iterations) <= 1
+    slow = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="eft", rtol=1e-10)
+    assert fused.converged and slow.converged
+    assert abs(fused.iterations - slow.iterations) <= 1

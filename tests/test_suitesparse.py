@@ -110,7 +110,7 @@ def test_agrees_with_scipy(name, method, table):
     # mpsolve reaching the true tolerance where SciPy's run does not (its true residual is
     # checked above) is no disagreement: nos7 (cond 4e9), where SciPy's CG stops on its
     # recursive residual at 3.7e-8, and rounding decides whether ours gets there
-    better = res.converged and not ok_s
+    better = res.converged and not ok_s and it_m <= 3 * max(it_raw, 1)
     assert better or _close(it_m, lo) or _close(it_m, hi) or lo <= it_m <= hi, (
         f"mpsolve {res.iterations} it ({res.status}); scipy {it_raw} it (info {info_s}, true "
         f"residual {true_s:.2e}; range over perturbed b {lo}-{hi})")
