@@ -18,7 +18,7 @@ from numba import get_num_threads, njit, prange
 from mpsolve._demote import demote
 from mpsolve.kernels.cpu._config import JIT, NATIVE_REDUCTION_MATH
 from mpsolve.kernels.cpu.spmv import partition_rows
-from mpsolve.kernels.eft import fma
+from mpsolve.kernels.cpu.intrin import fma
 
 from ._local import rows_text
 from .base import Preconditioner
