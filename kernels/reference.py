@@ -109,3 +109,412 @@ def gamma(n, u):
     """Higham's ``gamma_n = n u / (1 - n u)`` (``inf`` when ``n u >= 1``)."""
     nu = n * u
     return nu / (1.0 - nu) if nu < 1 else math.inf
+
+
+# =====================================================================================
+# The ``reference`` device: every op of :data:`mpsolve.kernels.primitives.CONTRACT` in
+# plain NumPy, registered so that the solvers and preconditioners run on it unchanged
+# (``device="reference"``).  Sums in FP64 where the op says so, otherwise in the
+# vectors' dtype; compensated reductions correctly rounded (``math.fsum`` of exact
+# products), which is within Dot2's bound.  Written for clarity, not speed.
+# =====================================================================================
+from .registry import register as _register  # noqa: E402
+
+_F = ("float32", "float64")
+_VEC = [(d,) for d in _F]
+_MAT = [(v, x, y) for v in _F for x in _F for y in _F]
+
+
+def _t(x):
+    return x.dtype.type
+
+
+# --- reductions ------------------------------------------------------------------------
+@_register("reference", "dot", _VEC, mode="native")
+def ref_dot(x, y):
+    """``x . y`` in the vectors' dtype."""
+    return float(np.dot(x, y))
+
+
+@_register("reference", "dot", _VEC, mode="compensated")
+def ref_dot_compensated(x, y):
+    """``x . y`` correctly rounded to FP64, then to the vectors' dtype."""
+    return float(_t(x)(fsum_dot(x, y)))
+
+
+@_register("reference", "nrm2", _VEC, mode="native")
+def ref_nrm2(x):
+    """``sqrt(x . x)`` in the vectors' dtype."""
+    return float(np.sqrt(_t(x)(np.dot(x, x))))
+
+
+@_register("reference", "nrm2", _VEC, mode="compensated")
+def ref_nrm2_compensated(x):
+    return float(_t(x)(math.sqrt(fsum_dot(x, x))))
+
+
+@_register("reference", "sum", _VEC, mode="native")
+def ref_sum(x):
+    return float(np.sum(x))
+
+
+@_register("reference", "sum", _VEC, mode="compensated")
+def ref_sum_compensated(x):
+    return float(_t(x)(fsum_sum(x)))
+
+
+@_register("reference", "mdot", _VEC, mode="native")
+def ref_mdot(V, k, w, out):
+    """``out[i] = V[i] . w`` for ``i < k``."""
+    out[:k] = V[:k] @ w
+
+
+@_register("reference", "mdot", _VEC, mode="compensated")
+def ref_mdot_compensated(V, k, w, out):
+    for i in range(k):
+        out[i] = ref_dot_compensated(V[i], w)
+
+
+@_register("reference", "axpy2_nrm2", _VEC, mode="native")
+def ref_axpy2_nrm2(a, x, y, b, u, v):
+    ref_axpy2(a, x, y, b, u, v)
+    return ref_nrm2(v)
+
+
+# --- updates -----------------------------------------------------------------------------
+@_register("reference", "axpy", _VEC)
+def ref_axpy(a, x, y):
+    y += _t(x)(a) * x
+
+
+@_register("reference", "xpay", _VEC)
+def ref_xpay(x, a, y):
+    y[:] = x + _t(x)(a) * y
+
+
+@_register("reference", "axpby", _VEC)
+def ref_axpby(a, x, b, y):
+    y[:] = _t(x)(a) * x + _t(x)(b) * y
+
+
+@_register("reference", "waxpy", _VEC)
+def ref_waxpy(a, x, y, w):
+    w[:] = y + _t(x)(a) * x
+
+
+@_register("reference", "axpy2", _VEC)
+def ref_axpy2(a, x, y, b, u, v):
+    y += _t(x)(a) * x
+    v += _t(x)(b) * u
+
+
+@_register("reference", "bicg_dir", _VEC)
+def ref_bicg_dir(r, beta, omega, v, p):
+    t = _t(r)
+    p[:] = r + t(beta) * (p - t(omega) * v)
+
+
+@_register("reference", "scal", _VEC)
+def ref_scal(a, x):
+    x *= _t(x)(a)
+
+
+@_register("reference", "copy", [(a, b) for a in _F for b in _F])
+def ref_copy(x, out):
+    out[:] = x
+
+
+@_register("reference", "lincomb", _VEC)
+def ref_lincomb(V, y, k, out):
+    out[:] = np.asarray(y[:k], dtype=V.dtype) @ V[:k]
+
+
+@_register("reference", "maxpy", _VEC)
+def ref_maxpy(V, k, h, w):
+    w -= np.asarray(h[:k], dtype=w.dtype) @ V[:k]
+
+
+@_register("reference", "dmul", _MAT)
+def ref_dmul(d, x, out):
+    out[:] = d * x                     # NumPy promotes a mixed pair to FP64
+
+
+# --- sparse matrices (no launch plan: ``plan`` is None) -----------------------------------
+def _csr(indptr, indices, data, ncols, dtype):
+    return sp.csr_matrix((np.asarray(data, dtype=dtype), indices, indptr),
+                         shape=(indptr.size - 1, ncols))
+
+
+def _acc(mode):
+    return np.float64 if mode == "acc64" else np.float32
+
+
+def _ref_spmv(mode):
+    def spmv(plan, indptr, indices, data, x, y):
+        """``y = A x``, products and row sums in the accumulator's precision."""
+        acc = _acc(mode)
+        y[:] = _csr(indptr, indices, data, x.size, acc) @ x.astype(acc)
+    return spmv
+
+
+_register("reference", "spmv", _MAT, mode="acc64")(_ref_spmv("acc64"))
+_register("reference", "spmv", _MAT, mode="acc32")(_ref_spmv("acc32"))
+
+
+@_register("reference", "spmv_dot", [(v, d, d) for v in _F for d in _F], mode="acc64")
+def ref_spmv_dot(plan, indptr, indices, data, x, y):
+    """``y = A x`` (FP64 row sums), then ``x . y`` in ``y``'s dtype."""
+    _ref_spmv("acc64")(plan, indptr, indices, data, x, y)
+    return float(np.dot(x, y))
+
+
+@_register("reference", "residual",
+           [(v, d, d, d) for v in _F for d in _F], mode="acc64")
+def ref_residual(plan, indptr, indices, data, x, b, r):
+    """``r = b - A x``, FP64 row sums, rounded once."""
+    r[:] = b.astype(np.float64) - _csr(indptr, indices, data, x.size, np.float64) @ \
+        x.astype(np.float64)
+
+
+def _ref_bsrmv(mode):
+    def bsrmv(plan, indptr, indices, data, x, y):
+        """``y = A x`` for BSR ``A`` (a trailing partial block: rows/columns past the
+        vectors' length are dropped)."""
+        acc = _acc(mode)
+        nbr = indptr.size - 1
+        b = data.shape[1]
+        nbc = int(indices.max()) + 1 if indices.size else 0
+        ncols = max(nbc * b, x.size)
+        B = sp.bsr_matrix((np.asarray(data, dtype=acc), indices, indptr),
+                          shape=(nbr * b, -(-ncols // b) * b))
+        xx = np.zeros(B.shape[1], dtype=acc)
+        xx[:x.size] = x
+        y[:] = (B @ xx)[:y.size]
+    return bsrmv
+
+
+_register("reference", "bsrmv", _MAT, mode="acc64")(_ref_bsrmv("acc64"))
+_register("reference", "bsrmv", _MAT, mode="acc32")(_ref_bsrmv("acc32"))
+
+
+@_register("reference", "range_scan", _VEC)
+def ref_range_scan(v, big, tiny):
+    a = np.abs(v)
+    return bool((a > big).any()), bool(((a < tiny) & (a > 0)).any())
+
+
+# --- GMRES's host-side least-squares problem ---------------------------------------------
+@_register("reference", "givens", [("float64",)])
+def ref_givens(H, cs, sn, g, j):
+    for i in range(j):
+        hi, hi1 = H[i, j], H[i + 1, j]
+        H[i, j] = cs[i] * hi + sn[i] * hi1
+        H[i + 1, j] = -sn[i] * hi + cs[i] * hi1
+    den = math.hypot(H[j, j], H[j + 1, j])
+    cs[j], sn[j] = (1.0, 0.0) if den == 0.0 else (H[j, j] / den, H[j + 1, j] / den)
+    H[j, j] = den
+    H[j + 1, j] = 0.0
+    g[j + 1] = -sn[j] * g[j]
+    g[j] = cs[j] * g[j]
+    return abs(g[j + 1])
+
+
+@_register("reference", "back_substitute", [("float64",)])
+def ref_back_substitute(H, g, k, y):
+    for i in range(k - 1, -1, -1):
+        acc = g[i] - H[i, i + 1:k] @ y[i + 1:k]
+        y[i] = acc / H[i, i] if H[i, i] != 0.0 else 0.0
+
+
+# =====================================================================================
+# Preconditioner kernels of the ``reference`` device: the ILU(0) set-up and sweeps and
+# the (Block-)ISAI local-system gather (``mpsolve.precond``), in plain Python / NumPy.
+# The set-up ops are FP64 and give the CPU's results bit for bit (same operations in the
+# same order, NumPy never contracts to an FMA); the sweeps carry each row's sum in FP64
+# and round it once to ``y``'s dtype, so they match the CPU kernel up to its FMA and
+# reassociated row sums.  Slow: meant for the small matrices of the tests.
+# =====================================================================================
+from .registry import register as _reg_pc, register_plan as _reg_plan_pc  # noqa: E402
+
+_PC_F = ("float32", "float64")
+_PC_MAT = [(v, x, y) for v in _PC_F for x in _PC_F for y in _PC_F]
+_PC_SETUP = [("float64",)]
+
+
+@_reg_pc("reference", "ilu0_factor", _PC_SETUP)
+def ref_ilu0_factor(indptr, indices, data, diag):
+    """ILU(0) in place on sorted CSR (Saad Alg. 10.4, IKJ, dense work row ``w``):
+    for each ``k < i`` of row ``i``: ``l_ik = w_k / u_kk``, ``w_j -= l_ik u_kj`` over the
+    strict upper part of row ``k``.  Returns -1, or the first row with a zero,
+    non-finite or missing pivot."""
+    n = indptr.size - 1
+    w = np.zeros(n)
+    inv = np.empty(n)
+    for i in range(n):
+        s, e = int(indptr[i]), int(indptr[i + 1])
+        cols = indices[s:e]
+        w[cols] = data[s:e]
+        for kk in range(s, e):
+            k = int(indices[kk])
+            if k >= i:
+                break
+            lik = w[k] * inv[k]                      # l_ik = w_k / u_kk
+            w[k] = lik
+            up = slice(int(diag[k]) + 1, int(indptr[k + 1]))
+            w[indices[up]] -= lik * data[up]         # w_j -= l_ik u_kj
+        data[s:e] = w[cols]
+        if diag[i] < 0:
+            return i
+        piv = data[diag[i]]
+        if piv == 0.0 or not np.isfinite(piv):
+            return i
+        inv[i] = 1.0 / piv
+    return -1
+
+
+@_reg_pc("reference", "diag_positions", _PC_SETUP)
+def ref_diag_positions(indptr, indices):
+    """``diag[i]``: position of ``a_ii`` in sorted CSR (-1 where it is not stored)."""
+    n = indptr.size - 1
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    on = np.flatnonzero(indices == rows)
+    diag = np.full(n, -1, dtype=np.int64)
+    diag[rows[on]] = on
+    return diag
+
+
+@_reg_pc("reference", "symmetric_mirror", _PC_SETUP)
+def ref_symmetric_mirror(indptr, indices, data, rtol, mirror):
+    """Symmetric pattern and ``|a_ij - a_ji| <= rtol max(|a_ij|, |a_ji|)``?  Then
+    ``mirror[k]`` = position of entry ``k``'s transpose (canonical CSR: the keys
+    ``i n + j`` are sorted, so the transpose is found by a binary search)."""
+    n = indptr.size - 1
+    if indices.size == 0:
+        return True
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    cols = indices.astype(np.int64)
+    key = rows * n + cols
+    tkey = cols * n + rows
+    pos = np.minimum(np.searchsorted(key, tkey), key.size - 1)
+    if not np.array_equal(key[pos], tkey):
+        return False
+    a, b = data, data[pos]
+    if np.any(np.abs(a - b) > rtol * np.maximum(np.abs(a), np.abs(b))):
+        return False
+    mirror[:] = pos
+    return True
+
+
+@_reg_pc("reference", "ilu_split", _PC_SETUP)
+def ref_ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lptr, uval,
+                  uind, uptr, dinv):
+    """The combined factors laid out for the sweeps: ``L`` (strict lower part, rows in
+    order), ``U' = D^{-1} U`` (strict upper part, rows reversed, columns descending --
+    the reverse of CSR order), ``dinv = 1 / diag(U)``; ``symmetric``: ``U'`` takes the
+    values of ``L^T`` (``mirror``)."""
+    n = indptr.size - 1
+    at = np.arange(indices.size)
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    lo = at < diag[rows]
+    lval[:] = data[lo]
+    lind[:] = indices[lo]
+    lptr[0] = 0
+    np.cumsum(diag - indptr[:-1], out=lptr[1:])
+    dinv[:] = 1.0 / data[diag]
+    ku = np.flatnonzero(at > diag[rows])[::-1]       # rows and columns descending
+    uind[:] = indices[ku]
+    uval[:] = data[mirror[ku]] if symmetric else data[ku] / data[diag[rows[ku]]]
+    uptr[0] = 0
+    np.cumsum((indptr[1:] - diag - 1)[::-1], out=uptr[1:])
+
+
+@_reg_pc("reference", "drop_coupling", _PC_SETUP)
+def ref_drop_coupling(indptr, indices, data, bounds):
+    """Entries of CSR ``A`` whose column lies in their row's block (``bounds``)."""
+    n = indptr.size - 1
+    block = np.repeat(np.arange(bounds.size - 1), np.diff(bounds))
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    keep = block[indices] == block[rows]
+    ip = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=n), out=ip[1:])
+    return ip, indices[keep], data[keep]
+
+
+@_reg_plan_pc("reference", "ilu_sweeps")
+def ref_ilu_blocks(indptr, nblocks, min_rows):
+    """Row bounds of ``nblocks`` diagonal blocks of about equal ``nnz + rows`` (the
+    CPU's partition); ``"threads"``: one block (the reference device is serial)."""
+    n = indptr.size - 1
+    nb = 1 if nblocks == "threads" else max(1, min(int(nblocks), n))
+    if nb == 1:
+        return np.array([0, n], dtype=np.int64)
+    work = indptr.astype(np.int64) + np.arange(n + 1, dtype=np.int64)
+    bounds = np.searchsorted(work, np.linspace(0, work[-1], nb + 1), side="left")
+    bounds = bounds.astype(np.int64)
+    bounds[0], bounds[-1] = 0, n
+    return np.maximum.accumulate(bounds)
+
+
+@_reg_pc("reference", "ilu_sweeps", _PC_MAT)
+def ref_ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y):
+    """``y = U'^{-1} D^{-1} L^{-1} x`` per diagonal block, row by row in Python floats
+    (FP64): forward ``z_i = x_i - sum_k l_ik z_k``, backward
+    ``y_i = dinv_i z_i - sum_k u'_ik y_k``, each rounded once to ``y``'s dtype.  The
+    nearest previous row (``i - 1`` forward, ``i + 1`` backward) enters unrounded, as
+    the FP64 value its output was rounded from (as on the CPU)."""
+    n = y.size
+    f32 = y.dtype == np.float32
+    lp, li, lv = lptr.tolist(), lind.tolist(), lval.astype(np.float64).tolist()
+    up, ui, uv = uptr.tolist(), uind.tolist(), uval.astype(np.float64).tolist()
+    di = dinv.astype(np.float64).tolist()
+    xs = x.astype(np.float64).tolist()
+    o = [0.0] * n
+    b = bounds.tolist()
+    for t in range(len(b) - 1):
+        lo, hi = b[t], b[t + 1]
+        prev = 0.0
+        for i in range(lo, hi):                      # forward: L z = x
+            s, e = lp[i], lp[i + 1]
+            near = 0.0
+            if e > s and li[e - 1] == i - 1:
+                e -= 1
+                near = lv[e]
+            acc = xs[i]
+            for k in range(s, e):
+                acc -= lv[k] * o[li[k]]
+            acc -= near * prev
+            o[i] = float(np.float32(acc)) if f32 else acc
+            prev = acc
+        prev = 0.0
+        for p in range(n - hi, n - lo):              # backward: D U' y = z
+            i = n - 1 - p
+            s, e = up[p], up[p + 1]
+            near = 0.0
+            if e > s and ui[e - 1] == i + 1:
+                e -= 1
+                near = uv[e]
+            acc = o[i] * di[i]
+            for k in range(s, e):
+                acc -= uv[k] * o[ui[k]]
+            acc -= near * prev
+            o[i] = float(np.float32(acc)) if f32 else acc
+            prev = acc
+    y[:] = o
+
+
+@_reg_pc("reference", "gather_local", _PC_SETUP)
+def ref_gather_local(rows, pptr, pind, aptr, aind, adata, out):
+    """``out[t] = A[J_i, J_i]`` for ``i = rows[t]``, ``J_i = pind[pptr[i]:pptr[i+1]]``
+    (BSR ``A``, ``b x b`` blocks; ``out`` zeroed by the caller)."""
+    b = adata.shape[1]
+    for t, i in enumerate(np.asarray(rows).tolist()):
+        J = pind[pptr[i]:pptr[i + 1]]
+        m = J.size
+        V = out[t].reshape(m, b, m, b).transpose(0, 2, 1, 3)   # V[p, q]: block (J_p, J_q)
+        for p, r in enumerate(J.tolist()):
+            k = np.arange(aptr[r], aptr[r + 1])
+            c = aind[k]
+            q = np.searchsorted(J, c)
+            hit = q < m
+            hit[hit] = J[q[hit]] == c[hit]
+            V[p, q[hit]] = adata[k[hit]]

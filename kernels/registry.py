@@ -6,9 +6,16 @@ time with :func:`register`; :func:`lookup` raises a :class:`KeyError` that lists
 what exists when a combination is missing, so an unsupported precision or
 device is reported at setup, never inside the loop.
 
+Launch plans
+------------
+Some kernels take a *plan* as their first argument: how the work is split on
+that device (the CPU's row partition balanced by nonzeros, a GPU's sub-warp
+width).  Operators ask :func:`launch_plan` once per matrix, so no code above
+``kernels/`` knows how a device schedules its work.
+
 Keys
 ----
-device : ``"cpu"`` or ``"gpu"``
+device : ``"cpu"``, ``"reference"`` (NumPy oracles) or ``"gpu"``
 op     : primitive name (``"spmv"``, ``"dot"``, ``"nrm2"``, ``"axpy"``, ...)
 dtypes : tuple of dtype strings, e.g. ``("float64",)`` for a vector kernel or
          ``("float32", "float64", "float64")`` for an SpMV with FP32 values,
@@ -22,12 +29,14 @@ from typing import Callable, Dict, Iterable, Tuple
 
 import numpy as np
 
-__all__ = ["register", "lookup", "available", "dtype_key", "dtype_name"]
+__all__ = ["register", "lookup", "available", "dtype_key", "dtype_name", "register_plan",
+           "launch_plan"]
 
 Key = Tuple[str, str, Tuple[str, ...], str]
 _REGISTRY: Dict[Key, Callable] = {}
 _LOADED: set = set()
 _MEMO: Dict[tuple, Callable] = {}
+_PLANS: Dict[Tuple[str, str], Callable] = {}
 
 
 _NAMES: Dict[object, str] = {}
@@ -72,9 +81,29 @@ def _ensure_loaded(device: str) -> None:
         return
     if device == "cpu":
         from . import cpu  # noqa: F401  (registers on import)
+    elif device == "reference":
+        from . import reference  # noqa: F401
     elif device == "gpu":
         from . import cuda  # noqa: F401
     _LOADED.add(device)
+
+
+def register_plan(device: str, op: str) -> Callable:
+    """Decorator registering ``func(*arrays) -> plan`` for kernels of ``op`` on ``device``."""
+
+    def deco(func: Callable) -> Callable:
+        _PLANS[(device, op)] = func
+        return func
+
+    return deco
+
+
+def launch_plan(device: str, op: str, *args):
+    """The launch plan of ``op`` on ``device`` for these arrays (e.g. the row
+    partition of a CSR matrix on the CPU); ``None`` where the device needs none."""
+    _ensure_loaded(device)
+    func = _PLANS.get((device, op))
+    return None if func is None else func(*args)
 
 
 def lookup(device: str, op: str, dtypes: Tuple = (), mode: str = "") -> Callable:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .backend import device_of, to_host
+from .kernels import lookup
 
 __all__ = ["PrecisionRangeError", "demote", "row_scale"]
 
@@ -17,7 +19,7 @@ class PrecisionRangeError(ValueError):
     """
 
 
-def demote(values: np.ndarray, dtype, what: str, scale=None) -> np.ndarray:
+def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.ndarray:
     """Return ``values`` cast to ``dtype``, after checking that they fit.
 
     ``values`` is never modified; the result is a new array unless no cast is
@@ -28,6 +30,9 @@ def demote(values: np.ndarray, dtype, what: str, scale=None) -> np.ndarray:
     but is below ``eps(dtype) * scale`` is *negligible*: rounding every other entry
     of its row to ``dtype`` already perturbs the row by more, so it is flushed to
     zero (the documented rule) instead of raising.
+
+    ``device``: whose ``range_scan`` kernel checks the values (default: the
+    device of ``values``); the values themselves stay where they are.
     """
     dtype = np.dtype(dtype)
     if values.dtype == dtype:
@@ -35,11 +40,11 @@ def demote(values: np.ndarray, dtype, what: str, scale=None) -> np.ndarray:
     if dtype.itemsize >= values.dtype.itemsize:
         return values.astype(dtype)
     fi = np.finfo(dtype)
-    big_at, tiny_at = _range_scan(values.reshape(-1), float(fi.max),
-                                  float(fi.smallest_subnormal) / 2)
+    scan = lookup(device or device_of(values), "range_scan", (values.dtype,))
+    big_at, tiny_at = scan(values.reshape(-1), float(fi.max), float(fi.smallest_subnormal) / 2)
     if not (big_at or tiny_at):  # the common case: one pass, then the cast
         return values.astype(dtype)
-    a = np.abs(values)
+    a = np.abs(to_host(values))
     big = a > float(fi.max)
     if big.any():
         raise PrecisionRangeError(
@@ -60,20 +65,6 @@ def demote(values: np.ndarray, dtype, what: str, scale=None) -> np.ndarray:
             f"(precision='double' or 'eft')"
         )
     return values.astype(dtype)
-
-
-@njit(cache=True, nogil=True)
-def _range_scan(v, big, tiny):
-    """``(any |v| > big, any 0 < |v| < tiny)`` in one pass (NaN counts as neither)."""
-    has_big = False
-    has_tiny = False
-    for i in range(v.size):
-        a = abs(v[i])
-        if a > big:
-            has_big = True
-        elif a < tiny and a > 0.0:
-            has_tiny = True
-    return has_big, has_tiny
 
 
 def row_scale(indptr, values):

@@ -7,90 +7,47 @@ never modified: anything that must change is copied first.
 Two stages:
 
 * :class:`Problem` -- the validated problem in FP64 (canonical CSR ``A`` or a
-  wrapped ``LinearOperator``, ``b``, ``x0``, the absolute tolerance), built once;
+  wrapped ``LinearOperator``, ``b``, ``x0``, the absolute tolerance), built once,
+  on the solve's *device*: the one of the arrays (:func:`mpsolve.backend.device_of`)
+  or an explicit ``device=``;
 * :class:`System` -- the problem *realised at a* :class:`~mpsolve.Precision`:
   ``A`` stored at ``precision.matrix`` with its SpMV bound, the preconditioner's
   apply, and the vector primitives looked up from the kernel registry.  The
-  escalation and refinement drivers build further Systems from one Problem.
+  escalation and refinement drivers build further Systems from one Problem, and
+  they all share the Problem's :class:`Workspace`.
+
+``A`` is checked and put in canonical CSR form here, once
+(:mod:`mpsolve._sparse`); a preconditioner is set up from that canonical matrix
+without checking it again.
 """
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Callable, Optional
 
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 
-from .backend import array_module
-from .kernels import lookup
-from .kernels.registry import dtype_name
-from .operator import CallableOperator, SparseOperator, canonical_csr
+from ._demote import demote
+from ._sparse import canonical_csr, check_matrix, dtype_check
+from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
+from .kernels.primitives import Primitives, bind_primitives
+from .operator import CallableOperator, SparseOperator
 from .precision import Precision
+from .precond.base import Preconditioner
 
-__all__ = ["Problem", "System", "make_problem", "make_system", "make_ops", "check_matrix"]
+__all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
+           "STAGNATION"]
 
-_VECTOR_OPS = ("axpy", "xpay", "axpby", "waxpy", "axpy2", "bicg_dir")
+#: A stage stops replacing residuals (or refining) once the true residual fails to
+#: shrink by this factor: it has reached the accuracy floor of its precision.
+STAGNATION = 0.5
 
 
 # ------------------------------------------------------------------ checks
-def _dtype_check(dtype, name):
-    dtype = np.dtype(dtype)
-    if dtype.kind == "c":
-        raise TypeError(
-            f"{name} is complex ({dtype}); mpsolve solves real systems only -- "
-            f"split into real and imaginary parts (a 2n x 2n real system) or use "
-            f"scipy.sparse.linalg for complex data"
-        )
-    if dtype.kind not in "biuf":
-        raise TypeError(f"{name} has dtype {dtype}; expected a real numeric dtype")
-    return dtype
-
-
-def check_matrix(A, name="A"):
-    """Validate a matrix argument; return a SciPy sparse matrix or a LinearOperator.
-
-    Dense arrays become CSR.  Integer/boolean data is accepted (converted to
-    FP64 later, as SciPy does); complex data, non-square shapes and non-finite
-    values are rejected.
-    """
-    if sp.issparse(A):
-        M = A
-    elif isinstance(A, spla.LinearOperator) or (
-        hasattr(A, "matvec") and hasattr(A, "shape") and not isinstance(A, np.ndarray)
-    ):
-        if len(A.shape) != 2 or A.shape[0] != A.shape[1]:
-            raise ValueError(f"{name} must be square, got shape {A.shape}")
-        if getattr(A, "dtype", None) is not None:
-            _dtype_check(A.dtype, name)
-        return A
-    else:
-        arr = np.asarray(A)
-        if arr.dtype == object:
-            raise TypeError(
-                f"{name} of type {type(A).__name__} is not a matrix: pass a SciPy "
-                "sparse matrix/array, a 2-D NumPy array or a LinearOperator"
-            )
-        if arr.ndim != 2:
-            raise ValueError(f"{name} must be 2-D, got an array of shape {arr.shape}")
-        M = sp.csr_matrix(arr) if arr.size else sp.csr_matrix(arr.shape, dtype=arr.dtype)
-    if M.ndim != 2 or M.shape[0] != M.shape[1]:
-        raise ValueError(
-            f"{name} must be square, got shape {M.shape}; a least-squares problem "
-            "needs scipy.sparse.linalg.lsqr/lsmr"
-        )
-    _dtype_check(M.dtype, name)
-    data = M.data if hasattr(M, "data") else M.tocsr().data
-    if data.dtype.kind == "f" and not np.isfinite(data).all():
-        bad = int((~np.isfinite(data)).sum())
-        raise ValueError(f"{name} contains {bad} NaN or Inf value(s); clean the matrix first")
-    return M
-
-
 def _check_vector(v, n, name):
-    arr = np.asarray(v)
+    arr = to_host(v)
     if arr.dtype == object:
         raise TypeError(f"{name} must be a numeric array, got {type(v).__name__}")
     if arr.ndim == 2 and 1 in arr.shape:
@@ -100,7 +57,7 @@ def _check_vector(v, n, name):
             f"{name} has shape {np.shape(v)}, but A is {n}x{n}: {name} must have "
             f"shape ({n},) or ({n}, 1)"
         )
-    _dtype_check(arr.dtype, name)
+    dtype_check(arr.dtype, name)
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         bad = int((~np.isfinite(arr)).sum())
         raise ValueError(f"{name} contains {bad} NaN or Inf value(s)")
@@ -126,17 +83,50 @@ def _check_maxiter(maxiter, default):
     return int(maxiter)
 
 
+# ------------------------------------------------------------------ workspace
+class Workspace:
+    """The vectors of one solve, allocated once on its device (house rule 6).
+
+    ``get(name, shape, dtype)`` returns the same array for the same key every time,
+    so a Krylov body called again -- after a residual replacement, an escalation to
+    another policy of the same working dtype, or in the next refinement step --
+    allocates nothing.  ``allocations`` counts the arrays made.
+    """
+
+    def __init__(self, xp):
+        self.xp = xp
+        self._arrays = {}
+        self.allocations = 0
+
+    def get(self, name, shape, dtype):
+        key = (name, shape, np.dtype(dtype).char)
+        a = self._arrays.get(key)
+        if a is None:
+            a = self._arrays[key] = self.xp.empty(shape, dtype=dtype)
+            self.allocations += 1
+        return a
+
+    def zeros(self, name, shape, dtype):
+        a = self.get(name, shape, dtype)
+        a.fill(0)
+        return a
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self._arrays.values()))
+
+
 # ------------------------------------------------------------------ problem
 @dataclass
 class Problem:
     """The validated problem, in FP64 (see module docstring)."""
 
     n: int
-    A_csr: Optional[sp.csr_matrix]      # canonical CSR, any float dtype; None for an operator
+    A_csr: Optional[sp.csr_matrix]      # canonical CSR on the host, any float dtype; None for an operator
     A_user: object                      # what the user passed (for a LinearOperator)
     A64: object                         # FP64 operator used for the true residual
-    b64: np.ndarray
-    x0_64: Optional[np.ndarray]         # None: zero start
+    b64: object                         # FP64 b on the device
+    x0_64: object                       # FP64 x0 on the device; None: zero start
     M_user: object
     bnrm: float
     tol: float                          # absolute: max(atol, rtol * ||b||)
@@ -146,12 +136,39 @@ class Problem:
     out_dtype: np.dtype                 # dtype of the x returned to the user
     data_dtype: np.dtype                # float dtype of the user's A/b
     x0_mode: str = "given"              # "zero", "given" or "Mb"
+    device: str = DEFAULT_DEVICE        # where the solve runs
+    xp: object = np                     # that device's array module
+    out_host: bool = True               # return x as a NumPy array (the caller's arrays were)
+    workspace: Optional[Workspace] = None
     _ops_cache: dict = field(default_factory=dict)
+
+    def true_residual(self, x64, r64) -> float:
+        """``r64 = b - A x64`` in FP64; returns ``||r64||_2``."""
+        self.A64.bind_residual("float64")(x64, self.b64, r64)  # r = b - A x in FP64
+        return float(self.xp.linalg.norm(r64))
+
+    def all_finite(self, x) -> bool:
+        return bool(self.xp.isfinite(x).all())
+
+    def answer(self, x64):
+        """``x64`` in the caller's dtype, on the caller's device."""
+        x = x64 if x64.dtype == self.out_dtype else x64.astype(self.out_dtype)
+        return to_host(x) if self.out_host else x
 
 
 def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
-                 default_maxiter=lambda n: 10 * n) -> Problem:
-    """Validate and convert the user's arguments (SciPy's rules)."""
+                 default_maxiter=lambda n: 10 * n, device=None) -> Problem:
+    """Validate and convert the user's arguments (SciPy's rules).
+
+    ``device``: where the solve runs; ``None`` takes the device of ``A``, ``b`` and
+    ``x0`` (:func:`mpsolve.backend.resolve_device`: an unknown device, or arrays on two
+    devices, is a ``ValueError``).  Host arrays are copied to the device once; the
+    answer goes back to the caller's side (a NumPy array when ``b`` was one).
+    """
+    device = resolve_device(device, A, b, None if isinstance(x0, str) else x0)
+    out_host = on_host(b)
+    if not on_host(A) and hasattr(A, "get"):
+        A = A.get()                     # a device sparse matrix: checked on the host
     A = check_matrix(A, "A")
     n = A.shape[0]
     b = _check_vector(b, n, "b")
@@ -162,7 +179,7 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     a_dtype = np.dtype(getattr(A, "dtype", None) or np.float64)
     data_dtype = np.result_type(a_dtype if a_dtype.kind == "f" else np.float64,
                                 b.dtype if b.dtype.kind == "f" else np.float64)
-    if M is not None and not _is_mpsolve_precond(M):
+    if M is not None and not isinstance(M, Preconditioner):
         M = check_matrix(M, "M")
         if M.shape != (n, n):
             raise ValueError(f"M has shape {M.shape}, but A is {n}x{n}: M must be {n}x{n}")
@@ -177,12 +194,13 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         if A_csr.dtype.kind != "f":
             A_csr = sp.csr_matrix((A_csr.data.astype(np.float64), A_csr.indices, A_csr.indptr),
                                   shape=A_csr.shape)
-        A64 = SparseOperator(A_csr, "float64", "float64", what="A")
+        A64 = SparseOperator(A_csr, "float64", "float64", device, what="A")
     else:
         A_csr = None
-        A64 = CallableOperator(A)
+        A64 = CallableOperator(A, device)
 
-    b64 = np.array(b, dtype=np.float64)  # copy: never alias the user's b
+    xp = array_module(device)
+    b64 = xp.array(to_device(b, device), dtype=np.float64)  # copy: never alias the user's b
     x0_mode = "zero"
     x0_64 = None
     if isinstance(x0, str):
@@ -190,47 +208,20 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
             raise ValueError(f"x0={x0!r}: the only string accepted is 'Mb' (start from M @ b)")
         x0_mode = "Mb"
     elif x0 is not None:
-        x0_64 = np.array(_check_vector(x0, n, "x0"), dtype=np.float64)
+        x0_64 = xp.array(to_device(_check_vector(x0, n, "x0"), device), dtype=np.float64)
         x0_mode = "given"
-    bnrm = float(np.linalg.norm(b64))
+    bnrm = float(xp.linalg.norm(b64))
     return Problem(n=n, A_csr=A_csr, A_user=A, A64=A64, b64=b64, x0_64=x0_64, M_user=M,
                    bnrm=bnrm, tol=max(atol, rtol * bnrm), rtol=rtol, atol=atol,
                    maxiter=maxiter, out_dtype=np.dtype(data_dtype), data_dtype=np.dtype(data_dtype),
-                   x0_mode=x0_mode)
-
-
-def _is_mpsolve_precond(M):
-    from mpsolve.precond.base import Preconditioner
-
-    return isinstance(M, Preconditioner)
+                   x0_mode=x0_mode, device=device, xp=xp, out_host=out_host,
+                   workspace=Workspace(xp))
 
 
 # ------------------------------------------------------------------ system
-def make_ops(device: str, dtype, dot_mode: str) -> SimpleNamespace:
+def make_ops(device: str, dtype, dot_mode: str) -> Primitives:
     """The vector primitives for one solve, looked up once (house rule 5)."""
-    dt = (dtype_name(dtype),)
-    ops = SimpleNamespace(dtype=np.dtype(dtype), device=device, dot_mode=dot_mode)
-    ops.dot = lookup(device, "dot", dt, dot_mode)
-    ops.nrm2 = lookup(device, "nrm2", dt, dot_mode)
-    for name in _VECTOR_OPS:
-        setattr(ops, name, lookup(device, name, dt))
-    ops.copy = lookup(device, "copy", dt * 2)
-    ops.scal = lookup(device, "scal", dt)
-    ops.lincomb = lookup(device, "lincomb", dt)
-    ops.mdot = lookup(device, "mdot", dt, dot_mode)
-    ops.maxpy = lookup(device, "maxpy", dt)
-    try:  # fused update + norm where the device has one for this reduction mode
-        ops.axpy2_nrm2 = lookup(device, "axpy2_nrm2", dt, dot_mode)
-    except KeyError:
-        axpy2, nrm2 = ops.axpy2, ops.nrm2
-
-        def axpy2_nrm2(a, x, y, b, u, v):
-            axpy2(a, x, y, b, u, v)
-            return nrm2(v)
-
-        ops.axpy2_nrm2 = axpy2_nrm2
-    ops.xp = array_module(device)      # workspace allocation: xp.empty / xp.zeros
-    return ops
+    return bind_primitives(device, dtype, dot_mode, array_module(device))
 
 
 @dataclass
@@ -243,20 +234,25 @@ class System:
     matvec: Callable                          # f(x, y): y = A x, working dtype
     residual: Callable                        # f(x, b, r): r = b - A x, working dtype
     psolve: Optional[Callable]                # f(r, z): z = M r, or None (identity)
-    ops: SimpleNamespace
-    b: np.ndarray                             # b in the working dtype
+    ops: Primitives
+    b: object                                 # b in the working dtype, on the device
     A_op: object
     M_obj: object = None                      # the preconditioner object (for reports)
     precond_setup_time: float = 0.0
     diverged: bool = False                    # a stage ended worse than it started
     matvec_dot: Optional[Callable] = None     # f(x, y) -> x . y after y = A x (fused or not)
 
+    @property
+    def workspace(self) -> Workspace:
+        return self.problem.workspace
+
 
 def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
     M = problem.M_user
     if M is None:
         return None, None, 0.0
-    if _is_mpsolve_precond(M):
+    device = problem.device
+    if isinstance(M, Preconditioner):
         t = 0.0
         if not M.is_setup:
             if problem.A_csr is None:
@@ -264,22 +260,28 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
                     f"M={type(M).__name__} needs the matrix entries of A, but A is a "
                     "LinearOperator; pass A as a sparse matrix, or M as an operator"
                 )
-            M.setup(problem.A_csr, dtype=precision.precond)
+            M.setup_canonical(problem.A_csr, dtype=precision.precond, device=device)
             t = M.setup_time
+        elif M.device != device:
+            raise ValueError(
+                f"M was set up for device {M.device!r}, but this solve runs on {device!r}: "
+                f"call M.setup(A, device={device!r}) or pass a fresh preconditioner")
 
         def psolve(r, z):
             M.apply(r, z)  # z = M r
 
         return psolve, M, t
     if sp.issparse(M):
-        op = SparseOperator(canonical_csr(M), precision.precond, precision.accumulate, what="M")
+        op = SparseOperator(canonical_csr(M), precision.precond, precision.accumulate, device,
+                            what="M")
     else:
-        op = CallableOperator(M)
+        op = CallableOperator(M, device)
     return op.bind(wdt, wdt), op, 0.0
 
 
-def make_system(problem: Problem, precision: Precision, device: str = "cpu") -> System:
-    """Store ``A`` and ``M`` at ``precision`` and look up the kernels."""
+def make_system(problem: Problem, precision: Precision) -> System:
+    """Store ``A`` and ``M`` at ``precision`` on the problem's device and look up the kernels."""
+    device = problem.device
     wdt = precision.working_dtype
     if problem.A_csr is not None:
         if precision.matrix == "float64" and problem.A64 is not None:
@@ -297,8 +299,6 @@ def make_system(problem: Problem, precision: Precision, device: str = "cpu") -> 
     ops = problem._ops_cache.get(key)
     if ops is None:
         ops = problem._ops_cache[key] = make_ops(device, wdt, precision.dot)
-    from ._demote import demote
-
     b = demote(problem.b64, wdt, "b")
     if b is problem.b64:
         b = problem.b64  # FP64 working precision shares the (private) FP64 copy

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import warnings
 
+from .driver import run
 from .krylov import BODIES
-from .krylov._driver import run
 from .result import SolveResult
 
 __all__ = ["cg", "gmres", "bicgstab", "solve", "METHODS"]
@@ -27,13 +27,19 @@ _COMMON_DOC = """
         Approximation of ``A^-1``.  An mpsolve preconditioner that is not set up
         yet is set up on ``A`` in the policy's preconditioner precision.
     callback : callable, optional
-        {callback_note}
+        {callback_note}  Returning ``True`` stops the solve: ``info`` is then
+        0 if ``x`` meets the tolerance, else ``-15``.
     precision : str or Precision, optional
         ``'double'``, ``'single'``, ``'mixed'``, ``'eft'``, ``'mixed-eft'``, ``'ir'``
         or a :class:`~mpsolve.Precision`.  Default: the data's precision (SciPy's).
     escalate : bool, default True
         Switch to a stronger policy when the current one stagnates above the
         tolerance (recorded in :attr:`SolveResult.escalations`).
+    device : {{None, 'cpu', 'reference', 'gpu'}}, keyword-only
+        Where the solve runs.  ``None`` (default): the device of ``A``, ``b`` and
+        ``x0`` (CuPy arrays -> ``'gpu'``, anything else -> ``'cpu'``).  ``'reference'``
+        runs the plain-NumPy oracle kernels (slow; for testing).  ``x`` is returned
+        on the caller's side: a NumPy array when ``b`` was one.
 
     Returns
     -------
@@ -52,9 +58,9 @@ def _fmt(doc, **kw):
 
 
 def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
-       precision=None, escalate=True):
+       precision=None, escalate=True, device=None):
     r = run("cg", BODIES["cg"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
-            callback=callback, precision=precision, escalate=escalate)
+            callback=callback, precision=precision, escalate=escalate, device=device)
     return r.x, r.info
 
 
@@ -77,9 +83,9 @@ cg.__doc__ = _fmt("""Solve ``A x = b`` with the (preconditioned) conjugate gradi
 
 
 def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
-             precision=None, escalate=True):
+             precision=None, escalate=True, device=None):
     r = run("bicgstab", BODIES["bicgstab"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter,
-            M=M, callback=callback, precision=precision, escalate=escalate)
+            M=M, callback=callback, precision=precision, escalate=escalate, device=device)
     return r.x, r.info
 
 
@@ -112,15 +118,16 @@ def _gmres_maxiter(restart, callback, callback_type):
 
 
 def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=None,
-          callback=None, callback_type=None, precision=None, escalate=True, side="left"):
+          callback=None, callback_type=None, precision=None, escalate=True, side="left",
+          device=None):
     r = _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter, M=M,
                       callback=callback, callback_type=callback_type, precision=precision,
-                      escalate=escalate, side=side)
+                      escalate=escalate, side=side, device=device)
     return r.x, r.info
 
 
 def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, callback_type,
-                  precision, escalate, precond_name=None, side="left"):
+                  precision, escalate, precond_name=None, side="left", device=None):
     from .krylov.gmres import SIDES
 
     ctype = _gmres_maxiter(restart, callback, callback_type)
@@ -133,7 +140,7 @@ def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, c
         kw["max_inner"] = maxiter
     return run("gmres", BODIES["gmres"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
                callback=callback, precision=precision, escalate=escalate, body_kw=kw,
-               precond_name=precond_name)
+               precond_name=precond_name, device=device)
 
 
 gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
@@ -164,12 +171,12 @@ gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
 
 def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1e-5,
           atol=0.0, maxiter=None, restart=None, callback=None, escalate=True, side="left",
-          **precond_params) -> SolveResult:
+          device=None, **precond_params) -> SolveResult:
     """Solve ``A x = b`` and report everything about the solve.
 
     Parameters
     ----------
-    A, b, x0, rtol, atol, maxiter, callback, precision, escalate
+    A, b, x0, rtol, atol, maxiter, callback, precision, escalate, device
         As in :func:`cg`.
     method : {'cg', 'gmres', 'bicgstab'}
     precond : None, str or preconditioner
@@ -217,8 +224,9 @@ def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1
         return _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter,
                              M=M, callback=callback, callback_type="x" if callback else None,
                              precision=precision, escalate=escalate, precond_name=name,
-                             side=side)
+                             side=side, device=device)
     if restart is not None:
         warnings.warn(f"restart is a GMRES option; ignored by method={method!r}", stacklevel=2)
     return run(method, BODIES[method], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
-               callback=callback, precision=precision, escalate=escalate, precond_name=name)
+               callback=callback, precision=precision, escalate=escalate, precond_name=name,
+               device=device)

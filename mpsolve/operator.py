@@ -1,10 +1,23 @@
-"""Operators the Krylov methods multiply by.
+"""Stored operators: what the Krylov methods and preconditioners multiply by.
 
-:class:`SparseOperator` stores a CSR matrix at a chosen precision and binds its
-SpMV kernel once; :class:`CallableOperator` wraps anything with a ``matvec``
-(a SciPy ``LinearOperator``) so the solvers see one interface:
+Each operator holds its arrays on one device, in one storage precision, and
+binds its kernel once per pair of vector dtypes:
 
-``bind(x_dtype, y_dtype) -> f(x, y)`` computing ``y <- A x`` in place.
+``bind(x_dtype, y_dtype) -> f(x, y)`` computing ``y <- F x`` in place.
+
+* :class:`SparseOperator` -- CSR (``spmv``; also ``r = b - A x`` and the fused
+  ``q = A p; p . q``);
+* :class:`BSROperator` -- block CSR with dense ``b x b`` blocks (``bsrmv``);
+* :class:`DiagonalOperator` -- ``diag(d)`` (``dmul``);
+* :class:`TriangularSweeps` -- ``(L D U')^{-1}`` by a forward and a backward sweep
+  (``ilu_sweeps``), ILU(0)'s apply;
+* :class:`OperatorChain` -- ``F_k ... F_1``, scratch vectors allocated once;
+* :class:`CallableOperator` -- anything with a ``matvec`` (a ``LinearOperator``).
+
+No operator knows how its device schedules the work: the kernel's launch plan (the
+CPU's row partition, a GPU's sub-warp width) comes from
+:func:`mpsolve.kernels.registry.launch_plan`.  Values are range-checked on the host
+when they are demoted (:func:`mpsolve._demote.demote`) and then moved to the device.
 """
 from __future__ import annotations
 
@@ -12,47 +25,56 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._demote import demote, row_scale
+from .backend import DEFAULT_DEVICE, array_module, to_device, to_host
 from .kernels import lookup
-from .kernels.registry import dtype_name
-from .kernels.cpu.spmv import partition_rows
+from .kernels.registry import dtype_name, launch_plan
 
-__all__ = ["SparseOperator", "CallableOperator", "canonical_csr"]
-
-
-def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
-    """A canonical CSR copy-or-view of any SciPy sparse matrix/array.
-
-    Sorted column indices, no duplicates (summed, as SciPy does), 32-bit
-    indices where they fit.  The caller's object is never modified: anything
-    not already canonical is copied first.
-    """
-    if sp.issparse(A):
-        C = A.tocsr()
-        if C is A:
-            C = A.copy() if not A.has_canonical_format else A
-        elif not C.has_canonical_format:
-            # tocsr() may share index arrays with A for some formats: copy first
-            C = C.copy()
-        if not C.has_canonical_format:
-            C.sum_duplicates()  # also sorts indices
-    else:
-        C = sp.csr_matrix(np.asarray(A))
-    C = sp.csr_matrix(C)  # matrix-style interface, whatever came in
-    if C.indptr.dtype != np.int32 and C.nnz < 2**31 - 1 and C.shape[1] < 2**31 - 1:
-        C = sp.csr_matrix((C.data, C.indices.astype(np.int32), C.indptr.astype(np.int32)),
-                          shape=C.shape)
-    return C
+__all__ = ["SparseOperator", "BSROperator", "DiagonalOperator", "TriangularSweeps",
+           "OperatorChain", "CallableOperator"]
 
 
-class SparseOperator:
-    """A CSR matrix stored in ``dtype``, multiplied by a bound kernel.
+def _acc_mode(accumulate) -> str:
+    acc = dtype_name(accumulate)
+    if acc not in ("float32", "float64"):
+        raise ValueError(f"accumulate={accumulate!r}: use 'float32' or 'float64'")
+    return "acc64" if acc == "float64" else "acc32"
+
+
+class _Stored:
+    """Common part: device, shape, bound-kernel cache, ``matvec`` convenience."""
+
+    device = DEFAULT_DEVICE
+    shape = (0, 0)
+
+    def _kernel(self, x_dtype, y_dtype):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def bind(self, x_dtype, y_dtype):
+        """Kernel ``f(x, y)`` computing ``y <- F x`` for these vector dtypes (cached)."""
+        key = (dtype_name(x_dtype), dtype_name(y_dtype))
+        f = self._bound.get(key)
+        if f is None:
+            f = self._bound[key] = self._kernel(*key)
+        return f
+
+    def matvec(self, x):
+        """``F @ x`` into a new array (convenience; not used in the loops)."""
+        xp = array_module(self.device)
+        x = xp.ascontiguousarray(to_device(x, self.device))
+        y = xp.empty(self.shape[0], dtype=np.result_type(x.dtype, self.dtype))
+        self.bind(x.dtype, y.dtype)(x, y)
+        return y
+
+
+class SparseOperator(_Stored):
+    """A CSR matrix stored in ``dtype`` on ``device``, multiplied by a bound kernel.
 
     Parameters
     ----------
-    A : scipy.sparse matrix in canonical CSR form (see :func:`canonical_csr`)
+    A : scipy.sparse matrix in canonical CSR form (:func:`mpsolve._sparse.canonical_csr`)
     dtype : storage precision of the values (``"float32"`` or ``"float64"``)
     accumulate : precision of the row sums
-    device : ``"cpu"`` (the GPU backend will add ``"gpu"``)
+    device : a device name (:data:`mpsolve.backend.DEVICES`)
     what : name used in range-check errors
 
     Raises
@@ -61,27 +83,29 @@ class SparseOperator:
         If a value of ``A`` does not fit ``dtype``.
     """
 
-    def __init__(self, A, dtype="float64", accumulate="float64", device="cpu", what="A"):
+    def __init__(self, A, dtype="float64", accumulate="float64", device=DEFAULT_DEVICE, what="A"):
         self.shape = A.shape
         self.device = device
-        self.indptr = A.indptr
-        self.indices = A.indices
-        self.data = self._demote(A, dtype, what)
-        self.dtype = self.data.dtype
+        self._mode = _acc_mode(accumulate)
         self.accumulate = dtype_name(accumulate)
-        self._mode = "acc64" if self.accumulate == "float64" else "acc32"
-        self.parts = partition_rows(self.indptr)
+        data = self._demote(A, dtype, what, device)
+        self.dtype = data.dtype
+        self.indptr = to_device(A.indptr, device)
+        self.indices = to_device(A.indices, device)
+        self.data = to_device(data, device)
+        self.parts = launch_plan(device, "spmv", self.indptr)
         self._bound = {}
 
     @staticmethod
-    def _demote(A, dtype, what):
+    def _demote(A, dtype, what, device):
         if np.dtype(dtype).itemsize >= A.data.dtype.itemsize:
-            return demote(A.data, dtype, what)
+            return demote(A.data, dtype, what, device=device)
         try:
-            return demote(A.data, dtype, what)
+            return demote(A.data, dtype, what, device=device)
         except ValueError:
             # retry with row scales: underflowing entries negligible in their row flush to 0
-            return demote(A.data, dtype, what, scale=row_scale(A.indptr, A.data))
+            return demote(A.data, dtype, what, scale=row_scale(A.indptr, A.data),
+                          device=device)
 
     @property
     def nnz(self) -> int:
@@ -92,24 +116,20 @@ class SparseOperator:
         """Bytes of matrix storage (values, indices, row pointers)."""
         return int(self.data.nbytes + self.indices.nbytes + self.indptr.nbytes)
 
-    def bind(self, x_dtype, y_dtype):
-        """Kernel ``f(x, y)`` computing ``y <- A x`` for these vector dtypes."""
-        key = (dtype_name(x_dtype), dtype_name(y_dtype))
-        f = self._bound.get(key)
-        if f is None:
-            kern = lookup(self.device, "spmv", (self.dtype, key[0], key[1]), self._mode)
-            parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
+    def _kernel(self, xd, yd):
+        kern = lookup(self.device, "spmv", (self.dtype, xd, yd), self._mode)
+        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
 
-            def f(x, y):
-                kern(parts, ip, ix, d, x, y)  # y = A x
+        def f(x, y):
+            kern(parts, ip, ix, d, x, y)  # y = A x
 
-            self._bound[key] = f
         return f
 
     def bind_dot(self, dtype):
         """Kernel ``f(x, y) -> x . y`` computing ``y <- A x`` and the native dot of
-        ``x`` and ``y`` in one pass (square ``A``, FP64 row sums), or ``None`` when no
-        fused kernel exists for this operator (the caller composes ``bind`` and a dot)."""
+        ``x`` and ``y`` in one pass (square ``A``, FP64 row sums), or ``None`` when the
+        device has no fused kernel for this operator (the caller composes ``bind``
+        and a dot)."""
         dt = dtype_name(dtype)
         if self._mode != "acc64" or self.shape[0] != self.shape[1]:
             return None
@@ -135,33 +155,192 @@ class SparseOperator:
 
         return f
 
-    def matvec(self, x):
-        """``A @ x`` into a new array (convenience, not used in the loops)."""
-        x = np.ascontiguousarray(x)
-        y = np.empty(self.shape[0], dtype=np.result_type(x.dtype, self.dtype))
-        self.bind(x.dtype, y.dtype)(x, y)
-        return y
+    def to_scipy(self):
+        """The stored matrix as a SciPy CSR matrix with FP64 values (on the host)."""
+        return sp.csr_matrix((to_host(self.data).astype(np.float64), to_host(self.indices),
+                              to_host(self.indptr)), shape=self.shape)
+
+
+class BSROperator(_Stored):
+    """A BSR matrix stored in ``dtype`` on ``device``, multiplied by the ``bsrmv`` kernel.
+
+    ``data`` of shape ``(nnzb, b, b)`` (FP64 on the host, range-checked by
+    :func:`~mpsolve._demote.demote`), ``indptr``/``indices`` over blocks; ``n`` scalar
+    rows (a trailing partial block is allowed: the kernel skips rows and columns past
+    ``n``).
+    """
+
+    def __init__(self, indptr, indices, data, n, dtype, accumulate="float32", what="M",
+                 device=DEFAULT_DEVICE):
+        self.device = device
+        data = np.ascontiguousarray(demote(np.ascontiguousarray(data, dtype=np.float64),
+                                           dtype, what, device=device))
+        self.indptr = to_device(np.ascontiguousarray(indptr, dtype=np.int32), device)
+        self.indices = to_device(np.ascontiguousarray(indices, dtype=np.int32), device)
+        self.data = to_device(data, device)
+        self.dtype = data.dtype
+        self.n = int(n)
+        self.b = int(data.shape[1])
+        self.shape = (self.n, self.n)
+        self.accumulate = dtype_name(accumulate)
+        self._mode = _acc_mode(accumulate)
+        self.parts = launch_plan(device, "bsrmv", self.indptr)
+        self._bound = {}
+
+    @property
+    def nbytes(self):
+        return int(self.data.nbytes + self.indices.nbytes + self.indptr.nbytes)
+
+    def _kernel(self, xd, yd):
+        kern = lookup(self.device, "bsrmv", (self.dtype, xd, yd), self._mode)
+        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
+
+        def f(x, y):
+            kern(parts, ip, ix, d, x, y)  # y = M x
+
+        return f
+
+    def to_scipy(self):
+        """The stored matrix as a SciPy CSR matrix with FP64 values (on the host)."""
+        nbr = self.indptr.size - 1
+        B = sp.bsr_matrix((to_host(self.data).astype(np.float64), to_host(self.indices),
+                           to_host(self.indptr)), shape=(nbr * self.b, nbr * self.b))
+        return B.tocsr()[: self.n, : self.n]
+
+
+class DiagonalOperator(_Stored):
+    """``diag(d)`` stored in ``dtype`` on ``device`` (``d`` given in FP64 on the host)."""
+
+    def __init__(self, d, dtype, what="diagonal", device=DEFAULT_DEVICE):
+        self.device = device
+        d = demote(np.ascontiguousarray(d, dtype=np.float64), dtype, what, device=device)
+        self.dtype = d.dtype
+        self.d = to_device(d, device)
+        self.shape = (d.size, d.size)
+        self._bound = {}
+
+    @property
+    def nbytes(self):
+        return int(self.d.nbytes)
+
+    def _kernel(self, xd, yd):
+        kern = lookup(self.device, "dmul", (self.dtype, xd, yd))
+        d = self.d
+
+        def f(x, y):
+            kern(d, x, y)  # y = diag(d) x
+
+        return f
+
+    def to_scipy(self):
+        return sp.diags(to_host(self.d).astype(np.float64), format="csr")
+
+
+class TriangularSweeps(_Stored):
+    """``y = (L D U')^{-1} x`` by two sweeps (ILU(0)'s apply).
+
+    ``L`` strictly lower (rows in order), ``U'`` strictly upper unit part of
+    ``D^{-1} U`` (rows in *reverse* order), ``dinv = 1 / diag(U)``: the layout of
+    :mod:`mpsolve.precond.ilu`.  ``bounds`` splits the rows into independent
+    diagonal blocks (``[0, n]``: one block).  Each row's sum is carried in FP64.
+    """
+
+    def __init__(self, lptr, lind, lval, uptr, uind, uval, dinv, bounds, dtype, what="ILU(0)",
+                 device=DEFAULT_DEVICE):
+        self.device = device
+        self.lval = to_device(demote(lval, dtype, f"{what} factor L", device=device), device)
+        self.uval = to_device(demote(uval, dtype, f"{what} factor D^-1 U", device=device),
+                              device)
+        self.dinv = to_device(demote(dinv, dtype, f"{what} inverse pivots", device=device),
+                              device)
+        self.lptr, self.lind = to_device(lptr, device), to_device(lind, device)
+        self.uptr, self.uind = to_device(uptr, device), to_device(uind, device)
+        self.bounds = to_device(bounds, device)
+        self.dtype = np.dtype(dtype)
+        n = int(dinv.size)
+        self.shape = (n, n)
+        self._bound = {}
+
+    @property
+    def nbytes(self):
+        return int(sum(a.nbytes for a in (self.lptr, self.lind, self.lval, self.uptr,
+                                          self.uind, self.uval, self.dinv)))
+
+    def _kernel(self, xd, yd):
+        kern = lookup(self.device, "ilu_sweeps", (self.dtype, xd, yd))
+        args = (self.bounds, self.lptr, self.lind, self.lval, self.uptr, self.uind, self.uval,
+                self.dinv)
+
+        def f(x, y):
+            kern(*args, x, y)  # y = U'^-1 D^-1 L^-1 x
+
+        return f
+
+
+class OperatorChain:
+    """``out <- F_k ... F_2 F_1 r`` for stored operators ``F_j`` (each with ``bind``).
+
+    One scratch vector per intermediate, allocated on the first call for a
+    given pair of vector dtypes and reused afterwards (``apply`` allocates
+    nothing then).  Intermediates are kept in the dtype of ``out`` (the working
+    precision), on the operators' device.
+    """
+
+    def __init__(self, ops):
+        self.ops = list(ops)
+        self.device = self.ops[0].device if self.ops else DEFAULT_DEVICE
+        self._scratch = {}
+
+    def __call__(self, r, out):
+        ops = self.ops
+        if len(ops) == 1:
+            ops[0].bind(r.dtype, out.dtype)(r, out)  # out = F r
+            return
+        key = (r.dtype.name, out.dtype.name)
+        sc = self._scratch.get(key)
+        if sc is None:
+            xp = array_module(self.device)
+            sc = self._scratch[key] = (
+                [op.bind(r.dtype if j == 0 else out.dtype, out.dtype) for j, op in enumerate(ops)],
+                [xp.empty(out.shape[0], dtype=out.dtype) for _ in range(min(2, len(ops) - 1))],
+            )
+        fs, bufs = sc
+        src = r
+        for j, f in enumerate(fs):
+            dst = out if j == len(fs) - 1 else bufs[j % len(bufs)]
+            f(src, dst)  # dst = F_j src
+            src = dst
+
+    @property
+    def nbytes(self):
+        ob = sum(int(op.nbytes) for op in self.ops)
+        return ob + sum(int(b.nbytes) for _, bufs in self._scratch.values() for b in bufs)
 
 
 class CallableOperator:
-    """Wraps an object with ``matvec`` (e.g. a ``LinearOperator``) as an operator."""
+    """Wraps an object with ``matvec`` (e.g. a ``LinearOperator``) as an operator.
 
-    def __init__(self, A):
+    The callable gets and returns arrays of the solve's device; its result is
+    copied into the output vector.
+    """
+
+    def __init__(self, A, device=DEFAULT_DEVICE):
         self.A = A
         self.shape = A.shape
+        self.device = device
         self.dtype = np.dtype(getattr(A, "dtype", None) or np.float64)
         self.nnz = None
         self.nbytes = 0
 
     def bind(self, x_dtype, y_dtype):
         A = self.A
-        y_dtype = np.dtype(y_dtype)
+        xp = array_module(self.device)
 
         def f(x, y):
-            v = np.asarray(A.matvec(x)).reshape(-1)  # y = A x
+            v = xp.asarray(A.matvec(x)).reshape(-1)  # y = A x
             if v.shape != y.shape:
                 raise ValueError(
-                    f"A.matvec returned shape {np.shape(v)}, expected {y.shape}"
+                    f"A.matvec returned shape {v.shape}, expected {y.shape}"
                 )
             y[:] = v
 
@@ -169,12 +348,13 @@ class CallableOperator:
 
     def bind_residual(self, dtype):
         mv = self.bind(dtype, dtype)
+        xp = array_module(self.device)
 
         def f(x, b, r):
             mv(x, r)
-            np.subtract(b, r, out=r)  # r = b - A x
+            xp.subtract(b, r, out=r)  # r = b - A x
 
         return f
 
     def matvec(self, x):
-        return np.asarray(self.A.matvec(x)).reshape(-1)
+        return array_module(self.device).asarray(self.A.matvec(x)).reshape(-1)

@@ -6,7 +6,10 @@ from typing import List, Optional
 
 import numpy as np
 
-__all__ = ["SolveResult", "Escalation", "BREAKDOWNS", "status_text"]
+__all__ = ["SolveResult", "Escalation", "BREAKDOWNS", "USER_STOP", "status_text", "wants_stop"]
+
+#: ``info`` of a solve stopped by its callback (which returned ``True``) short of the tolerance.
+USER_STOP = -15
 
 #: Negative ``info`` codes, one per breakdown.  -10 and -11 are SciPy's BiCGSTAB codes.
 BREAKDOWNS = {
@@ -17,7 +20,14 @@ BREAKDOWNS = {
          "the tolerance: A or M is singular",
     -14: "a NaN or Inf appeared in the iteration (overflow in the working precision, or a "
          "preconditioner that produced non-finite values)",
+    USER_STOP: "stopped by the callback (it returned True) before the tolerance was met",
 }
+
+
+def wants_stop(ret) -> bool:
+    """Whether a callback's return value asks the solve to stop: ``True`` (or a NumPy
+    ``True``) does, anything else -- ``None`` above all -- does not (Krylov.jl's rule)."""
+    return ret is True or (type(ret).__name__ == "bool_" and bool(ret))
 
 
 @dataclass
@@ -64,6 +74,8 @@ class SolveResult:
     precision : str
         The policy that produced the answer (the last one after escalations).
     escalations : list of Escalation
+    restarts : int
+        GMRES: restart cycles begun after the first (0 for CG and BiCGSTAB).
     method : str
     """
 

@@ -1,3 +1,4 @@
 """Numba CPU kernels; importing this package registers them."""
-from . import blas1, bsr, spmv  # noqa: F401
-from .. import eft  # noqa: F401  (registers the compensated reductions)
+from . import blas1, bsr, hessenberg, spmv  # noqa: F401
+from . import gather, ilu  # noqa: F401  (preconditioner set-up and apply kernels)
+from . import eft  # noqa: F401  (the compensated reductions)

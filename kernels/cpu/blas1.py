@@ -364,3 +364,25 @@ def _maxpy_ser(V, k, h, w):
 def maxpy(V, k, h, w):
     """``w <- w - sum_{i<k} h_i V[i]`` (the projection step of classical Gram-Schmidt)."""
     (_maxpy_par if w.size >= PARALLEL_MIN else _maxpy_ser)(V, k, h, w)
+
+
+# --- set-up checks ---------------------------------------------------------------------
+
+@njit(**JIT)
+def _range_scan(v, big, tiny):
+    has_big = False
+    has_tiny = False
+    for i in range(v.size):
+        a = abs(v[i])
+        if a > big:
+            has_big = True
+        elif a < tiny and a > 0.0:
+            has_tiny = True
+    return has_big, has_tiny
+
+
+@register("cpu", "range_scan", _VEC)
+def range_scan(v, big, tiny):
+    """``(any |v_i| > big, any 0 < |v_i| < tiny)`` in one pass (NaN counts as neither):
+    whether demoting ``v`` could overflow or flush a nonzero to zero."""
+    return _range_scan(v, big, tiny)

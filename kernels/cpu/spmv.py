@@ -24,12 +24,14 @@ import numpy as np
 from numba import njit, prange, get_num_threads
 
 from ._config import JIT, PARALLEL_MIN
+from ..registry import register, register_plan
 
 #: Below this many ``nnz + rows`` the SpMV runs serially.
 PARALLEL_MIN_WORK = 4 * PARALLEL_MIN
-from ..registry import register
 
 
+@register_plan("cpu", "spmv")
+@register_plan("cpu", "bsrmv")
 def partition_rows(indptr, nparts=None):
     """Row boundaries splitting the rows into ``nparts`` runs of about equal
     ``nnz + rows`` work.  Returns an int64 array of length ``nparts + 1``.

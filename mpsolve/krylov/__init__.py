@@ -1,4 +1,4 @@
-"""The Krylov methods, one file each; :mod:`._driver` runs them."""
+"""The Krylov methods, one file each (nothing else lives here); :mod:`mpsolve.driver` runs them."""
 from .bicgstab import bicgstab_body
 from .cg import cg_body
 from .gmres import gmres_body

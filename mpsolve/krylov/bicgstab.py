@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from ..result import USER_STOP, wants_stop
+
 __all__ = ["bicgstab_body"]
 
 
@@ -29,20 +31,21 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
     dot, nrm2, waxpy, axpy2, bicg_dir = ops.dot, ops.nrm2, ops.waxpy, ops.axpy2, ops.bicg_dir
     n = x.size
-    xp = ops.xp                                # workspace lives where x lives
-    eps = float(np.finfo(sys.dtype).eps)
+    ws, wdt = sys.workspace, sys.dtype         # vectors allocated once per solve
+    eps = float(np.finfo(wdt).eps)
     rhotol = eps * eps
-    r0 = r.copy()                              # shadow residual r0^ = r
+    r0 = ws.get("r0", n, wdt)
+    ops.copy(r, r0)                            # shadow residual r0^ = r
     r0nrm = nrm2(r0)
-    p = xp.zeros(n, dtype=sys.dtype)
-    v = xp.zeros(n, dtype=sys.dtype)
-    s = xp.empty(n, dtype=sys.dtype)
-    t = xp.empty(n, dtype=sys.dtype)
+    p = ws.zeros("p", n, wdt)
+    v = ws.zeros("v", n, wdt)
+    s = ws.get("s", n, wdt)
+    t = ws.get("t", n, wdt)
     if psolve is None:
         ph, sh = p, s                           # no M: p^ = p, s^ = s
     else:
-        ph = xp.empty(n, dtype=sys.dtype)
-        sh = xp.empty(n, dtype=sys.dtype)
+        ph = ws.get("ph", n, wdt)
+        sh = ws.get("sh", n, wdt)
     rnorm = r0nrm
     if rnorm <= tol:
         return 0, 0, 0
@@ -72,7 +75,7 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
             ops.copy(s, r)                      # r = s
             hist.append(snorm)
             if callback is not None:
-                callback(x)
+                callback(x)                     # converged: nothing left to stop
             return k, k, 0
         if psolve is not None:
             psolve(s, sh)                       # s^ = M s
@@ -89,8 +92,8 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
         waxpy(-omega, t, s, r)                  # r = s - omega t
         rnorm = nrm2(r)
         hist.append(rnorm)
-        if callback is not None:
-            callback(x)
+        if callback is not None and wants_stop(callback(x)):
+            return k, k, (0 if rnorm <= tol else USER_STOP)
         if not math.isfinite(rnorm):
             return k, k, -14
         if rnorm <= tol:

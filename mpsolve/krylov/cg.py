@@ -18,27 +18,31 @@ from __future__ import annotations
 
 import math
 
+from ..result import USER_STOP, wants_stop
+
 __all__ = ["cg_body"]
 
 
 def cg_body(sys, x, r, maxiter, tol, callback, hist):
     """Run at most ``maxiter`` PCG iterations from ``x`` with residual ``r``.
 
-    ``x`` and ``r`` are updated in place (working precision).  Returns
-    ``(iterations, iterations, flag)``: flag 0 when the recursive residual met
-    ``tol``, 1 when ``maxiter`` was reached, a negative breakdown code otherwise.
+    ``x`` and ``r`` are updated in place (working precision); ``q``, ``z`` and ``p``
+    come from the solve's workspace.  Returns ``(iterations, iterations, flag)``: flag
+    0 when the recursive residual met ``tol``, 1 when ``maxiter`` was reached,
+    ``USER_STOP`` when the callback returned True, a negative breakdown code otherwise.
     """
     ops, matvec_dot, psolve = sys.ops, sys.matvec_dot, sys.psolve
     dot, nrm2, axpy2_nrm2, xpay = ops.dot, ops.nrm2, ops.axpy2_nrm2, ops.xpay
     n = x.size
-    xp = ops.xp                                # workspace lives where x lives
-    q = xp.empty(n, dtype=sys.dtype)
+    ws, wdt = sys.workspace, sys.dtype         # vectors allocated once per solve
+    q = ws.get("q", n, wdt)
     if psolve is None:
         z = r  # unpreconditioned: z aliases r
     else:
-        z = xp.empty(n, dtype=sys.dtype)
+        z = ws.get("z", n, wdt)
         psolve(r, z)                          # z = M r
-    p = z.copy()                              # p = z
+    p = ws.get("p", n, wdt)
+    ops.copy(z, p)                            # p = z
     rnorm = nrm2(r)
     rz = rnorm * rnorm if psolve is None else dot(r, z)
     if rnorm <= tol:
@@ -52,8 +56,8 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
         alpha = rz / pq
         rnorm = axpy2_nrm2(alpha, p, x, -alpha, q, r)  # x += alpha p; r -= alpha q; ||r||
         hist.append(rnorm)
-        if callback is not None:
-            callback(x)
+        if callback is not None and wants_stop(callback(x)):
+            return k, k, (0 if rnorm <= tol else USER_STOP)
         if not math.isfinite(rnorm):
             return k, k, -14
         if rnorm <= tol:

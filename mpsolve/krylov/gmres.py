@@ -45,45 +45,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from ..result import USER_STOP, wants_stop
 
 __all__ = ["gmres_body", "SIDES"]
 
 SIDES = ("left", "right")
-
-
-# The small (restart x restart) least-squares problem lives on the host in FP64 whatever
-# the device of the vectors; its per-step bookkeeping is compiled because in Python it
-# costs more than an SpMV on a small matrix.
-@njit(cache=True)
-def _rotate(H, cs, sn, g, j):
-    """Apply the previous Givens rotations to column ``j`` of ``H``, make the one that
-    zeroes ``H[j + 1, j]``, update ``g``; return the new residual estimate ``|g[j+1]|``."""
-    for i in range(j):
-        hi, hi1 = H[i, j], H[i + 1, j]
-        H[i, j] = cs[i] * hi + sn[i] * hi1
-        H[i + 1, j] = -sn[i] * hi + cs[i] * hi1
-    den = math.hypot(H[j, j], H[j + 1, j])
-    if den == 0.0:
-        cs[j], sn[j] = 1.0, 0.0
-    else:
-        cs[j], sn[j] = H[j, j] / den, H[j + 1, j] / den
-    H[j, j] = den
-    H[j + 1, j] = 0.0
-    g[j + 1] = -sn[j] * g[j]
-    g[j] = cs[j] * g[j]
-    return abs(g[j + 1])
-
-
-@njit(cache=True)
-def _back_substitute(H, g, k, y):
-    """``y[:k] = R^{-1} g[:k]`` for the upper triangular ``R = H[:k, :k]`` (a zero
-    diagonal entry gives a zero component)."""
-    for i in range(k - 1, -1, -1):
-        acc = g[i]
-        for l in range(i + 1, k):
-            acc -= H[i, l] * y[l]
-        y[i] = acc / H[i, i] if H[i, i] != 0.0 else 0.0
 
 
 def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_type="x",
@@ -103,19 +70,18 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
     nrm2, axpy, mdot, maxpy = ops.nrm2, ops.axpy, ops.mdot, ops.maxpy
     n = x.size
-    xp = ops.xp                                # workspace lives where x lives
+    ws, wdt = sys.workspace, sys.dtype         # vectors allocated once per solve
     m = max(1, min(restart, n))
-    wdt = sys.dtype
     left = psolve is not None and side == "left"
     right = psolve is not None and not left
     eps = float(np.finfo(wdt).eps)
     reorth = max(1e-3, eps ** 0.25)            # second CGS pass below this ratio
-    V = xp.empty((m + 1, n), dtype=wdt)        # Arnoldi basis, one row per vector
+    V = ws.get("V", (m + 1, n), wdt)           # Arnoldi basis, one row per vector
     # right preconditioning keeps Z = [M v_0, M v_1, ...] (flexible GMRES): an M applied in
     # FP32 is not exactly linear, and x += M (V y) would not be the combination the
     # Arnoldi relation was built from (add20 + FP32 ISAI: 5e-5 instead of 1e-8)
-    Z = xp.empty((m, n), dtype=wdt) if right else None
-    u = xp.empty(n, dtype=wdt)
+    Z = ws.get("Z", (m, n), wdt) if right else None
+    u = ws.get("u", n, wdt)
     H = np.zeros((m + 1, m), dtype=np.float64)
     cs = np.zeros(m)
     sn = np.zeros(m)
@@ -128,6 +94,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     rnorm = nrm2(r)
     if rnorm <= tol:
         return 0, 0, 0
+    stop = False                               # the callback asked to stop
     for cycle in range(1, maxiter + 1):
         if left:
             psolve(r, V[0])                     # v0 = M r / ||M r||
@@ -169,20 +136,21 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             H[j + 1, j] = wnorm
             if not math.isfinite(wnorm):
                 return cycle, inner, -14
-            est = _rotate(H, cs, sn, g, j)      # Givens: H[:, j] -> R, g updated
+            est = ops.givens(H, cs, sn, g, j)   # Givens: H[:, j] -> R, g updated
             inner += 1
             hist.append(est * ratio)
-            if callback is not None and callback_type in ("pr_norm", "legacy"):
-                callback(est / bnrm)
+            if (callback is not None and callback_type in ("pr_norm", "legacy")
+                    and wants_stop(callback(est / bnrm))):
+                stop = True
             j_end = j + 1
             if wnorm <= eps * wnorm_in or wnorm == 0.0:
                 happy = True
                 break
             ops.scal(1.0 / wnorm, w)            # v_{j+1} = w / ||w||
-            if est <= target or inner == max_inner:
+            if est <= target or inner == max_inner or stop:
                 break
         k = j_end
-        _back_substitute(H, g, k, y)            # y = R[:k, :k]^-1 g[:k], FP64
+        ops.back_substitute(H, g, k, y)         # y = R[:k, :k]^-1 g[:k], FP64
         if right:
             ops.lincomb(Z, y, k, u)             # u = Z_k y  (= M V_k y for an exact M)
         else:
@@ -190,12 +158,14 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
         axpy(1.0, u, x)                         # x += u
         sys.residual(x, sys.b, r)               # r = b - A x
         rnorm = nrm2(r)
-        if callback is not None and callback_type == "x":
-            callback(x)
+        if callback is not None and callback_type == "x" and wants_stop(callback(x)):
+            stop = True
         if not math.isfinite(rnorm):
             return cycle, inner, -14
         if rnorm <= tol:
             return cycle, inner, 0
+        if stop:
+            return cycle, inner, USER_STOP
         if happy:
             return cycle, inner, -13
         if inner == max_inner:

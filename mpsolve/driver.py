@@ -1,4 +1,5 @@
-"""The solve driver shared by every method.
+"""The solve driver shared by every method (device-neutral: it keeps its vectors in
+the problem's array module and calls only the System's kernels).
 
 A method is a *body* ``body(sys, x, r, maxiter, tol, callback, hist, **kw) ->
 (count, iterations, flag)`` that iterates on a :class:`~mpsolve._system.System`.
@@ -18,6 +19,15 @@ The driver around it, written once for all methods:
    ``||b - A x|| <= max(atol, rtol ||b||)``.
 
 A policy with ``inner`` set runs as iterative refinement (:mod:`.refine`).
+
+The FP64 iterate ``x64``, the FP64 residual ``r64`` and the working-precision
+copies all come from the problem's :class:`~mpsolve._system.Workspace`, as do the
+bodies' Krylov vectors: a solve allocates them once, whatever number of residual
+replacements, escalations or refinement steps it takes.
+
+A ``callback`` that returns ``True`` stops the solve (Krylov.jl's convention): the
+result has ``info == 0`` if the returned ``x`` meets the tolerance anyway, else
+``info == -15`` (:data:`~mpsolve.result.USER_STOP`).
 """
 from __future__ import annotations
 
@@ -26,26 +36,17 @@ from typing import Callable
 
 import numpy as np
 
-from .._demote import PrecisionRangeError
-from .._system import make_problem, make_system
-from ..precision import as_precision
-from ..result import Escalation, SolveResult, status_text
+from ._demote import PrecisionRangeError
+from ._system import STAGNATION, make_problem, make_system
+from .precision import as_precision
+from .precond.base import Preconditioner
 from .refine import refine_stage
+from .result import USER_STOP, Escalation, SolveResult, status_text
 
 __all__ = ["run"]
 
-#: A stage stops replacing residuals once the true residual fails to shrink by this factor.
-STAGNATION = 0.5
-
-
-def _true_residual(problem, x64, r64):
-    problem.A64.bind_residual("float64")(x64, problem.b64, r64)  # r = b - A x in FP64
-    return float(np.linalg.norm(r64))
-
 
 def _describe(M):
-    from ..precond.base import Preconditioner
-
     if M is None:
         return ""
     if isinstance(M, Preconditioner):
@@ -59,13 +60,20 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     """One precision policy, with residual replacement.  Returns
     ``(count, iterations, flag, true_norm)``; flag 2 means "stagnated"."""
     problem = sys.problem
+    ws = problem.workspace
+    n = problem.n
     tol = problem.tol
     wdt = sys.dtype
     same = x64.dtype == wdt
-    x = x64 if same else x64.astype(wdt)
-    backup = x64.copy()
-    true = start_true = _true_residual(problem, x64, r64)
-    r = r64 if same else np.empty_like(x)
+    if same:
+        x = x64
+    else:
+        x = ws.get("x", n, wdt)
+        x[:] = x64                              # x = x64, rounded once
+    backup = ws.get("x_start", n, np.float64)
+    backup[:] = x64
+    true = start_true = problem.true_residual(x64, r64)
+    r = r64 if same else ws.get("r", n, wdt)
     if not same:
         r[:] = r64                              # r = b - A x, rounded once
     count = iters = 0
@@ -76,11 +84,11 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         iters += it
         if not same:
             x64[:] = x
-        if not np.isfinite(x64).all():
+        if not problem.all_finite(x64):
             x64[:] = backup
-            true = _true_residual(problem, x64, r64)
+            true = problem.true_residual(x64, r64)
             return count, iters, -14, true
-        true = _true_residual(problem, x64, r64)
+        true = problem.true_residual(x64, r64)
         if true <= tol:
             return count, iters, 0, true
         if flag != 0 or count >= budget:
@@ -88,7 +96,7 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
                 # the iteration diverged: never hand back an x worse than the one it
                 # started from (the status says so through diverged=True)
                 x64[:] = backup
-                true = _true_residual(problem, x64, r64)
+                true = problem.true_residual(x64, r64)
                 sys.diverged = True
             return count, iters, flag, true
         # the recursive residual met the tolerance but the true one did not
@@ -100,19 +108,19 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
 
 
 def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None,
-        M=None, callback=None, precision=None, escalate=True, device="cpu",
+        M=None, callback=None, precision=None, escalate=True, device=None,
         default_maxiter=lambda n: 10 * n, body_kw=None, precond_name=None) -> SolveResult:
     """Validate, realise, iterate, escalate, judge.  See the module docstring."""
     t0 = time.perf_counter()
     body_kw = body_kw or {}
     problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
-                           default_maxiter=default_maxiter)
+                           default_maxiter=default_maxiter, device=device)
     policy = as_precision(precision, problem.data_dtype)
     n = problem.n
     rel_tol = problem.tol / problem.bnrm if problem.bnrm else problem.rtol
 
     def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra=""):
-        x = x64 if x64.dtype == problem.out_dtype else x64.astype(problem.out_dtype)
+        x = problem.answer(x64)
         rel = true / problem.bnrm if problem.bnrm else true
         Mobj = problem.M_user
         return SolveResult(
@@ -125,11 +133,12 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
                                      (type(Mobj).__name__ if Mobj is not None else None)),
             precond_nbytes=int(getattr(Mobj, "nbytes", 0) or 0) if Mobj is not None else 0,
             precond_detail=_describe(Mobj),
+            restarts=max(0, int(count) - 1) if method == "gmres" else 0,
         )
 
     if n == 0 or problem.bnrm == 0.0:
         # SciPy: a zero right-hand side (or an empty system) has the solution 0
-        return finish(np.zeros(n), 0, 0, 0, [], 0.0, time.perf_counter() - t0, 0.0, [], policy,
+        return finish(problem.xp.zeros(n), 0, 0, 0, [], 0.0, time.perf_counter() - t0, 0.0, [], policy,
                       "zero right-hand side" if n else "empty system")
 
     escalations = []
@@ -139,7 +148,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
         for the first stronger policy whose data do."""
         while True:
             try:
-                return policy, make_system(problem, policy, device)
+                return policy, make_system(problem, policy)
             except PrecisionRangeError as err:
                 nxt = policy.stronger() if escalate else None
                 if nxt is None:
@@ -152,20 +161,20 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
     setup_time = time.perf_counter() - t0
 
     t1 = time.perf_counter()
+    ws = problem.workspace
+    x64 = ws.get("x64", n, np.float64)
     if problem.x0_mode == "given":
-        x64 = problem.x0_64.copy()
+        x64[:] = problem.x0_64
     elif problem.x0_mode == "Mb":
-        x64 = np.zeros(n)
         if sys.psolve is None:
             x64[:] = problem.b64
         else:
-            bw = sys.b
-            z = np.empty(n, dtype=sys.dtype)
-            sys.psolve(bw, z)                  # x0 = M b
+            z = ws.get("Mb", n, sys.dtype)
+            sys.psolve(sys.b, z)               # x0 = M b
             x64[:] = z
     else:
-        x64 = np.zeros(n)
-    r64 = np.empty(n)
+        x64.fill(0)
+    r64 = ws.get("r64", n, np.float64)
     hist = []
     count = iters = 0
     budget = problem.maxiter
@@ -174,7 +183,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
         # a policy that cannot reach the tolerance even in exact arithmetic is skipped
         if escalate and rel_tol < policy.floor and policy.stronger() is not None:
             nxt = policy.stronger()
-            true = _true_residual(problem, x64, r64)
+            true = problem.true_residual(x64, r64)
             escalations.append(Escalation(iters, policy.name, nxt.name,
                                           f"requested rtol {rel_tol:.1e} is below the "
                                           f"accuracy floor {policy.floor:.1e} of {policy.name}",
@@ -185,7 +194,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
         try:
             if policy.inner is not None:
                 c, it, flag, true = refine_stage(body, problem, policy, x64, budget - count,
-                                                 callback, hist, body_kw, r64, device)
+                                                 callback, hist, body_kw, r64)
             else:
                 c, it, flag, true = krylov_stage(body, sys, x64, budget - count, callback, hist,
                                                  body_kw, r64)
@@ -193,7 +202,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
             if not escalate:
                 raise
             range_error, c, it, flag = err, 0, 0, 3
-            true = _true_residual(problem, x64, r64)
+            true = problem.true_residual(x64, r64)
         count += c
         iters += it
         if flag == 0:
@@ -218,6 +227,8 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
     extra = ""
     if getattr(sys, "diverged", False) and info != 0:
         extra = "the iteration diverged; the starting x is returned"
+    if flag == USER_STOP and info != 0:
+        extra = "stopped by the callback"
     if flag == 2 and info > 0:
         extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
                  + ("" if escalate else "; escalate=True would switch to a stronger policy"))

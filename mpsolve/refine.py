@@ -21,7 +21,9 @@ The user's ``callback`` is called with the FP64 iterate after each outer step.
 """
 from __future__ import annotations
 
-import numpy as np
+from ._system import STAGNATION, make_system
+
+from .result import USER_STOP, wants_stop
 
 __all__ = ["refine_stage", "INNER_RTOL"]
 
@@ -32,23 +34,26 @@ INNER_RTOL = 1e-4
 STEP_SHARE = 10
 
 
-def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r64, device):
-    from .._system import make_system
-    from ._driver import STAGNATION, _true_residual
-
-    inner = make_system(problem, policy.inner, device)
+def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r64):
+    """Refine ``x64`` in place until the FP64 true residual meets the tolerance, the
+    budget is spent or a step stagnates.  Returns ``(count, iterations, flag, true)``
+    like :func:`mpsolve.driver.krylov_stage`."""
+    inner = make_system(problem, policy.inner)
     wdt = inner.dtype
     tol = problem.tol
     n = problem.n
-    d = np.empty(n, dtype=wdt)
-    r = np.empty(n, dtype=wdt)
-    inner.b = np.empty(n, dtype=wdt)             # the inner solve's own right-hand side
-    true = _true_residual(problem, x64, r64)
+    ws = problem.workspace
+    d = ws.get("ir_d", n, wdt)
+    r = ws.get("ir_r", n, wdt)
+    step = ws.get("ir_step", n, x64.dtype)
+    inner.b = ws.get("ir_b", n, wdt)             # the inner solve's own right-hand side
+    true = problem.true_residual(x64, r64)
     count = iters = 0
     flag = 1
     while true > tol and count < budget:
         scale = true
-        r[:] = r64 / scale                       # inner right-hand side, unit norm
+        problem.xp.divide(r64, scale, out=step)
+        r[:] = step                              # inner right-hand side r / ||r||, unit norm
         inner.b[:] = r
         d[:] = 0.0
         eta = max(INNER_RTOL, 0.5 * tol / true)  # no need to go further than the goal
@@ -58,17 +63,20 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
         count += c
         iters += it
         hist.extend(h * scale for h in sub)
-        if not np.isfinite(d).all():             # overflow in the inner precision
+        if not problem.all_finite(d):            # overflow in the inner precision
             flag = -14
             break
-        step = scale * d.astype(np.float64)
+        step[:] = d
+        step *= scale                            # ||r|| d in FP64
         x64 += step                              # x = x + ||r|| d  (FP64)
-        new = _true_residual(problem, x64, r64)
+        new = problem.true_residual(x64, r64)
         if new > true:                           # the correction made it worse: undo it
             x64 -= step
-            new = _true_residual(problem, x64, r64)
-        if callback is not None:
-            callback(x64)
+            new = problem.true_residual(x64, r64)
+        if callback is not None and wants_stop(callback(x64)):
+            true = new
+            flag = USER_STOP
+            break
         if new > STAGNATION * true:
             true = new
             flag = 2 if new > tol else 0

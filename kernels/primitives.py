@@ -1,0 +1,156 @@
+"""The primitives contract: every op a device provides, with its math.
+
+A Krylov method calls nothing but the operations listed here (house rule 1);
+a device -- ``cpu``, ``reference``, ``gpu`` -- is a set of kernels registered under
+these names (:mod:`.registry`).  :func:`bind_primitives` looks the vector ops of one
+solve up once, before the loop (house rule 5), into a :class:`Primitives` record
+that the methods use as ``ops.dot(x, y)``.  :data:`CONTRACT` is the list a new
+device must implement; ``tests/test_devices.py`` checks every registered device
+against it.
+
+Conventions: vectors are 1-D arrays of one dtype (``float64`` or ``float32``)
+on the device; scalars are Python floats, cast to the vectors' dtype inside the
+kernel; results are written in place; reductions return a Python float.
+Multi-vector ops take ``V`` with one vector per row and use its first ``k`` rows.
+Matrix ops take the device's *launch plan* first (:func:`.registry.launch_plan`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+from .registry import dtype_name, lookup
+
+__all__ = ["Op", "CONTRACT", "VECTOR_OPS", "Primitives", "bind_primitives"]
+
+_F = ("float32", "float64")
+_VEC = tuple((d,) for d in _F)
+_MAT = tuple((v, x, y) for v in _F for x in _F for y in _F)
+_REDUCE = ("native", "compensated")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One primitive: name, call signature, math, dtype keys and modes."""
+
+    name: str
+    call: str
+    math: str
+    keys: Tuple[Tuple[str, ...], ...] = _VEC
+    modes: Tuple[str, ...] = ("",)
+
+
+CONTRACT = (
+    # --- reductions (mode: native = in the vectors' dtype; compensated = Dot2/Sum2, ORO 2005)
+    Op("dot", "dot(x, y) -> float", "x . y", modes=_REDUCE),
+    Op("nrm2", "nrm2(x) -> float", "||x||_2", modes=_REDUCE),
+    Op("sum", "sum(x) -> float", "sum_i x_i", modes=_REDUCE),
+    Op("mdot", "mdot(V, k, w, out)", "out[i] = V[i] . w, i < k  (out FP64)", modes=_REDUCE),
+    # --- updates
+    Op("axpy", "axpy(a, x, y)", "y = y + a x"),
+    Op("xpay", "xpay(x, a, y)", "y = x + a y"),
+    Op("axpby", "axpby(a, x, b, y)", "y = a x + b y"),
+    Op("waxpy", "waxpy(a, x, y, w)", "w = y + a x"),
+    Op("axpy2", "axpy2(a, x, y, b, u, v)", "y = y + a x;  v = v + b u"),
+    Op("axpy2_nrm2", "axpy2_nrm2(a, x, y, b, u, v) -> float",
+       "y = y + a x;  v = v + b u;  return ||v||_2", modes=("native",)),
+    Op("bicg_dir", "bicg_dir(r, beta, omega, v, p)", "p = r + beta (p - omega v)"),
+    Op("scal", "scal(a, x)", "x = a x"),
+    Op("copy", "copy(x, out)", "out = x  (casts fused)",
+       keys=tuple((a, b) for a in _F for b in _F)),
+    Op("lincomb", "lincomb(V, y, k, out)", "out = sum_{i<k} y_i V[i]"),
+    Op("maxpy", "maxpy(V, k, h, w)", "w = w - sum_{i<k} h_i V[i]"),
+    Op("dmul", "dmul(d, x, out)", "out = diag(d) x  (dtypes d, x, out)", keys=_MAT),
+    # --- sparse matrices (plan from launch_plan(device, "spmv"/"bsrmv", indptr))
+    Op("spmv", "spmv(plan, indptr, indices, data, x, y)",
+       "y = A x, CSR; row sums in FP64 (acc64) or FP32 (acc32); dtypes (data, x, y)",
+       keys=_MAT, modes=("acc64", "acc32")),
+    Op("spmv_dot", "spmv_dot(plan, indptr, indices, data, x, y) -> float",
+       "y = A x (FP64 row sums); return x . y in y's dtype", keys=tuple(
+           (v, d, d) for v in _F for d in _F), modes=("acc64",)),
+    Op("residual", "residual(plan, indptr, indices, data, x, b, r)",
+       "r = b - A x, FP64 row sums; dtypes (data, x, b, r)",
+       keys=tuple((v, d, d, d) for v in _F for d in _F), modes=("acc64",)),
+    Op("bsrmv", "bsrmv(plan, indptr, indices, data, x, y)",
+       "y = A x, BSR data (nnzb, b, b); row sums FP64/FP32; dtypes (data, x, y)",
+       keys=_MAT, modes=("acc64", "acc32")),
+    # --- preconditioner apply and set-up
+    Op("ilu_sweeps", "ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y)",
+       "y = U'^-1 D^-1 L^-1 x per diagonal block [bounds[t], bounds[t+1]) (ILU(0) layout of "
+       "mpsolve.precond.ilu: L forward, D^-1 U rows reversed); FP64 row sums; "
+       "dtypes (values, x, y)", keys=_MAT),
+    # --- GMRES's small least-squares problem (host FP64 arrays, whatever the device)
+    Op("givens", "givens(H, cs, sn, g, j) -> float",
+       "rotate H[:, j] by rotations 0..j-1, make rotation j zeroing H[j+1, j], update g; "
+       "return |g[j+1]|", keys=(("float64",),)),
+    Op("back_substitute", "back_substitute(H, g, k, y)",
+       "y[:k] = R^-1 g[:k], R = H[:k, :k] upper triangular", keys=(("float64",),)),
+    Op("range_scan", "range_scan(v, big, tiny) -> (bool, bool)",
+       "(any |v_i| > big, any 0 < |v_i| < tiny): can demoting v overflow or flush?"),
+)
+
+#: The ops a Krylov method may call, bound per solve by :func:`bind_primitives`.
+VECTOR_OPS = ("dot", "nrm2", "mdot", "axpy", "xpay", "axpby", "waxpy", "axpy2",
+              "axpy2_nrm2", "bicg_dir", "scal", "copy", "lincomb", "maxpy", "givens",
+              "back_substitute")
+
+
+@dataclass(frozen=True)
+class Primitives:
+    """The vector primitives of one solve (device, working dtype, reduction mode),
+    looked up once.  Each field is a kernel with the signature of :data:`CONTRACT`."""
+
+    device: str
+    dtype: object
+    dot_mode: str
+    xp: object                 # the device's array module: workspace allocation
+    dot: Callable              # x . y
+    nrm2: Callable             # ||x||_2
+    mdot: Callable             # out[i] = V[i] . w
+    axpy: Callable             # y += a x
+    xpay: Callable             # y = x + a y
+    axpby: Callable            # y = a x + b y
+    waxpy: Callable            # w = y + a x
+    axpy2: Callable            # y += a x; v += b u
+    axpy2_nrm2: Callable       # the same, returning ||v||
+    bicg_dir: Callable         # p = r + beta (p - omega v)
+    scal: Callable             # x *= a
+    copy: Callable             # out = x
+    lincomb: Callable          # out = V_k y
+    maxpy: Callable            # w -= V_k h
+    givens: Callable           # GMRES: next Givens rotation of the Hessenberg matrix (host FP64)
+    back_substitute: Callable  # GMRES: y = R^-1 g (host FP64)
+
+
+def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:
+    """Look the vector ops up for one solve (house rule 5).
+
+    ``axpy2_nrm2`` is fused where the device has it for ``dot_mode``; elsewhere it
+    is composed of ``axpy2`` and that mode's ``nrm2`` (so compensated norms stay
+    compensated).
+    """
+    import numpy as np
+
+    dt = (dtype_name(dtype),)
+    k = {
+        "dot": lookup(device, "dot", dt, dot_mode),
+        "nrm2": lookup(device, "nrm2", dt, dot_mode),
+        "mdot": lookup(device, "mdot", dt, dot_mode),
+        "copy": lookup(device, "copy", dt * 2),
+    }
+    for name in ("axpy", "xpay", "axpby", "waxpy", "axpy2", "bicg_dir", "scal", "lincomb",
+                 "maxpy"):
+        k[name] = lookup(device, name, dt)
+    for name in ("givens", "back_substitute"):  # the small host problem is always FP64
+        k[name] = lookup(device, name, ("float64",))
+    try:
+        k["axpy2_nrm2"] = lookup(device, "axpy2_nrm2", dt, dot_mode)
+    except KeyError:
+        axpy2, nrm2 = k["axpy2"], k["nrm2"]
+
+        def axpy2_nrm2(a, x, y, b, u, v):
+            axpy2(a, x, y, b, u, v)     # y += a x; v += b u
+            return nrm2(v)              # ||v||
+
+        k["axpy2_nrm2"] = axpy2_nrm2
+    return Primitives(device=device, dtype=np.dtype(dtype), dot_mode=dot_mode, xp=xp, **k)

@@ -1,0 +1,95 @@
+"""Matrix checks shared by the solve layer and the preconditioners.
+
+:func:`check_matrix` validates a matrix argument (the rejections name the
+argument and the fix); :func:`canonical_csr` gives the canonical CSR form every
+kernel assumes (sorted indices, no duplicates, 32-bit indices where they fit).
+``make_problem`` runs both once per solve and hands the preconditioner the
+canonical matrix (``Preconditioner.setup_canonical``), so ``A`` is checked and
+converted once.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+__all__ = ["check_matrix", "canonical_csr", "dtype_check"]
+
+
+def dtype_check(dtype, name):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "c":
+        raise TypeError(
+            f"{name} is complex ({dtype}); mpsolve solves real systems only -- "
+            f"split into real and imaginary parts (a 2n x 2n real system) or use "
+            f"scipy.sparse.linalg for complex data"
+        )
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{name} has dtype {dtype}; expected a real numeric dtype")
+    return dtype
+
+
+def check_matrix(A, name="A"):
+    """Validate a matrix argument; return a SciPy sparse matrix or a LinearOperator.
+
+    Dense arrays become CSR.  Integer/boolean data is accepted (converted to
+    FP64 later, as SciPy does); complex data, non-square shapes and non-finite
+    values are rejected.
+    """
+    if sp.issparse(A):
+        M = A
+    elif isinstance(A, spla.LinearOperator) or (
+        hasattr(A, "matvec") and hasattr(A, "shape") and not isinstance(A, np.ndarray)
+    ):
+        if len(A.shape) != 2 or A.shape[0] != A.shape[1]:
+            raise ValueError(f"{name} must be square, got shape {A.shape}")
+        if getattr(A, "dtype", None) is not None:
+            dtype_check(A.dtype, name)
+        return A
+    else:
+        arr = np.asarray(A)
+        if arr.dtype == object:
+            raise TypeError(
+                f"{name} of type {type(A).__name__} is not a matrix: pass a SciPy "
+                "sparse matrix/array, a 2-D NumPy array or a LinearOperator"
+            )
+        if arr.ndim != 2:
+            raise ValueError(f"{name} must be 2-D, got an array of shape {arr.shape}")
+        M = sp.csr_matrix(arr) if arr.size else sp.csr_matrix(arr.shape, dtype=arr.dtype)
+    if M.ndim != 2 or M.shape[0] != M.shape[1]:
+        raise ValueError(
+            f"{name} must be square, got shape {M.shape}; a least-squares problem "
+            "needs scipy.sparse.linalg.lsqr/lsmr"
+        )
+    dtype_check(M.dtype, name)
+    data = M.data if hasattr(M, "data") else M.tocsr().data
+    if data.dtype.kind == "f" and not np.isfinite(data).all():
+        bad = int((~np.isfinite(data)).sum())
+        raise ValueError(f"{name} contains {bad} NaN or Inf value(s); clean the matrix first")
+    return M
+
+
+def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
+    """A canonical CSR copy-or-view of any SciPy sparse matrix/array.
+
+    Sorted column indices, no duplicates (summed, as SciPy does), 32-bit
+    indices where they fit.  The caller's object is never modified: anything
+    not already canonical is copied first.
+    """
+    if sp.issparse(A):
+        C = A.tocsr()
+        if C is A:
+            C = A.copy() if not A.has_canonical_format else A
+        elif not C.has_canonical_format:
+            # tocsr() may share index arrays with A for some formats: copy first
+            C = C.copy()
+        if not C.has_canonical_format:
+            C.sum_duplicates()  # also sorts indices
+    else:
+        C = sp.csr_matrix(np.asarray(A))
+    C = sp.csr_matrix(C)  # matrix-style interface, whatever came in
+    if C.indptr.dtype != np.int32 and C.nnz < 2**31 - 1 and C.shape[1] < 2**31 - 1:
+        C = sp.csr_matrix((C.data, C.indices.astype(np.int32), C.indptr.astype(np.int32)),
+                          shape=C.shape)
+    return C
+
