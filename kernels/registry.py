@@ -25,6 +25,7 @@ mode   : a variant: ``"native"``/``"compensated"`` for reductions,
 """
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Dict, Iterable, Tuple
 
 import numpy as np
@@ -74,17 +75,21 @@ def register(device: str, op: str, dtypes: Iterable[Tuple], mode: str = "") -> C
     return deco
 
 
+#: The module that registers each device's kernels when it is first asked for.  The
+#: registry imports them by name (a plug-in table): it depends on no device, and a new
+#: device is one more line here and its own package.
+DEVICE_MODULES = {"cpu": "mpsolve.kernels.cpu", "reference": "mpsolve.kernels.reference",
+                  "gpu": "mpsolve.kernels.cuda"}
+
+
 def _ensure_loaded(device: str) -> None:
-    # Kernels register on import; import a device's modules lazily so that
+    # Kernels register on import; a device's modules are imported lazily so that
     # ``import mpsolve`` stays cheap and a GPU stack is never imported on a CPU run.
     if device in _LOADED:
         return
-    if device == "cpu":
-        from . import cpu  # noqa: F401  (registers on import)
-    elif device == "reference":
-        from . import reference  # noqa: F401
-    elif device == "gpu":
-        from . import cuda  # noqa: F401
+    module = DEVICE_MODULES.get(device)
+    if module is not None:
+        importlib.import_module(module)
     _LOADED.add(device)
 
 

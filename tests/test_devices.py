@@ -1,0 +1,405 @@
+"""The device axis: the solvers run unchanged on the ``reference`` device (plain NumPy
+kernels), device selection is validated, and the core stays device-neutral.
+
+The ``reference`` device keeps the axis honest (Ginkgo's reference executor): every
+op of the primitives contract exists on it, and the case table below -- methods x
+problems x precision policies, with and without preconditioners -- gives the same
+``info``, the same iteration counts up to rounding noise and certified FP64 true
+residuals on ``cpu`` and ``reference``.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mpsolve
+from mpsolve import backend
+from mpsolve.kernels import available
+from mpsolve.kernels.primitives import CONTRACT
+from mpsolve.matrices import convection_diffusion2d, poisson2d
+
+from conftest import problems
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST_DEVICES = ("cpu", "reference")
+
+
+# ----------------------------------------------------------------- the contract
+@pytest.mark.parametrize("device", HOST_DEVICES)
+def test_every_contract_op_is_registered(device):
+    have = set(available(device))
+    missing = [(op.name, key, mode) for op in CONTRACT for key in op.keys for mode in op.modes
+               if (device, op.name, key, mode) not in have]
+    assert not missing, f"{device} lacks {missing[:10]}"
+
+
+# ----------------------------------------------------------------- case table
+def _cases():
+    for name, A, spd in problems():
+        for method in ("cg", "gmres", "bicgstab"):
+            if method == "cg" and not spd:
+                continue
+            for prec in ("double", "mixed-eft", "single"):
+                if prec == "single" and A.dtype == np.float64 and name != "poisson2d":
+                    continue
+                yield pytest.param(method, A, prec, id=f"{method}-{name}-{prec}")
+
+
+def _close_counts(a, b):
+    """Iteration counts equal up to rounding noise (the kernels sum in other orders)."""
+    return abs(a - b) <= max(2, 0.05 * max(a, b))
+
+
+def _within_noise(count, solve, b):
+    """``count`` lies in the spread of the CPU's own iteration counts when ``b`` is
+    perturbed by a few units in its last place (rounding noise, measured), widened
+    by :func:`_close_counts`'s margin."""
+    rng = np.random.default_rng(7)
+    counts = [solve(b)]
+    for _ in range(4):
+        e = rng.choice([-1.0, 1.0], size=b.size).astype(b.dtype) * np.finfo(b.dtype).eps
+        counts.append(solve(b * (1 + e)))
+    lo, hi = min(counts), max(counts)
+    return _close_counts(count, lo) or _close_counts(count, hi) or lo <= count <= hi, counts
+
+
+@pytest.mark.parametrize("method,A,prec", list(_cases()))
+def test_reference_device_matches_cpu(method, A, prec):
+    rng = np.random.default_rng(3)
+    b = rng.standard_normal(A.shape[0]).astype(A.dtype)
+    rtol = 1e-8 if (A.dtype == np.float64 and prec != "single") else 1e-4
+    out = {}
+    for dev in HOST_DEVICES:
+        out[dev] = mpsolve.solve(A, b, method=method, precision=prec, rtol=rtol, maxiter=2000,
+                                 device=dev)
+    c, r = out["cpu"], out["reference"]
+    assert c.info == r.info
+    ok, spread = _within_noise(r.iterations, lambda bb: mpsolve.solve(
+        A, bb, method=method, precision=prec, rtol=rtol, maxiter=2000).iterations, b)
+    assert ok, (r.iterations, spread)
+    assert type(r.x) is np.ndarray and r.x.dtype == c.x.dtype
+    for res in (c, r):
+        if res.info == 0:
+            true = np.linalg.norm(b.astype(float) - A.astype(float) @ res.x.astype(float))
+            assert true <= rtol * np.linalg.norm(b.astype(float)) * (1 + 1e-6)
+
+
+PRECONDS = [("jacobi", {}), ("block-jacobi", {"block_size": 2}), ("ilu0", {}),
+            ("isai", {"variant": "spd"}), ("isai", {"variant": "general"}),
+            ("block-isai", {"block_size": 2, "variant": "spd"}),
+            ("block-isai", {"block_size": 2, "variant": "general"})]
+
+
+@pytest.mark.parametrize("pc,params", PRECONDS, ids=[f"{p}-{k.get('variant', '')}" for p, k in PRECONDS])
+@pytest.mark.parametrize("prec", ["double", "mixed"])
+def test_preconditioned_reference_matches_cpu(pc, params, prec):
+    spd = params.get("variant", "spd") == "spd" and pc != "ilu0" or pc in ("jacobi", "block-jacobi")
+    A = poisson2d(16) if spd else convection_diffusion2d(16)
+    b = A @ np.ones(A.shape[0])
+    method = "cg" if spd else "gmres"
+    res = {dev: mpsolve.solve(A, b, method=method, precond=pc, precision=prec, rtol=1e-10,
+                              device=dev, **params) for dev in HOST_DEVICES}
+    c, r = res["cpu"], res["reference"]
+    assert c.info == r.info == 0
+    assert _close_counts(c.iterations, r.iterations), (c.iterations, r.iterations)
+    assert r.true_residual <= 1e-10
+
+
+# ----------------------------------------------------------------- selecting a device
+class _FakeDeviceArray:
+    """Stands for a CuPy array (its type's module is ``cupy``)."""
+
+    __module__ = "cupy._core.core"
+
+    def __init__(self, a):
+        self.a = np.asarray(a)
+        self.shape = self.a.shape
+        self.dtype = self.a.dtype
+
+
+def test_device_comes_from_the_data():
+    A = poisson2d(4)
+    assert backend.device_of(A, np.ones(16), None) == "cpu"
+    assert backend.device_of(np.ones(3), _FakeDeviceArray([1.0])) == "gpu"
+    assert backend.resolve_device(None, A) == "cpu"
+    assert backend.resolve_device("reference", A) == "reference"
+
+
+@pytest.mark.parametrize("device", ["tpu", "CPU", 3])
+def test_unknown_device_is_refused(device):
+    A = poisson2d(4)
+    with pytest.raises(ValueError, match="device="):
+        mpsolve.cg(A, np.ones(16), device=device)
+
+
+def test_device_arrays_with_a_host_device_are_refused():
+    with pytest.raises(ValueError, match="CuPy"):
+        backend.resolve_device("cpu", np.ones(3), _FakeDeviceArray([1.0]))
+
+
+def test_gpu_without_cupy_says_what_to_install():
+    pytest.importorskip("numpy")
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed")
+    except ImportError:
+        pass
+    with pytest.raises(RuntimeError, match=r"mpsolve\[gpu\]"):
+        mpsolve.cg(poisson2d(4), np.ones(16), device="gpu")
+
+
+def test_preconditioner_set_up_elsewhere_is_refused():
+    from mpsolve.precond import Jacobi
+
+    A = poisson2d(6)
+    M = Jacobi().setup(A, device="reference")
+    with pytest.raises(ValueError, match="set up for device"):
+        mpsolve.cg(A, np.ones(36), M=M, device="cpu")
+
+
+# ----------------------------------------------------------------- workspace, callback, restarts
+def _capture_workspaces(monkeypatch):
+    from mpsolve import _system
+
+    made = []
+    orig = _system.Workspace.__init__
+
+    def init(self, xp):
+        orig(self, xp)
+        made.append(self)
+
+    monkeypatch.setattr(_system.Workspace, "__init__", init)
+    return made
+
+
+@pytest.mark.parametrize("method", ["cg", "gmres", "bicgstab"])
+def test_workspace_is_allocated_once_per_solve(monkeypatch, method):
+    """Escalation (single -> double) and residual replacement restart the body several
+    times; the vectors are allocated once per name and dtype all the same."""
+    made = _capture_workspaces(monkeypatch)
+    A = poisson2d(20) if method == "cg" else convection_diffusion2d(20)
+    b = A @ np.ones(A.shape[0])
+    # FP32 cannot reach 1e-11: residual replacements, then an escalation to FP64
+    res = mpsolve.solve(A, b, method=method, precision="single", rtol=1e-11, precond="jacobi")
+    assert res.info == 0 and res.escalations
+    (ws,) = made
+    names = {k[:1] + k[2:] for k in ws._arrays}            # (name, dtype)
+    assert ws.allocations == len(ws._arrays) == len(names)
+    # the same solve in one stage allocates the same vectors (minus the FP32 copies)
+    made.clear()
+    mpsolve.solve(A, b, method=method, precision="double", rtol=1e-11, precond="jacobi")
+    (ws1,) = made
+    f64 = {k for k in ws._arrays if k[2] == "d"}
+    assert set(ws1._arrays) <= f64 | {k for k in ws1._arrays}
+    assert ws1.allocations <= ws.allocations
+
+
+def test_workspace_holds_no_vector_twice(monkeypatch):
+    """A 30-cycle GMRES solve (30 body calls' worth of restarts) allocates the basis once."""
+    made = _capture_workspaces(monkeypatch)
+    A = convection_diffusion2d(24)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="gmres", restart=5, rtol=1e-10, maxiter=500)
+    assert res.restarts >= 10
+    (ws,) = made
+    assert sum(1 for k in ws._arrays if k[0] == "V") == 1
+
+
+@pytest.mark.parametrize("method", ["cg", "gmres", "bicgstab"])
+def test_callback_returning_true_stops_the_solve(method):
+    A = poisson2d(20)
+    b = A @ np.ones(A.shape[0])
+    seen = []
+
+    def stop_after_3(xk):
+        seen.append(xk.copy() if hasattr(xk, "copy") else xk)
+        return len(seen) >= 3
+
+    kw = {"restart": 5} if method == "gmres" else {}
+    res = mpsolve.solve(A, b, method=method, rtol=1e-12, callback=stop_after_3, **kw)
+    assert res.info == mpsolve.result.USER_STOP == -15
+    assert len(seen) == 3
+    assert "callback" in res.status
+    assert res.true_residual > 1e-12
+    # a callback returning None (SciPy's style) never stops
+    x, info = getattr(mpsolve, method)(A, b, rtol=1e-8, callback=lambda xk: None)
+    assert info == 0
+
+
+def test_callback_stop_after_convergence_reports_success():
+    A = poisson2d(10)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="cg", rtol=1e-6, callback=lambda xk: True, maxiter=1)
+    assert res.info in (0, -15)
+    assert (res.info == 0) == (res.true_residual <= 1e-6)
+
+
+def test_gmres_reports_restarts():
+    A = convection_diffusion2d(20)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="gmres", restart=10, rtol=1e-8)
+    assert res.info == 0
+    assert res.restarts == -(-res.iterations // 10) - 1
+    assert mpsolve.solve(poisson2d(10), np.ones(100), method="cg").restarts == 0
+
+
+# ----------------------------------------------------------------- device-neutral core
+_DEVICE_NAMES = {"cpu", "gpu", "reference", "cuda"}
+_DEVICE_PACKAGES = {"numba", "cupy", "cupyx", "llvmlite"}
+_NEUTRAL = [p for d in ("mpsolve", "precond", "matrices") for p in (ROOT / d).rglob("*.py")
+            if p.name != "backend.py"]
+
+
+def _device_mentions(path):
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value in _DEVICE_NAMES:
+            out.append(f"{path.name}:{node.lineno} names device {node.value!r}")
+        if isinstance(node, ast.Import):
+            out += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
+                    if a.name.split(".")[0] in _DEVICE_PACKAGES]
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            parts = node.module.split(".")
+            if parts[0] in _DEVICE_PACKAGES or parts[:3] in (["mpsolve", "kernels", "cpu"],
+                                                             ["mpsolve", "kernels", "cuda"]):
+                out.append(f"{path.name}:{node.lineno} imports {node.module}")
+    return out
+
+
+def test_no_device_names_outside_kernels():
+    """Only ``kernels/`` (and the array-module boundary ``mpsolve/backend.py``) knows
+    devices: no device-name literal, no numba/cupy import, no import of a device's
+    kernel package anywhere else in the library."""
+    assert _NEUTRAL
+    found = [m for p in _NEUTRAL for m in _device_mentions(p)]
+    assert not found, "\n".join(found)
+
+
+def test_the_scanner_catches_device_code(tmp_path):
+    f = tmp_path / "bad.py"
+    f.write_text("import numba\nfrom mpsolve.kernels.cpu.spmv import x\nlookup('cpu', 'dot')\n")
+    assert len(_device_mentions(f)) == 3
+
+
+# ----------------------------------------------------------------- one-way imports
+#: Layers, lowest first: a module may import from its own layer or lower ones only.
+_LAYERS = [
+    ("kernels", ["kernels"]),
+    ("core", ["mpsolve/backend.py", "mpsolve/_sparse.py", "mpsolve/_demote.py",
+              "mpsolve/operator.py", "mpsolve/precision.py", "mpsolve/_params.py", "matrices"]),
+    ("precond", ["precond"]),
+    ("solve", ["mpsolve/_system.py", "mpsolve/driver.py", "mpsolve/refine.py",
+               "mpsolve/krylov", "mpsolve/result.py", "mpsolve/api.py", "mpsolve/__init__.py"]),
+    ("face", ["mpsolve/cli.py", "mpsolve/petsc.py", "mpsolve/__main__.py", "bench"]),
+]
+
+
+def _module_of(path):
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    top = {"kernels": "mpsolve.kernels", "precond": "mpsolve.precond",
+           "matrices": "mpsolve.matrices", "bench": "mpsolve.bench", "mpsolve": "mpsolve"}
+    return ".".join([top[parts[0]]] + parts[1:])
+
+
+def _layer_of_path(path):
+    rel = path.relative_to(ROOT).as_posix()
+    for i, (_, members) in enumerate(_LAYERS):
+        for m in members:
+            if rel == m or rel.startswith(m.rstrip("/") + "/"):
+                return i
+    return None
+
+
+def _library_files():
+    files = []
+    for d in ("mpsolve", "kernels", "precond", "matrices"):
+        files += [p for p in (ROOT / d).rglob("*.py") if "__pycache__" not in p.parts]
+    files += [p for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("bench_")]
+    return files
+
+
+def _imports(path):
+    """Absolute names of the mpsolve modules ``path`` imports (relative imports resolved)."""
+    mod = _module_of(path)
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("mpsolve")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[:len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.startswith("mpsolve"):
+                out.add(name)
+                out |= {f"{name}.{a.name}" for a in node.names}
+    return out
+
+
+def _index():
+    """module name -> (path, layer)."""
+    return {_module_of(p): (p, _layer_of_path(p)) for p in _library_files()}
+
+
+def _resolve(name, index):
+    while name and name not in index:
+        name = name.rsplit(".", 1)[0] if "." in name else ""
+    return name or None
+
+
+def test_every_library_module_has_a_layer():
+    unplaced = [str(p.relative_to(ROOT)) for p, layer in _index().values() if layer is None]
+    assert not unplaced
+
+
+def test_imports_run_one_way():
+    """kernels <- core <- precond <- solve layer <- face: no import climbs a layer."""
+    index = _index()
+    bad = []
+    for mod, (path, layer) in index.items():
+        for name in _imports(path):
+            target = _resolve(name, index)
+            if target is None or target == mod:
+                continue
+            tl = index[target][1]
+            if tl > layer:
+                bad.append(f"{mod} ({_LAYERS[layer][0]}) imports {target} ({_LAYERS[tl][0]})")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_no_import_cycles_between_modules():
+    index = _index()
+    graph = {m: {t for n in _imports(p) if (t := _resolve(n, index)) and t != m
+                 and not m.startswith(t + ".")}  # a package's __init__ may be climbed through
+             for m, (p, _) in index.items()}
+    state = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for t in graph[m]:
+            if state.get(t) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(t):] + [t]))
+            if t not in state:
+                visit(t, stack + [t])
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m, [m])
+
+
+def test_krylov_holds_methods_only():
+    files = sorted(p.name for p in (ROOT / "mpsolve" / "krylov").glob("*.py"))
+    assert files == ["__init__.py", "bicgstab.py", "cg.py", "gmres.py"]
