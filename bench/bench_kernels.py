@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mpsolve.kernels import eft, lookup
+from mpsolve.kernels import lookup
+from mpsolve.kernels.cpu import eft
 from mpsolve.kernels.cpu.spmv import partition_rows
 
 pytestmark = pytest.mark.benchmark

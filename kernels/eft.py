@@ -1,126 +1,165 @@
-"""Error-free transformations (EFT) and compensated reductions (Numba, CPU).
+"""Error-free transformations (EFT), written once in plain Python, compiled per target.
 
 Reference
 ---------
 T. Ogita, S. M. Rump, S. Oishi, "Accurate sum and dot product",
 SIAM J. Sci. Comput. 26(6):1955-1988, 2005, doi:10.1137/030601818.
 
-* Algorithm 3.1 ``TwoSum``  (Knuth)            -> :func:`two_sum`
+* Algorithm 3.1 ``TwoSum``  (Knuth)              -> :func:`two_sum`
+* Algorithm 3.2 ``Split``   (Veltkamp)           -> :func:`split`
 * Algorithm 3.3 ``TwoProduct`` (Dekker/Veltkamp) -> :func:`two_prod_dekker`
 * FMA form of ``TwoProduct`` (their eq. (3.5))   -> :func:`two_prod`
-* Algorithm 4.4 ``Sum2``                         -> :func:`sum2`
-* Algorithm 5.3 ``Dot2``                         -> :func:`dot2`
+* Algorithm 4.4 ``Sum2``                         -> ``mpsolve.kernels.cpu.eft.sum2``
+* Algorithm 5.3 ``Dot2``                         -> ``mpsolve.kernels.cpu.eft.dot2``
 * Algorithm 6.1 ``GenDot`` (test generator)      -> ``tests/test_eft.py``
 
-Deviations from the paper
--------------------------
-* Several independent ``(s, c)`` pairs.  A single running pair is one long
-  dependency chain; the serial kernels keep ``_NACC = 4`` pairs (unrolled) and
-  the parallel kernels give every chunk of ``_CHUNK`` elements its own pairs.
-  The partial pairs are merged with :func:`two_sum` (high parts) and ordinary
-  addition (low parts).  This is still an error-free transformation of the
-  input vector followed by a floating-point sum of the error terms, so the
-  bound of the paper holds (with the same ``gamma_n``)::
+The paper assumes no underflow or overflow.  Same here: :func:`two_sum` is exact
+while ``a + b`` does not overflow; :func:`two_prod` is exact while ``a*b`` neither
+overflows nor its error underflows (``|a*b| >= 2^(emin + p)``); a product that
+overflows gives ``inf``/``nan`` (as the native dot does).
 
-      |dot2(x, y) - x.y| <= u |x.y| + gamma_n^2 |x|.|y|,
-      u = 2^-53 (FP64) or 2^-24 (FP32),  gamma_n = n u / (1 - n u),
+Targets
+-------
+The scalar functions below are the only copy of the EFTs.  Where rounding
+matters they call four *primitives* and nothing else: ``fma(a, b, c)``
+(``fl(a*b + c)``, one rounding) and the correctly rounded ``add_rn``,
+``sub_rn``, ``mul_rn``.  Those are the only things in which devices differ:
+a compiler that contracts ``a*b + c`` into an FMA, or reassociates, destroys an
+EFT, so every ``+ - *`` of an EFT goes through a primitive (division and
+``sqrt`` only appear in :func:`_sqrt_pair`, where nothing can be contracted).
 
-  for ``sum2`` the same with ``x.y`` -> ``sum x`` and ``gamma_{n-1}``.
-* The chunking depends on the length only, never on the thread count, so a
-  result is bitwise reproducible for any ``NUMBA_NUM_THREADS``.
-* FP32 inputs are accumulated as an FP32 pair (the *native* compensated
-  scheme: ``u = 2^-24``, "as accurate as FP32 arithmetic with twice the
-  precision, then rounded to FP32").  For FP32 data a plain FP64 accumulation
-  is an alternative; it is not what this module does.
-* The paper assumes no underflow or overflow.  Same here: ``two_prod`` is exact
-  while ``a*b`` neither overflows nor its error underflows (``|a*b| >=
-  2^(emin + p)``); a product that overflows gives ``inf``/``nan`` (as the
-  native dot does).  No input scaling is done by the norms.
+:func:`specialise` makes a target: it rebuilds each function from its code
+object with globals that bind the target's primitives and the target's own
+versions of the other EFTs, then applies the target's decorator.  So
 
-Every kernel here is compiled *without* ``fastmath``: reassociation or
-contraction lets LLVM "simplify" ``(a - (s - bb))`` to zero and destroys the
-transformations (``tests/test_eft.py`` inspects the dispatchers and the IR).
+* **CPU** (:mod:`mpsolve.kernels.cpu.eft`): ``specialise(numba.njit(...),
+  mpsolve.kernels.cpu.intrin)``: LLVM's ``llvm.fma`` and the plain operators,
+  compiled without ``fastmath`` (Numba/LLVM never contract without the
+  ``contract`` flag).  The compensated reductions (Sum2, Dot2, ...) are built
+  on those there.
+* **CUDA** (the GPU backend): the same call with ``numba.cuda.jit(device=True)``
+  and the CUDA intrinsics module, whose ``fma`` is ``numba.cuda.fma`` and whose
+  ``*_rn`` are libdevice's ``__dadd_rn`` etc. (which NVVM never contracts).
+* **Python** (the ``reference`` device): this module itself.  Its primitives
+  :func:`fma`, :func:`add_rn`, :func:`sub_rn`, :func:`mul_rn` are plain Python,
+  the FMA computed exactly with :class:`fractions.Fraction` and rounded once, so
+  called directly :func:`two_sum`, :func:`two_prod` and :func:`split` are exact
+  oracles (on Python floats, NumPy FP64 or FP32 scalars) for the compiled ones.
+
+The only format-dependent constant, Veltkamp's split factor, is chosen by
+``isinstance(a, np.float32)``, which Numba resolves at compile time.  This
+module imports neither Numba nor any device package, and registers nothing.
 """
 from __future__ import annotations
 
-import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic, overload
+import builtins
+import dis
+import math
+import struct
+import types
+from fractions import Fraction
 
-from .cpu._config import JIT, PARALLEL_MIN
-from .registry import register
+import numpy as np
 
 __all__ = [
-    "fma", "two_sum", "fast_two_sum", "two_prod", "two_prod_dekker", "split",
-    "sum2", "dot2", "nrm2_compensated", "sum_native",
+    "two_sum", "fast_two_sum", "two_prod", "two_prod_dekker", "split",
+    "fma", "add_rn", "sub_rn", "mul_rn", "specialise", "PRIMITIVES", "SCALAR_EFTS",
 ]
 
-# Explicit: an EFT kernel must never get fastmath, whatever JIT grows into.
-_EFT_JIT = dict(JIT, fastmath=False)
-
-#: Independent (s, c) accumulator pairs per serial kernel (unrolled by hand).
-_NACC = 4
-#: Elements per chunk of the parallel kernels (fixed: reproducible results).
-_CHUNK = 8192
+#: What a target must provide (attributes of the module or namespace given to
+#: :func:`specialise`).
+PRIMITIVES = ("fma", "add_rn", "sub_rn", "mul_rn")
 
 
-# --- fused multiply-add -------------------------------------------------------------
+# --- the Python target's primitives ---------------------------------------------------
 
-@intrinsic
-def _llvm_fma(typingctx, a, b, c):
-    """``fl(a*b + c)`` with one rounding: LLVM's ``llvm.fma.f32/f64`` intrinsic.
+def _round_f64(q):
+    """The FP64 value nearest to the Fraction ``q`` (ties to even; overflow -> inf)."""
+    try:
+        return float(q)                  # int / int: correctly rounded, subnormals too
+    except OverflowError:
+        return math.inf if q > 0 else -math.inf
 
-    The three arguments are converted to ``float64`` unless all are ``float32``.
+
+def _round_f32(q):
+    """The FP32 value nearest to the Fraction ``q``, rounded once.
+
+    ``np.float32(float(q))`` would round twice, and that is wrong when ``float(q)``
+    lands exactly on a midpoint of two FP32 numbers that ``q`` is not on.  Round to
+    FP64 *to odd* first (of the two doubles around ``q``, the one with an odd last
+    bit): with 53 >= 24 + 2 bits the second rounding is then the correct one.
     """
-    args = (a, b, c)
-    if not all(isinstance(t, (types.Float, types.Integer)) for t in args):
-        return None
-    if all(isinstance(t, types.Float) and t.bitwidth == 32 for t in args):
-        ft = types.float32
-    else:
-        ft = types.float64
-    sig = ft(a, b, c)
-
-    def codegen(context, builder, signature, llargs):
-        lty = context.get_value_type(ft)
-        vals = [context.cast(builder, v, t, ft)
-                for v, t in zip(llargs, signature.args)]
-        # the full function type is required, else LLVM rejects the call
-        fn = builder.module.declare_intrinsic("llvm.fma", [lty],
-                                              ir.FunctionType(lty, [lty, lty, lty]))
-        return builder.call(fn, vals)
-
-    return sig, codegen
+    f = _round_f64(q)
+    if math.isfinite(f) and Fraction(f) != q:
+        if not struct.unpack("<Q", struct.pack("<d", f))[0] & 1:
+            f = math.nextafter(f, math.inf if Fraction(f) < q else -math.inf)
+    with np.errstate(over="ignore"):
+        return np.float32(f)
 
 
-@njit(**_EFT_JIT)
 def fma(a, b, c):
-    """Fused multiply-add ``fl(a*b + c)``, rounded once.
+    """Fused multiply-add ``fl(a*b + c)`` in exact arithmetic, rounded once (Python target).
 
-    Parameters
-    ----------
-    a, b, c : float
-        FP64, or all FP32 (then the result is FP32).
-
-    Returns
-    -------
-    float
-        ``a*b + c`` with a single rounding (hardware FMA where the CPU has it;
-        LLVM lowers it to a correct library call otherwise).
+    ``a*b + c`` is computed as a :class:`fractions.Fraction` and rounded to the
+    nearest FP32 value when all three arguments are ``np.float32``, else to the
+    nearest FP64 value (as the CPU intrinsic converts them).  Signed zeros,
+    infinities and NaNs follow IEEE 754.  Slow: an oracle, not a kernel.
 
     Examples
     --------
-    >>> from mpsolve.kernels.eft import fma
     >>> fma(1 + 2.0**-30, 1 - 2.0**-30, -1.0) == -2.0**-60   # a*b then +c gives 0
     True
+    >>> import numpy as np
+    >>> a, c = np.float32(1 + 2.0**-12), np.float32(2.0**-80)   # a*a + c just above
+    >>> float(fma(a, a, c)) == 1 + 2.0**-11 + 2.0**-23            # an FP32 midpoint
+    True
     """
-    return _llvm_fma(a, b, c)
+    f32 = isinstance(a, np.float32) and isinstance(b, np.float32) and isinstance(c, np.float32)
+    a, b, c = float(a), float(b), float(c)
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        # an exact finite product plus inf/nan is c; otherwise a*b is inf or nan
+        r = c if math.isfinite(a) and math.isfinite(b) else a * b + c
+        return np.float32(r) if f32 else r
+    q = Fraction(a) * Fraction(b) + Fraction(c)
+    if q == 0:
+        # an exact zero is +0, except (-0) + (-0)
+        neg = ((a == 0 or b == 0) and c == 0 and math.copysign(1.0, c) < 0
+               and math.copysign(1.0, a) * math.copysign(1.0, b) < 0)
+        r = -0.0 if neg else 0.0
+        return np.float32(r) if f32 else r
+    return _round_f32(q) if f32 else _round_f64(q)
 
 
-# --- error-free transformations ---------------------------------------------------
+def add_rn(a, b):
+    """``fl(a + b)``: the host's IEEE addition (Python float or NumPy scalar)."""
+    return a + b
 
-@njit(**_EFT_JIT)
+
+def sub_rn(a, b):
+    """``fl(a - b)``: the host's IEEE subtraction (Python float or NumPy scalar)."""
+    return a - b
+
+
+def mul_rn(a, b):
+    """``fl(a * b)``: the host's IEEE multiplication (Python float or NumPy scalar)."""
+    return a * b
+
+
+# --- error-free transformations (the one copy) -------------------------------------------
+#
+# Each function below may use: the four primitives, numpy as ``np``, builtins, and the
+# functions listed before it in SCALAR_EFTS.  specialise() checks this.
+
+def _split_factor(a):
+    """Veltkamp's constant ``2^ceil(p/2) + 1`` in the format of ``a``.
+
+    Numba resolves ``isinstance`` at compile time (the other branch is pruned).
+    """
+    if isinstance(a, np.float32):
+        return np.float32(4097.0)        # 2^12 + 1, p = 24
+    return 134217729.0                   # 2^27 + 1, p = 53
+
+
 def two_sum(a, b):
     """Knuth's TwoSum (ORO 2005, Algorithm 3.1): ``s + e == a + b`` exactly.
 
@@ -140,17 +179,16 @@ def two_sum(a, b):
 
     Examples
     --------
-    >>> from mpsolve.kernels.eft import two_sum
     >>> two_sum(1.0, 2.0**-60)
     (1.0, 8.673617379884035e-19)
     """
-    s = a + b                        # s = fl(a + b)
-    bb = s - a                       # the part of b that went into s
-    e = (a - (s - bb)) + (b - bb)    # what a and b lost:  s + e == a + b exactly
+    s = add_rn(a, b)                     # s = fl(a + b)
+    bb = sub_rn(s, a)                    # the part of b that went into s
+    # what a and b lost:  s + e == a + b exactly
+    e = add_rn(sub_rn(a, sub_rn(s, bb)), sub_rn(b, bb))
     return s, e
 
 
-@njit(**_EFT_JIT)
 def fast_two_sum(a, b):
     """Dekker's FastTwoSum: ``s + e == a + b`` exactly, **if** ``|a| >= |b|``.
 
@@ -158,16 +196,14 @@ def fast_two_sum(a, b):
 
     Examples
     --------
-    >>> from mpsolve.kernels.eft import fast_two_sum
     >>> fast_two_sum(1.0, 2.0**-60)
     (1.0, 8.673617379884035e-19)
     """
-    s = a + b                        # s = fl(a + b)
-    e = b - (s - a)                  # s - a is exact when |a| >= |b|:  s + e == a + b
+    s = add_rn(a, b)                     # s = fl(a + b)
+    e = sub_rn(b, sub_rn(s, a))          # s - a is exact when |a| >= |b|:  s + e == a + b
     return s, e
 
 
-@njit(**_EFT_JIT)
 def two_prod(a, b):
     """TwoProduct with an FMA: ``p + e == a * b`` exactly.
 
@@ -186,362 +222,158 @@ def two_prod(a, b):
 
     Examples
     --------
-    >>> from mpsolve.kernels.eft import two_prod
     >>> two_prod(1 + 2.0**-30, 1 - 2.0**-30)
     (1.0, -8.673617379884035e-19)
     """
-    p = a * b                        # p = fl(a b)
-    e = _llvm_fma(a, b, -p)          # e = a b - p, exact:  p + e == a b
+    p = mul_rn(a, b)                     # p = fl(a b)
+    e = fma(a, b, -p)                    # e = a b - p, exact:  p + e == a b
     return p, e
 
 
-def _split_factor(a):  # pragma: no cover - replaced by the overload in nopython code
-    raise NotImplementedError
-
-
-@overload(_split_factor)
-def _ol_split_factor(a):
-    # Veltkamp's constant 2^ceil(p/2) + 1 of the argument's format
-    if isinstance(a, types.Float) and a.bitwidth == 32:
-        return lambda a: np.float32(4097.0)         # 2^12 + 1, p = 24
-    return lambda a: 134217729.0                    # 2^27 + 1, p = 53
-
-
-@njit(**_EFT_JIT)
 def split(a):
     """Veltkamp's split (ORO 2005, Algorithm 3.2): ``hi + lo == a``, each half
     with at most ``ceil(p/2)`` significant bits (so ``hi*hi`` etc. are exact).
 
-    Overflows for ``|a| > 2^996`` (FP64) / ``2^115`` (FP32).
+    The factor is ``2^27 + 1`` for FP64 and ``2^12 + 1`` for FP32.  Overflows for
+    ``|a| > 2^996`` (FP64) / ``2^115`` (FP32).
+
+    Examples
+    --------
+    >>> split(1 + 2.0**-52)               # hi + lo == 1 + 2^-52
+    (1.0, 2.220446049250313e-16)
     """
-    c = _split_factor(a) * a         # c = fl((2^s + 1) a)
-    hi = c - (c - a)                 # the upper half of a's significand
-    lo = a - hi                      # the rest:  hi + lo == a exactly
+    c = mul_rn(_split_factor(a), a)      # c = fl((2^s + 1) a)
+    hi = sub_rn(c, sub_rn(c, a))         # the upper half of a's significand
+    lo = sub_rn(a, hi)                   # the rest:  hi + lo == a exactly
     return hi, lo
 
 
-@njit(**_EFT_JIT)
 def two_prod_dekker(a, b):
     """Dekker's TwoProduct without FMA (ORO 2005, Algorithm 3.3): ``p + e == a*b``.
 
     17 flops; the fallback where no FMA is available.  Same exactness
     conditions as :func:`two_prod`, plus no overflow in :func:`split`.
+
+    Examples
+    --------
+    >>> two_prod_dekker(1 + 2.0**-30, 1 - 2.0**-30) == two_prod(1 + 2.0**-30, 1 - 2.0**-30)
+    True
     """
-    p = a * b                        # p = fl(a b)
+    p = mul_rn(a, b)                     # p = fl(a b)
     ah, al = split(a)
     bh, bl = split(b)
     # the half-products are exact; subtract them from p in decreasing size
-    e = al * bl - (((p - ah * bh) - al * bh) - ah * bl)   # p + e == a b exactly
+    t = sub_rn(p, mul_rn(ah, bh))
+    t = sub_rn(t, mul_rn(al, bh))
+    t = sub_rn(t, mul_rn(ah, bl))
+    e = sub_rn(mul_rn(al, bl), t)        # p + e == a b exactly
     return p, e
 
 
-@njit(**_EFT_JIT)
+# --- helpers of the compensated reductions (scalar, so written here too) -------------------
+
 def _round_pair(p, s):
     """``fl(p + s)`` in the pair's own dtype; an infinite ``p`` (overflow, or an
     infinite input) is returned as it is, as the native dot would give it
     (its error term is then ``nan``)."""
-    if p - p != 0:                               # p is inf or nan
+    if sub_rn(p, p) != 0:                # p is inf or nan
         return p
-    return p + s                                 # res = fl(p + s)
+    return add_rn(p, s)                  # res = fl(p + s)
 
 
-# --- Sum2 (Algorithm 4.4) -----------------------------------------------------------
-
-@njit(**_EFT_JIT)
 def _merge4(h0, h1, h2, h3, l0, l1, l2, l3):
     """Merge four (high, low) accumulator pairs into one: the high parts are added
     error-free (``two_sum``), their errors join the low parts."""
     h0, q0 = two_sum(h0, h1)
     h2, q2 = two_sum(h2, h3)
     h0, q1 = two_sum(h0, h2)
-    return h0, ((l0 + l1) + (l2 + l3)) + ((q0 + q2) + q1)
+    lo = add_rn(add_rn(add_rn(l0, l1), add_rn(l2, l3)), add_rn(add_rn(q0, q2), q1))
+    return h0, lo
 
 
-@njit(**_EFT_JIT)
-def _sum2_pair_range(x, lo, hi):
-    """Sum2 of ``x[lo:hi]`` with 4 independent pairs; returns the pair ``(s, c)``."""
-    z = x.dtype.type(0.0)
-    s0 = z; s1 = z; s2 = z; s3 = z
-    c0 = z; c1 = z; c2 = z; c3 = z
-    i = lo
-    stop4 = lo + ((hi - lo) // 4) * 4
-    while i < stop4:
-        s0, q0 = two_sum(s0, x[i])       # s + q == old s + x_i
-        s1, q1 = two_sum(s1, x[i + 1])
-        s2, q2 = two_sum(s2, x[i + 2])
-        s3, q3 = two_sum(s3, x[i + 3])
-        c0 += q0                         # c collects the rounding errors
-        c1 += q1
-        c2 += q2
-        c3 += q3
-        i += 4
-    while i < hi:
-        s0, q0 = two_sum(s0, x[i])
-        c0 += q0
-        i += 1
-    return _merge4(s0, s1, s2, s3, c0, c1, c2, c3)
-
-
-@njit(**_EFT_JIT)
-def _sum2_ser(x):
-    s, c = _sum2_pair_range(x, 0, x.size)
-    return _round_pair(s, c)             # res = fl(s + c)
-
-
-@njit(parallel=True, **_EFT_JIT)
-def _sum2_pair_par(x, chunk):
-    n = x.size
-    nchunk = (n + chunk - 1) // chunk
-    ps = np.empty(nchunk, dtype=x.dtype)
-    pc = np.empty(nchunk, dtype=x.dtype)
-    for k in prange(nchunk):
-        lo = k * chunk
-        ps[k], pc[k] = _sum2_pair_range(x, lo, min(lo + chunk, n))
-    z = x.dtype.type(0.0)
-    s = z
-    c = z
-    for k in range(nchunk):              # combine the chunks' pairs in order
-        s, q = two_sum(s, ps[k])
-        c += pc[k] + q
-    return s, c
-
-
-@njit(**_EFT_JIT)
-def _sum2_par(x, chunk):
-    s, c = _sum2_pair_par(x, chunk)
-    return _round_pair(s, c)
-
-
-def sum2(x):
-    """Compensated sum, ORO 2005 Algorithm 4.4 (Sum2).
-
-    As accurate as summing in twice the working precision and rounding:
-    ``|sum2(x) - sum(x)| <= u |sum(x)| + gamma_{n-1}^2 sum|x|``.
-
-    Parameters
-    ----------
-    x : ndarray, float64 or float32, 1-D contiguous
-        FP32 is summed as an FP32 pair (``u = 2^-24``).
-
-    Returns
-    -------
-    float
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from mpsolve.kernels.eft import sum2
-    >>> x = np.array([1.0, 1e-16, -1.0])
-    >>> sum2(x), float(np.sum(x))
-    (1e-16, 0.0)
-    """
-    if x.size >= PARALLEL_MIN:
-        return float(_sum2_par(x, _CHUNK))
-    return float(_sum2_ser(x))
-
-
-@register("cpu", "sum", [("float64",), ("float32",)], mode="native")
-def sum_native(x):
-    """``sum(x)`` accumulated in the vector's dtype (NumPy's pairwise sum)."""
-    return float(np.sum(x))
-
-
-register("cpu", "sum", [("float64",), ("float32",)], mode="compensated")(sum2)
-
-
-# --- Dot2 (Algorithm 5.3) -----------------------------------------------------------
-
-@njit(**_EFT_JIT)
-def _dot2_pair_range(x, y, lo, hi):
-    """Dot2 of ``x[lo:hi] . y[lo:hi]`` with 4 independent pairs; returns ``(p, s)``."""
-    z = x.dtype.type(0.0)
-    p0 = z; p1 = z; p2 = z; p3 = z
-    s0 = z; s1 = z; s2 = z; s3 = z
-    i = lo
-    stop4 = lo + ((hi - lo) // 4) * 4
-    while i < stop4:
-        h0, r0 = two_prod(x[i], y[i])            # h + r == x_i y_i
-        h1, r1 = two_prod(x[i + 1], y[i + 1])
-        h2, r2 = two_prod(x[i + 2], y[i + 2])
-        h3, r3 = two_prod(x[i + 3], y[i + 3])
-        p0, q0 = two_sum(p0, h0)                 # p + q == old p + h
-        p1, q1 = two_sum(p1, h1)
-        p2, q2 = two_sum(p2, h2)
-        p3, q3 = two_sum(p3, h3)
-        s0 += q0 + r0                            # s collects both errors
-        s1 += q1 + r1
-        s2 += q2 + r2
-        s3 += q3 + r3
-        i += 4
-    while i < hi:
-        h0, r0 = two_prod(x[i], y[i])
-        p0, q0 = two_sum(p0, h0)
-        s0 += q0 + r0
-        i += 1
-    return _merge4(p0, p1, p2, p3, s0, s1, s2, s3)
-
-
-@njit(**_EFT_JIT)
-def _dot2_pair_ser(x, y):
-    return _dot2_pair_range(x, y, 0, x.size)
-
-
-@njit(parallel=True, **_EFT_JIT)
-def _dot2_pair_par(x, y, chunk):
-    n = x.size
-    nchunk = (n + chunk - 1) // chunk
-    pp = np.empty(nchunk, dtype=x.dtype)
-    ps = np.empty(nchunk, dtype=x.dtype)
-    for k in prange(nchunk):                     # each chunk: its own Dot2 pairs
-        lo = k * chunk
-        pp[k], ps[k] = _dot2_pair_range(x, y, lo, min(lo + chunk, n))
-    z = x.dtype.type(0.0)
-    p = z
-    s = z
-    for k in range(nchunk):                      # merge: p + q == old p + pp_k
-        p, q = two_sum(p, pp[k])
-        s += ps[k] + q
-    return p, s
-
-
-@njit(**_EFT_JIT)
-def _dot2_ser(x, y):
-    p, s = _dot2_pair_range(x, y, 0, x.size)
-    return _round_pair(p, s)
-
-
-@njit(**_EFT_JIT)
-def _dot2_par(x, y, chunk):
-    p, s = _dot2_pair_par(x, y, chunk)
-    return _round_pair(p, s)
-
-
-def dot2(x, y):
-    """Compensated dot product, ORO 2005 Algorithm 5.3 (Dot2).
-
-    As accurate as the dot product in twice the working precision, rounded::
-
-        |dot2(x, y) - x.y| <= u |x.y| + gamma_n^2 |x|.|y|
-
-    Same signature as the native ``dot`` of :mod:`mpsolve.kernels.cpu.blas1`;
-    registered as ``("cpu", "dot", dtype, "compensated")``.
-
-    Parameters
-    ----------
-    x, y : ndarray, 1-D contiguous, same length and dtype (float64 or float32)
-        FP32 vectors are accumulated as an FP32 pair (``u = 2^-24``).
-
-    Returns
-    -------
-    float
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from mpsolve.kernels.eft import dot2
-    >>> x = np.array([1e16, 1.0, -1e16]); y = np.ones(3)
-    >>> dot2(x, y), float(np.dot(x, y))
-    (1.0, 0.0)
-    """
-    if x.size >= PARALLEL_MIN:
-        return float(_dot2_par(x, y, _CHUNK))
-    return float(_dot2_ser(x, y))
-
-
-@njit(**_EFT_JIT)
 def _sqrt_pair(p, s):
-    """``sqrt(p + s)`` for a Dot2 pair, with one Newton step on the pair."""
+    """``sqrt(p + s)`` for a Dot2 pair, with one Newton step on the pair.
+
+    ``np.sqrt`` and ``/`` are IEEE (correctly rounded) without fastmath, and no
+    product is left for a compiler to contract into them.
+    """
     if not (p > 0 and p < np.inf):
-        return np.sqrt(_round_pair(p, s))        # 0, inf or nan: nothing to correct
-    r = np.sqrt(p)                               # r ~ sqrt(p)
-    res = _llvm_fma(-r, r, p) + s                # (p - r^2) exact by FMA, + s
-    return r + res / (r + r)                     # r + (p + s - r^2) / (2 r)
+        return np.sqrt(_round_pair(p, s))          # 0, inf or nan: nothing to correct
+    r = np.sqrt(p)                                 # r ~ sqrt(p)
+    res = add_rn(fma(-r, r, p), s)                 # (p - r^2) exact by FMA, + s
+    return add_rn(r, res / add_rn(r, r))           # r + (p + s - r^2) / (2 r)
 
 
-@njit(**_EFT_JIT)
-def _nrm2_ser(x):
-    p, s = _dot2_pair_range(x, x, 0, x.size)
-    return _sqrt_pair(p, s)
+#: The functions :func:`specialise` compiles, in dependency order: each calls
+#: only the primitives and functions listed before it.
+SCALAR_EFTS = ("_split_factor", "two_sum", "fast_two_sum", "two_prod", "split",
+               "two_prod_dekker", "_round_pair", "_merge4", "_sqrt_pair")
 
 
-@njit(**_EFT_JIT)
-def _nrm2_par(x, chunk):
-    p, s = _dot2_pair_par(x, x, chunk)
-    return _sqrt_pair(p, s)
+def _global_names(code):
+    """The names ``code`` (and the code objects nested in it) looks up as globals."""
+    names = {ins.argval for ins in dis.get_instructions(code)
+             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
 
 
-def nrm2_compensated(x):
-    """``||x||_2`` from the Dot2 pair of ``x . x``.
+def specialise(jit, intrin, *, module=None):
+    """Compile the scalar EFTs of this module for a target.
 
-    ``x . x`` is kept as the unrounded pair ``(p, s)``; the root is
-    ``r = sqrt(p)`` corrected by one Newton step whose residual
-    ``p - r^2`` comes exactly from an FMA: ``r + (fma(-r, r, p) + s) / (2 r)``.
-    The result is within about one ulp of the exact norm (no overflow scaling:
-    ``x . x`` must not overflow, as for the native ``nrm2``).
+    Each function of :data:`SCALAR_EFTS` is rebuilt from its code object
+    (``types.FunctionType(f.__code__, env, ...)``) with one globals dict ``env``
+    that binds ``np``, the target's primitives (:data:`PRIMITIVES`, taken from
+    ``intrin``) and the target's versions of the functions built before it, then
+    decorated with ``jit``.  No source is copied: every target runs the same
+    code objects.
+
+    Parameters
+    ----------
+    jit : callable or None
+        The target's decorator, e.g. ``numba.njit(nogil=True, fastmath=False)``
+        for the CPU or ``numba.cuda.jit(device=True)``; ``None``: plain Python.
+        It must not allow fast-math (contraction or reassociation).
+    intrin : module or namespace
+        Provides ``fma``, ``add_rn``, ``sub_rn`` and ``mul_rn`` for the target.
+    module : str, optional
+        ``__module__`` of the built functions (default: this module's name).
+
+    Returns
+    -------
+    types.SimpleNamespace
+        One attribute per name of :data:`SCALAR_EFTS`.
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from mpsolve.kernels.eft import nrm2_compensated
-    >>> nrm2_compensated(np.array([3.0, 4.0]))
-    5.0
+    >>> import mpsolve.kernels.eft as eft
+    >>> py = specialise(None, eft)                 # the Python target, rebuilt
+    >>> py.two_sum(1.0, 2.0**-60) == two_sum(1.0, 2.0**-60)
+    True
+    >>> py.two_sum.__code__ is two_sum.__code__
+    True
     """
-    if x.size >= PARALLEL_MIN:
-        return float(_nrm2_par(x, _CHUNK))
-    return float(_nrm2_ser(x))
-
-
-_VEC = [("float64",), ("float32",)]
-register("cpu", "dot", _VEC, mode="compensated")(dot2)
-register("cpu", "nrm2", _VEC, mode="compensated")(nrm2_compensated)
-
-
-# --- Dot2 of several vectors with one (classical Gram-Schmidt) ----------------------
-
-_MCHUNK = 4096
-
-
-@njit(parallel=True, **_EFT_JIT)
-def _mdot2_pairs_par(V, k, w, chunk):
-    n = w.size
-    nch = (n + chunk - 1) // chunk
-    pp = np.empty((nch, k), dtype=w.dtype)
-    ps = np.empty((nch, k), dtype=w.dtype)
-    for c in prange(nch):                        # each chunk: Dot2 pairs of all k rows
-        lo = c * chunk
-        hi = min(lo + chunk, n)
-        for i in range(k):
-            pp[c, i], ps[c, i] = _dot2_pair_range(V[i], w, lo, hi)
-    return pp, ps
-
-
-@njit(**_EFT_JIT)
-def _mdot2_merge(pp, ps, k, out):
-    z = pp.dtype.type(0.0)
-    for i in range(k):
-        p = z
-        s = z
-        for c in range(pp.shape[0]):             # p + q == old p + pp_c
-            p, q = two_sum(p, pp[c, i])
-            s += ps[c, i] + q
-        out[i] = _round_pair(p, s)
-
-
-@njit(**_EFT_JIT)
-def _mdot2_ser(V, k, w, out):
-    for i in range(k):
-        p, s = _dot2_pair_range(V[i], w, 0, w.size)
-        out[i] = _round_pair(p, s)
-
-
-def mdot2(V, k, w, out):
-    """Compensated ``out[i] <- V[i] . w`` for ``i < k`` (Dot2 of each row, one pass over ``w``
-    per chunk); same error bound as :func:`dot2` for each coefficient."""
-    if w.size >= PARALLEL_MIN:
-        pp, ps = _mdot2_pairs_par(V, k, w, _MCHUNK)
-        _mdot2_merge(pp, ps, k, out)
-    else:
-        _mdot2_ser(V, k, w, out)
-
-
-register("cpu", "mdot", [("float64",), ("float32",)], mode="compensated")(mdot2)
+    missing = [p for p in PRIMITIVES if not hasattr(intrin, p)]
+    if missing:
+        raise TypeError(f"specialise: the target provides no {', '.join(missing)}")
+    env = {"__builtins__": builtins, "__name__": module or __name__, "np": np}
+    env.update({p: getattr(intrin, p) for p in PRIMITIVES})
+    built = {}
+    for name in SCALAR_EFTS:
+        tmpl = globals()[name]
+        unbound = {g for g in _global_names(tmpl.__code__)
+                   if g not in env and not hasattr(builtins, g)}
+        if unbound:     # e.g. a new helper used before it is built, or a stray import
+            raise NameError(f"specialise: {name} uses {sorted(unbound)}, which no target binds")
+        f = types.FunctionType(tmpl.__code__, env, tmpl.__name__, tmpl.__defaults__,
+                               tmpl.__closure__)
+        f.__kwdefaults__ = tmpl.__kwdefaults__
+        f.__doc__ = tmpl.__doc__
+        f.__qualname__ = tmpl.__qualname__
+        f.__module__ = module or tmpl.__module__
+        f = f if jit is None else jit(f)
+        env[name] = f
+        built[name] = f
+    return types.SimpleNamespace(**built)

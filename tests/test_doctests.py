@@ -9,7 +9,8 @@ import pytest
 MODULES = [
     "mpsolve.api", "mpsolve.precision", "mpsolve.result", "mpsolve._system",
     "mpsolve.operator", "mpsolve.krylov.cg", "mpsolve.krylov.gmres", "mpsolve.krylov.bicgstab",
-    "mpsolve.kernels.eft", "mpsolve.kernels.registry",
+    "mpsolve.kernels.eft", "mpsolve.kernels.cpu.eft", "mpsolve.kernels.cpu.intrin",
+    "mpsolve.kernels.registry",
     "mpsolve.precond.jacobi", "mpsolve.precond.block_jacobi", "mpsolve.precond.isai",
     "mpsolve.precond.block_isai", "mpsolve.precond.ilu",
 ]

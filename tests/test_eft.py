@@ -1,4 +1,5 @@
-"""Tests of kernels/eft.py against exact arithmetic (fractions.Fraction).
+"""Tests of the EFTs (kernels/eft.py, compiled for the CPU in kernels/cpu/eft.py with
+the compensated reductions) against exact arithmetic (fractions.Fraction).
 
 The accuracy claims are those of Ogita, Rump & Oishi, "Accurate sum and dot
 product", SIAM J. Sci. Comput. 26(6), 2005 (ORO):
@@ -29,8 +30,8 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from mpsolve.kernels import eft, lookup, reference as ref
-from mpsolve.kernels.cpu import blas1
+from mpsolve.kernels import eft as py_eft, lookup, reference as ref
+from mpsolve.kernels.cpu import blas1, eft, intrin
 
 U = {np.float64: 2.0**-53, np.float32: 2.0**-24}
 F64_MAX = np.finfo(np.float64).max
@@ -523,3 +524,221 @@ def test_registered_compensated_kernels():
         assert lookup("cpu", "nrm2", (dt,), "compensated") is eft.nrm2_compensated
         assert lookup("cpu", "sum", (dt,), "compensated") is eft.sum2
         assert lookup("cpu", "sum", (dt,), "native") is eft.sum_native
+
+
+# --- one source, several targets: the Python target is the exact oracle of the CPU one -----------
+
+# (precision p, smallest normal exponent, Veltkamp's s) of each format
+FMT = {np.float64: (53, -1022, 27), np.float32: (24, -126, 12)}
+UINT = {np.float64: np.uint64, np.float32: np.uint32}
+
+
+def _round_exact(q, dtype):
+    """``q`` (a Fraction) rounded to nearest-even in ``dtype``'s format, as a Fraction.
+
+    Independent of the code under test: integer arithmetic on the significand,
+    subnormals included, no overflow (the callers stay in range)."""
+    p, emin, _ = FMT[dtype]
+    if q == 0:
+        return Fraction(0)
+    sign, q = (-1 if q < 0 else 1), abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    if Fraction(2) ** e > q:                          # now 2^e <= q < 2^(e+1)
+        e -= 1
+    quantum = Fraction(2) ** (max(e, emin) - p + 1)
+    m = q / quantum
+    n = m.numerator // m.denominator
+    rem = m - n
+    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2):
+        n += 1
+    return sign * n * quantum
+
+
+def _bits(x, dtype):
+    return int(np.asarray(x, dtype=dtype).view(UINT[dtype]))
+
+
+def _same(x, y, dtype):
+    """Bit for bit, signed zeros included (both results are ``dtype`` values)."""
+    assert float(np.asarray(x, dtype=dtype)) == float(x) and float(np.asarray(y, dtype=dtype)) == float(y)
+    return _bits(x, dtype) == _bits(y, dtype)
+
+
+def _sig_bits(x):
+    """Significant bits of the float ``x`` (0 for 0)."""
+    f = Fraction(float(x))
+    m = abs(f.numerator)
+    return 0 if m == 0 else (m >> ((m & -m).bit_length() - 1)).bit_length()
+
+
+def _oracle_checks(a, b, dtype):
+    """The Python target's two_sum, two_prod, split, two_prod_dekker and fma against
+    Fraction arithmetic, and against the CPU-compiled ones, bit for bit."""
+    a, b = dtype(a), dtype(b)
+    fa, fb = Fraction(float(a)), Fraction(float(b))
+    p, emin, s = FMT[dtype]
+    big = Fraction(float(np.finfo(dtype).max))
+    # two_sum: s = fl(a + b), e = a + b - s, exactly (while a + b does not overflow)
+    q = fa + fb
+    if abs(_round_exact(q, dtype)) <= big:
+        ps, pe = py_eft.two_sum(a, b)
+        assert Fraction(float(ps)) == _round_exact(q, dtype)
+        assert Fraction(float(pe)) == q - Fraction(float(ps))
+        cs, ce = eft.two_sum(a, b)
+        assert _same(ps, cs, dtype) and _same(pe, ce, dtype), (a, b)
+    # two_prod: p = fl(a b), e = a b - p, exactly (in the domain of TwoProduct)
+    q = fa * fb
+    if _prod_in_domain(fa, fb, emin, p, big):
+        pp, pe = py_eft.two_prod(a, b)
+        assert Fraction(float(pp)) == _round_exact(q, dtype)
+        assert Fraction(float(pe)) == q - Fraction(float(pp))
+        cp, ce = eft.two_prod(a, b)
+        assert _same(pp, cp, dtype) and _same(pe, ce, dtype), (a, b)
+        lim = 2.0 ** (995 if dtype is np.float64 else 114)           # split does not overflow
+        if abs(float(a)) < lim and abs(float(b)) < lim and abs(q) <= big / 2:
+            dp, de = py_eft.two_prod_dekker(a, b)
+            cdp, cde = eft.two_prod_dekker(a, b)
+            assert _same(dp, cdp, dtype) and _same(de, cde, dtype), (a, b)
+    # fma(a, b, c): one rounding of the exact a*b + c (c = -fl(a*b) and c = b)
+    with np.errstate(all="ignore"):
+        cs = [b, dtype(-(a * b)) if np.isfinite(a * b) else b]
+    for c in cs:
+        qf = q + Fraction(float(c))
+        if abs(_round_exact(qf, dtype)) <= big:
+            pf = py_eft.fma(a, b, c)
+            assert Fraction(float(pf)) == _round_exact(qf, dtype), (a, b, c)
+            assert _same(pf, intrin.fma(a, b, c), dtype), (a, b, c)
+    # split: every step correctly rounded (simulated exactly), hi + lo == a, short halves
+    if abs(float(a)) < 2.0 ** (996 if dtype is np.float64 else 115):
+        hi, lo = py_eft.split(a)
+        c1 = _round_exact(Fraction(2**s + 1) * fa, dtype)
+        c2 = _round_exact(c1 - fa, dtype)
+        assert Fraction(float(hi)) == _round_exact(c1 - c2, dtype)
+        assert Fraction(float(lo)) == fa - Fraction(float(hi))       # exact: hi + lo == a
+        assert _sig_bits(hi) <= p - s and _sig_bits(lo) <= s - 1
+        chi, clo = eft.split(a)
+        assert _same(hi, chi, dtype) and _same(lo, clo, dtype), a
+
+
+def _adversarial(dtype, n, rng):
+    """Random significands over the whole exponent range, short significands (sums of
+    two powers of two), neighbours of powers of two, subnormals, signed zeros, extremes."""
+    p, emin, _ = FMT[dtype]
+    fi = np.finfo(dtype)
+    emax = int(fi.maxexp) - 1
+    k = n // 6
+    e = rng.integers(emin - p + 1, emax + 1, k)
+    x1 = np.ldexp(rng.random(k) + 1, e) * rng.choice([-1, 1], k)
+    e = rng.integers(emin, emax, k)
+    x2 = np.ldexp(1.0, e) + np.ldexp(1.0, e - rng.integers(1, 2 * p, k))
+    e = rng.integers(emin + 1, emax, k)
+    x3 = np.ldexp(1.0, e) * (1 + rng.choice([-1, 1], k) * 2.0 ** (-p + rng.integers(0, 2, k)))
+    x4 = rng.standard_normal(k) * 2.0 ** rng.integers(-40, 40, k)
+    x5 = np.ldexp(rng.random(k), emin) * rng.choice([-1, 1], k)           # subnormals
+    special = [0.0, -0.0, 1.0, -1.0, float(fi.max), -float(fi.max), float(fi.tiny),
+               float(fi.smallest_subnormal), 1 + 2.0**-(p - 1), 1 - 2.0**-p,
+               1 + 2.0**-(p // 2), 2.0**(p // 2) + 1, 3.0, 0.1, 1 / 3]
+    with np.errstate(over="ignore", under="ignore"):
+        x = np.concatenate([x1, x2, x3, x4, x5, special]).astype(dtype)
+    return x[np.isfinite(x)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_python_target_is_exact_and_matches_cpu_random(dtype):
+    rng = np.random.default_rng(2024 if dtype is np.float64 else 2025)
+    x = _adversarial(dtype, 1800, rng)
+    y = np.concatenate([rng.permutation(x), x])       # random pairs, and each value with itself
+    x = np.concatenate([x, rng.permutation(x)])
+    for a, b in zip(x, y):
+        _oracle_checks(a, b, dtype)
+    # close magnitudes: cancellation in two_sum, products near a rounding boundary
+    b2 = x * (1 + dtype(2.0 ** -FMT[dtype][0])) * -1
+    for a, b in zip(x[:500], b2[:500]):
+        _oracle_checks(a, b, dtype)
+
+
+def test_python_fma_rounds_fp32_once():
+    # a*a + c lies just above an FP32 midpoint: rounding to FP64 first, then to FP32,
+    # would land on the midpoint and round down to even
+    a, c = np.float32(1 + 2.0**-12), np.float32(2.0**-80)
+    exact = Fraction(float(a)) ** 2 + Fraction(float(c))
+    assert np.float32(float(exact)) == np.float32(1 + 2.0**-11)           # the double rounding
+    assert py_eft.fma(a, a, c) == np.float32(1 + 2.0**-11 + 2.0**-23) == intrin.fma(a, a, c)
+    assert isinstance(py_eft.fma(a, a, c), np.float32)
+    # signed zeros and non-finite values as IEEE 754 (and as the CPU)
+    for args in [(-0.0, 1.0, -0.0), (0.0, -1.0, -0.0), (-0.0, -1.0, -0.0), (2.0, 3.0, -6.0),
+                 (math.inf, 0.0, 1.0), (math.inf, 2.0, -math.inf), (1e300, 1e300, -math.inf),
+                 (1.0, 2.0, math.nan), (1e300, 1e300, 0.0)]:
+        r, cr = py_eft.fma(*args), intrin.fma(*args)
+        assert (math.isnan(r) and math.isnan(cr)) or _same(r, cr, np.float64), args
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False),
+       st.floats(allow_nan=False, allow_infinity=False))
+def test_python_target_is_exact_and_matches_cpu_property(a, b):
+    _oracle_checks(a, b, np.float64)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(width=32, allow_nan=False, allow_infinity=False),
+       st.floats(width=32, allow_nan=False, allow_infinity=False))
+def test_python_target_is_exact_and_matches_cpu_property_f32(a, b):
+    _oracle_checks(a, b, np.float32)
+
+
+def test_efts_are_written_once():
+    import ast
+    import inspect
+
+    # kernels/eft.py is device-neutral: no Numba, no device package, no registry, no kernels.cpu
+    tree = ast.parse(inspect.getsource(py_eft))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mods = ["." * node.level + (node.module or "")] + [a.name for a in node.names]
+        else:
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id not in ("register", "njit"), node.func.id
+            continue
+        for m in mods:
+            assert not re.match(r"(numba|llvmlite|cupy|njit|register)\b", m), m
+            assert "cpu" not in m and "cuda" not in m and "registry" not in m, m
+    # the CPU functions are the same code objects, compiled, not a second copy
+    names = set(py_eft.SCALAR_EFTS)
+    cpu_tree = ast.parse(inspect.getsource(eft))
+    defined = {n.name for n in ast.walk(cpu_tree) if isinstance(n, ast.FunctionDef)}
+    assert not names & defined
+    for name in py_eft.SCALAR_EFTS:
+        d = getattr(eft._T, name)
+        assert isinstance(d, numba.core.registry.CPUDispatcher), name
+        assert d.py_func.__code__ is getattr(py_eft, name).__code__, name
+        assert not d.targetoptions.get("fastmath"), name
+    for name in ("two_sum", "fast_two_sum", "two_prod", "split", "two_prod_dekker"):
+        assert getattr(eft, name) is getattr(eft._T, name)
+    # the compiled EFTs call the CPU primitives, the Python target its own
+    assert eft.two_prod.py_func.__globals__["fma"] is intrin.fma
+    assert eft.two_sum.py_func.__globals__["add_rn"] is intrin.add_rn
+    assert py_eft.two_prod.__globals__["fma"] is py_eft.fma
+
+
+def test_specialise_checks_the_target():
+    from types import SimpleNamespace
+
+    with pytest.raises(TypeError, match="fma"):
+        py_eft.specialise(None, SimpleNamespace(add_rn=py_eft.add_rn, sub_rn=py_eft.sub_rn,
+                                                mul_rn=py_eft.mul_rn))
+    # a target's primitives really are what the EFTs call: count them
+    calls = []
+
+    def counted(f):
+        return lambda *a: calls.append(f.__name__) or f(*a)
+
+    t = py_eft.specialise(None, SimpleNamespace(**{k: counted(getattr(py_eft, k))
+                                                  for k in py_eft.PRIMITIVES}))
+    assert t.two_prod(3.0, 0.1) == py_eft.two_prod(3.0, 0.1)
+    assert calls == ["mul_rn", "fma"]
+    calls.clear()
+    t.two_sum(1.0, 1e-20)
+    assert calls.count("add_rn") == 2 and calls.count("sub_rn") == 4

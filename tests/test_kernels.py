@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mpsolve.kernels import available, eft, lookup, reference as ref
-from mpsolve.kernels.cpu import blas1, spmv as spmv_mod
+from mpsolve.kernels import available, lookup, reference as ref
+from mpsolve.kernels.cpu import blas1, eft, spmv as spmv_mod
 from mpsolve.kernels.cpu._config import PARALLEL_MIN
 
 F = ("float32", "float64")
