@@ -7,7 +7,8 @@
   ``lower``/``upper`` triangular inverses, ``ilu`` = ILU(0) with ISAI'd factors)
 * :class:`BlockISAI` -- ISAI on the BSR block structure (``general``, ``spd``)
 """
-from ._local import PreconditionerWarning, detect_block_size
+from ._pattern import detect_block_size
+from ._util import PreconditionerWarning
 from .base import Preconditioner
 from .block_isai import BlockISAI
 from .block_jacobi import BlockJacobi

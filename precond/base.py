@@ -1,19 +1,31 @@
 """The preconditioner interface.
 
-Cheap parameters in ``__init__`` -> ``setup(A)`` once (all the expensive work,
-in FP64) -> ``apply(r, out)`` as often as the solver likes (``out <- M r``, in
-the storage precision, no allocation).
+Cheap parameters in ``__init__`` -> ``setup(A, device=...)`` once (all the
+expensive work, in FP64 on the host) -> ``apply(r, out)`` as often as the solver
+likes (``out <- M r``, in the storage precision, no allocation).
+
+A preconditioner is device-neutral: it is set up *for* a device and stores its
+operators there (:mod:`mpsolve.operator`: each binds the device's kernel once per
+pair of vector dtypes); its set-up kernels (factorisations, gathers) are looked up
+in the registry for the host device the set-up runs on (:func:`._util.setup_device`).
+Nothing here names a device or imports a kernel module.
 
 Every preconditioner is also a SciPy-compatible operator: it has ``shape``,
-``dtype`` and ``matvec``, so it can be passed as ``M`` to
-``scipy.sparse.linalg.cg`` and friends (``aslinearoperator`` accepts it).
+``dtype`` and ``matvec`` (host NumPy arrays in and out, whatever the device), so it
+can be passed as ``M`` to ``scipy.sparse.linalg.cg`` and friends
+(``aslinearoperator`` accepts it).
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import scipy.sparse.linalg as spla
 
+from mpsolve.backend import array_module, is_host, resolve_device, to_device, to_host
 from mpsolve.kernels.registry import dtype_name
+
+from ._util import setup_device
 
 __all__ = ["Preconditioner"]
 
@@ -34,6 +46,9 @@ class Preconditioner:
         Always float64 for SciPy's benefit: ``matvec`` takes and returns FP64.
     storage_dtype : numpy.dtype
         Precision the preconditioner is stored and applied in.
+    device : str
+        Device the preconditioner was set up for (its operators live there; ``apply``
+        takes and returns that device's arrays).
     nbytes : int
         Memory held by the set-up preconditioner.
     setup_time : float
@@ -52,27 +67,41 @@ class Preconditioner:
         self.storage_dtype = None
         self.setup_time = 0.0
         self.dtype = np.dtype(np.float64)
+        self.device = None
+        self._setup_device = None
         self._A_id = None
+        self._op = None
+        self._bound = {}
 
     # ----------------------------------------------------------------- protocol
     @property
     def is_setup(self) -> bool:
         return self.storage_dtype is not None
 
-    def setup(self, A, dtype=None):
+    def setup(self, A, dtype=None, device=None):
         """Build the preconditioner for ``A`` (any SciPy sparse format or dense).
 
-        ``dtype`` is used only when none was given to the constructor.
-        Returns ``self``.
+        ``dtype`` is used only when none was given to the constructor; ``device``
+        (a name of :data:`mpsolve.backend.DEVICES`) is where the stored operators
+        live and ``apply`` runs -- by default the device of ``A`` (the CPU for
+        NumPy/SciPy data).  Returns ``self``.
         """
-        import time
+        from mpsolve._sparse import canonical_csr, check_matrix
 
-        from mpsolve.operator import canonical_csr
-        from mpsolve._system import check_matrix
-
+        device = resolve_device(device, A)
         A = check_matrix(A, "A")
-        C = canonical_csr(A)
+        return self.setup_canonical(canonical_csr(A), dtype=dtype, device=device)
+
+    def setup_canonical(self, C, dtype=None, device=None):
+        """:meth:`setup` for a matrix already checked and in canonical CSR form
+        (:func:`mpsolve._sparse.canonical_csr`), as ``make_problem`` hands it over:
+        no second check, no copy.  Returns ``self``."""
+        device = resolve_device(device, C)
         want = self._dtype_request or (None if dtype is None else dtype_name(dtype)) or "float32"
+        self.device = device
+        self._setup_device = setup_device(device)
+        self._op = None
+        self._bound = {}
         t0 = time.perf_counter()
         self._setup(C, np.dtype(want))
         self.setup_time = time.perf_counter() - t0
@@ -80,16 +109,25 @@ class Preconditioner:
         self.storage_dtype = np.dtype(want)
         return self
 
-    def _setup(self, A, dtype):  # pragma: no cover - abstract
+    def _setup(self, C, dtype):  # pragma: no cover - abstract
+        """Build the stored operator(s) for canonical CSR ``C`` (FP64 set-up; store in
+        ``dtype`` on ``self.device``, set-up kernels from ``self._setup_device``).
+        Subclasses with a single operator set ``self._op`` (anything with ``bind``)."""
         raise NotImplementedError
 
     def apply(self, r, out):
-        """``out <- M r``; ``r`` and ``out`` are 1-D FP32 or FP64 arrays."""
-        raise NotImplementedError
+        """``out <- M r``; ``r`` and ``out`` are 1-D FP32 or FP64 arrays of the device.
+
+        The operator's kernel is bound once per pair of dtypes (cached)."""
+        key = (r.dtype, out.dtype)
+        f = self._bound.get(key)
+        if f is None:
+            f = self._bound[key] = self._op.bind(r.dtype, out.dtype)
+        f(r, out)  # out = M r
 
     @property
     def nbytes(self) -> int:
-        return 0
+        return int(self._op.nbytes) if self._op is not None else 0
 
     # ------------------------------------------------------------ conveniences
     def _check_ready(self):
@@ -109,8 +147,14 @@ class Preconditioner:
             r1 = r1.astype(np.float64)
         if r1.shape[0] != self.shape[0]:
             raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
-        out = np.empty_like(r1)
-        self.apply(r1, out)
+        if is_host(self.device):
+            out = np.empty_like(r1)
+            self.apply(r1, out)
+        else:  # host in, host out: SciPy interop on any device
+            rd = to_device(r1, self.device)
+            od = array_module(self.device).empty_like(rd)
+            self.apply(rd, od)
+            out = to_host(od)
         return out.reshape(-1, 1) if squeeze else out
 
     def __matmul__(self, r):

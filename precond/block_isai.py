@@ -5,15 +5,15 @@ node: 2-6 in multiphysics and structural problems).  The pattern of ``M`` is
 the block graph's ``S^k``; block row ``i`` with block columns ``J_i`` solves the
 ``(|J_i| b) x (|J_i| b)`` local system ``X A[J_i, J_i] = E_i^T`` for its ``b``
 rows at once (``b`` right-hand sides), batched by size in FP64
-(:mod:`mpsolve.precond._local`).  ``M`` is stored as BSR in FP32 (data of shape
-``(nnzb, b, b)``) and applied by the ``bsrmv`` kernel.  With ``b = 1`` it is
+(:mod:`mpsolve.precond._localsolve`).  ``M`` is stored as BSR in FP32 (data of shape
+``(nnzb, b, b)``, a :class:`~mpsolve.operator.BSROperator` on the device it is set up
+for) and applied by the ``bsrmv`` kernel.  With ``b = 1`` it is
 point :class:`~mpsolve.precond.ISAI`.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ._local import DEFAULT_MAX_LOCAL, detect_block_size
+from ._localsolve import DEFAULT_MAX_LOCAL
+from ._pattern import detect_block_size
 from .isai import _ISAIBase
 
 __all__ = ["BlockISAI"]
@@ -25,7 +25,7 @@ class BlockISAI(_ISAIBase):
     Parameters
     ----------
     block_size : int, optional
-        ``b``.  Default: detected (:func:`~mpsolve.precond._local.detect_block_size`:
+        ``b``.  Default: detected (:func:`~mpsolve.precond.detect_block_size`:
         the largest of 6, 5, 4, 3, 2 dividing ``n`` for which ``A`` is made of full
         ``b x b`` blocks; 1 otherwise).  A ``b`` that does not divide ``n`` pads
         ``A`` with an identity block.

@@ -6,8 +6,11 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from ._local import (PreconditionerWarning, StoredBSR, block_inverse_checked,
-                     detect_block_size, rows_text)
+from mpsolve.operator import BSROperator
+
+from ._localsolve import block_inverse_checked
+from ._pattern import detect_block_size
+from ._util import PreconditionerWarning, rows_text
 from .base import Preconditioner
 
 __all__ = ["BlockJacobi"]
@@ -24,7 +27,7 @@ class BlockJacobi(Preconditioner):
     ----------
     block_size : int, optional
         ``b``.  Default: detected by
-        :func:`~mpsolve.precond._local.detect_block_size` (1 -- point Jacobi --
+        :func:`~mpsolve.precond.detect_block_size` (1 -- point Jacobi --
         when ``A`` has no block structure).  When ``b`` does not divide ``n`` the
         last block is smaller (padded with the identity).
     dtype : {"float32", "float64"} or None
@@ -59,7 +62,6 @@ class BlockJacobi(Preconditioner):
         self._block_request = None if block_size is None else int(block_size)
         self.block_size = self._block_request
         self.fallback_rows = np.zeros(0, dtype=np.int64)
-        self._op = None
 
     def _setup(self, A, dtype):
         n = A.shape[0]
@@ -86,26 +88,16 @@ class BlockJacobi(Preconditioner):
                 f"(block rows {rows_text(self.fallback_rows)}); replaced by the inverse of "
                 f"their diagonal (1/max|row| where it is 0); listed in .fallback_rows",
                 PreconditionerWarning, stacklevel=3)
-        self._op = StoredBSR(np.arange(nblk + 1), np.arange(nblk), Dinv, n, dtype,
-                             accumulate="float64", what="BlockJacobi's inverse blocks")
-        self._bound = {}
-
-    def apply(self, r, out):
-        key = (r.dtype, out.dtype)
-        f = self._bound.get(key)
-        if f is None:
-            f = self._bound[key] = self._op.bind(r.dtype, out.dtype)
-        f(r, out)  # out = blockdiag(A)^-1 r
+        # out = blockdiag(A)^-1 r: one BSR product with the block-diagonal pattern
+        self._op = BSROperator(np.arange(nblk + 1), np.arange(nblk), Dinv, n, dtype,
+                               accumulate="float64", what="BlockJacobi's inverse blocks",
+                               device=self.device)
 
     @property
     def blocks(self):
-        """The stored inverse blocks, ``(nblocks, b, b)``."""
+        """The stored inverse blocks, ``(nblocks, b, b)`` (on the device)."""
         self._check_ready()
         return self._op.data
-
-    @property
-    def nbytes(self):
-        return self._op.nbytes if self._op is not None else 0
 
     def __repr__(self):
         base = super().__repr__()

@@ -7,9 +7,10 @@ Kolotilina & Yeremin, SIAM J. Matrix Anal. Appl. 14 (1993).
 
 ``M`` (or its factors) has a sparsity pattern fixed in advance -- the pattern of
 ``A^k`` -- and each row solves one small dense *local system* independently of
-the others; the set-up solves them in FP64, batched by size
-(:mod:`mpsolve.precond._local`).  ``M`` is stored in FP32 by default and applied
-as CSR SpMVs with the casts fused into the kernel.  Point ISAI is Block-ISAI
+the others; the set-up solves them in FP64 on the host, batched by size
+(:mod:`mpsolve.precond._localsolve`).  ``M`` is stored in FP32 by default on the
+device the preconditioner is set up for (:mod:`mpsolve.operator`) and applied as CSR
+SpMVs with the casts fused into the kernel.  Point ISAI is Block-ISAI
 (:mod:`.block_isai`) with ``b = 1``: both use :func:`isai_operators`.
 """
 from __future__ import annotations
@@ -19,10 +20,12 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from mpsolve.operator import SparseOperator
+from mpsolve.backend import HOST_DEVICE
+from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
-from ._local import (DEFAULT_MAX_LOCAL, OperatorChain, PreconditionerWarning, StoredBSR,
-                     block_pattern, local_solve, rows_text, to_bsr, truncate_wide_rows)
+from ._localsolve import DEFAULT_MAX_LOCAL, local_solve
+from ._pattern import block_pattern, to_bsr, truncate_wide_rows
+from ._util import PreconditionerWarning, rows_text, setup_device
 from .base import Preconditioner
 
 __all__ = ["ISAI", "isai_operators"]
@@ -56,13 +59,13 @@ def _pad(C, b):
     return P
 
 
-def _store(pp, pi, data, n, storage, dtype, accumulate, what):
+def _store(pp, pi, data, n, storage, dtype, accumulate, what, device):
     nbr = pp.size - 1
     if storage == "csr":
         M = sp.csr_matrix((data.reshape(-1), pi.astype(np.int32), pp.astype(np.int32)),
                           shape=(nbr, nbr))
-        return SparseOperator(M, dtype=dtype, accumulate=accumulate, what=what)
-    return StoredBSR(pp, pi, data, n, dtype, accumulate, what)
+        return SparseOperator(M, dtype=dtype, accumulate=accumulate, device=device, what=what)
+    return BSROperator(pp, pi, data, n, dtype, accumulate, what, device=device)
 
 
 def _transpose_blocks(pp, pi, data):
@@ -74,8 +77,9 @@ def _transpose_blocks(pp, pi, data):
     return B.indptr.astype(np.int64), B.indices.astype(np.int64), np.ascontiguousarray(B.data)
 
 
-def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what):
-    """Operators of one (Block-)ISAI on ``C``: ``[M]`` or ``[G, G^T]`` (spd)."""
+def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, device, host):
+    """Operators of one (Block-)ISAI on ``C``: ``[M]`` or ``[G, G^T]`` (spd), stored on
+    ``device``; the local systems are gathered by the kernel of the host device ``host``."""
     n = C.shape[0]
     Cp = _pad(C, b)
     if variant in ("lower", "upper"):
@@ -93,40 +97,45 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what):
                                               max(1, NARROW_ABOVE // b))
     data, bad, stats = local_solve(aptr, aind, adata, pp, pi,
                                    "spd" if variant == "spd" else "general",
-                                   max_local=max_local, scalar_csr=Cp)
-    ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what)]
+                                   max_local=max_local, scalar_csr=Cp, device=host)
+    ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what, device)]
     if variant == "spd":
         tp, ti, td = _transpose_blocks(pp, pi, data)
-        ops.append(_store(tp, ti, td, n, storage, dtype, accumulate, what + " (G^T)"))
+        ops.append(_store(tp, ti, td, n, storage, dtype, accumulate, what + " (G^T)", device))
     stats = dict(stats, pattern_nnz_blocks=int(pi.size), narrowed_rows=narrowed)
     return ops, bad, stats
 
 
-def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, name):
+def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, name,
+                   device=HOST_DEVICE):
     """Build the stored operators of (Block-)ISAI; shared by :class:`ISAI` and ``BlockISAI``.
 
-    Returns ``(chain, fallback_rows, stats)``: ``chain(r, out)`` applies ``M``;
-    ``fallback_rows`` are the (block) rows that took the fallback rule.
+    The set-up runs in FP64 on the host (:func:`._util.setup_device` of ``device``);
+    the operators are stored on ``device``.  Returns ``(chain, fallback_rows, stats)``:
+    ``chain(r, out)`` applies ``M``; ``fallback_rows`` are the (block) rows that took
+    the fallback rule.
     """
+    host = setup_device(device)
     if variant == "ilu":
         from .ilu import ilu0_split
 
-        L, U = ilu0_split(C)
+        L, U = ilu0_split(C, device=host)
         opsL, badL, stL = _one(L, b, "lower", power, max_local, storage, dtype, accumulate,
-                               f"{name} of L")
+                               f"{name} of L", device, host)
         opsU, badU, stU = _one(U, b, "upper", power, max_local, storage, dtype, accumulate,
-                               f"{name} of U")
+                               f"{name} of U", device, host)
         ops = opsL + opsU  # out = U_isai (L_isai r)
         bad = np.union1d(badL, badU)
         stats = {k: stL[k] + stU[k] for k in stL}
     else:
-        ops, bad, stats = _one(C, b, variant, power, max_local, storage, dtype, accumulate, name)
+        ops, bad, stats = _one(C, b, variant, power, max_local, storage, dtype, accumulate, name,
+                               device, host)
     if bad.size:
         unit = "block row" if b > 1 else "row"
         warnings.warn(
             f"{name}: {bad.size} local system(s) singular or ill-conditioned ({unit}s "
             f"{rows_text(bad)}); replaced by the fallback rule (least squares, then the "
-            f"(block-)diagonal inverse -- see mpsolve.precond._local); they are listed in "
+            f"(block-)diagonal inverse -- see mpsolve.precond._localsolve); they are listed in "
             f".fallback_rows", PreconditionerWarning, stacklevel=4)
     return OperatorChain(ops), bad, stats
 
@@ -190,7 +199,7 @@ class _ISAIBase(Preconditioner):
         self.sparsity_power = self._resolve_power(A, b)
         self._chain, self.fallback_rows, self.stats = isai_operators(
             A, b, self.variant, self.sparsity_power, self.max_local, self._storage,
-            dtype, self.accumulate, type(self).__name__ + f"({self.variant})")
+            dtype, self.accumulate, type(self).__name__ + f"({self.variant})", device=self.device)
 
     def apply(self, r, out):
         self._chain(r, out)  # out = M r (one SpMV, or two: G^T (G r) / U_isai (L_isai r))
@@ -206,14 +215,7 @@ class _ISAIBase(Preconditioner):
         (``M = G^T G``); ``[L_isai, U_isai]`` for ``ilu`` (``M = U_isai L_isai``).
         """
         self._check_ready()
-        out = []
-        for op in self._chain.ops:
-            if isinstance(op, SparseOperator):
-                out.append(sp.csr_matrix((op.data.astype(np.float64), op.indices, op.indptr),
-                                         shape=op.shape))
-            else:
-                out.append(sp.csr_matrix(op.to_scipy()))
-        return out
+        return [sp.csr_matrix(op.to_scipy()) for op in self._chain.ops]
 
     def to_sparse(self):
         """``M`` itself as a SciPy CSR matrix (FP64 copy of the stored values)."""

@@ -3,25 +3,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from mpsolve._demote import demote
-from mpsolve.kernels import lookup
+from mpsolve.operator import DiagonalOperator
 
+from ._util import rows_text
 from .base import Preconditioner
 
 __all__ = ["Jacobi"]
-
-
-def _rows_text(rows, limit=10):
-    rows = [int(i) for i in rows[:limit]]
-    more = "" if len(rows) < limit else ", ..."
-    return ", ".join(map(str, rows)) + more
 
 
 class Jacobi(Preconditioner):
     """Point Jacobi preconditioner ``M = diag(A)^{-1}``.
 
     The inverse diagonal is formed in FP64 and stored in ``dtype`` (FP32 by
-    default when set up on its own); ``apply`` is one fused ``out = d * r``.
+    default when set up on its own) as a :class:`~mpsolve.operator.DiagonalOperator`
+    on the device it is set up for; ``apply`` is one fused ``out = d * r`` (the ``dmul`` kernel).
 
     Raises
     ------
@@ -47,19 +42,13 @@ class Jacobi(Preconditioner):
         if zero.size:
             raise ValueError(
                 f"Jacobi: A has {zero.size} zero diagonal entr{'y' if zero.size == 1 else 'ies'} "
-                f"(rows {_rows_text(zero)}); Jacobi needs a nonzero diagonal -- use "
+                f"(rows {rows_text(zero)}); Jacobi needs a nonzero diagonal -- use "
                 "precond='none', a block preconditioner, or permute A to a zero-free diagonal"
             )
-        self.dinv = demote(1.0 / d, dtype, "Jacobi's inverse diagonal")
-        self._kern = {}
-
-    def apply(self, r, out):
-        key = (r.dtype, out.dtype)
-        k = self._kern.get(key)
-        if k is None:
-            k = self._kern[key] = lookup("cpu", "dmul", (self.dinv.dtype, r.dtype, out.dtype))
-        k(self.dinv, r, out)  # out = D^-1 r
+        self._op = DiagonalOperator(1.0 / d, dtype, what="Jacobi's inverse diagonal",
+                                    device=self.device)
 
     @property
-    def nbytes(self):
-        return int(self.dinv.nbytes) if self.is_setup else 0
+    def dinv(self):
+        """The stored inverse diagonal (on the device)."""
+        return self._op.d if self._op is not None else None

@@ -1,5 +1,6 @@
 """Tests of the block and ISAI preconditioners (precond/block_jacobi.py, isai.py,
-block_isai.py, ilu.py, _local.py) and of the BSR kernel (kernels/cpu/bsr.py).
+block_isai.py, ilu.py, _localsolve.py, _pattern.py) and of the BSR kernel
+(kernels/cpu/bsr.py).
 
 The oracles are dense NumPy: every ISAI row must solve its own local system,
 ILU(0) must equal Gaussian elimination restricted to the pattern, and each
@@ -22,7 +23,7 @@ from mpsolve.kernels.cpu.spmv import partition_rows
 from mpsolve.precond import (REGISTRY, BlockISAI, BlockJacobi, ILU0, ISAI, Jacobi,
                              PreconditionerWarning, ZeroPivotError, detect_block_size,
                              make_preconditioner)
-from mpsolve.precond import _local
+from mpsolve.precond import _localsolve
 
 EPS32 = np.finfo(np.float32).eps
 COLLECTION = pathlib.Path(os.environ.get(
@@ -342,7 +343,7 @@ def test_excess_path_matches_batched(variant, monkeypatch):
     np.testing.assert_allclose(small.to_sparse().toarray(), ref.to_sparse().toarray(),
                                rtol=1e-11, atol=1e-13)
     # the sparse-LU form of the excess path (used above DENSE_EXCESS_MAX unknowns)
-    monkeypatch.setattr(_local, "DENSE_EXCESS_MAX", 0)
+    monkeypatch.setattr(_localsolve, "DENSE_EXCESS_MAX", 0)
     sparse = ISAI(variant, dtype="float64", max_local=4).setup(A)
     np.testing.assert_allclose(sparse.to_sparse().toarray(), ref.to_sparse().toarray(),
                                rtol=1e-10, atol=1e-12)
@@ -648,3 +649,207 @@ def test_registry_and_parameters():
     assert BlockJacobi(block_size=1, dtype="float64").setup(A).block_size == 1
     np.testing.assert_allclose(BlockJacobi(block_size=1, dtype="float64").setup(A).matvec(np.ones(27)),
                                1.0 / A.diagonal(), rtol=1e-14)
+
+
+# ------------------------------------------------------------------ devices
+# Issue 9: a preconditioner is set up *for* a device and stores device-neutral
+# operators; the ``reference`` device (plain NumPy kernels) must give the CPU's results.
+
+def block_nonsym(k=4, seed=5):
+    """3 dofs per node, nonsymmetric: kron(convection-diffusion, random 3x3) plus a
+    nonsymmetric perturbation on the block pattern (block size 3)."""
+    rng = np.random.default_rng(seed)
+    K = rng.standard_normal((3, 3)) + 4 * np.eye(3)
+    A = sp.kron(convdiff2d(k), K).tocsr()
+    P = A.copy()
+    P.data = rng.uniform(-1, 1, P.nnz) * 1e-2 * np.abs(A.data).max()
+    return sp.csr_matrix(A + P)
+
+
+DEVICE_CASES = {
+    "jacobi": (lambda **k: Jacobi(**k), lambda: random_spd(60, 0.08, 41)),
+    "block-jacobi": (lambda **k: BlockJacobi(**k), lambda: block3(4, seed=42)),
+    "ilu0": (lambda **k: ILU0(**k), lambda: random_nonsym(70, 0.08, 43)),
+    "ilu0-spd": (lambda **k: ILU0(**k), lambda: random_spd(70, 0.08, 44)),
+    "ilu0-blocks2": (lambda **k: ILU0(blocks=2, **k), lambda: random_nonsym(70, 0.08, 45)),
+    "ilu0-blocks2-spd": (lambda **k: ILU0(blocks=2, **k), lambda: poisson2d(9)),
+    "isai-general": (lambda **k: ISAI("general", **k), lambda: random_nonsym(60, 0.08, 46)),
+    "isai-spd": (lambda **k: ISAI("spd", **k), lambda: random_spd(60, 0.08, 47)),
+    "isai-ilu": (lambda **k: ISAI("ilu", **k), lambda: convdiff2d(8)),
+    "block-isai-general": (lambda **k: BlockISAI(variant="general", **k), lambda: block_nonsym()),
+    "block-isai-spd": (lambda **k: BlockISAI(variant="spd", **k), lambda: block3(4, seed=48)),
+}
+
+
+def _device_ops(M):
+    ops = getattr(M, "_chain", None)
+    return ops.ops if ops is not None else [M._op]
+
+
+@pytest.mark.parametrize("store", ["float64", "float32"])
+@pytest.mark.parametrize("case", sorted(DEVICE_CASES))
+def test_reference_device_matches_cpu(case, store):
+    """Every preconditioner set up for ``device="reference"`` stores the same operator
+    (its set-up kernels give the CPU's bit for bit) and applies to the CPU's result:
+    within 1e-13 with FP64 storage, accumulation and vectors, a few FP32 eps otherwise
+    (FMA and summation order in the kernels)."""
+    make, matrix = DEVICE_CASES[case]
+    A = matrix()
+    cpu = make(dtype=store).setup(A)
+    ref = make(dtype=store).setup(A, device="reference")
+    assert (cpu.device, ref.device) == ("cpu", "reference")
+    assert all(op.device == "reference" for op in _device_ops(ref))
+    assert ref.nbytes == cpu.nbytes and ref.symmetric == cpu.symmetric
+    # the same stored operator: the set-up is identical on both devices
+    for a, b in zip(_device_ops(cpu), _device_ops(ref)):
+        if hasattr(a, "to_scipy"):
+            assert abs(a.to_scipy() - b.to_scipy()).max() == 0.0
+    if isinstance(cpu, ILU0):
+        assert cpu.blocks == ref.blocks
+        for a, b in zip(cpu.factors(), ref.factors()):
+            assert abs(a - b).max() == 0.0
+    r = np.random.default_rng(3).standard_normal(A.shape[0])
+    fp64 = store == "float64" and getattr(cpu, "accumulate", "float64") == "float64"
+    for vec in (np.float64, np.float32):
+        rv = r.astype(vec)
+        want, got = np.empty_like(rv), np.empty_like(rv)
+        cpu.apply(rv, want)
+        ref.apply(rv, got)
+        tol = 1e-13 if fp64 and vec == np.float64 else 8 * EPS32
+        assert np.linalg.norm(got.astype(np.float64) - want) <= tol * np.linalg.norm(want), vec
+    want = cpu.matvec(r)
+    np.testing.assert_allclose(ref.matvec(r), want, rtol=0,
+                               atol=(1e-13 if fp64 else 8 * EPS32) * np.abs(want).max())
+
+
+def test_setup_canonical_and_device_argument():
+    """``setup_canonical`` takes the canonical CSR of ``make_problem`` (no second
+    check); ``setup(device=)`` is validated."""
+    from mpsolve._sparse import canonical_csr
+
+    A = random_nonsym(40, 0.1, 49)
+    C = canonical_csr(A)
+    M1 = ISAI("general", dtype="float64").setup_canonical(C, device="reference")
+    M2 = ISAI("general", dtype="float64").setup(A.tocoo())
+    assert M1.device == "reference" and M2.device == "cpu"
+    assert abs(M1.to_sparse() - M2.to_sparse()).max() == 0.0
+    with pytest.raises(ValueError, match="device="):
+        Jacobi().setup(A, device="tpu")
+
+
+# the ILU(0) and local-gather kernels of the two host devices
+def _ilu_layout(A, dtype, blocks):
+    M = ILU0(dtype=dtype, blocks=blocks, symmetric=False).setup(A)
+    op = M._op
+    return M.bounds, (op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv)
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+@pytest.mark.parametrize("store", ["float32", "float64"])
+def test_ilu_sweeps_kernels_agree(store, blocks):
+    """``ilu_sweeps`` on cpu and reference: FP64 row sums rounded once to ``y``; equal
+    up to the CPU's FMA on the nearest term (and its reassociated sums)."""
+    A = random_nonsym(120, 0.05, 50)
+    bounds, arrays = _ilu_layout(A, store, blocks)
+    assert bounds.size == blocks + 1
+    x64 = np.random.default_rng(4).standard_normal(A.shape[0])
+    for xd in ("float32", "float64"):
+        for yd in ("float32", "float64"):
+            x = x64.astype(xd)
+            want = np.empty(x.size, yd)
+            got = np.empty(x.size, yd)
+            lookup("cpu", "ilu_sweeps", (store, xd, yd))(bounds, *arrays, x, want)
+            lookup("reference", "ilu_sweeps", (store, xd, yd))(bounds, *arrays, x, got)
+            tol = 1e-14 if yd == "float64" else 8 * EPS32
+            err = np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want)
+            assert err <= tol, (xd, yd, err)
+
+
+@pytest.mark.parametrize("b", [1, 3])
+def test_gather_local_kernels_agree(b):
+    """``gather_local`` on cpu and reference: the same local matrices, bit for bit,
+    and each equals the dense ``A[J, J]``."""
+    from mpsolve.precond._pattern import block_pattern, to_bsr
+
+    A = block3(3, seed=51) if b == 3 else random_nonsym(50, 0.08, 52)
+    aptr, aind, adata = to_bsr(sp.csr_matrix(A), b)
+    nb = aptr.size - 1
+    pptr, pind = block_pattern(aptr, aind, nb, power=2)
+    sizes = np.diff(pptr)
+    m = int(np.bincount(sizes).argmax())
+    rows = np.flatnonzero(sizes == m).astype(np.int64)
+    outs = []
+    for dev in ("cpu", "reference"):
+        out = np.zeros((rows.size, m * b, m * b))
+        lookup(dev, "gather_local", ("float64",))(rows, pptr, pind, aptr, aind, adata, out)
+        outs.append(out)
+    assert np.array_equal(outs[0], outs[1])
+    D = A.toarray()
+    for t in (0, rows.size // 2, rows.size - 1):
+        J = (pind[pptr[rows[t]]:pptr[rows[t] + 1]][:, None] * b + np.arange(b)).ravel()
+        np.testing.assert_array_equal(outs[0][t], D[np.ix_(J, J)])
+
+
+@pytest.mark.parametrize("kind", ["nonsym", "spd"])
+def test_ilu_setup_kernels_agree(kind):
+    """The ILU(0) set-up ops (factorisation, diagonal positions, symmetry check, layout,
+    block split and its plan) give the same arrays on cpu and reference."""
+    from mpsolve.kernels.registry import launch_plan
+
+    A = sp.csr_matrix(random_nonsym(80, 0.06, 53) if kind == "nonsym" else random_spd(80, 0.06, 54))
+    f64 = ("float64",)
+    res = {}
+    for dev in ("cpu", "reference"):
+        k = {op: lookup(dev, op, f64) for op in ("diag_positions", "ilu0_factor", "symmetric_mirror",
+                                                 "ilu_split", "drop_coupling")}
+        bounds = launch_plan(dev, "ilu_sweeps", A.indptr, 3, 50_000)
+        ip, ix, dv = k["drop_coupling"](A.indptr, A.indices, A.data, bounds)
+        diag = k["diag_positions"](A.indptr, A.indices)
+        data = A.data.astype(np.float64)
+        bad = k["ilu0_factor"](A.indptr, A.indices, data, diag)
+        mirror = np.zeros(A.nnz, np.int32)
+        sym = bool(k["symmetric_mirror"](A.indptr, A.indices, A.data, 1e-12, mirror))
+        n = A.shape[0]
+        nl = int(np.sum(diag - A.indptr[:-1]))
+        lay = [np.empty(nl), np.empty(nl, np.int32), np.empty(n + 1, np.int64),
+               np.empty(A.nnz - n - nl), np.empty(A.nnz - n - nl, np.int32),
+               np.empty(n + 1, np.int64), np.empty(n)]
+        k["ilu_split"](A.indptr, A.indices, data, diag, sym, mirror, *lay)
+        res[dev] = [bounds, ip, ix, dv, diag, data, np.array([bad, sym]), mirror] + lay
+    assert res["cpu"][6][1] == (kind == "spd")
+    for a, b in zip(res["cpu"], res["reference"]):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    # "threads": the reference device is serial, one block
+    assert launch_plan("reference", "ilu_sweeps", A.indptr, "threads", 1).size == 2
+
+
+def test_precond_names_no_device():
+    """Only kernels/ knows devices (house rule 11): nothing in precond/ names a device in
+    a kernel lookup or launch plan, imports numba/cupy, or imports a device's kernels."""
+    import ast
+
+    import mpsolve.precond
+
+    root = pathlib.Path(mpsolve.precond.__file__).parent
+    files = sorted(root.glob("*.py"))
+    assert len(files) >= 8
+    for f in files:
+        src = f.read_text()
+        assert 'lookup("cpu"' not in src and "lookup('cpu'" not in src, f.name
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                names = []
+            for name in names:
+                parts = name.split(".")
+                assert parts[0] not in ("numba", "cupy", "cupyx"), (f.name, name)
+                assert not ("kernels" in parts and ({"cpu", "cuda", "reference"} & set(parts))), \
+                    (f.name, name)
+            if isinstance(node, ast.Call):
+                fn = node.func
+                fname = fn.id if isinstance(fn, ast.Name) else getattr(fn, "attr", "")
+                if fname in ("lookup", "launch_plan") and node.args:
+                    assert not isinstance(node.args[0], ast.Constant), (f.name, node.lineno)

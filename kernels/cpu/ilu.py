@@ -1,0 +1,258 @@
+"""ILU(0) on the CPU (Numba): the FP64 set-up kernels and the triangular sweeps.
+
+Set-up (FP64, on the host; :mod:`mpsolve.precond.ilu` calls them through the registry):
+
+* ``ilu0_factor`` -- Saad's IKJ ILU(0) in place on sorted CSR (*Iterative Methods
+  for Sparse Linear Systems*, 2nd ed., Algorithm 10.4), with a dense work row as
+  PETSc's numeric factorization;
+* ``diag_positions`` -- where each row's diagonal entry is stored;
+* ``symmetric_mirror`` -- whether ``A`` is symmetric, and each entry's transpose;
+* ``ilu_split`` -- the combined factors laid out for the sweeps (``L`` forward,
+  ``D^{-1} U`` rows reversed, ``1/diag(U)``);
+* ``drop_coupling`` -- the block-diagonal part of ``A`` for ``ILU0(blocks=k)``;
+* the launch plan of ``ilu_sweeps``: the row blocks (contiguous runs of about equal
+  nonzeros), one thread each.
+
+Apply: ``ilu_sweeps`` -- ``y = U'^{-1} D^{-1} L^{-1} x`` per diagonal block, each row's
+sum carried in FP64 and rounded once to ``y``'s dtype; serial for one block,
+``prange`` over the blocks otherwise.
+"""
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from ..registry import register, register_plan
+from ._config import JIT, NATIVE_REDUCTION_MATH
+from .spmv import partition_rows
+
+from .intrin import fma  # the one intrinsics module of the CPU kernels
+
+_F = ("float32", "float64")
+_MAT = [(v, x, y) for v in _F for x in _F for y in _F]
+_SETUP = [("float64",)]
+
+
+# --------------------------------------------------------------------------- set-up
+@njit(**JIT)
+def _ilu0_ikj(n, indptr, indices, data, diag):
+    # Saad Alg. 10.4 (IKJ) with a dense work row, as PETSc's numeric factorization:
+    # scatter row i into w, for each k < i in its pattern (ascending): l_ik = w_k / u_kk,
+    # w_j -= l_ik u_kj over the strict upper part of row k -- without testing whether j
+    # is in row i's pattern: updates outside it land in w and are never gathered (each
+    # row overwrites w on its own pattern first) -- then gather w back.  Branch-free
+    # inner loop.  Returns -1 on success, else the first row with a bad pivot.
+    w = np.zeros(n, dtype=np.float64)
+    inv = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        s, e = indptr[i], indptr[i + 1]
+        for k in range(s, e):
+            w[indices[k]] = data[k]
+        for kk in range(s, e):
+            k = indices[kk]
+            if k >= i:
+                break
+            lik = w[k] * inv[k]
+            w[k] = lik
+            for jj in range(diag[k] + 1, indptr[k + 1]):
+                w[indices[jj]] -= lik * data[jj]
+        for k in range(s, e):
+            data[k] = w[indices[k]]
+        if diag[i] < 0:
+            return i
+        piv = data[diag[i]]
+        if piv == 0.0 or not np.isfinite(piv):
+            return i
+        inv[i] = 1.0 / piv
+    return -1
+
+
+@register("cpu", "ilu0_factor", _SETUP)
+def ilu0_factor(indptr, indices, data, diag):
+    """ILU(0) of sorted CSR in place on ``data`` (FP64): strictly lower part ``L``
+    (unit diagonal implied), upper part ``U``.  Returns -1, or the first row whose
+    pivot is zero, not finite or missing (``diag[i] < 0``)."""
+    return _ilu0_ikj(indptr.size - 1, indptr, indices, data, diag)
+
+
+@register("cpu", "diag_positions", _SETUP)
+@njit(**JIT)
+def diag_positions(indptr, indices):
+    """``diag[i]``: position of ``a_ii`` in sorted CSR (-1 where it is not stored)."""
+    n = indptr.size - 1
+    diag = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        for k in range(indptr[i], indptr[i + 1]):
+            if indices[k] == i:
+                diag[i] = k
+                break
+    return diag
+
+
+@register("cpu", "symmetric_mirror", _SETUP)
+@njit(**JIT)
+def symmetric_mirror(indptr, indices, data, rtol, mirror):
+    """True when the pattern is symmetric and ``|a_ij - a_ji| <= rtol max(|a_ij|, |a_ji|)``
+    for every stored entry; then ``mirror[k]`` is the position of entry ``k``'s
+    transpose.  One pass with a cursor per row (sorted rows): walking the rows in
+    order visits the entries of column ``j`` by ascending row, which for a symmetric
+    pattern are the entries of row ``j`` in order."""
+    n = indptr.size - 1
+    cursor = indptr[:-1].copy()
+    for i in range(n):
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            m = cursor[j]
+            if m >= indptr[j + 1] or indices[m] != i:
+                return False
+            cursor[j] = m + 1
+            a, b = data[k], data[m]
+            if abs(a - b) > rtol * max(abs(a), abs(b)):
+                return False
+            mirror[k] = m
+    return True
+
+
+@register("cpu", "ilu_split", _SETUP)
+@njit(**JIT)
+def ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lptr, uval, uind,
+              uptr, dinv):
+    """Lay the combined FP64 factors out for the solves.
+
+    ``L``: strict lower part, rows in order, columns ascending (the nearest column
+    last).  ``U' = D^{-1} U`` (unit upper, strict part): rows in *reverse* order so the
+    backward sweep streams forward through memory, columns descending (the nearest
+    column last again).  ``dinv = 1 / diag(U)``.  With ``symmetric`` the values of
+    ``U'`` are those of ``L^T`` (for symmetric ``A``, ``U = D L^T`` in exact arithmetic),
+    which makes the stored ``M = (L D L^T)^{-1}`` symmetric bit for bit.
+    """
+    n = indptr.size - 1
+    q = 0
+    for i in range(n):
+        lptr[i] = q
+        for k in range(indptr[i], diag[i]):
+            lval[q] = data[k]
+            lind[q] = indices[k]
+            q += 1
+        dinv[i] = 1.0 / data[diag[i]]
+    lptr[n] = q
+    q = 0
+    for p in range(n):
+        i = n - 1 - p
+        uptr[p] = q
+        d = data[diag[i]]
+        for k in range(indptr[i + 1] - 1, diag[i], -1):
+            j = indices[k]
+            if symmetric:
+                uval[q] = data[mirror[k]]  # l_ji
+            else:
+                uval[q] = data[k] / d
+            uind[q] = j
+            q += 1
+    uptr[n] = q
+
+
+@register("cpu", "drop_coupling", _SETUP)
+@njit(**JIT)
+def drop_coupling(indptr, indices, data, bounds):
+    """The block-diagonal part of a CSR matrix: entries whose column lies in their
+    row's block (``bounds``), in order.  Returns ``(indptr, indices, data)``."""
+    n = indptr.size - 1
+    block = np.empty(n, np.int64)
+    for t in range(bounds.size - 1):
+        block[bounds[t]:bounds[t + 1]] = t
+    ip = np.empty(n + 1, np.int64)
+    keep = 0
+    for i in range(n):
+        ip[i] = keep
+        for k in range(indptr[i], indptr[i + 1]):
+            if block[indices[k]] == block[i]:
+                keep += 1
+    ip[n] = keep
+    ix = np.empty(keep, indices.dtype)
+    dv = np.empty(keep, data.dtype)
+    q = 0
+    for i in range(n):
+        for k in range(indptr[i], indptr[i + 1]):
+            if block[indices[k]] == block[i]:
+                ix[q] = indices[k]
+                dv[q] = data[k]
+                q += 1
+    return ip, ix, dv
+
+
+@register_plan("cpu", "ilu_sweeps")
+def ilu_blocks(indptr, nblocks, min_rows):
+    """Row bounds of the diagonal blocks of ``ILU0(blocks=nblocks)``: contiguous runs
+    of about equal ``nnz + rows`` (:func:`.spmv.partition_rows`).  ``"threads"``: one
+    block per Numba thread while each gets at least ``min_rows`` rows."""
+    n = indptr.size - 1
+    if nblocks == "threads":
+        nblocks = max(1, min(get_num_threads(), n // min_rows))
+    nblocks = max(1, min(int(nblocks), n))
+    if nblocks == 1:
+        return np.array([0, n], dtype=np.int64)
+    return partition_rows(indptr, nblocks)
+
+
+# --------------------------------------------------------------------------- sweeps
+@njit(inline="always", **JIT)
+def _sweeps(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, r, out):
+    """``out[lo:hi] = (L D U')^{-1} r[lo:hi]`` for one diagonal block (rows ``lo..hi-1``,
+    no entries outside it): forward sweep with unit ``L``, backward with unit ``U'``
+    scaled by ``dinv``; each row's sum in FP64.
+
+    Triangular solves are latency bound: row ``i`` waits for row ``i - 1``.  The
+    previous row's value is kept in an FP64 register and its term (stored last in the
+    row) subtracted last with one FMA, so the chain between rows is one multiply-add
+    instead of a store, a reload and (for FP32 vectors) two conversions.
+    """
+    n = out.size
+    prev = 0.0
+    for i in range(lo, hi):
+        s, e = lptr[i], lptr[i + 1]
+        near = 0.0
+        if e > s and lind[e - 1] == i - 1:
+            e -= 1
+            near = np.float64(lval[e])
+        acc = np.float64(r[i])
+        for k in range(s, e):
+            acc -= np.float64(lval[k]) * np.float64(out[lind[k]])
+        acc = fma(-near, prev, acc)
+        out[i] = acc
+        prev = acc
+    prev = 0.0
+    for p in range(n - hi, n - lo):
+        i = n - 1 - p
+        s, e = uptr[p], uptr[p + 1]
+        near = 0.0
+        if e > s and uind[e - 1] == i + 1:
+            e -= 1
+            near = np.float64(uval[e])
+        acc = np.float64(out[i]) * np.float64(dinv[i])
+        for k in range(s, e):
+            acc -= np.float64(uval[k]) * np.float64(out[uind[k]])
+        acc = fma(-near, prev, acc)
+        out[i] = acc
+        prev = acc
+
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _ilu_solve(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
+    """Both sweeps over all rows (one block)."""
+    _sweeps(0, out.size, lptr, lind, lval, uptr, uind, uval, dinv, r, out)
+
+
+@njit(parallel=True, fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _ilu_solve_blocks(bounds, lptr, lind, lval, uptr, uind, uval, dinv, r, out):
+    """The sweeps of independent diagonal blocks, one task per block."""
+    for t in prange(bounds.size - 1):
+        _sweeps(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv, r, out)
+
+
+@register("cpu", "ilu_sweeps", _MAT)
+def ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y):
+    """``y = U'^{-1} D^{-1} L^{-1} x`` per diagonal block ``[bounds[t], bounds[t+1])``;
+    one block: serial, several: one thread each."""
+    if bounds.size > 2:
+        _ilu_solve_blocks(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y)
+    else:
+        _ilu_solve(lptr, lind, lval, uptr, uind, uval, dinv, x, y)

@@ -1,0 +1,27 @@
+"""Small shared pieces of the preconditioners: their warning class, row lists in
+messages, and the device their host-side set-up runs on."""
+from __future__ import annotations
+
+import numpy as np
+
+from mpsolve.backend import HOST_DEVICE, is_host
+
+__all__ = ["PreconditionerWarning", "rows_text", "setup_device"]
+
+
+class PreconditionerWarning(RuntimeWarning):
+    """A preconditioner set-up replaced some rows by its documented fallback rule."""
+
+
+def rows_text(rows, limit=10):
+    """``"3, 17, 42, ..."`` -- the first ``limit`` row numbers, for messages."""
+    rows = [int(i) for i in np.asarray(rows)[:limit]]
+    return ", ".join(map(str, rows)) + (", ..." if len(rows) == limit else "")
+
+
+def setup_device(device: str) -> str:
+    """Where the FP64 set-up kernels (factorisations, local-system gathers) of a
+    preconditioner for ``device`` run: the device itself when its arrays live on the
+    host, else :data:`mpsolve.backend.HOST_DEVICE` (the stored operators then move to
+    ``device``)."""
+    return device if is_host(device) else HOST_DEVICE
