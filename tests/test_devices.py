@@ -403,3 +403,106 @@ def test_no_import_cycles_between_modules():
 def test_krylov_holds_methods_only():
     files = sorted(p.name for p in (ROOT / "mpsolve" / "krylov").glob("*.py"))
     assert files == ["__init__.py", "bicgstab.py", "cg.py", "gmres.py"]
+
+
+# ----------------------------------------------------------------- kernels vs the reference
+def _kernel_inputs(op, key, rng, n=300):
+    """Arguments of one contract op (fresh arrays for each call)."""
+    from mpsolve.kernels.registry import launch_plan
+
+    dt = [np.dtype(k) for k in key]
+    vec = lambda d=dt[0]: rng.standard_normal(n).astype(d)  # noqa: E731
+    if op in ("dot", "nrm2", "sum"):
+        return [vec(), vec()][: {"dot": 2, "nrm2": 1, "sum": 1}[op]]
+    if op in ("mdot", "maxpy", "lincomb"):
+        V = rng.standard_normal((6, n)).astype(dt[0])
+        if op == "mdot":
+            return [V, 5, vec(), np.zeros(6)]
+        if op == "maxpy":
+            return [V, 5, rng.standard_normal(6), vec()]
+        return [V, rng.standard_normal(6), 5, vec()]
+    scal = float(rng.standard_normal())
+    if op == "axpy":
+        return [scal, vec(), vec()]
+    if op == "xpay":
+        return [vec(), scal, vec()]
+    if op == "axpby":
+        return [scal, vec(), 0.5, vec()]
+    if op == "waxpy":
+        return [scal, vec(), vec(), vec()]
+    if op in ("axpy2", "axpy2_nrm2"):
+        return [scal, vec(), vec(), -0.25, vec(), vec()]
+    if op == "bicg_dir":
+        return [vec(), 0.7, 0.3, vec(), vec()]
+    if op == "scal":
+        return [scal, vec()]
+    if op == "copy":
+        return [vec(dt[0]), np.empty(n, dt[1])]
+    if op == "dmul":
+        return [vec(dt[0]), vec(dt[1]), np.empty(n, dt[2])]
+    if op == "range_scan":
+        v = vec()
+        v[5] = 1e-300 if dt[0] == np.float64 else 1e-40
+        return [v, 1e30, 1e-200 if dt[0] == np.float64 else 1e-39]
+    if op in ("spmv", "spmv_dot", "residual"):
+        A = sp.random(n, n, density=0.03, random_state=rng, format="csr") + sp.eye(n)
+        A = sp.csr_matrix(A)
+        A.sort_indices()
+        ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+        plan = launch_plan("cpu", "spmv", ip)
+        if op == "residual":
+            return [plan, ip, ix, A.data.astype(dt[0]), vec(dt[1]), vec(dt[2]),
+                    np.empty(n, dt[3])]
+        return [plan, ip, ix, A.data.astype(dt[0]), vec(dt[1]), np.empty(n, dt[2])]
+    if op == "bsrmv":
+        b = 3
+        B = sp.bsr_matrix(sp.random(n, n, density=0.03, random_state=rng) + sp.eye(n),
+                          blocksize=(b, b))
+        B.sort_indices()
+        ip, ix = B.indptr.astype(np.int32), B.indices.astype(np.int32)
+        return [launch_plan("cpu", "bsrmv", ip), ip, ix, B.data.astype(dt[0]), vec(dt[1]),
+                np.empty(n, dt[2])]
+    if op == "givens":
+        m = 6
+        H = rng.standard_normal((m + 1, m))
+        return [H, rng.random(m), rng.random(m), rng.standard_normal(m + 1), 3]
+    if op == "back_substitute":
+        m = 6
+        H = np.triu(rng.standard_normal((m + 1, m))) + 3 * np.eye(m + 1, m)
+        return [H, rng.standard_normal(m + 1), 5, np.zeros(m)]
+    return None
+
+
+def _contract_cases():
+    for op in CONTRACT:
+        for key in op.keys:
+            for mode in op.modes:
+                yield pytest.param(op.name, key, mode, id=f"{op.name}-{'-'.join(key)}-{mode}")
+
+
+@pytest.mark.parametrize("op,key,mode", list(_contract_cases()))
+def test_cpu_kernel_matches_reference(op, key, mode):
+    """Every CPU kernel of the contract against the reference device, on the same
+    inputs: results (return value and every array argument) agree within a bound
+    scaled by the precision of the data."""
+    from mpsolve.kernels import lookup
+
+    rng = np.random.default_rng(abs(hash((op, key, mode))) % 2**32)
+    args = _kernel_inputs(op, key, rng)
+    if args is None:
+        pytest.skip(f"{op}: exercised by its own tests (structured inputs)")
+    a_cpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    a_ref = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    if op in ("spmv", "spmv_dot", "residual", "bsrmv"):
+        a_ref[0] = None                                   # the reference needs no plan
+    r_cpu = lookup("cpu", op, key, mode)(*a_cpu)
+    r_ref = lookup("reference", op, key, mode)(*a_ref)
+    low = np.float32 in [np.dtype(k) for k in key] or mode == "acc32"
+    rtol = 1e-4 if low else 1e-11
+    if isinstance(r_cpu, tuple):
+        assert r_cpu == r_ref
+    elif r_cpu is not None:
+        assert np.isclose(r_cpu, r_ref, rtol=rtol, atol=rtol)
+    for x, y in zip(a_cpu, a_ref):
+        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+            np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * max(1.0, np.abs(y).max()))

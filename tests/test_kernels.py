@@ -33,7 +33,9 @@ def _eps(*dtypes):
 
 TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay", "axpby", "waxpy",
               "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb", "mdot", "maxpy",
-              "axpy2_nrm2", "spmv_dot"}
+              "axpy2_nrm2", "spmv_dot",
+              # against the reference device: tests/test_devices.py
+              "givens", "back_substitute", "range_scan"}
 
 
 def test_every_registered_cpu_op_is_tested():

@@ -8,7 +8,7 @@ arguments are Python floats and are cast to that dtype inside the kernel.
 
 The reductions here are the *native* ones (accumulating in the vectors' dtype,
 reassociated so LLVM can vectorise); the compensated ones live in
-:mod:`mpsolve.kernels.eft`.
+:mod:`mpsolve.kernels.cpu.eft`.
 """
 import numpy as np
 from numba import njit, prange
