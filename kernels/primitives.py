@@ -38,6 +38,7 @@ class Op:
     math: str
     keys: Tuple[Tuple[str, ...], ...] = _VEC
     modes: Tuple[str, ...] = ("",)
+    host: bool = False         # a set-up op on host arrays: host devices provide it
 
 
 CONTRACT = (
@@ -86,7 +87,28 @@ CONTRACT = (
     Op("back_substitute", "back_substitute(H, g, k, y)",
        "y[:k] = R^-1 g[:k], R = H[:k, :k] upper triangular", keys=(("float64",),)),
     Op("range_scan", "range_scan(v, big, tiny) -> (bool, bool)",
-       "(any |v_i| > big, any 0 < |v_i| < tiny): can demoting v overflow or flush?"),
+       "(any |v_i| > big, any 0 < |v_i| < tiny): can demoting v overflow or flush?",
+       host=True),
+    # --- preconditioner set-up on the host, FP64 (a device without host arrays uses
+    # backend.HOST_DEVICE's): ILU(0) and the (Block-)ISAI local systems
+    Op("diag_positions", "diag_positions(indptr, indices) -> diag",
+       "diag[i] = position of a_ii in sorted CSR, -1 if not stored", keys=(("float64",),),
+       host=True),
+    Op("ilu0_factor", "ilu0_factor(indptr, indices, data, diag) -> int",
+       "A = L U on the pattern of A, in place on data (Saad Alg. 10.4, IKJ); -1 or the "
+       "first row with a bad pivot", keys=(("float64",),), host=True),
+    Op("symmetric_mirror", "symmetric_mirror(indptr, indices, data, rtol, mirror) -> bool",
+       "is A symmetric to rtol? mirror[k] = position of entry k's transpose",
+       keys=(("float64",),), host=True),
+    Op("ilu_split", "ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, "
+       "lptr, uval, uind, uptr, dinv)", "lay the ILU(0) factors out for ilu_sweeps",
+       keys=(("float64",),), host=True),
+    Op("drop_coupling", "drop_coupling(indptr, indices, data, bounds) -> (ip, ix, dv)",
+       "the block-diagonal part of A for the row blocks bounds", keys=(("float64",),),
+       host=True),
+    Op("gather_local", "gather_local(rows, pptr, pind, aptr, aind, adata, out)",
+       "out[t] = A[J_i, J_i] for i = rows[t], J_i = pind[pptr[i]:pptr[i+1]] (BSR blocks)",
+       keys=(("float64",),), host=True),
 )
 
 #: The ops a Krylov method may call, bound per solve by :func:`bind_primitives`.

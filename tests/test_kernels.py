@@ -35,7 +35,10 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb", "mdot", "maxpy",
               "axpy2_nrm2", "spmv_dot",
               # against the reference device: tests/test_devices.py
-              "givens", "back_substitute", "range_scan"}
+              "givens", "back_substitute", "range_scan",
+              # against the reference device: tests/test_precond.py
+              "ilu_sweeps", "gather_local", "ilu0_factor", "diag_positions", "symmetric_mirror",
+              "ilu_split", "drop_coupling"}
 
 
 def test_every_registered_cpu_op_is_tested():
