@@ -150,6 +150,14 @@ def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:
     ``axpy2_nrm2`` is fused where the device has it for ``dot_mode``; elsewhere it
     is composed of ``axpy2`` and that mode's ``nrm2`` (so compensated norms stay
     compensated).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ops = bind_primitives("reference", "float64", "compensated", np)
+    >>> x = np.array([1e16, 1.0, -1e16])
+    >>> ops.dot(x, np.ones(3))          # x . 1 correctly rounded (a native sum gives 0)
+    1.0
     """
     import numpy as np
 

@@ -63,6 +63,16 @@ def resolve_device(device, *arrays) -> str:
     validated against :data:`DEVICES`.  Host arrays (NumPy/SciPy) are accepted by
     every device -- they are copied over once; device arrays (CuPy) with a host
     device, or arrays from two devices, are refused.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> resolve_device(None, np.ones(3)), resolve_device("reference", np.ones(3))
+    ('cpu', 'reference')
+    >>> resolve_device("tpu", np.ones(3))
+    Traceback (most recent call last):
+    ...
+    ValueError: device='tpu': choose one of ['cpu', 'gpu', 'reference'] (or None: the device of the arrays)
     """
     on_gpu = [a for a in arrays if _is_cupy(a)]
     if device is None:

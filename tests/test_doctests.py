@@ -10,7 +10,8 @@ MODULES = [
     "mpsolve.api", "mpsolve.precision", "mpsolve.result", "mpsolve._system",
     "mpsolve.operator", "mpsolve.krylov.cg", "mpsolve.krylov.gmres", "mpsolve.krylov.bicgstab",
     "mpsolve.kernels.eft", "mpsolve.kernels.cpu.eft", "mpsolve.kernels.cpu.intrin",
-    "mpsolve.kernels.registry",
+    "mpsolve.kernels.registry", "mpsolve.kernels.primitives", "mpsolve.backend",
+    "mpsolve.precond._pattern",
     "mpsolve.precond.jacobi", "mpsolve.precond.block_jacobi", "mpsolve.precond.isai",
     "mpsolve.precond.block_isai", "mpsolve.precond.ilu",
 ]
