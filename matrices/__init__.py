@@ -26,8 +26,10 @@ from .generators import (
     anisotropic3d,
     convection_diffusion2d,
     convection_diffusion3d,
+    coupled_convdiff2d,
     elasticity3d,
     generate,
+    jump3d,
     laplacian_1d,
     poisson2d,
     poisson3d,
@@ -39,8 +41,8 @@ __all__ = [
     "MatrixMarketError", "read_mtx", "read_vector", "write_mtx", "mtx_header",
     # generators
     "laplacian_1d", "poisson2d", "poisson3d", "anisotropic2d", "anisotropic3d",
-    "convection_diffusion2d", "convection_diffusion3d", "elasticity3d", "GENERATORS",
-    "generate",
+    "convection_diffusion2d", "convection_diffusion3d", "elasticity3d", "jump3d",
+    "coupled_convdiff2d", "GENERATORS", "generate",
     # collection
     "MatrixEntry", "CollectionError", "load", "find", "list_collection", "download",
     "search_path", "get_cache_dir", "DEFAULT_BASE_URL",

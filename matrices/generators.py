@@ -22,8 +22,8 @@ import scipy.sparse as sp
 
 __all__ = [
     "laplacian_1d", "poisson2d", "poisson3d", "anisotropic2d", "anisotropic3d",
-    "convection_diffusion2d", "convection_diffusion3d", "elasticity3d",
-    "GENERATORS", "generate",
+    "convection_diffusion2d", "convection_diffusion3d", "elasticity3d", "jump3d",
+    "coupled_convdiff2d", "GENERATORS", "generate",
 ]
 
 
@@ -448,6 +448,109 @@ def elasticity3d(n, E=1.0, nu=0.3):
     return A
 
 
+def jump3d(n, contrast=1e4, seed=0):
+    """3-D diffusion ``-div(k grad u)`` whose coefficient jumps between random cells.
+
+    Cell-centred finite volumes on an ``n x n x n`` grid of the unit cube, Dirichlet
+    boundary; each cell's ``k`` is 1 or ``contrast``, drawn independently with
+    probability 1/2 (so the jumps are everywhere, not along a few interfaces); face
+    coefficients are harmonic means of the two cells'.  SPD, 7-point, order ``n**3``;
+    its condition number grows with ``contrast`` -- the problem where point smoothers
+    and diagonal preconditioners struggle.
+
+    Parameters
+    ----------
+    n : int
+        Cells per direction.
+    contrast : float
+        Ratio of the two coefficients (>= 1).
+    seed : int
+        Seed of the cell pattern.
+
+    Examples
+    --------
+    >>> from mpsolve.matrices import jump3d
+    >>> A = jump3d(8, contrast=1e4)
+    >>> A.shape, bool(abs(A - A.T).max() == 0)
+    ((512, 512), True)
+    """
+    n = _check_n(n)
+    contrast = float(contrast)
+    if not math.isfinite(contrast) or contrast < 1:
+        raise ValueError(f"argument contrast must be a finite number >= 1, got {contrast}")
+    rng = np.random.default_rng(seed)
+    k = np.where(rng.random((n, n, n)) < 0.5, 1.0, contrast)     # k[z, y, x]
+    N = n ** 3
+    idx = np.arange(N).reshape(n, n, n)
+    rows, cols, vals = [], [], []
+    diag = np.zeros((n, n, n))
+    for axis in range(3):
+        lo = [slice(None)] * 3
+        hi = [slice(None)] * 3
+        lo[axis], hi[axis] = slice(0, n - 1), slice(1, n)
+        a, c = k[tuple(lo)], k[tuple(hi)]
+        face = 2.0 * a * c / (a + c)                              # harmonic mean
+        i, j = idx[tuple(lo)].ravel(), idx[tuple(hi)].ravel()
+        rows += [i, j]
+        cols += [j, i]
+        vals += [-face.ravel(), -face.ravel()]
+        diag[tuple(lo)] += face
+        diag[tuple(hi)] += face
+        # Dirichlet faces: the boundary value sits half a cell away (coefficient 2 k)
+        first = [slice(None)] * 3
+        last = [slice(None)] * 3
+        first[axis], last[axis] = slice(0, 1), slice(n - 1, n)
+        diag[tuple(first)] += 2.0 * k[tuple(first)]
+        diag[tuple(last)] += 2.0 * k[tuple(last)]
+    rows.append(idx.ravel())
+    cols.append(idx.ravel())
+    vals.append(diag.ravel())
+    A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                      shape=(N, N))
+    return _canonical(A)
+
+
+def coupled_convdiff2d(n, peclet=10.0, coupling=1.0, components=3):
+    """A block-coupled nonsymmetric system: ``components`` convection-diffusion
+    equations on an ``n x n`` grid with cross-diffusion, coupled at every node by a
+    dense nonsymmetric reaction matrix.
+
+    ``A = kron(L, D) + kron(V, I_c) + 50 h^2 kron(I, R)`` ordered node by node (block
+    size ``components``, every block dense): ``L`` the 5-point diffusion operator,
+    ``D`` an SPD cross-diffusion matrix (1 on the diagonal, ``0.2 coupling`` off it),
+    ``V`` the upwind convection of :func:`convection_diffusion2d` at ``peclet``, and
+    ``R`` a fixed ``c x c`` reaction matrix (nonsymmetric, positive-definite
+    symmetric part) -- the structure of multi-species transport and of linearised
+    flow/chemistry blocks.
+
+    Examples
+    --------
+    >>> from mpsolve.matrices import coupled_convdiff2d, detect_block_size
+    >>> A = coupled_convdiff2d(10)
+    >>> A.shape, detect_block_size(A)
+    ((300, 300), 3)
+    """
+    n = _check_n(n)
+    c = _check_n(components, "components")
+    coupling = float(coupling)
+    if not math.isfinite(coupling) or coupling < 0:
+        raise ValueError(f"argument coupling must be a finite number >= 0, got {coupling}")
+    L = _convdiff(n, 0.0, (1.0, 1.0), True, 2)
+    V = _convdiff(n, peclet, (1.0, 1.0), True, 2) - L
+    h = 1.0 / (n + 1)
+    # R = 2 I + S + K: S symmetric with small entries, K skew: nonsymmetric, and
+    # (R + R^T)/2 = 2 I + S stays positive definite
+    i = np.arange(c)
+    S = 0.5 / (1.0 + np.abs(i[:, None] - i[None, :]))
+    np.fill_diagonal(S, 0.0)
+    K = np.sign(i[None, :] - i[:, None]) * 1.5
+    R = coupling * (2.0 * np.eye(c) + S + K) + np.eye(c)
+    D = np.eye(c) + 0.2 * coupling * (1.0 - np.eye(c))
+    A = (sp.kron(L, D) + sp.kron(V, np.eye(c))
+         + (h * h * 50.0) * sp.kron(sp.identity(n * n), R))
+    return _canonical(A)
+
+
 GENERATORS = {
     "laplacian1d": laplacian_1d,
     "poisson2d": poisson2d,
@@ -457,6 +560,8 @@ GENERATORS = {
     "convdiff2d": convection_diffusion2d,
     "convdiff3d": convection_diffusion3d,
     "elasticity3d": elasticity3d,
+    "jump3d": jump3d,
+    "coupled2d": coupled_convdiff2d,
 }
 """Spec names accepted by :func:`generate`, mapped to their generator functions."""
 

@@ -140,6 +140,7 @@ class Problem:
     xp: object = np                     # that device's array module
     out_host: bool = True               # return x as a NumPy array (the caller's arrays were)
     workspace: Optional[Workspace] = None
+    precond_side: str = "left"          # the side the method applies M on
     _ops_cache: dict = field(default_factory=dict)
 
     def true_residual(self, x64, r64) -> float:
@@ -157,13 +158,15 @@ class Problem:
 
 
 def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
-                 default_maxiter=lambda n: 10 * n, device=None) -> Problem:
+                 default_maxiter=lambda n: 10 * n, device=None, precond_side="left") -> Problem:
     """Validate and convert the user's arguments (SciPy's rules).
 
     ``device``: where the solve runs; ``None`` takes the device of ``A``, ``b`` and
     ``x0`` (:func:`mpsolve.backend.resolve_device`: an unknown device, or arrays on two
     devices, is a ``ValueError``).  Host arrays are copied to the device once; the
     answer goes back to the caller's side (a NumPy array when ``b`` was one).
+    ``precond_side``: the side the method applies ``M`` on (told to a preconditioner
+    set up here).
     """
     device = resolve_device(device, A, b, None if isinstance(x0, str) else x0)
     out_host = on_host(b)
@@ -215,7 +218,7 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
                    bnrm=bnrm, tol=max(atol, rtol * bnrm), rtol=rtol, atol=atol,
                    maxiter=maxiter, out_dtype=np.dtype(data_dtype), data_dtype=np.dtype(data_dtype),
                    x0_mode=x0_mode, device=device, xp=xp, out_host=out_host,
-                   workspace=Workspace(xp))
+                   workspace=Workspace(xp), precond_side=precond_side)
 
 
 # ------------------------------------------------------------------ system
@@ -260,7 +263,8 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
                     f"M={type(M).__name__} needs the matrix entries of A, but A is a "
                     "LinearOperator; pass A as a sparse matrix, or M as an operator"
                 )
-            M.setup_canonical(problem.A_csr, dtype=precision.precond, device=device)
+            M.setup_canonical(problem.A_csr, dtype=precision.precond, device=device,
+                              side=problem.precond_side)
             t = M.setup_time
         elif M.device != device:
             raise ValueError(

@@ -85,7 +85,8 @@ cg.__doc__ = _fmt("""Solve ``A x = b`` with the (preconditioned) conjugate gradi
 def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
              precision=None, escalate=True, device=None):
     r = run("bicgstab", BODIES["bicgstab"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter,
-            M=M, callback=callback, precision=precision, escalate=escalate, device=device)
+            M=M, callback=callback, precision=precision, escalate=escalate, device=device,
+            precond_side="right")
     return r.x, r.info
 
 
@@ -140,7 +141,7 @@ def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, c
         kw["max_inner"] = maxiter
     return run("gmres", BODIES["gmres"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
                callback=callback, precision=precision, escalate=escalate, body_kw=kw,
-               precond_name=precond_name, device=device)
+               precond_name=precond_name, device=device, precond_side=side)
 
 
 gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
@@ -229,4 +230,4 @@ def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1
         warnings.warn(f"restart is a GMRES option; ignored by method={method!r}", stacklevel=2)
     return run(method, BODIES[method], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
                callback=callback, precision=precision, escalate=escalate, precond_name=name,
-               device=device)
+               device=device, precond_side="right" if method == "bicgstab" else "left")

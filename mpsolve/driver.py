@@ -52,6 +52,9 @@ def _describe(M):
     if isinstance(M, Preconditioner):
         extra = ", ".join(f"{k}={getattr(M, k)}" for k in ("variant", "block_size", "sparsity_power")
                           if getattr(M, k, None) is not None)
+        why = getattr(M, "variant_reason", "")
+        if why.startswith("auto"):
+            extra += f" ({why})"
         return repr(M) + (f" [{extra}]" if extra else "")
     return type(M).__name__
 
@@ -109,12 +112,18 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
 
 def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None,
         M=None, callback=None, precision=None, escalate=True, device=None,
-        default_maxiter=lambda n: 10 * n, body_kw=None, precond_name=None) -> SolveResult:
-    """Validate, realise, iterate, escalate, judge.  See the module docstring."""
+        default_maxiter=lambda n: 10 * n, body_kw=None, precond_name=None,
+        precond_side="left") -> SolveResult:
+    """Validate, realise, iterate, escalate, judge.  See the module docstring.
+
+    ``precond_side``: the side ``body`` applies ``M`` on (``"left"`` or ``"right"``),
+    handed to a preconditioner set up here (its ``variant="auto"`` may depend on it).
+    """
     t0 = time.perf_counter()
     body_kw = body_kw or {}
     problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
-                           default_maxiter=default_maxiter, device=device)
+                           default_maxiter=default_maxiter, device=device,
+                           precond_side=precond_side)
     policy = as_precision(precision, problem.data_dtype)
     n = problem.n
     rel_tol = problem.tol / problem.bnrm if problem.bnrm else problem.rtol

@@ -69,6 +69,7 @@ class Preconditioner:
         self.dtype = np.dtype(np.float64)
         self.device = None
         self._setup_device = None
+        self._side = "left"
         self._A_id = None
         self._op = None
         self._bound = {}
@@ -78,24 +79,30 @@ class Preconditioner:
     def is_setup(self) -> bool:
         return self.storage_dtype is not None
 
-    def setup(self, A, dtype=None, device=None):
+    def setup(self, A, dtype=None, device=None, side=None):
         """Build the preconditioner for ``A`` (any SciPy sparse format or dense).
 
         ``dtype`` is used only when none was given to the constructor; ``device``
         (a name of :data:`mpsolve.backend.DEVICES`) is where the stored operators
         live and ``apply`` runs -- by default the device of ``A`` (the CPU for
-        NumPy/SciPy data).  Returns ``self``.
+        NumPy/SciPy data).  ``side`` (``"left"``, the default, or ``"right"``) is the
+        side the solver applies ``M`` on; preconditioners whose natural form depends
+        on it (an approximate inverse: ``M A ~ I`` or ``A M ~ I``) choose by it when
+        their variant is ``"auto"``.  Returns ``self``.
         """
         from mpsolve._sparse import canonical_csr, check_matrix
 
         device = resolve_device(device, A)
         A = check_matrix(A, "A")
-        return self.setup_canonical(canonical_csr(A), dtype=dtype, device=device)
+        return self.setup_canonical(canonical_csr(A), dtype=dtype, device=device, side=side)
 
-    def setup_canonical(self, C, dtype=None, device=None):
+    def setup_canonical(self, C, dtype=None, device=None, side=None):
         """:meth:`setup` for a matrix already checked and in canonical CSR form
         (:func:`mpsolve._sparse.canonical_csr`), as ``make_problem`` hands it over:
         no second check, no copy.  Returns ``self``."""
+        if side not in (None, "left", "right"):
+            raise ValueError(f"side={side!r}: use 'left', 'right' or None (left)")
+        self._side = side or "left"
         device = resolve_device(device, C)
         want = self._dtype_request or (None if dtype is None else dtype_name(dtype)) or "float32"
         self.device = device

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ._localsolve import DEFAULT_MAX_LOCAL
 from ._pattern import detect_block_size
+from .block_ilu import bilu_isai_operators
 from .isai import _ISAIBase
 
 __all__ = ["BlockISAI"]
@@ -29,14 +30,27 @@ class BlockISAI(_ISAIBase):
         the largest of 6, 5, 4, 3, 2 dividing ``n`` for which ``A`` is made of full
         ``b x b`` blocks; 1 otherwise).  A ``b`` that does not divide ``n`` pads
         ``A`` with an identity block.
-    variant : {"general", "spd"}
-        * ``"general"`` -- ``M[i, J_i] A[J_i, J_i] = E_i^T`` (``b`` rows at once).
+    variant : {"auto", "general", "right", "spd", "bilu"}
+        * ``"auto"`` (default) -- ``"spd"`` for symmetric ``A`` (CG-safe), otherwise
+          ``"general"`` under left and ``"right"`` under right preconditioning (as
+          :class:`~mpsolve.precond.ISAI`; the choice is in ``variant`` and
+          ``variant_reason`` after set-up).
+        * ``"general"`` -- ``M[i, J_i] A[J_i, J_i] = E_i^T`` (``b`` rows at once):
+          ``M A ~ I``.
+        * ``"right"`` -- ``A M ~ I``: ``general`` on ``A^T``, block-transposed.
         * ``"spd"`` -- block FSAI: ``G`` block lower triangular on ``tril(S^k)``;
           ``A[J_i, J_i] Z = E_last``, ``Z_last = L L^T`` (Cholesky),
           ``G[i, J_i] = L^{-1} Z^T``, so ``blockdiag(G A G^T) = I``; ``M = G^T G``
           (SPD for SPD ``A``), applied as two BSR SpMVs.
+        * ``"bilu"`` -- the Block-ISAI of the mixed-precision ISAI papers: BILU(0) of
+          ``A`` (FP64, pivot blocks inverted in FP64; :mod:`.block_ilu`), then the block
+          ISAI of its factors, ``M = U_isai L_isai`` with ``L_isai ~ L^{-1}`` on
+          ``tril(S^k)`` and ``U_isai ~ U^{-1}`` on ``triu(S^k)``; each block row a small
+          block triangular system solved by block substitution (``b x b`` GEMMs).
+          Symmetric ``A`` with SPD pivot blocks: ``M = G^T G``, ``G = C^T L_isai``,
+          ``C C^T = D^{-1}`` (symmetric, for CG).  Two BSR SpMVs.
     sparsity_power : int, optional
-        ``k`` (default 2 for ``general``, 1 for ``spd``).
+        ``k`` (default 2 for ``general``/``right``, 1 for ``spd`` and ``bilu``).
     dtype : {"float32", "float64"} or None
         Storage precision (FP32 when set up on its own).
     accumulate : {"float32", "float64"}
@@ -70,10 +84,10 @@ class BlockISAI(_ISAIBase):
     """
 
     name = "block-isai"
-    _variants = ("general", "spd")
+    _variants = ("auto", "general", "right", "spd", "bilu")
     _storage = "bsr"
 
-    def __init__(self, block_size=None, variant="general", sparsity_power=None, dtype=None,
+    def __init__(self, block_size=None, variant="auto", sparsity_power=None, dtype=None,
                  accumulate="float32", max_local=DEFAULT_MAX_LOCAL):
         super().__init__(variant=variant, sparsity_power=sparsity_power, dtype=dtype,
                          accumulate=accumulate, max_local=max_local)
@@ -85,6 +99,15 @@ class BlockISAI(_ISAIBase):
     def _setup(self, A, dtype):
         b = self._block_request or detect_block_size(A)
         self.block_size = b
+        if self._variant_request == "bilu":
+            # the ISAI of BILU(0)'s block factors (mpsolve.precond.block_ilu)
+            self.variant, self.variant_reason = "bilu", "requested"
+            self.sparsity_power = self._power_request or 1
+            self._chain, self.fallback_rows, self.stats = bilu_isai_operators(
+                A, b, self.sparsity_power, dtype, self.accumulate, "BlockISAI(bilu)",
+                device=self.device)
+            self.symmetric = bool(self.stats["symmetric"])
+            return
         self._build(A, dtype, b)
 
     def __repr__(self):

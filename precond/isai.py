@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mpsolve.backend import HOST_DEVICE
+from mpsolve.kernels import lookup
 from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
 from ._localsolve import DEFAULT_MAX_LOCAL, local_solve
@@ -30,14 +31,16 @@ from .base import Preconditioner
 
 __all__ = ["ISAI", "isai_operators"]
 
-VARIANTS = ("general", "spd", "lower", "upper", "ilu")
+VARIANTS = ("auto", "general", "right", "spd", "lower", "upper", "ilu")
 #: A row whose pattern of ``A^k`` (k > 1) has more unknowns than this keeps only that many,
 #: the heaviest in ``|A|^k`` (its local system would cost O(width^3) and dominate the set-up).
 NARROW_ABOVE = 128
 #: Local systems wider than this (median over a sample of rows of ``A^2``) make the
 #: default ``general`` pattern fall back from ``A^2`` to ``A``.
 WIDE_ROWS = 128
-_DEFAULT_POWER = {"general": 2, "spd": 1, "lower": 1, "upper": 1, "ilu": 1}
+_DEFAULT_POWER = {"general": 2, "right": 2, "spd": 1, "lower": 1, "upper": 1, "ilu": 1}
+#: Relative tolerance of the symmetry check of ``variant="auto"`` (as ILU0's).
+SYMMETRY_RTOL = 1e-12
 
 
 def _triangle(C, part):
@@ -75,6 +78,21 @@ def _transpose_blocks(pp, pi, data):
     B = sp.bsr_matrix((data, pi, pp), shape=(nbr * b, nbr * b)).transpose().tobsr((b, b))
     B.sort_indices()
     return B.indptr.astype(np.int64), B.indices.astype(np.int64), np.ascontiguousarray(B.data)
+
+
+def _transposed(op, b, storage, dtype, accumulate, device):
+    """The stored operator ``op`` transposed, stored again (its values are already in
+    ``dtype``, so storing them again is exact)."""
+    T = sp.csr_matrix(op.to_scipy().T)
+    T.sort_indices()
+    n = T.shape[0]
+    if storage == "csr":
+        return SparseOperator(T, dtype=dtype, accumulate=accumulate, device=device,
+                              what="ISAI (right)")
+    B = sp.bsr_matrix(_pad(T, b), blocksize=(b, b))
+    B.sort_indices()
+    return BSROperator(B.indptr, B.indices, B.data, n, dtype, accumulate, "Block-ISAI (right)",
+                       device=device)
 
 
 def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, device, host):
@@ -147,7 +165,7 @@ class _ISAIBase(Preconditioner):
     _variants = VARIANTS
     _storage = "csr"
 
-    def __init__(self, variant="general", sparsity_power=None, dtype=None,
+    def __init__(self, variant="auto", sparsity_power=None, dtype=None,
                  accumulate="float32", max_local=DEFAULT_MAX_LOCAL):
         super().__init__(dtype)
         if variant not in self._variants:
@@ -161,8 +179,10 @@ class _ISAIBase(Preconditioner):
         if int(max_local) < 1:
             raise ValueError(f"max_local={max_local!r}: use an integer >= 1")
         self.variant = variant
+        self._variant_request = variant
+        self.variant_reason = "" if variant == "auto" else "requested"
         self._power_request = None if sparsity_power is None else int(sparsity_power)
-        self.sparsity_power = (_DEFAULT_POWER[variant] if sparsity_power is None
+        self.sparsity_power = (_DEFAULT_POWER.get(variant) if sparsity_power is None
                                else int(sparsity_power))
         self.accumulate = acc
         self.max_local = int(max_local)
@@ -195,11 +215,49 @@ class _ISAIBase(Preconditioner):
         sizes = np.diff((P[rows] @ P).indptr) * b
         return k if np.median(sizes) <= WIDE_ROWS else 1
 
+    def _resolve_variant(self, A):
+        """The variant for ``variant="auto"``, chosen once per set-up and recorded in
+        ``variant`` and ``variant_reason``:
+
+        * symmetric ``A`` (pattern and values, to :data:`SYMMETRY_RTOL`) -> ``spd``:
+          ``M = G^T G`` is symmetric positive definite for SPD ``A``, safe under CG
+          (and under PETSc's KSPCG);
+        * otherwise the approximate inverse of the side ``M`` is applied on:
+          ``general`` (``M A ~ I``) for left preconditioning, ``right``
+          (``A M ~ I``: the ISAI of ``A^T``, transposed) for right preconditioning
+          (GMRES with ``side="right"``, BiCGSTAB, PETSc's FGMRES/FBCGS).
+        """
+        if self._variant_request != "auto":
+            return self._variant_request, "requested"
+        mirror = np.empty(A.nnz, np.int64)
+        sym = bool(lookup(self._setup_device, "symmetric_mirror", ("float64",))(
+            A.indptr, A.indices, A.data.astype(np.float64, copy=False), SYMMETRY_RTOL,
+            mirror))
+        if sym:
+            return "spd", f"auto: A is symmetric (to {SYMMETRY_RTOL:g} relative)"
+        side = self._side
+        variant = "right" if side == "right" else "general"
+        return variant, f"auto: A is not symmetric; {side} preconditioning"
+
     def _build(self, A, dtype, b):
+        self.variant, self.variant_reason = self._resolve_variant(A)
+        self.symmetric = self.variant == "spd"
         self.sparsity_power = self._resolve_power(A, b)
+        name = type(self).__name__ + f"({self.variant})"
+        if self.variant == "right":
+            # A M ~ I  <=>  M^T A^T ~ I: the left approximate inverse of A^T, transposed
+            At = sp.csr_matrix(A.T)
+            At.sort_indices()
+            chain, self.fallback_rows, self.stats = isai_operators(
+                At, b, "general", self.sparsity_power, self.max_local, self._storage,
+                dtype, self.accumulate, name, device=self.device)
+            self._chain = OperatorChain([_transposed(op, b, self._storage, dtype,
+                                                     self.accumulate, self.device)
+                                         for op in chain.ops])
+            return
         self._chain, self.fallback_rows, self.stats = isai_operators(
             A, b, self.variant, self.sparsity_power, self.max_local, self._storage,
-            dtype, self.accumulate, type(self).__name__ + f"({self.variant})", device=self.device)
+            dtype, self.accumulate, name, device=self.device)
 
     def apply(self, r, out):
         self._chain(r, out)  # out = M r (one SpMV, or two: G^T (G r) / U_isai (L_isai r))
@@ -231,10 +289,17 @@ class ISAI(_ISAIBase):
 
     Parameters
     ----------
-    variant : {"general", "spd", "lower", "upper", "ilu"}
-        * ``"general"`` -- ``M ~ A^{-1}`` on the pattern of ``A^k``; row ``i`` with
-          columns ``J_i`` solves ``M[i, J_i] A[J_i, J_i] = e_i^T``.  For
-          GMRES/BiCGSTAB.
+    variant : {"auto", "general", "right", "spd", "lower", "upper", "ilu"}
+        * ``"auto"`` (default) -- chosen from ``A`` at set-up (``variant`` and
+          ``variant_reason`` record the choice): ``"spd"`` when ``A`` is symmetric,
+          so ``M`` is SPD and safe under CG; otherwise the approximate inverse of the
+          side the solver applies ``M`` on: ``"general"`` for left, ``"right"`` for
+          right preconditioning (GMRES ``side="right"``, BiCGSTAB, PETSc's FGMRES).
+        * ``"general"`` -- left approximate inverse ``M A ~ I`` on the pattern of
+          ``A^k``; row ``i`` with columns ``J_i`` solves
+          ``M[i, J_i] A[J_i, J_i] = e_i^T``.
+        * ``"right"`` -- right approximate inverse ``A M ~ I``: the ``general`` ISAI of
+          ``A^T``, transposed (columns of ``M`` on the pattern of ``(A^T)^k``).
         * ``"spd"`` -- factorized (FSAI): ``G`` lower triangular on the pattern of
           ``tril(A^k)``, ``A[J_i, J_i] g = e_last``, ``g /= sqrt(g_last)`` (so
           ``diag(G A G^T) = 1``); ``M = G^T G`` is SPD for SPD ``A`` and is applied
@@ -248,7 +313,7 @@ class ISAI(_ISAIBase):
           sequential triangular solves replaced by two parallel SpMVs.
     sparsity_power : int, optional
         ``k`` of the pattern ``A^k`` (of ``T^k`` for the triangular variants).
-        Default 2 for ``general`` (the pattern of ``A`` alone is often worse than
+        Default 2 for ``general``/``right`` (the pattern of ``A`` alone is often worse than
         Jacobi on nonsymmetric matrices) -- unless the rows of ``A^2`` are too wide
         for cheap local solves (median over a sample above ``WIDE_ROWS = 128``),
         then 1 -- and 1 otherwise.  The value used is in ``sparsity_power`` after set-up.

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from mpsolve.matrices import (
     GENERATORS,
+    coupled_convdiff2d,
+    jump3d,
     MatrixMarketError,
     anisotropic2d,
     anisotropic3d,
@@ -242,6 +244,8 @@ SMALL = {
     "convdiff2d": (lambda: convection_diffusion2d(6, peclet=50), 36),
     "convdiff3d": (lambda: convection_diffusion3d(4, peclet=50), 64),
     "elasticity3d": (lambda: elasticity3d(3), 81),
+    "jump3d": (lambda: jump3d(4, contrast=1e4), 64),
+    "coupled2d": (lambda: coupled_convdiff2d(5), 75),
 }
 
 
@@ -259,7 +263,7 @@ def test_generator_shape_and_format(name):
 
 
 @pytest.mark.parametrize("name", ["laplacian1d", "poisson2d", "poisson3d", "anisotropic2d",
-                                  "anisotropic3d", "elasticity3d"])
+                                  "anisotropic3d", "elasticity3d", "jump3d"])
 def test_symmetric_positive_definite(name):
     A = SMALL[name][0]()
     assert _sym_err(A) <= 10 * EPS
@@ -545,3 +549,24 @@ def test_detect_block_size_negative_cases():
 @pytest.mark.parametrize("n", [3, 4, 6])   # n=2: all 8 nodes couple, the matrix is dense
 def test_detect_block_size_elasticity(n):
     assert detect_block_size(elasticity3d(n)) == 3
+
+
+def test_jump3d_coefficients_jump_by_the_contrast():
+    """Off-diagonal face coefficients are harmonic means of 1 and the contrast: both
+    kinds of cells occur, so the off-diagonal magnitudes span [1, contrast]."""
+    A = jump3d(6, contrast=1e4, seed=1)
+    off = -sp.triu(A, 1).data
+    assert off.min() == pytest.approx(1.0) and off.max() == pytest.approx(1e4)
+    assert np.any(np.isclose(off, 2e4 / (1 + 1e4)))      # a jump across a face
+    assert _lambda_min(A) > 0
+
+
+def test_coupled2d_is_block_coupled_and_nonsymmetric():
+    A = coupled_convdiff2d(6, peclet=20)
+    assert detect_block_size(A) == 3
+    B = sp.bsr_matrix(A, blocksize=(3, 3))
+    assert np.count_nonzero(B.data) == B.data.size        # every stored block dense
+    assert _sym_err(A) > 1e-3
+    # the symmetric part is positive definite: GMRES/BiCGSTAB-friendly, not CG's
+    S = 0.5 * (A + A.T)
+    assert _lambda_min(S) > 0

@@ -645,7 +645,8 @@ def test_registry_and_parameters():
         BlockJacobi(block_size=0)
     with pytest.raises(RuntimeError, match="not set up"):
         ISAI().matvec(np.ones(3))
-    assert ISAI().sparsity_power == 2 and ISAI("spd").sparsity_power == 1
+    assert ISAI("general").sparsity_power == 2 and ISAI("spd").sparsity_power == 1
+    assert ISAI().variant == "auto" and ISAI().sparsity_power is None  # chosen at set-up
     assert BlockJacobi(block_size=1, dtype="float64").setup(A).block_size == 1
     np.testing.assert_allclose(BlockJacobi(block_size=1, dtype="float64").setup(A).matvec(np.ones(27)),
                                1.0 / A.diagonal(), rtol=1e-14)
