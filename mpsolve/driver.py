@@ -142,6 +142,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
                                      (type(Mobj).__name__ if Mobj is not None else None)),
             precond_nbytes=int(getattr(Mobj, "nbytes", 0) or 0) if Mobj is not None else 0,
             precond_detail=_describe(Mobj),
+            precond_stats=dict(getattr(Mobj, "stats", None) or {}),
             restarts=max(0, int(count) - 1) if method == "gmres" else 0,
         )
 

@@ -76,6 +76,10 @@ class SolveResult:
     escalations : list of Escalation
     restarts : int
         GMRES: restart cycles begun after the first (0 for CG and BiCGSTAB).
+    precond_stats : dict
+        What the preconditioner's set-up reported (its ``stats``): for (Block-)ISAI the
+        set-up time per stage in ``stage_times`` (seconds), local-system counts,
+        fallback rows.
     method : str
     """
 
@@ -95,6 +99,7 @@ class SolveResult:
     precond: Optional[str] = None
     precond_nbytes: int = 0
     precond_detail: str = ""
+    precond_stats: dict = field(default_factory=dict)
 
     @property
     def converged(self) -> bool:
@@ -123,6 +128,10 @@ class SolveResult:
             lines.append(f"preconditioner  {self.precond_detail}")
         if self.precond_nbytes:
             lines.append(f"preconditioner memory  {self.precond_nbytes / 2**20:.2f} MiB")
+        stages = self.precond_stats.get("stage_times") if self.precond_stats else None
+        if stages:
+            lines.append("preconditioner set-up  " + ", ".join(
+                f"{k} {v:.4f} s" for k, v in stages.items()))
         for e in self.escalations:
             lines.append(f"escalation  {e}")
         return "\n".join(lines)
