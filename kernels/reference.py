@@ -518,3 +518,152 @@ def ref_gather_local(rows, pptr, pind, aptr, aind, adata, out):
             hit = q < m
             hit[hit] = J[q[hit]] == c[hit]
             V[p, q[hit]] = adata[k[hit]]
+
+
+# --- block ILU(0) and the block ISAI of its factors (precond/block_ilu.py) ----------------
+# BSR arrays: indptr/indices over block rows, data (nnzb, b, b).  One block row at a time,
+# NumPy on b x b blocks: the oracles of kernels/cpu/bilu.py.
+
+def _ref_inv_block(a):
+    """``a^{-1}`` by Gauss-Jordan with partial pivoting (the CPU's order), or None."""
+    b = a.shape[0]
+    w = np.hstack([a.astype(np.float64), np.eye(b)])
+    for c in range(b):
+        p = c + int(np.argmax(np.abs(w[c:, c])))
+        if not abs(w[p, c]) > 0.0:
+            return None
+        if p != c:
+            w[[c, p]] = w[[p, c]]
+        w[c] = w[c] / w[c, c]
+        for u in range(b):
+            if u != c and w[u, c] != 0.0:
+                w[u] = w[u] - w[u, c] * w[c]
+    inv = w[:, b:]
+    return inv.copy() if np.isfinite(inv).all() else None
+
+
+def _ref_gemm(a, b_):
+    """``a b_`` with each entry summed left to right (as the CPU kernel)."""
+    b = a.shape[0]
+    c = np.zeros((b, b))
+    for w in range(b):
+        c = c + np.outer(a[:, w], b_[w, :])
+    return c
+
+
+@_reg_pc("reference", "bilu0_factor", _PC_SETUP)
+def ref_bilu0_factor(indptr, indices, data, diag, dinv):
+    """Block ILU(0), block IKJ, in place on ``data``; ``dinv[i] = U_ii^{-1}``.  -1 or the
+    first block row with a missing or singular pivot block."""
+    nb = indptr.size - 1
+    for i in range(nb):
+        s, e = int(indptr[i]), int(indptr[i + 1])
+        pos = {int(indices[k]): k for k in range(s, e)}
+        for kk in range(s, e):
+            k = int(indices[kk])
+            if k >= i:
+                break
+            data[kk] = _ref_gemm(data[kk], dinv[k])                   # L_ik = A_ik U_kk^-1
+            for jj in range(int(diag[k]) + 1, int(indptr[k + 1])):
+                p = pos.get(int(indices[jj]))
+                if p is not None:
+                    data[p] -= _ref_gemm(data[kk], data[jj])          # A_ij -= L_ik U_kj
+        if diag[i] < 0:
+            return i
+        inv = _ref_inv_block(data[diag[i]])
+        if inv is None:
+            return i
+        dinv[i] = inv
+    return -1
+
+
+@_reg_pc("reference", "bilu_split", _PC_SETUP)
+def ref_bilu_split(indptr, indices, data, diag, dinv, symmetric, mirror, lval, lind, lptr, uval,
+                   uind, uptr):
+    """The block factors laid out for ``bilu_sweeps``: ``L`` rows in order, ``U' = D^-1 U``
+    rows reversed (``L_ji^T`` with ``symmetric``, ``dinv`` then symmetrised)."""
+    nb = indptr.size - 1
+    if symmetric:
+        for i in range(nb):
+            dinv[i] = 0.5 * (dinv[i] + dinv[i].T)           # the diagonal stays exact
+    q = 0
+    for i in range(nb):
+        lptr[i] = q
+        k = np.arange(indptr[i], diag[i])
+        lval[q:q + k.size] = data[k]
+        lind[q:q + k.size] = indices[k]
+        q += k.size
+    lptr[nb] = q
+    q = 0
+    for p in range(nb):
+        i = nb - 1 - p
+        uptr[p] = q
+        for k in range(int(diag[i]) + 1, int(indptr[i + 1])):
+            uval[q] = data[mirror[k]].T if symmetric else _ref_gemm(dinv[i], data[k])
+            uind[q] = indices[k]
+            q += 1
+    uptr[nb] = q
+
+
+@_reg_pc("reference", "block_tri_isai", _PC_SETUP)
+def ref_block_tri_isai(pptr, pind, tptr, tind, tdata, tdiag, dinv, lower, cond_limit, out,
+                       bad):
+    """Block ISAI of a block triangular factor (combined BILU(0) storage): for block row
+    ``i``, ``X T[J, J] = E_i^T`` by block substitution; ``bad[i]`` as the CPU kernel."""
+    nb = pptr.size - 1
+    b = tdata.shape[1]
+    for i in range(nb):
+        j0, j1 = int(pptr[i]), int(pptr[i + 1])
+        J = [int(c) for c in pind[j0:j1]]
+        m = len(J)
+        pos = {c: p for p, c in enumerate(J)}
+        S = np.zeros((m, b, b))
+        rown = np.zeros((m, b))
+        order = range(m - 1, -1, -1) if lower else range(m)
+        for step, q in enumerate(order):
+            r = J[q]
+            R = -S[q] + (np.eye(b) if step == 0 else 0.0)
+            if lower:
+                out[j0 + q] = R
+                rown[q] += 1.0
+                ks = range(int(tptr[r]), int(tdiag[r]))
+            else:
+                out[j0 + q] = _ref_gemm(R, dinv[r])
+                rown[q] += np.abs(tdata[tdiag[r]]).sum(axis=1)
+                ks = range(int(tdiag[r]) + 1, int(tptr[r + 1]))
+            for k in ks:
+                p = pos.get(int(tind[k]))
+                if p is not None:
+                    S[p] += _ref_gemm(out[j0 + q], tdata[k])
+                    rown[q] += np.abs(tdata[k]).sum(axis=1)
+        X = out[j0:j1]
+        xn = np.abs(X).sum(axis=(0, 2)).max() if m else 0.0
+        tn = rown.max() if m else 0.0
+        bad[i] = 0 if np.isfinite(X).all() and tn * xn <= cond_limit else 1
+
+
+@_reg_pc("reference", "bilu_sweeps", _PC_MAT)
+def ref_bilu_sweeps(lptr, lind, lval, uptr, uind, uval, dinv, x, y):
+    """``y = U'^-1 D^-1 L^-1 x`` block row by block row, FP64 sums rounded to ``y``'s
+    dtype on each store (``y`` may end inside the last block)."""
+    n = y.size
+    nb, b = dinv.shape[0], dinv.shape[1]
+    o = np.zeros(nb * b)
+    o[:n] = x.astype(np.float64)
+    lv, uv, di = (a.astype(np.float64) for a in (lval, uval, dinv))
+    rnd = (lambda v: v.astype(np.float32).astype(np.float64)) if y.dtype == np.float32 \
+        else (lambda v: v)
+    for i in range(nb):                                  # L z = x
+        acc = o[i * b:(i + 1) * b].copy()
+        for k in range(lptr[i], lptr[i + 1]):
+            c = lind[k] * b
+            acc -= lv[k] @ o[c:c + b]
+        o[i * b:(i + 1) * b] = rnd(acc)
+    for p in range(nb):                                  # U' y = D^-1 z
+        i = nb - 1 - p
+        acc = di[i] @ o[i * b:(i + 1) * b]
+        for k in range(uptr[p], uptr[p + 1]):
+            c = uind[k] * b
+            acc -= uv[k] @ o[c:c + b]
+        o[i * b:(i + 1) * b] = rnd(acc)
+    y[:] = o[:n]

@@ -486,7 +486,9 @@ def _kernel_inputs(op, key, rng, n=300):
 #: in tests/test_precond.py (test_ilu_sweeps_kernels_agree, test_gather_local_kernels_agree,
 #: test_ilu_setup_kernels_agree).
 _STRUCTURED = {"ilu_sweeps", "diag_positions", "ilu0_factor", "symmetric_mirror", "ilu_split",
-               "drop_coupling", "gather_local"}
+               "drop_coupling", "gather_local",
+               # block ILU(0): tests/test_block_ilu.py
+               "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps"}
 
 
 def _contract_cases():

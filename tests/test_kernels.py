@@ -38,7 +38,9 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               "givens", "back_substitute", "range_scan",
               # against the reference device: tests/test_precond.py
               "ilu_sweeps", "gather_local", "ilu0_factor", "diag_positions", "symmetric_mirror",
-              "ilu_split", "drop_coupling"}
+              "ilu_split", "drop_coupling",
+              # against the reference device: tests/test_block_ilu.py
+              "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps"}
 
 
 def test_every_registered_cpu_op_is_tested():

@@ -1,4 +1,5 @@
 """Numba CPU kernels; importing this package registers them."""
 from . import blas1, bsr, hessenberg, spmv  # noqa: F401
 from . import gather, ilu  # noqa: F401  (preconditioner set-up and apply kernels)
+from . import bilu  # noqa: F401  (block ILU(0): set-up, sweeps, ISAI of its factors)
 from . import eft  # noqa: F401  (the compensated reductions)

@@ -1,0 +1,402 @@
+"""Block ILU(0) -- BILU(0) on the BSR structure of ``A`` -- and the block ISAI of its
+factors (the Block-ISAI of the mixed-precision ISAI papers, ``BlockISAI(variant="bilu")``).
+
+BILU(0)
+-------
+``A ~ L U`` on the block pattern of ``A`` (``b x b`` blocks, ``b`` detected or given;
+a partial last block padded with the identity): ``L`` unit block lower, ``U`` block
+upper triangular, both on the block pattern of ``A``.  Block IKJ variant (the block
+form of Saad, *Iterative Methods for Sparse Linear Systems*, 2nd ed., Alg. 10.4, as
+PETSc's ``MatILUFactor`` on BAIJ matrices): for block row ``i`` and each block
+``k < i`` of its pattern, ``L_ik = A_ik U_kk^{-1}`` and ``A_ij -= L_ik U_kj`` for
+``j > k`` in the patterns of rows ``i`` and ``k``.  The factorisation runs in FP64 and
+the pivot blocks ``U_ii`` are inverted in FP64 (Gauss-Jordan with partial pivoting);
+a singular pivot block raises :class:`~mpsolve.precond.ZeroPivotError` naming the
+block row.  With ``b = 1`` it is ILU(0) (:class:`~mpsolve.precond.ILU0`) value for
+value.
+
+:class:`BlockILU0` stores ``L``, ``U' = D^{-1} U`` and ``D^{-1} = blockdiag(U_ii)^{-1}``
+in ``dtype`` (FP32 by default, range-checked) and applies ``M = (L D U')^{-1}`` by a
+block forward and a block backward sweep (``bilu_sweeps``), each block row's ``b``
+sums carried in FP64.  For symmetric ``A`` it uses the ``L D L^T`` form (``U' = L^T``,
+``D^{-1}`` symmetrised), so the stored ``M`` is symmetric, as :class:`ILU0` does.
+
+Block ISAI of the factors
+-------------------------
+``M = U_isai L_isai`` with ``L_isai ~ L^{-1}`` on the block pattern of ``tril(S^k)``
+and ``U_isai ~ U^{-1}`` on ``triu(S^k)`` (``S`` the block graph of ``A``).  Block row
+``i`` with block columns ``J_i`` solves ``X T[J_i, J_i] = E_i^T`` for ``T = L`` or ``U``:
+a small block *triangular* system, solved by block substitution
+(``X_q = (E_q - sum_p X_p T[J_p, J_q]) T_qq^{-1}``, with ``T_qq^{-1} = I`` for ``L`` and
+BILU(0)'s FP64 pivot inverses for ``U``) -- its ``b x b`` products are the small dense
+GEMMs a GPU runs on FP64 Tensor Cores.  The set-up runs in FP64
+(``block_tri_isai``); both factors are stored as BSR in ``dtype`` and applied as two
+BSR SpMVs.  For symmetric ``A`` whose pivot blocks are SPD the symmetric form
+``M = G^T G``, ``G = C^T L_isai`` with ``D^{-1} = C C^T`` (so ``M = L_isai^T D^{-1}
+L_isai ~ (L D L^T)^{-1}``), is stored instead: symmetric (positive definite), for CG.
+
+Fallback (local systems): the block triangular systems are nonsingular (their pivot
+blocks were inverted and checked by BILU(0)); a block row whose substitution is not
+finite, or whose condition bound ``||T_J||_inf ||X||_inf`` exceeds
+:data:`~mpsolve.precond._localsolve.COND_LIMIT`, keeps only its diagonal block
+``T_ii^{-1}`` (``I`` for ``L``, ``U_ii^{-1}`` for ``U``), is listed in
+``fallback_rows`` and reported by a :class:`PreconditionerWarning`.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+from mpsolve._demote import demote
+from mpsolve.backend import HOST_DEVICE, to_device, to_host
+from mpsolve.kernels import lookup
+from mpsolve.operator import BSROperator, OperatorChain, _Stored
+
+from ._localsolve import COND_LIMIT
+from ._pattern import block_pattern, detect_block_size, to_bsr
+from ._util import PreconditionerWarning, rows_text, setup_device
+from .base import Preconditioner
+from .ilu import SYMMETRY_RTOL, ZeroPivotError
+
+__all__ = ["BlockILU0", "BlockTriangularSweeps", "bilu0_factor", "bilu0_split",
+           "bilu_isai_operators"]
+
+_F64 = ("float64",)
+
+
+def _pad(C, b):
+    """``C`` padded with an identity block to a multiple of ``b`` rows (CSR, canonical)."""
+    extra = (-C.shape[0]) % b
+    if extra == 0:
+        return C
+    P = sp.block_diag([C, sp.identity(extra)], format="csr")
+    P.sort_indices()
+    return P
+
+
+def _symmetric(A, host, rtol):
+    """Whether canonical CSR ``A`` is symmetric to ``rtol`` (the ``symmetric_mirror`` kernel)."""
+    mirror = np.empty(A.indices.size, np.int64)
+    return bool(lookup(host, "symmetric_mirror", _F64)(
+        A.indptr, A.indices, A.data.astype(np.float64, copy=False), rtol, mirror))
+
+
+def bilu0_factor(C, b, device=HOST_DEVICE):
+    """FP64 BILU(0) of canonical CSR ``C`` with ``b x b`` blocks.
+
+    Returns ``(indptr, indices, data, diag, dinv)``: the combined block factors of the
+    padded ``C`` on its block pattern (BSR, ``data`` of shape ``(nnzb, b, b)``: strictly
+    lower blocks = ``L`` without its unit diagonal, the others = ``U``), the position of
+    each diagonal block, and ``dinv[i] = U_ii^{-1}`` (FP64).  ``device``: the host
+    device whose set-up kernels factorise.
+
+    Raises
+    ------
+    ZeroPivotError
+        If a pivot block ``U_ii`` is singular (a zero pivot in Gauss-Jordan with partial
+        pivoting) or not finite; the message names the block row and its rows.
+    """
+    n = C.shape[0]
+    indptr, indices, data = to_bsr(_pad(C, b), b)      # every diagonal block stored
+    nb = indptr.size - 1
+    diag = lookup(device, "diag_positions", _F64)(indptr, indices)
+    dinv = np.zeros((nb, b, b))
+    bad = lookup(device, "bilu0_factor", _F64)(indptr, indices, data, diag, dinv)
+    if bad >= 0:
+        blk = data[diag[bad]]
+        what = ("is zero" if not np.any(blk) else
+                "is not finite" if not np.isfinite(blk).all() else "is singular")
+        last = min(n, (bad + 1) * b) - 1
+        raise ZeroPivotError(
+            f"BILU(0): the pivot block of block row {bad} (rows {bad * b}..{last}, b = {b}) "
+            f"{what}; BILU(0) needs nonsingular pivot blocks -- permute A, use "
+            "another block size, or use Block-Jacobi/Block-ISAI (general, spd) instead")
+    return indptr, indices, data, diag, dinv
+
+
+def bilu0_split(C, b, device=HOST_DEVICE):
+    """``(L, U)`` of BILU(0) of ``C`` as SciPy CSR FP64 ``n x n`` matrices (``L`` with its
+    unit diagonal; ``U`` block upper, with full ``b x b`` pivot blocks), on the block
+    pattern of ``C``."""
+    n = C.shape[0]
+    indptr, indices, data, diag, _ = bilu0_factor(C, b, device)
+    nb = indptr.size - 1
+    N = nb * b
+    rows = np.repeat(np.arange(nb), np.diff(indptr))
+    lo = indices < rows
+    L = sp.csr_matrix(sp.bsr_matrix((data[lo], indices[lo], _ptr(rows[lo], nb)), shape=(N, N)))
+    L = (L + sp.identity(N, format="csr")).tocsr()
+    U = sp.csr_matrix(sp.bsr_matrix((data[~lo], indices[~lo], _ptr(rows[~lo], nb)),
+                                    shape=(N, N)))
+    L, U = L[:n, :n].tocsr(), U[:n, :n].tocsr()
+    L.sort_indices()
+    U.sort_indices()
+    return L, U
+
+
+def _ptr(rows, nb):
+    """Row pointer of sorted block-row numbers ``rows``."""
+    ptr = np.zeros(nb + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=nb), out=ptr[1:])
+    return ptr
+
+
+class BlockTriangularSweeps(_Stored):
+    """``y = (L D U')^{-1} x`` by a block forward and a block backward sweep (BILU(0)'s
+    apply; the block analogue of :class:`mpsolve.operator.TriangularSweeps`).
+
+    ``L`` strictly lower blocks (block rows in order), ``U'`` strictly upper blocks of
+    ``D^{-1} U`` (block rows in *reverse* order), ``dinv = D^{-1}`` ``(nb, b, b)``: the
+    layout of the ``bilu_split`` kernel, given in FP64 on the host, range-checked and
+    stored in ``dtype`` on ``device``; ``n`` scalar rows (may end inside the last
+    block).  Each block row's sums are carried in FP64 (``bilu_sweeps``).
+    """
+
+    def __init__(self, lptr, lind, lval, uptr, uind, uval, dinv, n, dtype, what="BILU(0)",
+                 device=HOST_DEVICE):
+        self.device = device
+        self.lval = to_device(demote(lval, dtype, f"{what} factor L", device=device), device)
+        self.uval = to_device(demote(uval, dtype, f"{what} factor D^-1 U", device=device),
+                              device)
+        self.dinv = to_device(demote(dinv, dtype, f"{what} inverse pivot blocks",
+                                     device=device), device)
+        self.lptr, self.lind = to_device(lptr, device), to_device(lind, device)
+        self.uptr, self.uind = to_device(uptr, device), to_device(uind, device)
+        self.dtype = np.dtype(dtype)
+        self.b = int(dinv.shape[1])
+        self.shape = (int(n), int(n))
+        self._bound = {}
+
+    @property
+    def nbytes(self):
+        return int(sum(a.nbytes for a in (self.lptr, self.lind, self.lval, self.uptr,
+                                          self.uind, self.uval, self.dinv)))
+
+    def _kernel(self, xd, yd):
+        kern = lookup(self.device, "bilu_sweeps", (self.dtype, xd, yd))
+        args = (self.lptr, self.lind, self.lval, self.uptr, self.uind, self.uval, self.dinv)
+
+        def f(x, y):
+            kern(*args, x, y)  # y = U'^-1 D^-1 L^-1 x
+
+        return f
+
+
+class BlockILU0(Preconditioner):
+    """Block ILU(0) preconditioner ``M = (L U)^{-1}`` on the block pattern of ``A``.
+
+    Parameters
+    ----------
+    block_size : int, optional
+        ``b``.  Default: detected (:func:`~mpsolve.precond.detect_block_size`; 1 --
+        point ILU(0) -- without block structure).  A ``b`` that does not divide ``n``
+        pads ``A`` with an identity block.
+    dtype : {"float32", "float64"} or None
+        Storage precision of the factors (FP32 when set up on its own).  The
+        factorisation and the pivot-block inverses are FP64; the sweeps carry each
+        block row's sums in FP64.
+    symmetric : bool or None
+        ``True``: ``A`` is symmetric; use ``U' = L^T`` and a symmetrised ``D^{-1}`` (the
+        block ``L D L^T`` form), so ``M`` is symmetric (CG, PETSc's
+        ``applyTranspose``).  ``False``: general BILU(0).  ``None`` (default):
+        symmetric when ``A``'s pattern is and its values agree to ``SYMMETRY_RTOL``
+        (1e-12) relative.
+
+    Attributes
+    ----------
+    block_size : int
+    symmetric : bool
+        After setup: whether the symmetric form was used.
+    nbytes : int
+        Bytes of the stored factors.
+
+    Raises
+    ------
+    ZeroPivotError
+        At setup, on a singular pivot block (the message names the block row).
+
+    Notes
+    -----
+    The sweeps are sequential over block rows (latency bound, as ILU(0)'s, but with
+    ``b`` independent sums per step); :class:`~mpsolve.precond.BlockISAI` with
+    ``variant="bilu"`` replaces them by two BSR SpMVs.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> from mpsolve.precond import BlockILU0
+    >>> T = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(4, 4))
+    >>> K = np.array([[2.0, 0.5], [0.3, 2.0]])
+    >>> A = sp.kron(T, K).tocsr()       # block tridiagonal: BILU(0) is exact
+    >>> M = BlockILU0(dtype="float64").setup(A)
+    >>> M.block_size, M.symmetric
+    (2, False)
+    >>> bool(np.allclose(M.matvec(A @ np.ones(8)), 1.0))
+    True
+    """
+
+    name = "block-ilu0"
+    symmetric = False
+
+    def __init__(self, block_size=None, dtype=None, symmetric=None):
+        super().__init__(dtype)
+        if block_size is not None and (int(block_size) != block_size or block_size < 1):
+            raise ValueError(f"block_size={block_size!r}: use a positive integer or None")
+        if symmetric not in (None, True, False):
+            raise ValueError(f"symmetric={symmetric!r}: use True, False or None (detect)")
+        self._block_request = None if block_size is None else int(block_size)
+        self._symmetric_request = symmetric
+        self.block_size = self._block_request
+
+    def _setup(self, A, dtype):
+        host = self._setup_device
+        n = A.shape[0]
+        b = self._block_request or detect_block_size(A)
+        self.block_size = b
+        sym = self._symmetric_request
+        if sym is None:
+            sym = _symmetric(A, host, SYMMETRY_RTOL)
+        elif sym and not _symmetric(A, host, 1e-8):
+            raise ValueError("BlockILU0(symmetric=True): A is not symmetric (pattern or "
+                             "values differ by more than 1e-8 relative); use symmetric=False "
+                             "or None")
+        indptr, indices, data, diag, dinv = bilu0_factor(A, b, host)
+        nb = indptr.size - 1
+        mirror = np.empty(indices.size if sym else 0, np.int64)
+        if sym:  # the block pattern of a symmetric A is symmetric: mirror[k] = (j, i)
+            lookup(host, "symmetric_mirror", _F64)(indptr, indices, np.ones(indices.size),
+                                                   0.0, mirror)
+        nl = int(np.sum(diag - indptr[:-1]))
+        nu = indices.size - nb - nl
+        lptr = np.empty(nb + 1, np.int64)
+        uptr = np.empty(nb + 1, np.int64)
+        lind = np.empty(nl, np.int32)
+        uind = np.empty(nu, np.int32)
+        lval = np.empty((nl, b, b))
+        uval = np.empty((nu, b, b))
+        lookup(host, "bilu_split", _F64)(indptr, indices, data, diag, dinv, sym, mirror, lval,
+                                         lind, lptr, uval, uind, uptr)
+        self.symmetric = bool(sym)
+        # out = U'^-1 D^-1 L^-1 r: two block sweeps
+        self._op = BlockTriangularSweeps(lptr.astype(np.int32), lind, lval,
+                                         uptr.astype(np.int32), uind, uval, dinv, n, dtype,
+                                         device=self.device)
+
+    def factors(self):
+        """``(L, U)`` as SciPy CSR FP64 ``n x n`` matrices from the stored values (``L``
+        with its unit diagonal, ``U = D (I + U')``, ``D`` the inverses of the stored
+        ``D^{-1}`` blocks)."""
+        self._check_ready()
+        op = self._op
+        n, b = self.shape[0], op.b
+        lptr, lind, lval, uptr, uind, uval, dinv = (
+            to_host(a) for a in (op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval,
+                                 op.dinv))
+        nb = dinv.shape[0]
+        N = nb * b
+        L = sp.bsr_matrix((lval.astype(np.float64), lind, lptr), shape=(N, N)).tocsr()
+        L = (L + sp.identity(N, format="csr")).tocsr()
+        rows = (nb - 1 - np.repeat(np.arange(nb), np.diff(uptr))).astype(np.int64)
+        order = np.argsort(rows, kind="stable")
+        Up = sp.bsr_matrix((uval.astype(np.float64)[order], uind[order],
+                            _ptr(rows[order], nb)), shape=(N, N)).tocsr()
+        D = sp.bsr_matrix((np.linalg.inv(dinv.astype(np.float64)), np.arange(nb),
+                           np.arange(nb + 1)), shape=(N, N)).tocsr()
+        U = (D @ (Up + sp.identity(N, format="csr"))).tocsr()
+        L, U = L[:n, :n].tocsr(), U[:n, :n].tocsr()
+        L.sort_indices()
+        U.sort_indices()
+        return L, U
+
+    def __repr__(self):
+        base = super().__repr__()
+        return base[:-2] + f", b={self.block_size})>" if self.is_setup else base
+
+
+# --------------------------------------------------------------------------- block ISAI
+def _tri_isai(host, pptr, pind, fac, lower):
+    """Blocks of the ISAI of BILU(0)'s ``L`` (``lower``) or ``U`` on the pattern
+    ``(pptr, pind)``; rows rejected by the kernel keep only ``T_ii^{-1}``."""
+    indptr, indices, data, diag, dinv = fac
+    nb = pptr.size - 1
+    b = data.shape[1]
+    out = np.zeros((pind.size, b, b))
+    bad = np.zeros(nb, np.uint8)
+    lookup(host, "block_tri_isai", _F64)(pptr, pind, indptr, indices, data, diag, dinv,
+                                         bool(lower), COND_LIMIT, out, bad)
+    rows = np.flatnonzero(bad)
+    for i in rows:                      # fallback: the diagonal block rule
+        seg = slice(pptr[i], pptr[i + 1])
+        out[seg] = 0.0
+        at = pptr[i] + int(np.searchsorted(pind[seg], i))
+        out[at] = np.eye(b) if lower else dinv[i]
+    return out, rows.astype(np.int64)
+
+
+def _block_transpose(pp, pi, data):
+    """Block pattern and blocks of the (block) transpose, canonical."""
+    nb = pp.size - 1
+    b = data.shape[1]
+    B = sp.bsr_matrix((data, pi, pp), shape=(nb * b, nb * b)).transpose().tobsr((b, b))
+    B.sort_indices()
+    return B.indptr.astype(np.int64), B.indices.astype(np.int64), np.ascontiguousarray(B.data)
+
+
+def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
+                        device=HOST_DEVICE, symmetric=None):
+    """The stored operators of ``BlockISAI(variant="bilu")`` for canonical CSR ``C``.
+
+    BILU(0) of ``C`` (FP64, on the host set-up device of ``device``), the block ISAI of
+    its factors on the block patterns of ``tril(S^power)`` / ``triu(S^power)`` by block
+    substitution (FP64), stored as BSR in ``dtype`` on ``device``.  ``symmetric``:
+    ``None`` detects (symmetric ``A`` to ``SYMMETRY_RTOL`` with SPD pivot blocks gives
+    ``M = G^T G``); ``False`` always gives ``M = U_isai L_isai``.
+
+    Returns ``(chain, fallback_rows, stats)``: ``chain(r, out)`` applies ``M``
+    (``[L_isai, U_isai]`` or ``[G, G^T]``, in the order applied), the block rows that
+    took the fallback rule, and ``stats`` (pattern sizes, ``symmetric``).
+    """
+    host = setup_device(device)
+    n = C.shape[0]
+    fac = bilu0_factor(C, b, host)
+    indptr, indices, data, diag, dinv = fac
+    nb = indptr.size - 1
+    lp, li = block_pattern(indptr, indices, nb, power, "lower")
+    Lx, badL = _tri_isai(host, lp, li, fac, True)
+    chol = None
+    if symmetric is None or symmetric:
+        if _symmetric(C, host, SYMMETRY_RTOL if symmetric is None else 1e-8):
+            Dinv = 0.5 * (dinv + dinv.transpose(0, 2, 1))
+            try:
+                chol = np.linalg.cholesky(Dinv)        # D^-1 = C C^T, blockwise
+            except np.linalg.LinAlgError:
+                chol = None
+        elif symmetric:
+            raise ValueError(f"{name}: symmetric=True, but A is not symmetric")
+    stats = dict(pattern_nnz_blocks_L=int(li.size))
+    if chol is not None:
+        # G = C^T L_isai (block row i scaled by C_i^T); M = G^T G = L_isai^T D^-1 L_isai
+        rows = np.repeat(np.arange(nb), np.diff(lp))
+        G = np.matmul(chol.transpose(0, 2, 1)[rows], Lx)
+        tp, ti, td = _block_transpose(lp, li, G)
+        ops = [BSROperator(lp, li, G, n, dtype, accumulate, f"{name} factor G", device=device),
+               BSROperator(tp, ti, td, n, dtype, accumulate, f"{name} factor G^T",
+                           device=device)]
+        bad = badL
+        stats.update(symmetric=True)
+    else:
+        up, ui = block_pattern(indptr, indices, nb, power, "upper")
+        Ux, badU = _tri_isai(host, up, ui, fac, False)
+        ops = [BSROperator(lp, li, Lx, n, dtype, accumulate, f"{name} of L", device=device),
+               BSROperator(up, ui, Ux, n, dtype, accumulate, f"{name} of U", device=device)]
+        bad = np.union1d(badL, badU)
+        stats.update(symmetric=False, pattern_nnz_blocks_U=int(ui.size))
+    if bad.size:
+        warnings.warn(
+            f"{name}: {bad.size} block triangular local system(s) ill-conditioned (block rows "
+            f"{rows_text(bad)}); they keep only their diagonal block T_ii^-1 (see "
+            f"mpsolve.precond.block_ilu); listed in .fallback_rows", PreconditionerWarning,
+            stacklevel=4)
+    return OperatorChain(ops), bad, stats
