@@ -361,8 +361,8 @@ def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compressl
     """
     if sp.issparse(A):
         if np.iscomplexobj(A.data):
-            raise MatrixMarketError(f"write_mtx: argument A is complex; mpsolve writes real "
-                                    f"matrices only (pass A.real)")
+            raise MatrixMarketError("write_mtx: argument A is complex; mpsolve writes real "
+                                    "matrices only (pass A.real)")
         data = sp.coo_matrix(A)
     else:
         data = np.asarray(A)

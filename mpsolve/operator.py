@@ -10,7 +10,8 @@ binds its kernel once per pair of vector dtypes:
 * :class:`BSROperator` -- block CSR with dense ``b x b`` blocks (``bsrmv``);
 * :class:`DiagonalOperator` -- ``diag(d)`` (``dmul``);
 * :class:`TriangularSweeps` -- ``(L D U')^{-1}`` by a forward and a backward sweep
-  (``ilu_sweeps``), ILU(0)'s apply;
+  (``ilu_sweeps``), ILU(0)'s apply; :class:`BlockTriangularSweeps` the same with
+  ``b x b`` blocks (``bilu_sweeps``), BILU(0)'s;
 * :class:`OperatorChain` -- ``F_k ... F_1``, scratch vectors allocated once;
 * :class:`CallableOperator` -- anything with a ``matvec`` (a ``LinearOperator``).
 
@@ -30,7 +31,7 @@ from .kernels import lookup
 from .kernels.registry import dtype_name, launch_plan
 
 __all__ = ["SparseOperator", "BSROperator", "DiagonalOperator", "TriangularSweeps",
-           "OperatorChain", "CallableOperator"]
+           "BlockTriangularSweeps", "OperatorChain", "CallableOperator"]
 
 
 def _acc_mode(accumulate) -> str:
@@ -270,6 +271,47 @@ class TriangularSweeps(_Stored):
         kern = lookup(self.device, "ilu_sweeps", (self.dtype, xd, yd))
         args = (self.bounds, self.lptr, self.lind, self.lval, self.uptr, self.uind, self.uval,
                 self.dinv)
+
+        def f(x, y):
+            kern(*args, x, y)  # y = U'^-1 D^-1 L^-1 x
+
+        return f
+
+
+class BlockTriangularSweeps(_Stored):
+    """``y = (L D U')^{-1} x`` by a block forward and a block backward sweep (BILU(0)'s
+    apply; the block analogue of :class:`TriangularSweeps`).
+
+    ``L`` strictly lower blocks (block rows in order), ``U'`` strictly upper blocks of
+    ``D^{-1} U`` (block rows in *reverse* order), ``dinv = D^{-1}`` ``(nb, b, b)``: the
+    layout of the ``bilu_split`` kernel, given in FP64 on the host, range-checked and
+    stored in ``dtype`` on ``device``; ``n`` scalar rows (may end inside the last
+    block).  Each block row's sums are carried in FP64 (``bilu_sweeps``).
+    """
+
+    def __init__(self, lptr, lind, lval, uptr, uind, uval, dinv, n, dtype, what="BILU(0)",
+                 device=DEFAULT_DEVICE):
+        self.device = device
+        self.lval = to_device(demote(lval, dtype, f"{what} factor L", device=device), device)
+        self.uval = to_device(demote(uval, dtype, f"{what} factor D^-1 U", device=device),
+                              device)
+        self.dinv = to_device(demote(dinv, dtype, f"{what} inverse pivot blocks",
+                                     device=device), device)
+        self.lptr, self.lind = to_device(lptr, device), to_device(lind, device)
+        self.uptr, self.uind = to_device(uptr, device), to_device(uind, device)
+        self.dtype = np.dtype(dtype)
+        self.b = int(dinv.shape[1])
+        self.shape = (int(n), int(n))
+        self._bound = {}
+
+    @property
+    def nbytes(self):
+        return int(sum(a.nbytes for a in (self.lptr, self.lind, self.lval, self.uptr,
+                                          self.uind, self.uval, self.dinv)))
+
+    def _kernel(self, xd, yd):
+        kern = lookup(self.device, "bilu_sweeps", (self.dtype, xd, yd))
+        args = (self.lptr, self.lind, self.lval, self.uptr, self.uind, self.uval, self.dinv)
 
         def f(x, y):
             kern(*args, x, y)  # y = U'^-1 D^-1 L^-1 x

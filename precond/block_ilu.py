@@ -49,10 +49,9 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from mpsolve._demote import demote
-from mpsolve.backend import HOST_DEVICE, to_device, to_host
+from mpsolve.backend import HOST_DEVICE, to_host
 from mpsolve.kernels import lookup
-from mpsolve.operator import BSROperator, OperatorChain, _Stored
+from mpsolve.operator import BlockTriangularSweeps, BSROperator, OperatorChain
 
 from ._localsolve import COND_LIMIT
 from ._pattern import block_pattern, detect_block_size, to_bsr
@@ -141,47 +140,6 @@ def _ptr(rows, nb):
     ptr = np.zeros(nb + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=nb), out=ptr[1:])
     return ptr
-
-
-class BlockTriangularSweeps(_Stored):
-    """``y = (L D U')^{-1} x`` by a block forward and a block backward sweep (BILU(0)'s
-    apply; the block analogue of :class:`mpsolve.operator.TriangularSweeps`).
-
-    ``L`` strictly lower blocks (block rows in order), ``U'`` strictly upper blocks of
-    ``D^{-1} U`` (block rows in *reverse* order), ``dinv = D^{-1}`` ``(nb, b, b)``: the
-    layout of the ``bilu_split`` kernel, given in FP64 on the host, range-checked and
-    stored in ``dtype`` on ``device``; ``n`` scalar rows (may end inside the last
-    block).  Each block row's sums are carried in FP64 (``bilu_sweeps``).
-    """
-
-    def __init__(self, lptr, lind, lval, uptr, uind, uval, dinv, n, dtype, what="BILU(0)",
-                 device=HOST_DEVICE):
-        self.device = device
-        self.lval = to_device(demote(lval, dtype, f"{what} factor L", device=device), device)
-        self.uval = to_device(demote(uval, dtype, f"{what} factor D^-1 U", device=device),
-                              device)
-        self.dinv = to_device(demote(dinv, dtype, f"{what} inverse pivot blocks",
-                                     device=device), device)
-        self.lptr, self.lind = to_device(lptr, device), to_device(lind, device)
-        self.uptr, self.uind = to_device(uptr, device), to_device(uind, device)
-        self.dtype = np.dtype(dtype)
-        self.b = int(dinv.shape[1])
-        self.shape = (int(n), int(n))
-        self._bound = {}
-
-    @property
-    def nbytes(self):
-        return int(sum(a.nbytes for a in (self.lptr, self.lind, self.lval, self.uptr,
-                                          self.uind, self.uval, self.dinv)))
-
-    def _kernel(self, xd, yd):
-        kern = lookup(self.device, "bilu_sweeps", (self.dtype, xd, yd))
-        args = (self.lptr, self.lind, self.lval, self.uptr, self.uind, self.uval, self.dinv)
-
-        def f(x, y):
-            kern(*args, x, y)  # y = U'^-1 D^-1 L^-1 x
-
-        return f
 
 
 class BlockILU0(Preconditioner):

@@ -13,7 +13,7 @@ MODULES = [
     "mpsolve.kernels.registry", "mpsolve.kernels.primitives", "mpsolve.backend",
     "mpsolve.precond._pattern",
     "mpsolve.precond.jacobi", "mpsolve.precond.block_jacobi", "mpsolve.precond.isai",
-    "mpsolve.precond.block_isai", "mpsolve.precond.ilu",
+    "mpsolve.precond.block_isai", "mpsolve.precond.ilu", "mpsolve.precond.block_ilu",
 ]
 
 

@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 from mpsolve.kernels import available, lookup, reference as ref
-from mpsolve.kernels.cpu import blas1, eft, spmv as spmv_mod
+from mpsolve.kernels.cpu import spmv as spmv_mod
 from mpsolve.kernels.cpu._config import PARALLEL_MIN
 
 F = ("float32", "float64")

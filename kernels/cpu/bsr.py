@@ -97,7 +97,7 @@ _GENERATED = {}
 
 def _unrolled_source(b, acc, parallel):
     B = range(b)
-    L = [f"def kern(parts, indptr, indices, data, x, y):",
+    L = ["def kern(parts, indptr, indices, data, x, y):",
          "    n = y.size",
          "    nx = x.size",
          f"    for t in {'prange' if parallel else 'range'}(parts.size - 1):",
