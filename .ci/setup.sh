@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything mpsolve's tests and benchmarks need on a fresh Debian machine:
 # MPICH + OpenBLAS (Debian), PETSc + petsc4py built from PyPI's sources (CUDA off),
-# and mpsolve itself (editable) with its test extras.  Safe to run again: the Debian
+# and mpsolve itself (editable) with its test and bench extras.  Safe to run again: the Debian
 # step is skipped when the packages are there, and pip's wheel cache turns the PETSc
 # build (~17 min the first time on 2 cores) into a quick install afterwards.
 set -euo pipefail
@@ -26,8 +26,8 @@ if ! $PY -c "import petsc4py; from petsc4py import PETSc" >/dev/null 2>&1; then
   echo "[setup] building PETSc 3.26.1 + petsc4py (pip's wheel cache makes later runs quick)"
   $PY -m pip install -q mpi4py "petsc==3.26.1" "petsc4py==3.26.1"
 fi
-echo "[setup] pip install -e .[test]"
-$PY -m pip install -q -e ".[test]"
+echo "[setup] pip install -e .[test,bench]"
+$PY -m pip install -q -e ".[test,bench]"
 $PY - <<'PY'
 import numba, numpy, scipy
 from petsc4py import PETSc

@@ -33,9 +33,10 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import mpsolve
+from mpsolve._sparse import canonical_csr
 from mpsolve.kernels import lookup
 from mpsolve.matrices import elasticity3d, list_collection, poisson3d, read_mtx
-from mpsolve.operator import SparseOperator, canonical_csr
+from mpsolve.operator import SparseOperator
 
 
 def best_of(f, repeat=7, number=5):

@@ -10,8 +10,9 @@ python bench/bench_core.py --grid 100 --elasticity 40 --collection "$COLL" --out
 python bench/bench_precond.py --out bench/results/precond_apply.md
 # iterations per preconditioner on the SuiteSparse set and generated problems
 MPSOLVE_WRITE_RESULTS=1 python -m pytest -q tests/test_precond_table.py
-# the suite runner: generated problems (~1M unknowns) and the SuiteSparse collection
-mpsolve bench --out bench/results/generated
-mpsolve bench --collection "$COLL" --precisions double mixed --preconds jacobi ilu0 block-isai \
+# the suite runner: the whole suite (--full: generated problems of ~1M unknowns, every
+# configuration; ~45 min) and the SuiteSparse collection
+mpsolve bench --full --out bench/results/generated
+mpsolve bench --full --collection "$COLL" --precisions double mixed --preconds jacobi ilu0 block-isai \
     --scipy-preconds spilu --petsc-preconds bjacobi --repeat 3 --time-limit 10 \
     --out bench/results/suitesparse

@@ -55,25 +55,15 @@ def _add_solver_options(p):
 
 def precond_params(args, method):
     """Constructor keywords for the chosen preconditioner from the CLI options."""
-    import inspect
-
+    from ._params import accepted_params
     from .precond import REGISTRY
 
     if args.precond == "none":
         return {}
-    cls = REGISTRY[args.precond]
-    accepted = inspect.signature(cls.__init__).parameters
-    kw = {}
-    if args.block_size is not None and "block_size" in accepted:
-        kw["block_size"] = args.block_size
-    if args.sparsity_power is not None and "sparsity_power" in accepted:
-        kw["sparsity_power"] = args.sparsity_power
-    if "variant" in accepted:
-        if args.variant is not None:
-            kw["variant"] = args.variant
-        elif method == "cg":
-            kw["variant"] = "spd"
-    return kw
+    variant = args.variant if args.variant is not None else ("spd" if method == "cg" else None)
+    return accepted_params(REGISTRY[args.precond], {
+        "block_size": args.block_size, "sparsity_power": args.sparsity_power,
+        "variant": variant})
 
 
 def cmd_solve(args):
@@ -114,13 +104,40 @@ def cmd_info(args):
     return 0
 
 
+#: What ``mpsolve bench`` needs beyond mpsolve's own dependencies (the ``bench`` extra).
+BENCH_EXTRA_HINT = ("mpsolve bench needs the 'bench' extra (rich, matplotlib): "
+                    "pip install 'mpsolve[bench]' (from a source checkout: "
+                    "pip install -e '.[bench]', or: pip install rich matplotlib)")
+
+
 def cmd_bench(args):
-    from .benchmark import main as bench_main
+    import importlib.util
+
+    missing = [m for m in ("rich", "matplotlib") if _find_spec(importlib.util, m) is None]
+    if missing:
+        print(f"mpsolve bench: error: {' and '.join(missing)} not installed. {BENCH_EXTRA_HINT}",
+              file=sys.stderr)
+        return 2
+    from .bench import main as bench_main
 
     return bench_main(args)
 
 
-def build_parser():
+def _find_spec(util, name):
+    try:
+        return util.find_spec(name)
+    except (ImportError, ValueError):  # a module set to None in sys.modules, a broken one
+        return None
+
+
+def _command(argv):
+    """The sub-command named in ``argv`` (its first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(bench_options=True):
+    """The ``mpsolve`` argument parser.  ``bench_options=False`` leaves the options of
+    ``bench`` out (they live in :mod:`mpsolve.bench`, imported only when needed)."""
     p = argparse.ArgumentParser(
         prog="mpsolve",
         description="Mixed-precision sparse Krylov solvers: solve a system, describe a matrix, "
@@ -145,19 +162,27 @@ def build_parser():
     pi.add_argument("matrix", help="matrix file, generator spec or collection name")
     pi.set_defaults(func=cmd_info)
 
-    from .benchmark import add_arguments
-
     pb = sub.add_parser("bench", help="benchmark mpsolve against SciPy (and PETSc)",
-                        description="Run a benchmark suite: methods x precisions x "
-                                    "preconditioners, with SciPy and PETSc baselines. Writes "
-                                    "JSON, a Markdown table and PNG plots.")
-    add_arguments(pb)
+                        description="Run a benchmark suite: mpsolve's methods x precisions x "
+                                    "preconditioners against SciPy and PETSc baselines. "
+                                    "Writes JSON, a Markdown table and PNG plots. Needs the "
+                                    "'bench' extra (pip install 'mpsolve[bench]'). Without "
+                                    "options: a few minutes (moderate generated problems, a "
+                                    "few SuiteSparse matrices when found, the best-known "
+                                    "configurations); --full: the whole suite (~45 min on 2 "
+                                    "cores).")
+    if bench_options:
+        from .bench import add_arguments
+
+        add_arguments(pb)
     pb.set_defaults(func=cmd_bench)
     return p
 
 
 def main(argv=None):
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(bench_options=_command(argv) == "bench")
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -29,6 +29,9 @@ Use from the options database::
         -sub_pc_python_type mpsolve.petsc.BlockISAI -sub_mpsolve_block_size 3
 
 or from Python: ``pc.setType("python"); pc.setPythonContext(mpsolve.petsc.ISAI())``.
+
+(The PETSc *baseline* of ``mpsolve bench``, a serial KSP solve of a SciPy matrix, is
+:func:`mpsolve.bench.baselines.petsc_solve`, not part of the plug-in.)
 """
 from __future__ import annotations
 
@@ -37,9 +40,10 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from ._params import accepted_params, init_params
 from .precision import PRESETS
 
-__all__ = ["ISAI", "BlockISAI", "BlockJacobi", "Jacobi", "local_csr", "petsc_solve"]
+__all__ = ["ISAI", "BlockISAI", "BlockJacobi", "Jacobi", "local_csr"]
 
 
 def local_csr(P) -> sp.csr_matrix:
@@ -115,9 +119,7 @@ class _MpsolvePC:
             self._key = None  # rebuild at the next setUp
 
     def _accepted(self):
-        import inspect
-
-        return inspect.signature(self.precond_cls.__init__).parameters
+        return init_params(self.precond_cls)
 
     # ------------------------------------------------------------ protocol
     def setUp(self, pc):
@@ -128,7 +130,7 @@ class _MpsolvePC:
             return
         t0 = time.perf_counter()
         C = local_csr(P)
-        kw = {k: v for k, v in self.params.items() if k in self._accepted()}
+        kw = accepted_params(self.precond_cls, self.params, drop_none=False)
         M = self.precond_cls(**kw, **({"dtype": self.dtype} if self.dtype else {}))
         self.M = M.setup(C, dtype=self.dtype or "float32")
         self.setup_time = time.perf_counter() - t0
@@ -215,109 +217,3 @@ class BlockISAI(_MpsolvePC):
         from .precond import BlockISAI as C
 
         return C
-
-
-_KSP = {"cg": "cg", "gmres": "gmres", "bicgstab": "bcgs"}
-_PC_CTX = {"mpsolve": BlockISAI, "mpsolve-isai": ISAI, "mpsolve-block-isai": BlockISAI,
-           "mpsolve-block-jacobi": BlockJacobi}
-
-
-def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, restart=30,
-                block_size=None, sparsity_power=None, options=None, time_limit=None):
-    """Solve with PETSc's KSP (serial, FP64), for baselines and tests.
-
-    The stopping test is PETSc's on the *unpreconditioned* residual relative to
-    ``||b||`` (right preconditioning for GMRES/BiCGSTAB), the same rule as mpsolve's.
-
-    Returns a dict: ``x``, ``iterations``, ``reason``, ``setup_time`` (building the
-    PETSc matrix from ``A``'s CSR arrays, the KSP and ``KSPSetUp``; PETSc's ILU
-    factorisation for ``bjacobi`` happens lazily inside the solve), ``solve_time``,
-    ``true_residual`` (FP64, relative).
-    """
-    from petsc4py import PETSc
-
-    A = sp.csr_matrix(A)
-    comm = PETSc.COMM_SELF
-    t_mat = time.perf_counter()  # building PETSc's copy of A counts as set-up (mpsolve's
-    # set-up time includes building its operator from the same SciPy matrix)
-    P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
-                                                 A.indices.astype(PETSc.IntType),
-                                                 A.data.astype(np.float64)), comm=comm)
-    P.assemble()
-    ksp = PETSc.KSP().create(comm)
-    ksp.setOperators(P)
-    ksp_type = _KSP[method]
-    if pc in _PC_CTX and method in ("gmres", "bicgstab"):
-        # an FP32 preconditioner is not exactly linear: PETSc's right-preconditioned
-        # gmres/bcgs form x = M y at the end and miss the tolerance they reported;
-        # the flexible variants keep the preconditioned vectors
-        ksp_type = {"gmres": "fgmres", "bicgstab": "fbcgs"}[method]
-    ksp.setType(ksp_type)
-    if method == "gmres":
-        ksp.setGMRESRestart(restart)
-    if method != "cg":
-        ksp.setPCSide(PETSc.PC.Side.RIGHT)
-    ksp.setNormType(PETSc.KSP.NormType.UNPRECONDITIONED)
-    ksp.setTolerances(rtol=rtol, atol=0.0, max_it=maxiter)
-    p = ksp.getPC()
-    ctx = None
-    if pc in _PC_CTX:
-        p.setType("python")
-        kw = {}
-        if block_size is not None:
-            kw["block_size"] = block_size
-        if sparsity_power is not None:
-            kw["sparsity_power"] = sparsity_power
-        ctx = _PC_CTX[pc](**kw)
-        if method == "cg":
-            ctx.params.setdefault("variant", "spd")
-        p.setPythonContext(ctx)
-    elif pc == "ilu":
-        p.setType("ilu")
-    else:
-        p.setType(pc)
-    if options:
-        opts = PETSc.Options()
-        for k, v in options.items():
-            opts[k] = v
-        ksp.setFromOptions()
-    bv = P.createVecLeft()
-    bv.array[:] = b
-    xv = P.createVecRight()
-    xv.set(0.0)
-    mat_time = time.perf_counter() - t_mat
-    t0 = time.perf_counter()
-    ksp.setUp()
-    setup = time.perf_counter() - t0 + mat_time
-    stopped = [False]
-    if time_limit is not None:
-        t_start = time.perf_counter()
-
-        def watchdog(ksp_, its, rnorm):
-            # a monitor that ends the solve past the wall-clock limit (PETSc turns the
-            # Python exception into an error that ksp.solve raises)
-            if time.perf_counter() - t_start > time_limit:
-                stopped[0] = True
-                raise TimeoutError("time limit")
-
-        ksp.setMonitor(watchdog)
-    t1 = time.perf_counter()
-    try:
-        ksp.solve(bv, xv)
-    except PETSc.Error:
-        if not stopped[0]:
-            raise
-    solve = time.perf_counter() - t1
-    x = xv.array.copy()
-    true = float(np.linalg.norm(b - A @ x) / np.linalg.norm(b))
-    reason = ksp.getConvergedReason()
-    names = {v: k for k, v in vars(PETSc.KSP.ConvergedReason).items() if isinstance(v, int)}
-    out = dict(x=x, iterations=int(ksp.getIterationNumber()),
-               reason=(f"stopped at the time limit ({time_limit:g} s)" if stopped[0]
-                       else f"{names.get(reason, reason)}"), setup_time=setup, solve_time=solve,
-               true_residual=true, ctx=ctx)
-    ksp.destroy()
-    P.destroy()
-    bv.destroy()
-    xv.destroy()
-    return out

@@ -107,7 +107,7 @@ def test_bench_records_failures_instead_of_dropping_them(tmp_path):
 def test_bench_repeat_keeps_the_fastest_converged_run_and_never_retries_failures(monkeypatch):
     import argparse
 
-    from mpsolve import benchmark as bm
+    from mpsolve.bench import suite as bm
 
     p = argparse.ArgumentParser()
     bm.add_arguments(p)

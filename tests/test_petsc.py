@@ -17,7 +17,7 @@ from petsc4py import PETSc  # noqa: E402
 import mpsolve  # noqa: E402
 import mpsolve.petsc as mp  # noqa: E402
 from mpsolve.matrices import convection_diffusion2d, elasticity3d  # noqa: E402
-from mpsolve.petsc import petsc_solve  # noqa: E402
+from mpsolve.bench.baselines import petsc_solve  # noqa: E402
 
 from conftest import COLLECTION, load_collection_matrix  # noqa: E402
 
@@ -273,7 +273,7 @@ def test_bench_compares_the_same_gmres_as_petsc():
     (left preconditioning would minimise another residual: watt_1 35 vs 2)."""
     import argparse
 
-    from mpsolve import benchmark as bm
+    from mpsolve.bench import suite as bm
 
     p = argparse.ArgumentParser()
     bm.add_arguments(p)

@@ -72,7 +72,7 @@ def main():
             "sub_pc_python_type": "mpsolve.petsc.BlockISAI", "sub_mpsolve_variant": "spd",
             "sub_mpsolve_block_size": "3"}, comm),
         # flexible variants: an FP32 preconditioner is not exactly linear (see
-        # mpsolve.petsc.petsc_solve)
+        # mpsolve.bench.baselines.petsc_solve)
         "elasticity_fgmres_bjacobi_blockisai": run(E, "fgmres", {
             "pc_type": "bjacobi", "sub_pc_type": "python",
             "sub_pc_python_type": "mpsolve.petsc.BlockISAI"}, comm),

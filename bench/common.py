@@ -1,0 +1,77 @@
+"""What every runner of the suite shares: the record of one run and the time limit."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import List
+
+__all__ = ["Run", "TimeLimit", "deadline_callback", "maxiter_for", "sampled"]
+
+
+@dataclass
+class Run:
+    """One solve: a problem, an engine (``solver``) and its configuration, the outcome."""
+
+    problem: str
+    n: int
+    nnz: int
+    spd: bool
+    solver: str            # mpsolve | scipy | petsc
+    method: str
+    precision: str
+    precond: str
+    setup_time: float = float("nan")
+    solve_time: float = float("nan")
+    iterations: int = 0
+    true_residual: float = float("nan")
+    converged: bool = False
+    status: str = ""
+    precond_nbytes: int = 0
+    #: relative residual norms (sampled); at iterations ``history_its`` when given, else
+    #: evenly spaced over ``iterations``
+    history: List[float] = field(default_factory=list)
+    history_its: List[int] = field(default_factory=list)
+
+    @property
+    def total_time(self):
+        return self.setup_time + self.solve_time
+
+    @property
+    def config(self):
+        return f"{self.method}/{self.precond}/{self.precision}"
+
+    @property
+    def label(self):
+        return f"{self.solver}:{self.config}"
+
+
+class TimeLimit(Exception):
+    """Raised from an iteration callback when a run exceeds ``--time-limit``."""
+
+
+def deadline_callback(limit, counter=None, on_iteration=None):
+    """A callback that counts iterations (in ``counter[0]``), calls
+    ``on_iteration(iteration, *args)`` and stops the run past ``limit`` seconds."""
+    start = time.perf_counter()
+
+    def cb(*args):
+        if counter is not None:
+            counter[0] += 1
+        if on_iteration is not None:
+            on_iteration(counter[0] if counter is not None else None, *args)
+        if time.perf_counter() - start > limit:
+            raise TimeLimit
+    return cb
+
+
+def maxiter_for(method, args):
+    """``--maxiter`` counts inner iterations; SciPy's and mpsolve's GMRES count cycles."""
+    if method == "gmres":
+        return max(1, args.maxiter // args.restart)
+    return args.maxiter
+
+
+def sampled(values, points=400):
+    """About ``points`` evenly spaced items of ``values`` (a residual history), as floats."""
+    step = max(1, len(values) // points)
+    return [float(v) for v in values[::step]]

@@ -1,0 +1,498 @@
+"""``mpsolve bench``: problems, configurations and the runner.
+
+Runs every problem of a suite through mpsolve's configurations (method x precision
+preset x preconditioner) and through the baselines -- SciPy (the same Krylov method
+with ``spilu`` or Jacobi) and PETSc (KSP gmres/cg/bcgs with its own PCs, or with
+mpsolve's) when petsc4py is installed -- all with the same right-hand side
+``b = A @ ones``, the zero starting guess and the same FP64 true-residual tolerance.
+A run that fails or does not converge is recorded as such, never dropped.
+
+Without options (a few minutes on 2 cores): :data:`DEFAULT_SUITE` (generated
+problems of 24k-125k unknowns) plus :data:`DEFAULT_MATRICES` from a SuiteSparse folder
+when one is found (:func:`find_collection`), the configurations of
+:data:`DEFAULT_CONFIGS` and the baselines' standard preconditioners.  ``--full``: the
+1M-unknown :data:`FULL_SUITE` and every combination (about 45 minutes here, most of
+it in SciPy's ``spilu``).
+
+Writes ``results.json`` (every run, with residual histories), ``results.md`` (tables
+and a summary of time-to-solution ratios), ``convergence_*.png`` and ``profile.png``
+(a Dolan--More performance profile), and prints the per-problem table.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import List
+
+import numpy as np
+
+from .baselines import petsc_available, run_petsc, run_scipy
+from .common import Run, TimeLimit, deadline_callback, maxiter_for, sampled
+
+__all__ = ["add_arguments", "main", "run_suite", "run_mpsolve", "Run", "DEFAULT_SUITE",
+           "FULL_SUITE", "QUICK_SUITE", "DEFAULT_MATRICES", "DEFAULT_CONFIGS",
+           "find_collection"]
+
+# ------------------------------------------------------------------------ suites
+#: The default suite: moderate generated problems (125k unknowns for the scalar 3-D
+#: problems, 24k unknowns / 1.8M nonzeros for elasticity with 3x3 blocks).
+DEFAULT_SUITE = ["poisson3d:50", "convdiff3d:50,peclet=10", "elasticity3d:20"]
+#: ``--full``: 1M unknowns for the scalar 3-D problems, 192k (15M nonzeros) for
+#: elasticity.
+FULL_SUITE = ["poisson3d:100", "convdiff3d:100,peclet=10", "anisotropic3d:64",
+              "elasticity3d:40"]
+#: A small suite for smoke runs and CI (``--quick``).
+QUICK_SUITE = ["poisson3d:24", "convdiff2d:64,peclet=20", "elasticity3d:8"]
+#: SuiteSparse matrices added to the default suite when a collection folder has them
+#: (structural SPD matrices, then nonsymmetric circuit/fluid/Markov ones; each solves
+#: in well under a second with the better configurations).
+DEFAULT_MATRICES = ["bcsstk16", "s1rmq4m1", "bcsstk17", "memplus", "sherman3", "cage9"]
+#: SPD or not, for the default matrices (used when the folder has no MANIFEST.tsv).
+_KNOWN_SPD = {"bcsstk16": True, "s1rmq4m1": True, "bcsstk17": True, "memplus": False,
+              "sherman3": False, "cage9": False}
+
+# ---------------------------------------------------------------- configurations
+#: ``--full`` (and the default of either option when only the other is given):
+#: every preconditioner x every precision.
+FULL_PRECONDS = ["jacobi", "ilu0", "block-isai"]
+FULL_PRECISIONS = ["double", "mixed", "mixed-eft"]
+#: The default mpsolve configurations (preconditioner, precision): the fastest ones of
+#: the full suite's results (FP32 ILU(0) and Jacobi), FP64 ILU(0) to show what FP32
+#: storage buys, and Block-ISAI applied in FP32 (the paper's preconditioner).
+DEFAULT_CONFIGS = [("jacobi", "mixed"), ("ilu0", "double"), ("ilu0", "mixed"),
+                   ("block-isai", "mixed")]
+#: The baselines' preconditioners: by default SciPy's Jacobi and spilu, PETSc's
+#: default (block Jacobi with ILU(0) blocks) and Jacobi.
+FULL_SCIPY_PRECONDS = ["jacobi", "spilu"]
+DEFAULT_SCIPY_PRECONDS = ["jacobi", "spilu"]
+FULL_PETSC_PRECONDS = ["jacobi", "bjacobi", "sor", "mpsolve"]
+DEFAULT_PETSC_PRECONDS = ["bjacobi", "jacobi"]
+METHODS = ["cg", "gmres", "bicgstab"]
+#: Seconds a solve may iterate (``--time-limit``): every default problem solves in
+#: about a second with the better configurations; what runs longer has failed.
+DEFAULT_TIME_LIMIT = 20.0
+FULL_TIME_LIMIT = 60.0
+
+
+def _repo_root():
+    return Path(__file__).resolve().parents[1]
+
+
+def find_collection():
+    """SuiteSparse folders to take :data:`DEFAULT_MATRICES` from: the folders of
+    ``$MPSOLVE_MATRIX_PATH`` (as :func:`mpsolve.matrices.load`), ``$MPSOLVE_TEST_COLLECTION``
+    (the tests' collection) and, in a source checkout, ``../shared/matrices/suitesparse``
+    next to the repository; only those that exist."""
+    items = [p for p in os.environ.get("MPSOLVE_MATRIX_PATH", "").split(os.pathsep) if p]
+    if os.environ.get("MPSOLVE_TEST_COLLECTION"):
+        items.append(os.environ["MPSOLVE_TEST_COLLECTION"])
+    items.append(str(_repo_root().parent / "shared" / "matrices" / "suitesparse"))
+    out = []
+    for p in items:
+        f = Path(p).expanduser()
+        if f.is_dir() and f not in out:
+            out.append(f)
+    return out
+
+
+def _default_matrices():
+    """(name, A, spd) of :data:`DEFAULT_MATRICES` found in :func:`find_collection`."""
+    from mpsolve.matrices import CollectionError, find, list_collection, read_mtx
+
+    folders = find_collection()
+    if not folders:
+        return [], None
+    spd = dict(_KNOWN_SPD)
+    for folder in folders:
+        if (folder / "MANIFEST.tsv").is_file():
+            try:
+                for e in list_collection([folder]):
+                    if e.name in spd and e.spd is not None:
+                        spd[e.name] = bool(e.spd)
+            except (ValueError, OSError):
+                pass
+    out = []
+    for name in DEFAULT_MATRICES:
+        try:
+            out.append((name, read_mtx(find(name, path=folders)), spd[name]))
+        except (CollectionError, OSError, ValueError):
+            continue  # not in this collection: the suite runs without it
+    return out, folders
+
+
+def _load_problems(args, log=None):
+    """(name, A, spd) triples of the suite."""
+    from mpsolve.matrices import generate, list_collection, read_mtx
+
+    out = []
+    if args.collection:
+        for e in list_collection([args.collection]):
+            if args.matrices and e.name not in args.matrices:
+                continue
+            A = read_mtx(e.path)
+            out.append((e.name, A, bool(e.spd)))
+    specs = args.problems
+    if specs is None:
+        specs = ([] if args.collection else QUICK_SUITE if args.quick else
+                 FULL_SUITE if args.full else DEFAULT_SUITE)
+    for spec in specs:
+        A = generate(spec)
+        name = spec.split(":")[0]
+        spd = name.startswith(("poisson", "anisotropic", "elasticity", "laplacian"))
+        out.append((spec, A, spd))
+    if args.problems is None and not (args.collection or args.quick or args.full):
+        found, folders = _default_matrices()
+        if log:
+            log(f"SuiteSparse: {len(found)} of {len(DEFAULT_MATRICES)} default matrices from "
+                f"{', '.join(map(str, folders))}" if folders else
+                "SuiteSparse: no collection folder found (set MPSOLVE_MATRIX_PATH): "
+                "generated problems only")
+        out += found
+    return out
+
+
+def mpsolve_configs(args):
+    """(preconditioner, precision) pairs of mpsolve to run."""
+    if args.preconds is None and args.precisions is None and not args.full:
+        return list(DEFAULT_CONFIGS)
+    return list(itertools.product(args.preconds or FULL_PRECONDS,
+                                  args.precisions or FULL_PRECISIONS))
+
+
+def _methods_for(spd, args):
+    """CG only on SPD problems.  By default CG alone on SPD problems and GMRES +
+    BiCGSTAB on the others; with ``--full`` GMRES too on the SPD ones."""
+    if args.methods is not None:
+        return [m for m in args.methods if m != "cg" or spd]
+    if spd:
+        return ["cg", "gmres"] if args.full else ["cg"]
+    return ["gmres", "bicgstab"]
+
+
+def _baseline_preconds(args):
+    scipy_pcs = args.scipy_preconds or (FULL_SCIPY_PRECONDS if args.full
+                                        else DEFAULT_SCIPY_PRECONDS)
+    petsc_pcs = args.petsc_preconds or (FULL_PETSC_PRECONDS if args.full
+                                        else DEFAULT_PETSC_PRECONDS)
+    return scipy_pcs, petsc_pcs
+
+
+def _precond_for(name, method, block_size=None, sparsity_power=None):
+    """An mpsolve preconditioner (or None) configured for ``method``."""
+    from mpsolve._params import accepted_params
+    from mpsolve.precond import REGISTRY
+
+    if name == "none":
+        return None
+    cls = REGISTRY[name]
+    return cls(**accepted_params(cls, {
+        "variant": "spd" if method == "cg" else "general", "block_size": block_size,
+        "sparsity_power": sparsity_power}))
+
+
+# ------------------------------------------------------------------------ runners
+def run_mpsolve(A, b, problem, spd, method, precision, precond, args):
+    """One mpsolve run (:func:`mpsolve.solve`) as a :class:`Run`."""
+    from mpsolve import solve
+
+    base = dict(problem=problem, n=A.shape[0], nnz=int(A.nnz), spd=spd, solver="mpsolve",
+                method=method, precision=precision, precond=precond)
+    try:
+        _warm_up(A, method, precision, precond, args)
+        M = _precond_for(precond, method, args.block_size, args.sparsity_power)
+        kw = dict(restart=args.restart, side=args.gmres_side) if method == "gmres" else {}
+        res = solve(A, b, method=method, precond=M, precision=precision, rtol=args.rtol,
+                    maxiter=maxiter_for(method, args),
+                    callback=deadline_callback(args.time_limit), **kw)
+    except TimeLimit:
+        return Run(**base, status=f"stopped at the time limit ({args.time_limit:g} s)",
+                   setup_time=float("nan"), solve_time=float(args.time_limit))
+    except Exception as err:  # recorded, never dropped
+        return Run(**base, status=f"error: {type(err).__name__}: {err}")
+    return Run(**base, setup_time=res.setup_time, solve_time=res.solve_time,
+               iterations=res.iterations, true_residual=res.true_residual,
+               converged=res.converged, status=res.status, precond_nbytes=res.precond_nbytes,
+               history=sampled(res.residuals))
+
+
+_WARM = set()
+
+
+def _warm_up(A, method, precision, precond, args):
+    """Compile the kernels a configuration uses before it is timed (Numba compiles on
+    first call; the on-disk cache makes this cheap after the first run): a few
+    iterations on a leading principal submatrix large enough to take the parallel
+    kernel paths."""
+    import warnings
+
+    from mpsolve import solve
+
+    block = args.block_size
+    if block is None and precond.startswith("block-"):
+        from mpsolve.precond import detect_block_size
+
+        block = detect_block_size(A)  # kernels are generated per block size
+    key = (method, precision, precond, A.shape[0] > 40_000, block)
+    if key in _WARM:
+        return
+    m = min(A.shape[0], 40_000)
+    S = A[:m, :m].tocsr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            M = _precond_for(precond, method, block, args.sparsity_power)
+            kw = dict(side=args.gmres_side) if method == "gmres" else {}
+            solve(S, S @ np.ones(m), method=method, precond=M, precision=precision,
+                  rtol=1e-30, maxiter=2, escalate=False, **kw)
+        except Exception:
+            pass  # the timed run reports whatever goes wrong
+    _WARM.add(key)
+
+
+# ------------------------------------------------------------------------- suite
+def run_suite(args, progress=True, log=None) -> List[Run]:
+    """Run every configuration on every problem; returns the runs in order."""
+    if args.time_limit is None:
+        args.time_limit = FULL_TIME_LIMIT if args.full else DEFAULT_TIME_LIMIT
+    problems = _load_problems(args, log)
+    configs = mpsolve_configs(args)
+    scipy_pcs, petsc_pcs = _baseline_preconds(args)
+    with_petsc = "petsc" in args.baselines and petsc_available()
+    jobs = []
+    for name, A, spd in problems:
+        for method in _methods_for(spd, args):
+            for pc, prec in configs:
+                jobs.append(("mpsolve", name, A, spd, method, prec, pc))
+            if "scipy" in args.baselines:
+                for pc in scipy_pcs:
+                    jobs.append(("scipy", name, A, spd, method, "double", pc))
+            if with_petsc:
+                for pc in petsc_pcs:
+                    jobs.append(("petsc", name, A, spd, method, "double", pc))
+    runs = []
+    rhs = {}
+    bar = _progress(len(jobs)) if progress else None
+    try:
+        for solver, name, A, spd, method, prec, pc in jobs:
+            if name not in rhs:
+                rhs[name] = A @ np.ones(A.shape[0])
+            b = rhs[name]
+            if bar:
+                bar.update(f"{name} {solver} {method}/{pc}/{prec}")
+            r = None
+            for _ in range(args.repeat):
+                if solver == "mpsolve":
+                    t = run_mpsolve(A, b, name, spd, method, prec, pc, args)
+                elif solver == "scipy":
+                    t = run_scipy(A, b, name, spd, method, pc, args)
+                else:
+                    t = run_petsc(A, b, name, spd, method, pc, args)
+                if r is None or (t.converged and t.total_time < r.total_time):
+                    r = t  # the fastest of the repeats (same for every solver)
+                if not t.converged:
+                    break  # a failure is not retried: it is reported as it happened
+            runs.append(r)
+            if bar:
+                bar.advance(r)
+    finally:
+        if bar:
+            bar.close()
+    return runs
+
+
+class _progress:
+    """A rich progress bar (plain lines when stdout is not a terminal)."""
+
+    def __init__(self, total):
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+
+        self.console = Console(stderr=True)
+        self.p = Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), TextColumn("{task.description}"),
+                          console=self.console, transient=False)
+        self.p.start()
+        self.task = self.p.add_task("", total=total)
+
+    def update(self, text):
+        self.p.update(self.task, description=text)
+
+    def advance(self, run):
+        mark = "ok  " if run.converged else "FAIL"
+        line = (f"{mark} {run.problem:24s} {run.label:36s} it={run.iterations:5d} "
+                f"t={run.total_time:8.3f}s res={run.true_residual:.1e}")
+        if self.console.is_terminal:
+            self.console.log(line)
+        else:  # a log file: one plain line per run, not wrapped at 80 columns
+            print(line, file=sys.stderr, flush=True)
+        self.p.advance(self.task)
+
+    def close(self):
+        self.p.stop()
+
+
+def _versions():
+    import numba
+    import scipy
+
+    import mpsolve
+
+    v = {"mpsolve": mpsolve.__version__, "numpy": np.__version__,
+         "scipy": scipy.__version__, "numba": numba.__version__}
+    try:
+        import petsc4py
+        from petsc4py import PETSc  # noqa: F401
+
+        v["petsc4py"] = petsc4py.__version__
+        v["petsc"] = ".".join(map(str, PETSc.Sys.getVersion()))
+    except Exception:
+        v["petsc4py"] = "not installed"
+    return v
+
+
+# --------------------------------------------------------------------------- CLI
+def _positive_int(text):
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def add_arguments(p):
+    """The options of ``mpsolve bench`` (on an :mod:`argparse` parser)."""
+    from mpsolve.precision import PRESETS
+
+    from .baselines import SCIPY_PRECONDS
+
+    default_cfg = " ".join(f"{pc}/{prec}" for pc, prec in DEFAULT_CONFIGS)
+    p.add_argument("--full", action="store_true",
+                   help=f"the whole suite: the 1M-unknown problems ({' '.join(FULL_SUITE)}; "
+                        "unless --problems, --collection or --quick choose others) with every "
+                        "preconditioner x precision, GMRES also on SPD problems, and every "
+                        "baseline preconditioner. About 45 minutes on 2 cores (SciPy's spilu "
+                        "alone ~285 s per 1M-unknown problem). Without --full: "
+                        f"{' '.join(DEFAULT_SUITE)} plus a few SuiteSparse matrices when a "
+                        "collection is found ($MPSOLVE_MATRIX_PATH or "
+                        "../shared/matrices/suitesparse), a few minutes")
+    p.add_argument("--collection", metavar="DIR",
+                   help="run the matrices of a SuiteSparse collection folder (with MANIFEST.tsv "
+                        "or *.mtx[.gz]) instead of the generated problems")
+    p.add_argument("--matrices", nargs="+", metavar="NAME",
+                   help="only these matrices of the collection")
+    p.add_argument("--problems", nargs="+", metavar="SPEC",
+                   help=f"generated problems (default: {' '.join(DEFAULT_SUITE)} and the "
+                        f"SuiteSparse matrices {' '.join(DEFAULT_MATRICES)} when found)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"small generated problems ({' '.join(QUICK_SUITE)}), under a minute")
+    p.add_argument("--methods", nargs="+", default=None, choices=METHODS,
+                   help="Krylov methods (default: cg on SPD problems -- with --full cg and "
+                        "gmres --, gmres and bicgstab on the others; cg never on non-SPD ones)")
+    p.add_argument("--precisions", nargs="+", default=None, choices=sorted(PRESETS),
+                   help="mpsolve precision presets, each with each of --preconds (default: "
+                        f"the configurations {default_cfg}; with --full or --preconds: "
+                        f"{' '.join(FULL_PRECISIONS)})")
+    p.add_argument("--preconds", nargs="+", default=None,
+                   help="mpsolve preconditioners (names in mpsolve.precond.REGISTRY, or none), "
+                        "each with each of --precisions (default: the configurations above; "
+                        f"with --full or --precisions: {' '.join(FULL_PRECONDS)})")
+    p.add_argument("--baselines", nargs="*", default=["scipy", "petsc"],
+                   choices=["scipy", "petsc"], help="baselines to run (petsc needs petsc4py)")
+    p.add_argument("--scipy-preconds", nargs="+", default=None, choices=SCIPY_PRECONDS,
+                   help=f"default: {' '.join(DEFAULT_SCIPY_PRECONDS)}")
+    p.add_argument("--petsc-preconds", nargs="+", default=None,
+                   help="PETSc PCs (bjacobi = block Jacobi with ILU(0) blocks, PETSc's default; "
+                        "mpsolve = mpsolve.petsc.BlockISAI through the python PC; default: "
+                        f"{' '.join(DEFAULT_PETSC_PRECONDS)}, with --full "
+                        f"{' '.join(FULL_PETSC_PRECONDS)})")
+    p.add_argument("--rtol", type=float, default=1e-8, help="FP64 true relative residual (1e-8)")
+    p.add_argument("--maxiter", type=int, default=3000,
+                   help="iteration limit per run (inner iterations for gmres; default 3000)")
+    p.add_argument("--restart", type=int, default=30, help="GMRES restart (default 30)")
+    p.add_argument("--gmres-side", choices=["left", "right"], default="right",
+                   help="preconditioning side of mpsolve's GMRES (default right: the PETSc "
+                        "baseline runs right-preconditioned GMRES with the unpreconditioned "
+                        "residual norm, so both minimise the same residual)")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds one solve may iterate before it is stopped and recorded as "
+                        f"not converged (default {DEFAULT_TIME_LIMIT:g}, with --full "
+                        f"{FULL_TIME_LIMIT:g}; a preconditioner set-up is not interrupted)")
+    p.add_argument("--repeat", type=_positive_int, default=1,
+                   help="run each converged configuration this many times and keep the "
+                        "fastest (every solver alike; this machine's timings are noisy)")
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--sparsity-power", type=int, default=None)
+    p.add_argument("--out", default="mpsolve-bench",
+                   help="output folder for results.json, results.md and the plots")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--rebuild", action="store_true",
+                   help="run nothing: rewrite results.md and the plots from --out/results.json")
+
+
+def _rebuild(args):
+    """Write results.md and the plots again from an existing results.json."""
+    from .plots import write_plots
+    from .report import REFERENCE, write_markdown
+
+    with open(os.path.join(args.out, "results.json")) as f:
+        data = json.load(f)
+    runs = [Run(**r) for r in data["runs"]]
+    write_markdown(runs, os.path.join(args.out, "results.md"), data["meta"], REFERENCE)
+    if not args.no_plots:
+        write_plots(runs, args.out, rtol=data["meta"].get("rtol"))
+    print(f"rewrote {args.out}/results.md from results.json")
+    return 0
+
+
+def main(args):
+    """``mpsolve bench`` with parsed options (see :func:`add_arguments`); returns the
+    exit status."""
+    from mpsolve.precond import REGISTRY
+
+    from .plots import write_plots
+    from .report import REFERENCE, text_summary, write_markdown
+
+    if args.rebuild:
+        return _rebuild(args)
+
+    bad = [p for p in args.preconds or () if p != "none" and p not in REGISTRY]
+    if bad:
+        raise ValueError(f"--preconds: unknown {bad}; choose from {['none'] + sorted(REGISTRY)}")
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    if "petsc" in args.baselines and not petsc_available():
+        log("note: petsc4py is not installed: the PETSc baseline is skipped")
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    runs = run_suite(args, progress=True, log=log)
+    meta = {
+        "command": "mpsolve " + " ".join(sys.argv[1:]) if sys.argv and "mpsolve" in sys.argv[0]
+        else "mpsolve bench (called from Python)",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "python": platform.python_version(), "versions": _versions(), "rtol": args.rtol,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": time.time() - t0,
+    }
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "runs": [asdict(r) for r in runs]}, f, indent=1)
+    write_markdown(runs, os.path.join(args.out, "results.md"), meta, REFERENCE)
+    files = [] if args.no_plots else write_plots(runs, args.out, rtol=args.rtol)
+    print(f"{len(runs)} runs in {meta['wall_seconds']:.0f} s, {sum(r.converged for r in runs)} "
+          f"converged, {sum(not r.converged for r in runs)} failed or not converged")
+    print("Fastest converged run per problem (configuration = method/preconditioner/precision, "
+          "time to solution = set-up + solve; vs X = X's best time / mpsolve's best):")
+    print(text_summary(runs, REFERENCE))
+    print(f"wrote {args.out}/results.json, results.md" + (f" and {len(files)} plots" if files else ""))
+    return 0

@@ -1,0 +1,160 @@
+"""The benchmark is not the library: ``mpsolve.bench`` (the ``bench`` extra) stays out of
+``import mpsolve``; its defaults, options and plots."""
+from __future__ import annotations
+
+import argparse
+import doctest
+import subprocess
+import sys
+
+import pytest
+
+NOT_LOADED = ("assert not [m for m in sys.modules if m.split('.')[0] in ('rich', 'matplotlib') "
+              "or m.startswith('mpsolve.bench')], sorted(m for m in sys.modules "
+              "if m.split('.')[0] in ('rich', 'matplotlib') or m.startswith('mpsolve.bench'))")
+
+
+def _python(code, timeout=300):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_importing_the_library_loads_neither_rich_matplotlib_nor_the_bench_package():
+    p = _python("import mpsolve, mpsolve.precond, mpsolve.matrices, mpsolve.petsc, sys\n"
+                + NOT_LOADED)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_solve_and_info_commands_do_not_load_the_bench_package():
+    p = _python("import sys\nfrom mpsolve.cli import main\n"
+                "assert main(['info', 'poisson2d:4']) == 0\n"
+                "assert main(['solve', 'poisson2d:6', '--method', 'cg']) == 0\n" + NOT_LOADED)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_bench_without_the_extra_says_what_to_install(tmp_path):
+    p = _python("import sys\nsys.modules['rich'] = None\nsys.modules['matplotlib'] = None\n"
+                "from mpsolve.cli import main\n"
+                f"sys.exit(main(['bench', '--quick', '--out', {str(tmp_path / 'out')!r}]))")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "pip install 'mpsolve[bench]'" in p.stderr and "rich" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_bench_help_names_full_and_its_duration():
+    p = subprocess.run([sys.executable, "-m", "mpsolve.cli", "bench", "--help"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())
+    assert "--full" in text and "45 minutes" in text and "--quick" in text
+
+
+def test_accepted_params_is_the_one_keyword_filter():
+    from mpsolve import _params
+    from mpsolve.precond import REGISTRY
+
+    res = doctest.testmod(_params, verbose=False)
+    assert res.failed == 0 and res.attempted >= 2
+    kw = {"variant": "spd", "block_size": 3, "sparsity_power": None, "no_such_option": 1}
+    assert _params.accepted_params(REGISTRY["jacobi"], kw) == {}
+    assert _params.accepted_params(REGISTRY["block-isai"], kw) == {"variant": "spd",
+                                                                   "block_size": 3}
+    assert "sparsity_power" in _params.accepted_params(REGISTRY["isai"], kw, drop_none=False)
+
+
+def _args(*argv):
+    from mpsolve.bench import suite
+
+    p = argparse.ArgumentParser()
+    suite.add_arguments(p)
+    return suite, p.parse_args(list(argv))
+
+
+def test_default_configurations_are_the_reduced_set_and_full_is_every_combination():
+    suite, args = _args()
+    assert suite.mpsolve_configs(args) == suite.DEFAULT_CONFIGS
+    assert suite._methods_for(True, args) == ["cg"]
+    assert suite._methods_for(False, args) == ["gmres", "bicgstab"]
+    assert suite._baseline_preconds(args) == (["jacobi", "spilu"], ["bjacobi", "jacobi"])
+
+    suite, args = _args("--full")
+    assert len(suite.mpsolve_configs(args)) == 9
+    assert suite._methods_for(True, args) == ["cg", "gmres"]
+    assert suite._baseline_preconds(args)[1] == ["jacobi", "bjacobi", "sor", "mpsolve"]
+
+    # an option given alone keeps its former meaning: a product with the other's full list
+    suite, args = _args("--preconds", "ilu0")
+    assert suite.mpsolve_configs(args) == [("ilu0", "double"), ("ilu0", "mixed"),
+                                           ("ilu0", "mixed-eft")]
+
+
+def test_default_suite_takes_suitesparse_matrices_from_the_matrix_path(tmp_path, monkeypatch):
+    from mpsolve.matrices import poisson2d, write_mtx
+
+    write_mtx(tmp_path / "sherman3.mtx", poisson2d(4))  # a stand-in under a default name
+    monkeypatch.setenv("MPSOLVE_MATRIX_PATH", str(tmp_path))
+    suite, args = _args("--problems", "poisson2d:4")
+    assert tmp_path in suite.find_collection()
+    found, folders = suite._default_matrices()
+    assert ("sherman3", 16, False) in [(n, A.shape[0], spd) for n, A, spd in found]
+    # explicit problems: no SuiteSparse matrices added
+    assert [name for name, _, _ in suite._load_problems(args)] == ["poisson2d:4"]
+
+
+def _run(problem, solver, method, precond, precision, t, converged=True):
+    from mpsolve.bench.common import Run
+
+    return Run(problem=problem, n=100, nnz=500, spd=True, solver=solver, method=method,
+               precision=precision, precond=precond, setup_time=0.0, solve_time=t,
+               iterations=10, true_residual=1e-9 if converged else 1.0, converged=converged,
+               history=[1.0, 1e-3, 1e-9], history_its=[0, 5, 10] if solver == "scipy" else [])
+
+
+def test_plots_show_at_most_six_series_with_distinct_styles_and_the_legend_outside(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from mpsolve.bench import plots
+
+    runs = []
+    for i, p in enumerate(["a", "b", "c"]):
+        for m in ("cg", "gmres"):
+            for pc in ("jacobi", "ilu0", "block-isai"):
+                for prec in ("double", "mixed", "mixed-eft"):
+                    runs.append(_run(p, "mpsolve", m, pc, prec, 1 + hash((i, m, pc, prec)) % 7))
+            for pc in ("jacobi", "spilu"):
+                runs.append(_run(p, "scipy", m, pc, "double", 3.0 + i, converged=pc != "spilu"))
+            for pc in ("jacobi", "bjacobi", "sor", "mpsolve"):
+                runs.append(_run(p, "petsc", m, pc, "double", 2.0 + (pc == "sor") + i))
+    chosen = plots.series(runs)
+    assert 3 <= len(chosen) <= plots.MAX_SERIES
+    assert len({c for c, _ in plots.STYLES}) == len({str(s) for _, s in plots.STYLES}) \
+        == len(plots.STYLES) >= plots.MAX_SERIES
+
+    seen = []
+    import matplotlib.figure
+
+    orig = matplotlib.figure.Figure.savefig
+
+    def spy(fig, *a, **k):
+        ax = fig.axes[0]
+        fig.canvas.draw()
+        leg = ax.get_legend()
+        assert leg is not None
+        lb, ab = leg.get_window_extent(), ax.get_window_extent()
+        assert lb.x0 >= ab.x1 - 1 or lb.y1 <= ab.y0 + 1, "legend overlaps the data area"
+        styles = [ln.get_color() for ln in ax.get_lines()
+                  if ln.get_label() and not ln.get_label().startswith("_")]
+        assert len(styles) <= plots.MAX_SERIES and len(set(styles)) == len(styles)
+        seen.append(len(styles))
+        return orig(fig, *a, **k)
+
+    matplotlib.figure.Figure.savefig = spy
+    try:
+        files = plots.write_plots(runs, str(tmp_path), rtol=1e-8)
+    finally:
+        matplotlib.figure.Figure.savefig = orig
+    assert {f.split("/")[-1] for f in files} == {"convergence_a.png", "convergence_b.png",
+                                                 "convergence_c.png", "profile.png"}
+    assert seen and all(2 <= k <= plots.MAX_SERIES for k in seen)
