@@ -18,8 +18,9 @@ calls the methods it finds):
     reads ``-[prefix]mpsolve_precision`` (a preset: its preconditioner precision
     is used), ``-[prefix]mpsolve_dtype`` (``float32``/``float64``, overrides),
     ``-[prefix]mpsolve_block_size``, ``-[prefix]mpsolve_sparsity_power``,
-    ``-[prefix]mpsolve_variant``, ``-[prefix]mpsolve_accumulate``; an option
-    without the prefix is used when the prefixed one is absent.
+    ``-[prefix]mpsolve_variant``, ``-[prefix]mpsolve_accumulate``,
+    ``-[prefix]mpsolve_side``; an option without the prefix is used when the prefixed
+    one is absent.
 ``view(pc, viewer)`` / ``reset(pc)``
 
 Use from the options database::
@@ -29,6 +30,16 @@ Use from the options database::
         -sub_pc_python_type mpsolve.petsc.BlockISAI -sub_mpsolve_block_size 3
 
 or from Python: ``pc.setType("python"); pc.setPythonContext(mpsolve.petsc.ISAI())``.
+
+Preconditioning side.  A PETSc PC cannot ask its KSP which side it is applied on,
+and an approximate inverse should match it (``variant="auto"``: ``M A ~ I`` on
+the left, ``A M ~ I`` on the right; symmetric ``A`` gets the SPD form either way).
+The side is taken from, in order: the ``side=`` keyword of the class
+(``mpsolve.petsc.ISAI(side="right")``), ``-mpsolve_side``, ``-ksp_pc_side``, then
+the KSP type in the options database (``fgmres``, ``fbcgs``, ``fbcgsr``,
+``pipefgmres`` and ``gcr`` precondition on the right only); otherwise PETSc's
+default, left.  A KSP configured in code (``ksp.setPCSide(PETSc.PC.Side.RIGHT)``)
+should pass ``side="right"`` to the context.
 
 (The PETSc *baseline* of ``mpsolve bench``, a serial KSP solve of a SciPy matrix, is
 :func:`mpsolve.bench.baselines.petsc_solve`, not part of the plug-in.)
@@ -43,7 +54,10 @@ import scipy.sparse as sp
 from ._params import accepted_params, init_params
 from .precision import PRESETS
 
-__all__ = ["ISAI", "BlockISAI", "BlockJacobi", "Jacobi", "local_csr"]
+__all__ = ["ISAI", "BlockISAI", "BlockJacobi", "BlockILU0", "ILU0", "Jacobi", "local_csr"]
+
+#: KSP types that support right preconditioning only.
+RIGHT_ONLY_KSP = ("fgmres", "fbcgs", "fbcgsr", "pipefgmres", "gcr")
 
 
 def local_csr(P) -> sp.csr_matrix:
@@ -72,6 +86,9 @@ class _MpsolvePC:
     def __init__(self, **params):
         self.params = dict(params)
         self.dtype = self.params.pop("dtype", None)   # storage precision (None: FP32)
+        self.side = self.params.pop("side", None)     # None: from the options, else left
+        if self.side not in (None, "left", "right"):
+            raise ValueError(f"side={self.side!r}: use 'left', 'right' or None")
         self.M = None
         self.setup_count = 0
         self.setup_time = 0.0
@@ -115,8 +132,29 @@ class _MpsolvePC:
                 raise ValueError(f"-mpsolve_dtype {dt}: use float32 or float64")
             self.dtype = dt
             changed = True
+        side = self._side_from_options(get, prefix, PETSc.Options())
+        if side is not None and side != self.side:
+            self.side = side
+            changed = True
         if changed:
             self._key = None  # rebuild at the next setUp
+
+    def _side_from_options(self, get, prefix, plain):
+        """The preconditioning side the options database implies (module docstring)."""
+        side = get("getString", "side")
+        if side is not None:
+            if side not in ("left", "right"):
+                raise ValueError(f"-mpsolve_side {side}: use left or right")
+            return side
+        if self.side is not None:       # given to the constructor
+            return None
+        for name in (prefix + "ksp_pc_side", "ksp_pc_side"):
+            if plain.hasName(name):
+                return "right" if plain.getString(name).lower() == "right" else "left"
+        for name in (prefix + "ksp_type", "ksp_type"):
+            if plain.hasName(name):
+                return "right" if plain.getString(name).lower() in RIGHT_ONLY_KSP else None
+        return None
 
     def _accepted(self):
         return init_params(self.precond_cls)
@@ -132,7 +170,7 @@ class _MpsolvePC:
         C = local_csr(P)
         kw = accepted_params(self.precond_cls, self.params, drop_none=False)
         M = self.precond_cls(**kw, **({"dtype": self.dtype} if self.dtype else {}))
-        self.M = M.setup(C, dtype=self.dtype or "float32")
+        self.M = M.setup(C, dtype=self.dtype or "float32", side=self.side or "left")
         self.setup_time = time.perf_counter() - t0
         self.setup_count += 1
         self._key = key
@@ -167,6 +205,9 @@ class _MpsolvePC:
             lines.append(f"  {self.M!r}")
             extra = {k: getattr(self.M, k) for k in ("variant", "sparsity_power", "block_size")
                      if hasattr(self.M, k)}
+            if getattr(self.M, "variant_reason", "").startswith("auto"):
+                extra["chosen"] = self.M.variant_reason
+            extra["side"] = self.side or "left"
             if extra:
                 lines.append("  " + ", ".join(f"{k}={v}" for k, v in extra.items()))
             lines.append(f"  storage {self.M.storage_dtype.name}, setups {self.setup_count}, "
@@ -215,5 +256,25 @@ class BlockISAI(_MpsolvePC):
     @property
     def precond_cls(self):
         from .precond import BlockISAI as C
+
+        return C
+
+
+class ILU0(_MpsolvePC):
+    """ILU(0) with FP32 factors (:class:`mpsolve.precond.ILU0`) as a PETSc Python PC."""
+
+    @property
+    def precond_cls(self):
+        from .precond import ILU0 as C
+
+        return C
+
+
+class BlockILU0(_MpsolvePC):
+    """Block ILU(0) (:class:`mpsolve.precond.BlockILU0`) as a PETSc Python PC."""
+
+    @property
+    def precond_cls(self):
+        from .precond import BlockILU0 as C
 
         return C

@@ -59,8 +59,8 @@ CASES = [
     ("bcsstk14", "cg", "cg", lambda: mp.ISAI(variant="spd")),
     ("s1rmq4m1", "cg", "cg", lambda: mp.BlockISAI(variant="spd")),
     ("add20", "fgmres", "gmres", lambda: mp.ISAI(variant="general", sparsity_power=2)),
-    ("elasticity3d:8", "fgmres", "gmres", lambda: mp.BlockISAI(block_size=3)),
-    ("convdiff2d:40", "fbcgs", "bicgstab", lambda: mp.ISAI()),
+    ("elasticity3d:8", "fgmres", "gmres", lambda: mp.BlockISAI(block_size=3, side="right")),
+    ("convdiff2d:40", "fbcgs", "bicgstab", lambda: mp.ISAI(side="right")),
 ]
 
 
@@ -283,3 +283,60 @@ def test_bench_compares_the_same_gmres_as_petsc():
     runs = bm.run_suite(args, progress=False)
     its = {r.solver: r.iterations for r in runs}
     assert all(r.converged for r in runs) and its["mpsolve"] == its["petsc"], its
+
+
+DEFAULT_PCS = ["ISAI", "BlockISAI", "ILU0", "BlockILU0", "Jacobi", "BlockJacobi"]
+
+
+@pytest.mark.parametrize("pc_name", DEFAULT_PCS)
+def test_default_plugin_pcs_are_safe_under_ksp_cg(pc_name):
+    """Every plug-in class with its defaults converges under PETSc's CG on an SPD problem
+    with coefficient jumps (a nonsymmetric M would break CG's curvature test)."""
+    from mpsolve.matrices import jump3d
+
+    A = jump3d(10, contrast=1e4)
+    b = A @ np.ones(A.shape[0])
+    ctx = getattr(mp, pc_name)()
+    ksp, P = _ksp(A, "cg", ctx)
+    x, its, reason = _solve(ksp, P, b)
+    assert reason > 0, f"KSPCG + {pc_name} defaults: reason {reason}"
+    assert np.linalg.norm(b - A @ x) <= 1.01 * RTOL * np.linalg.norm(b)
+    if hasattr(ctx.M, "variant"):
+        assert ctx.M.variant == "spd" or pc_name == "BlockISAI" and ctx.M.symmetric
+
+
+@pytest.mark.parametrize("options,variant", [
+    ({"ksp_type": "fgmres"}, "right"), ({"ksp_type": "gmres"}, "general"),
+    ({"ksp_type": "gmres", "ksp_pc_side": "right"}, "right"),
+    ({"ksp_type": "bcgs", "mpsolve_side": "right"}, "right"),
+])
+def test_plugin_side_comes_from_the_options(options, variant):
+    """Nonsymmetric A, default variant: the approximate inverse matches the side the
+    options database says M is applied on (right-only KSP types included)."""
+    from mpsolve.matrices import coupled_convdiff2d
+
+    A = coupled_convdiff2d(16, peclet=50)
+    b = A @ np.ones(A.shape[0])
+    opts = PETSc.Options()
+    for k, v in dict(options, pc_type="python",
+                     pc_python_type="mpsolve.petsc.BlockISAI").items():
+        opts[k] = v
+    try:
+        P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
+                                                     A.indices.astype(PETSc.IntType), A.data),
+                                  comm=PETSc.COMM_SELF)
+        P.assemble()
+        ksp = PETSc.KSP().create(PETSc.COMM_SELF)
+        ksp.setOperators(P)
+        ksp.setTolerances(rtol=RTOL, atol=0.0, max_it=3000)
+        ksp.setFromOptions()                       # everything from the options database
+        x, its, reason = _solve(ksp, P, b)
+        ctx = ksp.getPC().getPythonContext()
+    finally:
+        for k in list(options) + ["pc_type", "pc_python_type"]:
+            opts.delValue(k)
+    assert ctx.M.variant == variant
+    assert reason > 0
+    # (left preconditioning: PETSc stops on the preconditioned residual, so the true
+    # one is only bounded through ||M^-1||)
+    assert np.linalg.norm(b - A @ x) <= 1e-6 * np.linalg.norm(b)
