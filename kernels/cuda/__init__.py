@@ -1,5 +1,49 @@
-"""numba-cuda kernels (GPU backend).  Not yet implemented: the GPU backend has its own issue.
+"""numba-cuda kernels: the ``"gpu"`` device.  Importing this package registers them.
 
-Importing this package registers nothing, so a lookup for ``device="gpu"``
-raises a :class:`KeyError` that says so.
+The registry (:mod:`mpsolve.kernels.registry`) imports this package the first time a
+``"gpu"`` kernel is asked for, so ``import mpsolve`` never imports numba-cuda on a CPU run.
+Every op is registered under the same name and dtype keys as the CPU's
+(:data:`mpsolve.kernels.primitives.CONTRACT`), so the Krylov methods run unchanged.
+
+Modules
+-------
+``_intrin``   warp shuffles/votes, ``fma``, ``add_rn``/``sub_rn``/``mul_rn``: the ONLY place
+              that may call ``cuda.shfl*``, ``cuda.ballot*``, ``cuda.syncwarp``, ``cuda.fma`` or
+              ``libdevice`` (exact emulations under the simulator; checked by
+              ``tests/cuda/test_source.py``).
+``_launch``   launch configuration from the device's properties (cached per device), the
+              stream to launch on, reusable scratch buffers.
+``eft``       the scalar EFTs of :mod:`mpsolve.kernels.eft`, compiled for CUDA.
+``blas1``     the BLAS-1 updates (grid-stride, coalesced).
+``reduce``    ``dot``/``nrm2``/``sum``/``mdot`` native and compensated, ``axpy2_nrm2``:
+              fixed chunks merged in a fixed order (bitwise reproducible).
+``host``      GMRES's host-side ops (``givens``, ``back_substitute``) and ``range_scan``.
+
+Convention for every registered ``"gpu"`` kernel: ``func.cuda_kernels``
+-----------------------------------------------------------------------
+The compile test (``tests/cuda/compile_checks.py``, run by ``tests/test_cuda.py`` with the
+simulator off) iterates over ``registry.available("gpu")`` and compiles, for cc 8.0 and
+9.0, every ``cuda.jit`` dispatcher a registered function launches, for every signature it
+can be launched with, then links the PTX to SASS (nvJitLink) and inspects both.  So each
+registered Python function carries the attribute::
+
+    func.cuda_kernels = [(dispatcher, [sig, ...]), ...]
+
+``dispatcher`` is the ``numba.cuda.jit`` kernel object (not a device function), each
+``sig`` an argument-type tuple such as ``(float64, float64[::1], float64[::1])`` (the types
+numba infers for CuPy arrays: 1-D contiguous ``T[::1]``, 2-D ``T[:, ::1]``).  Use
+:func:`mpsolve.kernels.cuda._launch.expose` to set it (it checks the shape).  A registered
+function without the attribute fails the compile test, except host-only ops that say so with
+``func.cuda_kernels = []``.  Optional flags the compile test reads from the same object:
+
+* ``func.cuda_warp = {dispatcher, ...}`` kernels that must contain ``shfl.sync``;
+* ``func.cuda_eft = {dispatcher, ...}`` kernels whose floating-point arithmetic must be
+  ``add.rn``/``sub.rn``/``mul.rn``/``fma.rn`` only (error-free transformations).
+
+(``expose(func, pairs, warp=..., eft=...)`` sets all three.)
 """
+from . import _intrin  # noqa: F401  (first: the intrinsics every kernel module uses)
+# from . import blas1, reduce, host  # noqa: F401  (BLAS-1 updates, reductions, host-side ops)
+
+# --- SpMV kernels (kernels/cuda/spmv.py, bsr.py, fused.py): add their imports here ------
+# from . import spmv, bsr, fused  # noqa: F401

@@ -1,0 +1,210 @@
+"""Launch configuration, streams and scratch buffers of the CUDA kernels.
+
+Launch configuration
+--------------------
+:func:`config` reads the current device's properties once and caches them per device:
+the SM count, the warp size, the threads per block of the streaming kernels
+(:data:`THREADS`, a multiple of the warp size, at most the device's maximum) and the
+largest useful grid: enough blocks of :data:`THREADS` threads to fill every SM once
+(``SMs * max_threads_per_SM / THREADS``).  Streaming kernels are grid-stride loops, so a
+grid never needs more blocks than that: :func:`grid` (one thread per element) and
+:func:`grid_warps` (one warp per item: a reduction chunk, a CSR row, ...) return
+``(blocks, threads)`` for a problem size.
+
+Under the simulator (no device; about 1 ms per simulated thread) the configuration is
+a small fixed one: 32 threads per block, at most 2 blocks.
+
+Results never depend on the configuration: the reductions split by ``n`` in fixed
+chunks (:mod:`mpsolve.kernels.cuda.reduce`).  :func:`override` forces a configuration
+inside a ``with`` block (per thread), which is how the tests show that bitwise.
+
+Streams
+-------
+:func:`stream` gives the stream a kernel is launched on: for CuPy arrays CuPy's current
+stream (wrapped once per stream by ``numba.cuda.external_stream``), so work queued by
+the caller with CuPy and by these kernels stays ordered; else numba's default stream ``0``.
+
+Scratch
+-------
+:func:`scratch` hands out device buffers cached per (device, stream, dtype, name) and grown
+on demand: the reductions' partial pairs and their one-element result, allocated once
+instead of once per call.  A reduction reads its result back with a synchronous copy
+before returning, so the next call on the same stream can reuse the buffer.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, replace
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+from numba import cuda
+
+from ._intrin import SIM, WARP
+
+__all__ = ["Launch", "THREADS", "config", "override", "grid", "grid_warps", "stream",
+           "scratch", "expose", "cdiv"]
+
+#: Threads per block of the streaming kernels on hardware (8 warps: enough loads in
+#: flight per SM with the grid capped at one full wave, and a multiple of every warp size).
+THREADS = 256
+#: The simulator's configuration: one warp per block, two blocks at most.
+SIM_THREADS = 32
+SIM_BLOCKS = 2
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The launch configuration of one device.
+
+    Attributes
+    ----------
+    device : int
+        The device ordinal (``-1`` under the simulator).
+    sm_count : int
+        Streaming multiprocessors.
+    warp : int
+        Threads per warp.
+    threads : int
+        Threads per block of the streaming kernels.
+    max_blocks : int
+        The grid cap of a grid-stride loop: one full wave of ``threads``-blocks.
+    """
+
+    device: int
+    sm_count: int
+    warp: int
+    threads: int
+    max_blocks: int
+
+
+_CONFIGS: Dict[int, Launch] = {}
+_LOCAL = threading.local()
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive integers."""
+    return -(-a // b)
+
+
+def _device_config() -> Launch:
+    if SIM:
+        return Launch(device=-1, sm_count=SIM_BLOCKS, warp=WARP, threads=SIM_THREADS,
+                      max_blocks=SIM_BLOCKS)
+    dev = cuda.get_current_device()
+    key = dev.id
+    cfg = _CONFIGS.get(key)
+    if cfg is None:
+        warp = int(dev.WARP_SIZE)
+        sms = int(dev.MULTIPROCESSOR_COUNT)
+        threads = min(THREADS, int(dev.MAX_THREADS_PER_BLOCK)) // warp * warp
+        per_sm = max(1, int(dev.MAX_THREADS_PER_MULTI_PROCESSOR) // threads)
+        cfg = Launch(device=key, sm_count=sms, warp=warp, threads=threads,
+                     max_blocks=sms * per_sm)
+        _CONFIGS[key] = cfg
+    return cfg
+
+
+def config() -> Launch:
+    """The launch configuration of the current device (cached), or the one forced by
+    :func:`override` in this thread."""
+    forced = getattr(_LOCAL, "forced", None)
+    return forced if forced is not None else _device_config()
+
+
+@contextlib.contextmanager
+def override(threads: Optional[int] = None, blocks: Optional[int] = None):
+    """Force ``threads`` per block (a multiple of the warp size) and at most ``blocks``
+    blocks for the kernels launched in this thread inside the ``with`` block.
+
+    For tests (results must not change) and tuning; nothing in the library calls it.
+    """
+    base = _device_config()
+    if threads is not None and (threads <= 0 or threads % base.warp):
+        raise ValueError(f"threads={threads}: a positive multiple of the warp size "
+                         f"({base.warp})")
+    cfg = replace(base, threads=threads or base.threads, max_blocks=blocks or base.max_blocks)
+    old = getattr(_LOCAL, "forced", None)
+    _LOCAL.forced = cfg
+    try:
+        yield cfg
+    finally:
+        _LOCAL.forced = old
+
+
+def grid(n: int, cfg: Optional[Launch] = None) -> Tuple[int, int]:
+    """``(blocks, threads)`` of a grid-stride loop with one thread per element."""
+    cfg = cfg or config()
+    return max(1, min(cdiv(max(n, 1), cfg.threads), cfg.max_blocks)), cfg.threads
+
+
+def grid_warps(items: int, cfg: Optional[Launch] = None) -> Tuple[int, int]:
+    """``(blocks, threads)`` of a grid-stride loop with one warp per item."""
+    cfg = cfg or config()
+    per_block = cfg.threads // cfg.warp
+    return max(1, min(cdiv(max(items, 1), per_block), cfg.max_blocks)), cfg.threads
+
+
+# --- streams -------------------------------------------------------------------------------
+
+_STREAMS: Dict[Tuple[int, int], object] = {}
+
+
+def _is_cupy(a) -> bool:
+    return type(a).__module__.split(".")[0] in ("cupy", "cupyx")
+
+
+def stream(*arrays):
+    """The stream to launch on: CuPy's current stream when any argument is a CuPy
+    array, else numba's default stream (``0``)."""
+    if SIM or not any(_is_cupy(a) for a in arrays):
+        return 0
+    import cupy
+
+    ptr = cupy.cuda.get_current_stream().ptr
+    if ptr == 0:                        # CuPy's null stream is the legacy default stream
+        return 0
+    key = (cupy.cuda.runtime.getDevice(), ptr)
+    s = _STREAMS.get(key)
+    if s is None:
+        s = _STREAMS[key] = cuda.external_stream(ptr)
+    return s
+
+
+# --- scratch -------------------------------------------------------------------------------
+
+_SCRATCH: Dict[tuple, object] = {}
+
+
+def scratch(name: str, size: int, dtype, strm=0):
+    """A cached device buffer of at least ``size`` elements of ``dtype`` (its first
+    ``size`` elements are returned; the contents are undefined)."""
+    dt = np.dtype(dtype)
+    dev = -1 if SIM else cuda.get_current_device().id
+    key = (dev, id(strm) if strm else 0, dt.str, name)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.size < size:
+        cap = max(size, 2 * buf.size if buf is not None else 64)
+        buf = _SCRATCH[key] = cuda.device_array(cap, dtype=dt)
+    return buf[:size]
+
+
+# --- the compile test's view of a registered function ------------------------------------
+
+def expose(func, pairs, *, warp=(), eft=()):
+    """Record on a registered function the ``cuda.jit`` kernels it launches and their
+    signatures (``func.cuda_kernels``), and which of them are warp kernels
+    (``func.cuda_warp``) or error-free-transformation kernels (``func.cuda_eft``).
+
+    See :mod:`mpsolve.kernels.cuda` for the convention; returns ``func``.
+    """
+    pairs = [(d, list(sigs)) for d, sigs in pairs]
+    for d, sigs in pairs:
+        if not sigs or not hasattr(d, "py_func"):
+            raise TypeError(f"expose({func.__name__}): each entry is (cuda.jit kernel, "
+                            f"[signature, ...]), got {d!r}, {sigs!r}")
+    func.cuda_kernels = pairs
+    func.cuda_warp = set(warp)
+    func.cuda_eft = set(eft)
+    return func
