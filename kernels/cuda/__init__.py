@@ -43,7 +43,7 @@ function without the attribute fails the compile test, except host-only ops that
 (``expose(func, pairs, warp=..., eft=...)`` sets all three.)
 """
 from . import _intrin  # noqa: F401  (first: the intrinsics every kernel module uses)
-# from . import blas1, reduce, host  # noqa: F401  (BLAS-1 updates, reductions, host-side ops)
+from . import blas1, reduce, host  # noqa: F401  (BLAS-1 updates, reductions, host-side ops)
 
 # --- SpMV kernels (kernels/cuda/spmv.py, bsr.py, fused.py): add their imports here ------
 # from . import spmv, bsr, fused  # noqa: F401

@@ -44,7 +44,7 @@ from numba import cuda
 from ._intrin import SIM, WARP
 
 __all__ = ["Launch", "THREADS", "config", "override", "grid", "grid_warps", "stream",
-           "scratch", "expose", "cdiv"]
+           "device_view", "scratch", "expose", "cdiv"]
 
 #: Threads per block of the streaming kernels on hardware (8 warps: enough loads in
 #: flight per SM with the grid capped at one full wave, and a multiple of every warp size).
@@ -170,6 +170,17 @@ def stream(*arrays):
     if s is None:
         s = _STREAMS[key] = cuda.external_stream(ptr)
     return s
+
+
+def device_view(a):
+    """``a`` as a numba device array if it lives on the device (a numba device array, the
+    simulator's, or anything with ``__cuda_array_interface__`` such as CuPy's), else
+    ``None`` (a host array)."""
+    if hasattr(a, "copy_to_host") and hasattr(a, "copy_to_device"):
+        return a
+    if hasattr(a, "__cuda_array_interface__"):
+        return cuda.as_cuda_array(a)
+    return None
 
 
 # --- scratch -------------------------------------------------------------------------------
