@@ -3,17 +3,26 @@
 * In this process: no module of ``kernels/cuda/`` but ``_intrin.py`` calls a warp shuffle,
   vote, ``syncwarp``, ``cuda.fma`` or libdevice (so the simulator's emulations and the
   hardware's ``*_rn`` are used everywhere).
-* ``tests/cuda/sim_checks.py`` in its own process with ``NUMBA_ENABLE_CUDASIM=1``: every
-  ``"gpu"`` BLAS-1/reduction kernel against the reference device, reproducibility, CG.
+* ``tests/cuda/*sim*.py``, each in its own process with ``NUMBA_ENABLE_CUDASIM=1``
+  (``sim_checks.py``: every ``"gpu"`` BLAS-1/reduction kernel against the reference
+  device, reproducibility, CG; the SpMV and solver files of the other kernels).
 * ``tests/cuda/compile_checks.py`` in its own process, simulator off: every registered
   ``"gpu"`` kernel compiled to PTX for sm_80 and sm_90 and linked to SASS (registers, no
   spills, ``shfl.sync``, ``.rn``-only arithmetic).  The register table is printed at the
   end of the run.  Missing toolchain wheels: skipped with the reason, failed under CI=true.
-* ``tests/cuda/gpu_checks.py`` (marker ``gpu``): real-device checks and timings; skipped,
+* ``tests/cuda/*gpu*.py`` (marker ``gpu``): real-device checks and timings; skipped,
   with the reason, where there is no GPU.
 
-Each subprocess runs exactly once per ``python3 -m pytest``; ``tests/cuda/conftest.py``
-keeps the main process from collecting those files itself.
+A file of ``tests/cuda/`` runs in the process its name says: ``*sim*``, ``*compile*``,
+``*gpu*`` (a file named otherwise fails ``test_every_cuda_test_file_has_a_process``).
+
+Each subprocess runs exactly once per ``python3 -m pytest``.  The main process does not
+run those files itself: ``sim_checks.py``, ``compile_checks.py`` and ``gpu_checks.py`` are
+not named ``test_*`` (not collected), and a ``tests/cuda/test_*`` file skips itself at
+module level, with the reason, outside its process.  (No ``conftest.py`` in ``tests/cuda``:
+test modules import ``tests/conftest.py`` as ``conftest``, and a second one would shadow
+it.)  The process is named to the files by ``MPSOLVE_CUDA_PROCESS`` (``sim``, ``compile``,
+``gpu``).
 """
 from __future__ import annotations
 
@@ -97,8 +106,15 @@ def test_only_intrin_calls_warp_intrinsics_fma_libdevice():
 
 def _run(kind: str, name: str, env_extra: dict, timeout: int):
     env = dict(os.environ, MPSOLVE_CUDA_PROCESS=kind, **env_extra)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs",
-           str(CUDA_TESTS / name)]
+    args = ["-q", "-p", "no:cacheprovider", "-rfEs", str(CUDA_TESTS / name)]
+    # The simulator runs each CUDA thread of a block as a Python thread, and its block
+    # barrier (which the warp-intrinsic emulation uses) is a polling loop: with Python's
+    # default 5 ms GIL switch interval every barrier costs several intervals; 0.1 ms makes
+    # the simulator files ~3x faster.
+    switch = 1e-4 if kind == "sim" else sys.getswitchinterval()
+    cmd = [sys.executable, "-c",
+           f"import sys, pytest; sys.setswitchinterval({switch!r}); "
+           f"sys.exit(pytest.main({args!r}))"]
     t0 = time.perf_counter()
     try:
         r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -124,9 +140,25 @@ def _check(kind, name, env_extra, timeout, table):
     return out
 
 
-def test_simulator(table):
-    """``tests/cuda/sim_checks.py`` under numba-cuda's simulator."""
-    _check("sim", "sim_checks.py", {"NUMBA_ENABLE_CUDASIM": "1"}, 900, table)
+def _files(word):
+    """The files of ``tests/cuda/`` for one process: names containing ``word``."""
+    return sorted(p.name for p in CUDA_TESTS.glob("*.py")
+                  if word in p.name and not p.name.startswith(("_", "conftest")))
+
+
+@pytest.mark.parametrize("name", _files("sim"))
+def test_simulator(name, table):
+    """``tests/cuda/*sim*.py``, each in its own process under numba-cuda's simulator."""
+    _check("sim", name, {"NUMBA_ENABLE_CUDASIM": "1"}, 900, table)
+
+
+def test_every_cuda_test_file_has_a_process():
+    names = {p.name for p in CUDA_TESTS.glob("*.py")
+             if not p.name.startswith(("_", "conftest"))}
+    assert "sim_checks.py" in names and "compile_checks.py" in names
+    orphans = {n for n in names if not any(w in n for w in ("sim", "compile", "gpu"))}
+    assert not orphans, (f"tests/cuda/{sorted(orphans)}: name them *sim*, *compile* or *gpu* "
+                         "so tests/test_cuda.py runs them (in the right process)")
 
 
 def test_compile_ptx_sass(table):
@@ -151,7 +183,8 @@ def test_compile_ptx_sass(table):
 
 
 @pytest.mark.gpu
-def test_gpu(table):
-    """``tests/cuda/gpu_checks.py`` on a real device (skipped with the reason without)."""
-    _check("gpu", "gpu_checks.py",
+@pytest.mark.parametrize("name", _files("gpu"))
+def test_gpu(name, table):
+    """``tests/cuda/*gpu*.py`` on a real device (skipped with the reason without one)."""
+    _check("gpu", name,
            {"NUMBA_ENABLE_CUDASIM": "0", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0"}, 900, table)

@@ -44,7 +44,7 @@ from numba import cuda
 from ._intrin import SIM, WARP
 
 __all__ = ["Launch", "THREADS", "config", "override", "grid", "grid_warps", "stream",
-           "device_view", "scratch", "expose", "cdiv"]
+           "dev", "device_view", "scratch", "expose", "cdiv"]
 
 #: Threads per block of the streaming kernels on hardware (8 warps: enough loads in
 #: flight per SM with the grid capped at one full wave, and a multiple of every warp size).
@@ -78,6 +78,9 @@ class Launch:
     threads: int
     max_blocks: int
 
+
+if SIM:
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray as _FakeCUDAArray
 
 _CONFIGS: Dict[int, Launch] = {}
 _LOCAL = threading.local()
@@ -172,6 +175,26 @@ def stream(*arrays):
     return s
 
 
+def dev(*arrays):
+    """The arrays as the kernels take them: CuPy (any ``__cuda_array_interface__``) arrays
+    wrapped as numba device arrays **without** the interface's stream synchronisation
+    (numba's default, a host-blocking ``cuStreamSynchronize`` of the producer's stream at
+    every launch), which stream order makes unnecessary: the kernels are launched on
+    CuPy's current stream (:func:`stream`).  NumPy arrays and numba device arrays pass
+    through.  Returns a tuple (one entry per argument).
+
+    Under the simulator a NumPy array is wrapped, without a copy, as the simulator's device
+    array: its kernels then work on the caller's memory, as a GPU works on a CuPy array.
+    (Given NumPy arrays, the simulator copies each argument in and back out separately, so
+    an array passed twice -- BiCGSTAB's ``axpy2(alpha, p, x, omega, s, x)`` -- would have
+    the first update undone by the second copy-back.)"""
+    if SIM:
+        return tuple(_FakeCUDAArray(a) if isinstance(a, np.ndarray) else a for a in arrays)
+    return tuple(cuda.as_cuda_array(a, sync=False)
+                 if hasattr(a, "__cuda_array_interface__") and not hasattr(a, "copy_to_host")
+                 else a for a in arrays)
+
+
 def device_view(a):
     """``a`` as a numba device array if it lives on the device (a numba device array, the
     simulator's, or anything with ``__cuda_array_interface__`` such as CuPy's), else
@@ -179,7 +202,7 @@ def device_view(a):
     if hasattr(a, "copy_to_host") and hasattr(a, "copy_to_device"):
         return a
     if hasattr(a, "__cuda_array_interface__"):
-        return cuda.as_cuda_array(a)
+        return cuda.as_cuda_array(a, sync=False)
     return None
 
 

@@ -23,7 +23,7 @@ from numba import cuda, float32, float64, int64
 
 from ..registry import register
 from ._intrin import add_rn, mul_rn, sub_rn
-from ._launch import device_view, expose, grid, scratch, stream
+from ._launch import dev, device_view, expose, grid, scratch, stream
 
 __all__ = ["axpy", "xpay", "axpby", "waxpy", "axpy2", "bicg_dir", "scal", "copy", "dmul",
            "lincomb", "maxpy"]
@@ -137,14 +137,18 @@ def _maxpy(V, k, h, w):
 def axpy(a, x, y):
     """``y <- y + a x``."""
     blocks, threads = grid(x.size)
-    _axpy[blocks, threads, stream(x, y)](x.dtype.type(a), x, y)
+    strm = stream(x, y)
+    x, y = dev(x, y)
+    _axpy[blocks, threads, strm](x.dtype.type(a), x, y)
 
 
 @register("gpu", "xpay", _VEC)
 def xpay(x, a, y):
     """``y <- x + a y`` (CG's ``p <- z + beta p``)."""
     blocks, threads = grid(x.size)
-    _xpay[blocks, threads, stream(x, y)](x, x.dtype.type(a), y)
+    strm = stream(x, y)
+    x, y = dev(x, y)
+    _xpay[blocks, threads, strm](x, x.dtype.type(a), y)
 
 
 @register("gpu", "axpby", _VEC)
@@ -152,14 +156,18 @@ def axpby(a, x, b, y):
     """``y <- a x + b y``."""
     t = x.dtype.type
     blocks, threads = grid(x.size)
-    _axpby[blocks, threads, stream(x, y)](t(a), x, t(b), y)
+    strm = stream(x, y)
+    x, y = dev(x, y)
+    _axpby[blocks, threads, strm](t(a), x, t(b), y)
 
 
 @register("gpu", "waxpy", _VEC)
 def waxpy(a, x, y, w):
     """``w <- y + a x`` (BiCGSTAB's ``s <- r - alpha v``)."""
     blocks, threads = grid(x.size)
-    _waxpy[blocks, threads, stream(x, y, w)](x.dtype.type(a), x, y, w)
+    strm = stream(x, y, w)
+    x, y, w = dev(x, y, w)
+    _waxpy[blocks, threads, strm](x.dtype.type(a), x, y, w)
 
 
 @register("gpu", "axpy2", _VEC)
@@ -167,7 +175,9 @@ def axpy2(a, x, y, b, u, v):
     """``y <- y + a x;  v <- v + b u`` in one pass (CG's step 2)."""
     t = x.dtype.type
     blocks, threads = grid(x.size)
-    _axpy2[blocks, threads, stream(x, y, u, v)](t(a), x, y, t(b), u, v)
+    strm = stream(x, y, u, v)
+    x, y, u, v = dev(x, y, u, v)
+    _axpy2[blocks, threads, strm](t(a), x, y, t(b), u, v)
 
 
 @register("gpu", "bicg_dir", _VEC)
@@ -175,28 +185,36 @@ def bicg_dir(r, beta, omega, v, p):
     """BiCGSTAB's ``p <- r + beta (p - omega v)`` in one pass."""
     t = r.dtype.type
     blocks, threads = grid(r.size)
-    _bicg_dir[blocks, threads, stream(r, v, p)](r, t(beta), t(omega), v, p)
+    strm = stream(r, v, p)
+    r, v, p = dev(r, v, p)
+    _bicg_dir[blocks, threads, strm](r, t(beta), t(omega), v, p)
 
 
 @register("gpu", "scal", _VEC)
 def scal(a, x):
     """``x <- a x``."""
     blocks, threads = grid(x.size)
-    _scal[blocks, threads, stream(x)](x.dtype.type(a), x)
+    strm = stream(x)
+    x, = dev(x)
+    _scal[blocks, threads, strm](x.dtype.type(a), x)
 
 
 @register("gpu", "copy", [(a, b) for a in _F for b in _F])
 def copy(x, out):
     """``out <- x``, the cast to ``out``'s dtype fused."""
     blocks, threads = grid(x.size)
-    _copy[blocks, threads, stream(x, out)](x, out)
+    strm = stream(x, out)
+    x, out = dev(x, out)
+    _copy[blocks, threads, strm](x, out)
 
 
 @register("gpu", "dmul", [(d, x, o) for d in _F for x in _F for o in _F])
 def dmul(d, x, out):
     """``out <- diag(d) x``, casts fused (point Jacobi's apply); dtypes ``(d, x, out)``."""
     blocks, threads = grid(x.size)
-    _dmul[blocks, threads, stream(d, x, out)](d, x, out)
+    strm = stream(d, x, out)
+    d, x, out = dev(d, x, out)
+    _dmul[blocks, threads, strm](d, x, out)
 
 
 def _coefficients(h, k, dtype, strm):
@@ -217,6 +235,7 @@ def _coefficients(h, k, dtype, strm):
 def lincomb(V, y, k, out):
     """``out <- sum_{i<k} y_i V[i]`` (GMRES's ``V_k y``); ``V`` one vector a row."""
     strm = stream(V, out)
+    V, out = dev(V, out)
     c = _coefficients(y, k, V.dtype, strm)
     blocks, threads = grid(out.size)
     _lincomb[blocks, threads, strm](V, k, c, out)
@@ -228,6 +247,7 @@ def maxpy(V, k, h, w):
     if k <= 0:
         return
     strm = stream(V, w)
+    V, w = dev(V, w)
     c = _coefficients(h, k, w.dtype, strm)
     blocks, threads = grid(w.size)
     _maxpy[blocks, threads, strm](V, k, c, w)

@@ -19,7 +19,7 @@ from numba import cuda, float32, float64, int32
 
 from ..cpu import hessenberg as _cpu
 from ..registry import register
-from ._launch import expose, grid, scratch, stream
+from ._launch import dev, expose, grid, scratch, stream
 
 __all__ = ["givens", "back_substitute", "range_scan"]
 
@@ -57,6 +57,7 @@ def _range_scan(v, big, tiny, flags):
 def range_scan(v, big, tiny):
     """``(any |v_i| > big, any 0 < |v_i| < tiny)`` in one pass over the device vector."""
     strm = stream(v)
+    v, = dev(v)
     flags = scratch("range_flags", 2, np.int32, strm)
     zero = np.zeros(2, dtype=np.int32)
     flags.copy_to_device(zero, stream=strm)

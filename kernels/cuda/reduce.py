@@ -53,7 +53,7 @@ from numba import cuda, float32, float64, int64
 
 from ..registry import register
 from ._intrin import SIM, WARP, add_rn, fma, lane_id, mul_rn
-from ._launch import THREADS, cdiv, device_view, expose, grid_warps, scratch, stream
+from ._launch import THREADS, cdiv, dev, device_view, expose, grid_warps, scratch, stream
 from .eft import DEVICE_JIT, pair_add, pair_warp_merge, round_pair, sqrt_pair, two_prod, two_sum, \
     value_warp_merge
 
@@ -386,6 +386,7 @@ def _scalar(out, strm) -> float:
 
 def _dot2_any(x, y, root):
     strm = stream(x, y)
+    x, y = dev(x, y)
     n = x.size
     chunk = CHUNK
     nchunk = cdiv(n, chunk)
@@ -400,6 +401,7 @@ def _dot2_any(x, y, root):
 
 def _dot_any(x, y, root):
     strm = stream(x, y)
+    x, y = dev(x, y)
     chunk = CHUNK
     nchunk = cdiv(x.size, chunk)
     ps = _partials("pv", 1, nchunk, x.dtype, strm)
@@ -438,6 +440,7 @@ def nrm2(x):
 def sum2(x):
     """Compensated ``sum x`` (ORO Sum2), bitwise reproducible."""
     strm = stream(x)
+    x, = dev(x)
     chunk = CHUNK
     nchunk = cdiv(x.size, chunk)
     ps = _partials("ps", 1, nchunk, x.dtype, strm)
@@ -453,6 +456,7 @@ def sum2(x):
 def sum_native(x):
     """``sum x`` in the vector's dtype, fixed tree."""
     strm = stream(x)
+    x, = dev(x)
     chunk = CHUNK
     nchunk = cdiv(x.size, chunk)
     ps = _partials("pv", 1, nchunk, x.dtype, strm)
@@ -485,6 +489,7 @@ def mdot2(V, k, w, out):
     if k <= 0:
         return
     strm = stream(V, w)
+    V, w = dev(V, w)
     chunk = CHUNK
     nchunk = cdiv(w.size, chunk)
     ps = _partials("ps", k, nchunk, w.dtype, strm)
@@ -503,6 +508,7 @@ def mdot(V, k, w, out):
     if k <= 0:
         return
     strm = stream(V, w)
+    V, w = dev(V, w)
     chunk = CHUNK
     nchunk = cdiv(w.size, chunk)
     ps = _partials("pv", k, nchunk, w.dtype, strm)
@@ -520,6 +526,7 @@ def axpy2_nrm2(a, x, y, b, u, v):
     ``v``."""
     t = x.dtype.type
     strm = stream(x, y, u, v)
+    x, y, u, v = dev(x, y, u, v)
     chunk = CHUNK
     nchunk = cdiv(x.size, chunk)
     ps = _partials("pv", 1, nchunk, x.dtype, strm)

@@ -507,3 +507,14 @@ def test_cg_on_gpu_primitives_matches_reference():
     tol = 1e-10 * np.linalg.norm(b)
     assert h_g[-1] <= tol and h_r[-1] <= tol
     assert np.linalg.norm(b - A @ x_g) <= 1e-9 * np.linalg.norm(b)
+
+
+def test_an_array_passed_twice_is_one_array():
+    """BiCGSTAB's ``axpy2(alpha, p, x, omega, s, x)``: both updates land (on a GPU the two
+    arguments are one pointer; the simulator is given the caller's memory, not copies)."""
+    rng = np.random.default_rng(15)
+    x, u, y = rng.standard_normal((3, 40))
+    g, r = y.copy(), y.copy()
+    lookup("gpu", "axpy2", (np.float64,))(0.5, x, g, 2.0, u, g)
+    lookup("reference", "axpy2", (np.float64,))(0.5, x, r, 2.0, u, r)
+    assert same_bits(g, r)
