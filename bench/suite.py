@@ -438,6 +438,24 @@ def add_arguments(p):
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--rebuild", action="store_true",
                    help="run nothing: rewrite results.md and the plots from --out/results.json")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                   help="cpu (default): the suite above. gpu: mpsolve's CUDA backend against "
+                        "cuSPARSE, cupy.dot, cupyx's solvers with Jacobi and cuSPARSE ILU(0), "
+                        "and PETSc on the CPU, timed with CUDA events after a warm-up; writes "
+                        "results_gpu.json/.md (mpsolve.bench.gpu). Needs a CUDA GPU: without "
+                        "one it says so and exits with status 3")
+    p.add_argument("--dot-size", type=_positive_int, default=10_000_000,
+                   help="--device gpu: vector length of the dot benchmark (default 1e7)")
+
+
+def gpu_hooks():
+    """What ``mpsolve bench --device gpu`` (:mod:`mpsolve.bench.gpu`) takes from the suite:
+    its problems, methods, baseline preconditioners and mpsolve's preconditioner set-up
+    (handed over, so that the GPU module does not import this one)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(load_problems=_load_problems, methods_for=_methods_for,
+                           baseline_preconds=_baseline_preconds, precond_for=_precond_for)
 
 
 def _rebuild(args):
@@ -465,6 +483,10 @@ def main(args):
 
     if args.rebuild:
         return _rebuild(args)
+    if getattr(args, "device", "cpu") == "gpu":
+        from .gpu import main as gpu_main
+
+        return gpu_main(args, hooks=gpu_hooks())
 
     bad = [p for p in args.preconds or () if p != "none" and p not in REGISTRY]
     if bad:

@@ -157,6 +157,14 @@ class Problem:
         return to_host(x) if self.out_host else x
 
 
+def _fp64_copy(user, checked, device, xp):
+    """A private FP64 copy of a vector on ``device``: from the caller's own array when
+    it already lives on a device (a CuPy ``b`` is checked on a host copy but not sent
+    back and forth), else from the checked host array."""
+    src = checked if on_host(user) else user
+    return xp.array(to_device(src, device), dtype=np.float64).reshape(-1)
+
+
 def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
                  default_maxiter=lambda n: 10 * n, device=None, precond_side="left") -> Problem:
     """Validate and convert the user's arguments (SciPy's rules).
@@ -164,16 +172,21 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     ``device``: where the solve runs; ``None`` takes the device of ``A``, ``b`` and
     ``x0`` (:func:`mpsolve.backend.resolve_device`: an unknown device, or arrays on two
     devices, is a ``ValueError``).  Host arrays are copied to the device once; the
-    answer goes back to the caller's side (a NumPy array when ``b`` was one).
+    answer goes back to the caller's side (a NumPy array when ``b`` was one, a CuPy
+    array when it was one).  ``A``, ``b`` and ``x0`` are checked on the host once (a
+    CuPy sparse ``A`` is copied there for that); the vectors the solve works on are
+    FP64 copies made on the device from the caller's arrays.
     ``precond_side``: the side the method applies ``M`` on (told to a preconditioner
     set up here).
     """
     device = resolve_device(device, A, b, None if isinstance(x0, str) else x0)
+    xp = array_module(device)           # first: a device that cannot run says so here
     out_host = on_host(b)
     if not on_host(A) and hasattr(A, "get"):
         A = A.get()                     # a device sparse matrix: checked on the host
     A = check_matrix(A, "A")
     n = A.shape[0]
+    b_user = b
     b = _check_vector(b, n, "b")
     rtol = _check_tol(rtol, "rtol")
     atol = _check_tol(atol, "atol")
@@ -202,8 +215,7 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         A_csr = None
         A64 = CallableOperator(A, device)
 
-    xp = array_module(device)
-    b64 = xp.array(to_device(b, device), dtype=np.float64)  # copy: never alias the user's b
+    b64 = _fp64_copy(b_user, b, device, xp)  # a copy: never alias the user's b
     x0_mode = "zero"
     x0_64 = None
     if isinstance(x0, str):
@@ -211,7 +223,7 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
             raise ValueError(f"x0={x0!r}: the only string accepted is 'Mb' (start from M @ b)")
         x0_mode = "Mb"
     elif x0 is not None:
-        x0_64 = xp.array(to_device(_check_vector(x0, n, "x0"), device), dtype=np.float64)
+        x0_64 = _fp64_copy(x0, _check_vector(x0, n, "x0"), device, xp)
         x0_mode = "given"
     bnrm = float(xp.linalg.norm(b64))
     return Problem(n=n, A_csr=A_csr, A_user=A, A64=A64, b64=b64, x0_64=x0_64, M_user=M,

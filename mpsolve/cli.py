@@ -29,6 +29,7 @@ def load_matrix(spec: str):
 
 
 def _add_solver_options(p):
+    from .backend import DEVICES
     from .precision import PRESETS
     from .precond import REGISTRY
 
@@ -51,6 +52,8 @@ def _add_solver_options(p):
                    help="ISAI variant: general, spd, lower, upper (default per method)")
     p.add_argument("--no-escalate", action="store_true",
                    help="report failure instead of switching to a stronger precision")
+    p.add_argument("--device", default=None, choices=sorted(DEVICES),
+                   help="where the solve runs (default: the CPU; see mpsolve info --device)")
 
 
 def precond_params(args, method):
@@ -80,7 +83,8 @@ def cmd_solve(args):
         rhs_text = "A @ ones (default)"
     res = solve(A, b, method=args.method, precond=args.precond, precision=args.precision,
                 rtol=args.rtol, atol=args.atol, maxiter=args.maxiter, restart=args.restart,
-                escalate=not args.no_escalate, **precond_params(args, args.method))
+                escalate=not args.no_escalate, device=args.device,
+                **precond_params(args, args.method))
     print(f"matrix      {args.matrix}  ({n} x {n}, {A.nnz} nonzeros)")
     print(f"rhs         {rhs_text}")
     print(res.summary())
@@ -90,9 +94,24 @@ def cmd_solve(args):
     return 0 if res.converged else 1
 
 
+#: Exit status of ``mpsolve info --device``: 0 a CUDA GPU and the whole GPU stack are
+#: usable; 1 not (the report says what is missing and how to fix what pip can fix).
+INFO_DEVICE_EXIT = {"usable": 0, "not usable": 1}
+
+
 def cmd_info(args):
     from .matrices import matrix_info
 
+    if args.device:
+        from .backend import format_gpu_report, gpu_report
+
+        report = gpu_report()
+        print(format_gpu_report(report))
+        if args.matrix is None:
+            return INFO_DEVICE_EXIT["usable" if report["usable"] else "not usable"]
+        print()
+    if args.matrix is None:
+        raise ValueError("give a MATRIX to describe, or --device for the GPU report")
     A = load_matrix(args.matrix)
     info = matrix_info(A)
     width = max(len(k) for k in info)
@@ -156,10 +175,17 @@ def build_parser(bench_options=True):
     _add_solver_options(ps)
     ps.set_defaults(func=cmd_solve)
 
-    pi = sub.add_parser("info", help="size, nonzeros, symmetry, diagonal dominance, block size",
+    pi = sub.add_parser("info", help="facts about a matrix, or (--device) the GPU stack found",
                         description="Print facts about a matrix: size, nonzeros, symmetry, "
-                                    "diagonal dominance and a block-size guess.")
-    pi.add_argument("matrix", help="matrix file, generator spec or collection name")
+                                    "diagonal dominance and a block-size guess.  With --device: "
+                                    "what GPU, compute capability, CUDA driver and runtime, "
+                                    "CuPy/numba-cuda/NVRTC/nvJitLink versions were found, or "
+                                    "what is missing and the pip command that installs it; "
+                                    "exit status 0 when a GPU is usable, 1 when not.")
+    pi.add_argument("matrix", nargs="?", default=None,
+                    help="matrix file, generator spec or collection name")
+    pi.add_argument("--device", "--gpu", dest="device", action="store_true",
+                    help="report the GPU stack (exit status 0: usable, 1: not)")
     pi.set_defaults(func=cmd_info)
 
     pb = sub.add_parser("bench", help="benchmark mpsolve against SciPy (and PETSc)",

@@ -12,6 +12,11 @@ calls the methods it finds):
     (PETSc's object state); ``setup_count`` counts the builds.
 ``apply(pc, x, y)``
     ``y = M x`` on the vectors' own arrays (``x.array_r``, ``y.array``): no copies.
+    With ``device=`` a device without host arrays (the keyword of the class, or
+    ``-[prefix]mpsolve_device``; ``mpsolve.backend.DEVICES`` names them), the
+    preconditioner is set up for that device and each apply copies ``x`` to it and
+    ``M x`` back into ``y`` (two vectors allocated on the device once per set-up): the
+    KSP stays on the host, only the preconditioner runs on the device.
 ``matApply(pc, X, Y)``
     several right-hand sides: the columns of the dense matrices, in place.
 ``setFromOptions(pc)``
@@ -19,8 +24,8 @@ calls the methods it finds):
     is used), ``-[prefix]mpsolve_dtype`` (``float32``/``float64``, overrides),
     ``-[prefix]mpsolve_block_size``, ``-[prefix]mpsolve_sparsity_power``,
     ``-[prefix]mpsolve_variant``, ``-[prefix]mpsolve_accumulate``,
-    ``-[prefix]mpsolve_side``; an option without the prefix is used when the prefixed
-    one is absent.
+    ``-[prefix]mpsolve_side``, ``-[prefix]mpsolve_device``; an option without the prefix
+    is used when the prefixed one is absent.
 ``view(pc, viewer)`` / ``reset(pc)``
 
 Use from the options database::
@@ -52,6 +57,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._params import accepted_params, init_params
+from .backend import array_module, download, is_host, resolve_device, upload
 from .precision import PRESETS
 
 __all__ = ["ISAI", "BlockISAI", "BlockJacobi", "BlockILU0", "ILU0", "Jacobi", "local_csr"]
@@ -89,6 +95,9 @@ class _MpsolvePC:
         self.side = self.params.pop("side", None)     # None: from the options, else left
         if self.side not in (None, "left", "right"):
             raise ValueError(f"side={self.side!r}: use 'left', 'right' or None")
+        # where the preconditioner is set up and applied (None: the host's default)
+        self.device = self._check_device(self.params.pop("device", None))
+        self._bufs = None                             # (x, y) on a non-host device
         self.M = None
         self.setup_count = 0
         self.setup_time = 0.0
@@ -132,6 +141,10 @@ class _MpsolvePC:
                 raise ValueError(f"-mpsolve_dtype {dt}: use float32 or float64")
             self.dtype = dt
             changed = True
+        dev = get("getString", "device")
+        if dev is not None and dev != self.device:
+            self.device = self._check_device(dev, "-mpsolve_device")
+            changed = True
         side = self._side_from_options(get, prefix, PETSc.Options())
         if side is not None and side != self.side:
             self.side = side
@@ -159,6 +172,15 @@ class _MpsolvePC:
     def _accepted(self):
         return init_params(self.precond_cls)
 
+    @staticmethod
+    def _check_device(device, what="device"):
+        if device is None:
+            return None
+        try:
+            return resolve_device(device)
+        except ValueError as err:
+            raise ValueError(f"{what}: {err}") from None
+
     # ------------------------------------------------------------ protocol
     def setUp(self, pc):
         A, P = pc.getOperators()
@@ -170,13 +192,29 @@ class _MpsolvePC:
         C = local_csr(P)
         kw = accepted_params(self.precond_cls, self.params, drop_none=False)
         M = self.precond_cls(**kw, **({"dtype": self.dtype} if self.dtype else {}))
-        self.M = M.setup(C, dtype=self.dtype or "float32", side=self.side or "left")
+        self.M = M.setup(C, dtype=self.dtype or "float32", side=self.side or "left",
+                         device=self.device)
+        self._bufs = None
+        if not is_host(self.M.device):   # the KSP's vectors cross to the device and back
+            xp = array_module(self.M.device)
+            self._bufs = (xp.empty(C.shape[0], dtype=np.float64),
+                          xp.empty(C.shape[0], dtype=np.float64))
         self.setup_time = time.perf_counter() - t0
         self.setup_count += 1
         self._key = key
 
     def apply(self, pc, x, y):
-        self.M.apply(x.array_r, y.array)  # y = M x on PETSc's own arrays
+        self._apply(x.array_r, y.array)  # y = M x on PETSc's own arrays
+
+    def _apply(self, xa, ya):
+        """``ya = M xa`` for host arrays: in place, or through the device buffers."""
+        if self._bufs is None:
+            self.M.apply(xa, ya)         # y = M x
+            return
+        xd, yd = self._bufs
+        upload(xa, xd)                   # host -> device
+        self.M.apply(xd, yd)             # y = M x on the device
+        download(yd, ya)                 # device -> host
 
     def matApply(self, pc, X, Y):
         Xa = X.getDenseArray(readonly=True)
@@ -185,10 +223,10 @@ class _MpsolvePC:
             xj = Xa[:, j]
             yj = Ya[:, j]
             if yj.flags.c_contiguous and xj.flags.c_contiguous:
-                self.M.apply(xj, yj)
+                self._apply(xj, yj)
             else:  # a strided leading dimension: go through a contiguous column
                 out = np.empty(Xa.shape[0])
-                self.M.apply(np.ascontiguousarray(xj), out)
+                self._apply(np.ascontiguousarray(xj), out)
                 yj[:] = out
 
     def applyTranspose(self, pc, x, y):
@@ -208,6 +246,7 @@ class _MpsolvePC:
             if getattr(self.M, "variant_reason", "").startswith("auto"):
                 extra["chosen"] = self.M.variant_reason
             extra["side"] = self.side or "left"
+            extra["device"] = self.M.device
             if extra:
                 lines.append("  " + ", ".join(f"{k}={v}" for k, v in extra.items()))
             lines.append(f"  storage {self.M.storage_dtype.name}, setups {self.setup_count}, "
@@ -217,6 +256,7 @@ class _MpsolvePC:
 
     def reset(self, pc):
         self.M = None
+        self._bufs = None
         self._key = None
 
 
