@@ -11,8 +11,11 @@ Modules
               that may call ``cuda.shfl*``, ``cuda.ballot*``, ``cuda.syncwarp``, ``cuda.fma`` or
               ``libdevice`` (exact emulations under the simulator; checked by
               ``tests/cuda/test_source.py``).
-``_launch``   launch configuration from the device's properties (cached per device), the
-              stream to launch on, reusable scratch buffers.
+``_launch``   launch configuration from the device's properties (cached per device):
+              ``grid(n)``/``grid_warps(items)``; ``stream(*arrays)`` (CuPy's current stream);
+              ``dev(*arrays)`` (CuPy arrays without numba's per-launch stream sync; under the
+              simulator NumPy arrays wrapped without a copy, so an array passed twice is one
+              array); reusable ``scratch`` buffers; ``expose`` (below).
 ``eft``       the scalar EFTs of :mod:`mpsolve.kernels.eft`, compiled for CUDA.
 ``blas1``     the BLAS-1 updates (grid-stride, coalesced).
 ``reduce``    ``dot``/``nrm2``/``sum``/``mdot`` native and compensated, ``axpy2_nrm2``:
@@ -41,9 +44,12 @@ function without the attribute fails the compile test, except host-only ops that
   ``add.rn``/``sub.rn``/``mul.rn``/``fma.rn`` only (error-free transformations).
 
 (``expose(func, pairs, warp=..., eft=...)`` sets all three.)
+
+Tests: ``tests/test_cuda.py`` runs each file of ``tests/cuda/`` in its own process, chosen by
+its name: ``*sim*`` under the simulator, ``*compile*`` with it off, ``*gpu*`` on a device.
 """
 from . import _intrin  # noqa: F401  (first: the intrinsics every kernel module uses)
 from . import blas1, reduce, host  # noqa: F401  (BLAS-1 updates, reductions, host-side ops)
 
 # --- SpMV kernels (kernels/cuda/spmv.py, bsr.py, fused.py): add their imports here ------
-from . import spmv, bsr, fused  # noqa: F401  (CSR/BSR SpMV, residual, fused spmv_dot)
+# from . import spmv, bsr, fused  # noqa: F401
