@@ -52,4 +52,4 @@ from . import _intrin  # noqa: F401  (first: the intrinsics every kernel module 
 from . import blas1, reduce, host  # noqa: F401  (BLAS-1 updates, reductions, host-side ops)
 
 # --- SpMV kernels (kernels/cuda/spmv.py, bsr.py, fused.py): add their imports here ------
-# from . import spmv, bsr, fused  # noqa: F401
+from . import spmv, bsr, fused  # noqa: F401  (CSR/BSR SpMV, residual, fused spmv_dot)
