@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import device_of, to_host
+from .backend import HOST_DEVICE, device_of, is_host, on_host, to_host
 from .kernels import lookup
 
 __all__ = ["PrecisionRangeError", "demote", "row_scale"]
@@ -32,7 +32,8 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
     zero (the documented rule) instead of raising.
 
     ``device``: whose ``range_scan`` kernel checks the values (default: the
-    device of ``values``); the values themselves stay where they are.
+    device of ``values``; host values headed for an accelerator are checked by the
+    host device's kernel, before they are copied); the values stay where they are.
     """
     dtype = np.dtype(dtype)
     if values.dtype == dtype:
@@ -40,7 +41,10 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
     if dtype.itemsize >= values.dtype.itemsize:
         return values.astype(dtype)
     fi = np.finfo(dtype)
-    scan = lookup(device or device_of(values), "range_scan", (values.dtype,))
+    device = device or device_of(values)
+    if on_host(values) and not is_host(device):
+        device = HOST_DEVICE        # host values (set-up data) are checked where they are
+    scan = lookup(device, "range_scan", (values.dtype,))
     big_at, tiny_at = scan(values.reshape(-1), float(fi.max), float(fi.smallest_subnormal) / 2)
     if not (big_at or tiny_at):  # the common case: one pass, then the cast
         return values.astype(dtype)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import scipy.sparse.linalg as spla
 
-from mpsolve.backend import array_module, is_host, resolve_device, to_device, to_host
+from mpsolve.backend import array_module, is_host, on_host, resolve_device, to_device, to_host
 from mpsolve.kernels.registry import dtype_name
 
 from ._util import setup_device
@@ -93,6 +93,8 @@ class Preconditioner:
         from mpsolve._sparse import canonical_csr, check_matrix
 
         device = resolve_device(device, A)
+        if not on_host(A) and hasattr(A, "get"):
+            A = A.get()                 # a device sparse matrix: set up from a host copy
         A = check_matrix(A, "A")
         return self.setup_canonical(canonical_csr(A), dtype=dtype, device=device, side=side)
 
