@@ -161,11 +161,14 @@ def test_every_cuda_test_file_has_a_process():
                          "so tests/test_cuda.py runs them (in the right process)")
 
 
-def test_compile_ptx_sass(table):
-    """``tests/cuda/compile_checks.py``: PTX for cc 8.0/9.0, SASS via nvJitLink."""
+@pytest.mark.parametrize("name", _files("compile"))
+def test_compile_ptx_sass(name, table):
+    """``tests/cuda/*compile*.py`` (``compile_checks.py``: every registered kernel; the
+    others: kernels with their own checks, e.g. ``DMMA`` in the Tensor Core helper's
+    SASS): PTX for cc 8.0/9.0, SASS via nvJitLink, simulator off."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "registers.json")
-        _check("compile", "compile_checks.py",
+        _check("compile", name,
                {"NUMBA_ENABLE_CUDASIM": "0", "MPSOLVE_CUDA_REPORT": report}, 900, table)
         if os.path.exists(report):
             with open(report) as f:
