@@ -3,7 +3,7 @@ numba's CUDA simulator, against the ``reference`` device and against models of t
 documented summation order.
 
 Run in its own process with ``NUMBA_ENABLE_CUDASIM=1`` (``tests/test_cuda.py`` does; by
-hand: ``NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/cuda/test_sim_spmv.py``).
+hand: ``NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/cuda/sim_spmv.py``).
 
 What is asserted
 ----------------
