@@ -8,9 +8,9 @@ Every op is registered under the same name and dtype keys as the CPU's
 Modules
 -------
 ``_intrin``   warp shuffles/votes, ``fma``, ``add_rn``/``sub_rn``/``mul_rn``: the ONLY place
-              that may call ``cuda.shfl*``, ``cuda.ballot*``, ``cuda.syncwarp``, ``cuda.fma`` or
-              ``libdevice`` (exact emulations under the simulator; checked by
-              ``tests/cuda/test_source.py``).
+              that may call numba-cuda's warp shuffle/vote/syncwarp intrinsics, its fused
+              multiply-add or libdevice (exact emulations under the simulator; checked by
+              ``tests/test_cuda.py::test_only_intrin_calls_warp_intrinsics_fma_libdevice``).
 ``_launch``   launch configuration from the device's properties (cached per device):
               ``grid(n)``/``grid_warps(items)``; ``stream(*arrays)`` (CuPy's current stream);
               ``dev(*arrays)`` (CuPy arrays without numba's per-launch stream sync; under the
