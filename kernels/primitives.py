@@ -126,6 +126,33 @@ CONTRACT = (
     Op("bilu_sweeps", "bilu_sweeps(lptr, lind, lval, uptr, uind, uval, dinv, x, y)",
        "y = U'^-1 D^-1 L^-1 x by block sweeps (BILU(0) layout of bilu_split, blocks "
        "(nnzb, b, b)); each block row's sums in FP64; dtypes (values, x, y)", keys=_MAT),
+    # --- (Block-)ISAI set-up (mpsolve.precond._pattern, ._localsolve): host, FP64, int64
+    # patterns, BSR blocks (nnzb, b, b).  The local solves take block rows in any order
+    # (grouped by |J_i| inside), gather, solve, check (backward error, ||Mat|| ||X||) and
+    # write each accepted row into out[pptr[i]:pptr[i+1]]; bad[t] = 1 rejected (0 on entry)
+    Op("bsr_from_csr", "bsr_from_csr(indptr, indices, data, b) -> (aptr, aind, adata)",
+       "canonical BSR of canonical CSR A, every diagonal block stored, explicit zeros kept",
+       keys=(("float64",),), host=True),
+    Op("pattern_power", "pattern_power(sptr, sind, power, part) -> (pptr, pind)",
+       "pattern of (S + I)^power, part 0 all / 1 tril / 2 triu, canonical",
+       keys=(("float64",),), host=True),
+    Op("pattern_truncate", "pattern_truncate(pptr, pind, wptr, wind, wdata, power, keep) -> "
+       "(qptr, qind, ntrunc)", "rows wider than keep keep the diagonal and the keep - 1 "
+       "heaviest columns of row i of W^power (ties: lower column)", keys=(("float64",),),
+       host=True),
+    Op("bsr_transpose", "bsr_transpose(pptr, pind, data) -> (tptr, tind, tdata)",
+       "canonical BSR of the transpose, blocks transposed", keys=(("float64",),), host=True),
+    Op("local_lu_solve", "local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, "
+       "bwd_tol, cond_limit, out, bad)", "LU with partial pivoting: A_J^T X = E_pos, "
+       "M[i, J] = X^T; spd: A_J Z = E_pos, G[i, J] = L^-1 Z^T with Z_last = L L^T",
+       keys=(("float64",),), host=True),
+    Op("local_chol_solve", "local_chol_solve(rows, pos, pptr, pind, aptr, aind, adata, "
+       "bwd_tol, cond_limit, out, bad)", "A_J = L L^T, A_J Z = E_pos, G[i, J] = L_z^-1 Z^T "
+       "(FSAI); bad[t] = 2 where A_J is not SPD or the check fails (LU decides those)",
+       keys=(("float64",),), host=True),
+    Op("local_tri_solve", "local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, "
+       "bwd_tol, cond_limit, out, bad)", "A triangular: A_J^T X = E_pos by substitution, "
+       "M[i, J] = X^T", keys=(("float64",),), host=True),
 )
 
 #: The ops a Krylov method may call, bound per solve by :func:`bind_primitives`.

@@ -667,3 +667,319 @@ def ref_bilu_sweeps(lptr, lind, lval, uptr, uind, uval, dinv, x, y):
             acc -= uv[k] @ o[c:c + b]
         o[i * b:(i + 1) * b] = rnd(acc)
     y[:] = o[:n]
+
+
+# =====================================================================================
+# The (Block-)ISAI set-up of the ``reference`` device: patterns (SciPy) and the batched
+# local solves (NumPy on the whole stack of a size group).  The local solves repeat the
+# CPU kernels' arithmetic element for element (right-looking LU with the first largest
+# pivot, left-looking Cholesky, substitution, each sum in index order, no FMA), so the
+# stored ISAI equals the CPU's bit for bit; only the eigenvalue test of FSAI's last
+# block (b > 1) goes through LAPACK here and there.
+# =====================================================================================
+import scipy.sparse as _sp  # noqa: E402
+
+_SYM_RTOL = 64 * np.finfo(np.float64).eps   # the CPU's localsolve.SYM_RTOL
+
+
+@_reg_pc("reference", "bsr_from_csr", _PC_SETUP)
+def ref_bsr_from_csr(indptr, indices, data, b):
+    """Canonical BSR of canonical CSR ``A`` with every diagonal block stored (explicit
+    zeros kept): SciPy's union with zero diagonal blocks, then ``tobsr``."""
+    n = indptr.size - 1
+    nb = n // b
+    C = _sp.csr_matrix((np.asarray(data, np.float64), indices, indptr), shape=(n, n)).tocoo()
+    r = np.repeat(np.arange(n), b)
+    c = np.repeat(np.arange(nb) * b, b * b) + np.tile(np.arange(b), n)
+    S = _sp.csr_matrix((np.concatenate([C.data, np.zeros(n * b)]),
+                        (np.concatenate([C.row, r]), np.concatenate([C.col, c]))),
+                       shape=(n, n))                     # duplicates summed, zeros kept
+    S.sort_indices()
+    B = _sp.bsr_matrix(S, blocksize=(b, b))
+    B.sort_indices()
+    return (B.indptr.astype(np.int64), B.indices.astype(np.int64),
+            np.ascontiguousarray(B.data, dtype=np.float64))
+
+
+@_reg_pc("reference", "pattern_power", _PC_SETUP)
+def ref_pattern_power(sptr, sind, power, part):
+    """Pattern of ``(S + I)^power`` (SciPy products of 0/1 matrices), then
+    ``tril``/``triu`` for ``part`` 1/2."""
+    nb = sptr.size - 1
+    S = _sp.csr_matrix((np.ones(sind.size), sind, sptr), shape=(nb, nb))
+    S = (S + _sp.identity(nb, format="csr")).tocsr()
+    S.data[:] = 1.0
+    P = S
+    for _ in range(int(power) - 1):
+        P = P @ S
+        P.data[:] = 1.0  # pattern only: no cancellation, no overflow
+    if part == 1:
+        P = _sp.tril(P, format="csr")
+    elif part == 2:
+        P = _sp.triu(P, format="csr")
+    P = _sp.csr_matrix(P)
+    P.sort_indices()
+    return P.indptr.astype(np.int64), P.indices.astype(np.int64)
+
+
+@_reg_pc("reference", "pattern_truncate", _PC_SETUP)
+def ref_pattern_truncate(pptr, pind, wptr, wind, wdata, power, keep):
+    """Wide rows keep the diagonal and their heaviest columns in ``W^power`` (SciPy
+    product; stable order: ties keep the lower column)."""
+    nb = pptr.size - 1
+    sizes = np.diff(pptr)
+    wide = np.flatnonzero(sizes > keep)
+    if wide.size == 0:
+        return pptr, pind, 0
+    W = _sp.csr_matrix((wdata, wind, wptr), shape=(nb, nb))
+    P = W
+    for _ in range(int(power) - 1):
+        P = P @ W
+    P = _sp.csr_matrix(P)
+    P.sort_indices()
+    new_sizes = np.minimum(sizes, keep)
+    out_ptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(new_sizes, out=out_ptr[1:])
+    out_ind = np.empty(out_ptr[-1], dtype=np.int64)
+    is_wide = np.zeros(nb, dtype=bool)
+    is_wide[wide] = True
+    for i in range(nb):
+        J = pind[pptr[i]:pptr[i + 1]]
+        if is_wide[i]:
+            cols = P.indices[P.indptr[i]:P.indptr[i + 1]]
+            vals = P.data[P.indptr[i]:P.indptr[i + 1]]
+            w = vals[np.searchsorted(cols, J)]
+            w[J == i] = np.inf                      # the diagonal always stays
+            J = np.sort(J[np.argsort(-w, kind="stable")[:keep]])
+        out_ind[out_ptr[i]:out_ptr[i + 1]] = J
+    return out_ptr, out_ind, int(wide.size)
+
+
+@_reg_pc("reference", "bsr_transpose", _PC_SETUP)
+def ref_bsr_transpose(pptr, pind, data):
+    """Canonical BSR of the (block) transpose, by SciPy."""
+    nb = pptr.size - 1
+    b = data.shape[1]
+    B = _sp.bsr_matrix((data, pind, pptr), shape=(nb * b, nb * b)).transpose().tobsr((b, b))
+    B.sort_indices()
+    return (B.indptr.astype(np.int64), B.indices.astype(np.int64),
+            np.ascontiguousarray(B.data))
+
+
+def _ref_local_stack(rows, pptr, pind, aptr, aind, adata, transpose):
+    """The local matrices of a size group, ``(len(rows), s, s)`` (``A_J`` or ``A_J^T``)."""
+    b = adata.shape[1]
+    m = int(pptr[rows[0] + 1] - pptr[rows[0]])
+    a = np.zeros((rows.size, m * b, m * b))
+    ref_gather_local(rows, pptr, pind, aptr, aind, adata, a)
+    return np.ascontiguousarray(np.swapaxes(a, 1, 2)) if transpose else a
+
+
+def _ref_rhs(pos, s, b):
+    x = np.zeros((pos.size, s, b))
+    for j in range(b):
+        x[np.arange(pos.size), pos * b + j, j] = 1.0
+    return x
+
+
+def _ref_lu(a):
+    """``P A = L U`` in place on the stack (first largest pivot; whole rows swapped)."""
+    B, s, _ = a.shape
+    piv = np.empty((B, s), dtype=np.int64)
+    at = np.arange(B)
+    for k in range(s):
+        p = k + np.argmax(np.abs(a[:, k:, k]), axis=1)
+        piv[:, k] = p
+        rk = a[at, k, :].copy()
+        a[at, k, :] = a[at, p, :]
+        a[at, p, :] = rk
+        lr = a[:, k + 1:, k] / a[:, k, k][:, None]           # l_rk = a_rk / a_kk
+        a[:, k + 1:, k] = lr
+        a[:, k + 1:, k + 1:] -= lr[:, :, None] * a[:, k, None, k + 1:]
+    return piv
+
+
+def _ref_lu_solve(a, piv, x):
+    B, s, _ = a.shape
+    at = np.arange(B)
+    for k in range(s):
+        p = piv[:, k]
+        xk = x[at, k, :].copy()
+        x[at, k, :] = x[at, p, :]
+        x[at, p, :] = xk
+    for r in range(1, s):
+        for c in range(r):
+            x[:, r, :] -= a[:, r, c, None] * x[:, c, :]
+    for r in range(s - 1, -1, -1):
+        for c in range(r + 1, s):
+            x[:, r, :] -= a[:, r, c, None] * x[:, c, :]
+        x[:, r, :] = x[:, r, :] / a[:, r, r, None]
+
+
+def _ref_chol(a):
+    """``A = L L^T`` in place (left-looking); returns the mask where it applies."""
+    B, s, _ = a.shape
+    iu = np.triu_indices(s, 1)
+    up, lo = a[:, iu[0], iu[1]], a[:, iu[1], iu[0]]
+    ok = ~(np.abs(up - lo) > _SYM_RTOL * np.maximum(np.abs(up), np.abs(lo))).any(axis=1)
+    for j in range(s):
+        for k in range(j):
+            a[:, j, j] -= a[:, j, k] * a[:, j, k]
+        d = a[:, j, j]
+        ok &= (d > 0.0) & (d < np.inf)
+        a[:, j, j] = np.sqrt(d)
+        for k in range(j):
+            a[:, j + 1:, j] -= a[:, j + 1:, k] * a[:, j, k, None]
+        a[:, j + 1:, j] = a[:, j + 1:, j] / a[:, j, j, None]
+    return ok
+
+
+def _ref_chol_solve(a, x):
+    s = a.shape[1]
+    for r in range(s):
+        for c in range(r):
+            x[:, r, :] -= a[:, r, c, None] * x[:, c, :]
+        x[:, r, :] = x[:, r, :] / a[:, r, r, None]
+    for r in range(s - 1, -1, -1):
+        for c in range(r + 1, s):
+            x[:, r, :] -= a[:, c, r, None] * x[:, c, :]
+        x[:, r, :] = x[:, r, :] / a[:, r, r, None]
+
+
+def _ref_tri_solve(a, x, upper):
+    s = a.shape[1]
+    for rr in range(s):
+        r = s - 1 - rr if upper else rr
+        for c in (range(r + 1, s) if upper else range(r)):
+            x[:, r, :] -= a[:, r, c, None] * x[:, c, :]
+        x[:, r, :] = x[:, r, :] / a[:, r, r, None]
+
+
+def _ref_check(a0, x, pos, b, bwd_tol, cond_limit, bad):
+    """``bad = 1`` where the solution is rejected (the rule of precond._localsolve)."""
+    B, s, _ = a0.shape
+    sa = np.zeros((B, s))
+    R = np.zeros((B, s, b))
+    for c in range(s):
+        sa += np.abs(a0[:, :, c])
+        R += a0[:, :, c, None] * x[:, c, None, :]
+    for j in range(b):
+        R[np.arange(B), pos * b + j, j] -= 1.0
+    sx = np.zeros((B, s))
+    sr = np.zeros((B, s))
+    for j in range(b):
+        sx += np.abs(x[:, :, j])
+        sr += np.abs(R[:, :, j])
+    cond = sa.max(axis=1) * sx.max(axis=1)
+    bwd = sr.max(axis=1) / (cond + 1.0)
+    fin = np.isfinite(x).all(axis=(1, 2))
+    bad[~(fin & (bwd <= bwd_tol) & (cond <= cond_limit))] = 1
+
+
+def _ref_store(x, rows, pptr, bad, out):
+    B, s, b = x.shape
+    m = s // b
+    for t in np.flatnonzero(bad == 0):
+        out[pptr[rows[t]]:pptr[rows[t]] + m] = x[t].reshape(m, b, b).transpose(0, 2, 1)
+
+
+def _ref_spd_finish_store(x, rows, pptr, cond_limit, bad, out):
+    B, s, b = x.shape
+    m = s // b
+    for t in np.flatnonzero(bad == 0):
+        z = x[t]
+        zl = 0.5 * (z[s - b:, :] + z[s - b:, :].T)
+        w = np.linalg.eigvalsh(zl) if b > 1 else zl[0]
+        if not (w[0] > 0.0) or not (w[0] * cond_limit >= w[-1]):
+            bad[t] = 1
+            continue
+        lt = np.zeros((b, b))
+        for j in range(b):
+            d = zl[j, j]
+            for k in range(j):
+                d -= lt[j, k] * lt[j, k]
+            d = np.sqrt(d)
+            lt[j, j] = d
+            for i in range(j + 1, b):
+                acc = zl[i, j]
+                for k in range(j):
+                    acc -= lt[i, k] * lt[j, k]
+                lt[i, j] = acc / d
+        gi = np.empty((b, s))
+        for u in range(b):
+            acc = z[:, u].copy()
+            for v in range(u):
+                acc -= lt[u, v] * gi[v]
+            gi[u] = acc / lt[u, u]
+        out[pptr[rows[t]]:pptr[rows[t]] + m] = gi.reshape(b, m, b).transpose(1, 0, 2)
+
+
+def _ref_by_size(solve):
+    """Run ``solve`` on each size group of ``rows`` (the stacks need one size)."""
+    def run(rows, pos, pptr, pind, aptr, aind, adata, flag, bwd_tol, cond_limit, out, bad):
+        rows = np.asarray(rows, dtype=np.int64)
+        pos = np.asarray(pos, dtype=np.int64)
+        sizes = pptr[rows + 1] - pptr[rows]
+        for m in np.unique(sizes):
+            t = np.flatnonzero(sizes == m)
+            bt = np.zeros(t.size, dtype=np.int8)
+            solve(rows[t], pos[t], pptr, pind, aptr, aind, adata, flag, bwd_tol, cond_limit,
+                  out, bt)
+            bad[t] = bt
+    run.__doc__ = solve.__doc__
+    return run
+
+
+@_reg_pc("reference", "local_lu_solve", _PC_SETUP)
+@_ref_by_size
+def ref_local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, bwd_tol, cond_limit, out,
+                       bad):
+    """The CPU's ``local_lu_solve`` on the stack of each size group."""
+    b = adata.shape[1]
+    with np.errstate(all="ignore"):
+        a = _ref_local_stack(rows, pptr, pind, aptr, aind, adata, not spd)
+        a0 = a.copy()
+        piv = _ref_lu(a)
+        x = _ref_rhs(pos, a.shape[1], b)
+        _ref_lu_solve(a, piv, x)
+        _ref_check(a0, x, pos, b, bwd_tol, cond_limit, bad)
+        if spd:
+            _ref_spd_finish_store(x, rows, pptr, cond_limit, bad, out)
+        else:
+            _ref_store(x, rows, pptr, bad, out)
+
+
+@_ref_by_size
+def _ref_chol_group(rows, pos, pptr, pind, aptr, aind, adata, _flag, bwd_tol, cond_limit, out,
+                    bad):
+    b = adata.shape[1]
+    with np.errstate(all="ignore"):
+        a = _ref_local_stack(rows, pptr, pind, aptr, aind, adata, False)
+        a0 = a.copy()
+        ok = _ref_chol(a)
+        x = _ref_rhs(pos, a.shape[1], b)
+        _ref_chol_solve(a, x)
+        _ref_check(a0, x, pos, b, bwd_tol, cond_limit, bad)
+        bad[~ok | (bad != 0)] = 2
+        _ref_spd_finish_store(x, rows, pptr, cond_limit, bad, out)
+
+
+@_reg_pc("reference", "local_chol_solve", _PC_SETUP)
+def ref_local_chol_solve(rows, pos, pptr, pind, aptr, aind, adata, bwd_tol, cond_limit, out,
+                         bad):
+    """The CPU's ``local_chol_solve`` on the stack of each size group."""
+    _ref_chol_group(rows, pos, pptr, pind, aptr, aind, adata, None, bwd_tol, cond_limit, out, bad)
+
+
+@_reg_pc("reference", "local_tri_solve", _PC_SETUP)
+@_ref_by_size
+def ref_local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, bwd_tol, cond_limit,
+                        out, bad):
+    """The CPU's ``local_tri_solve`` on the stack of each size group."""
+    b = adata.shape[1]
+    with np.errstate(all="ignore"):
+        a = _ref_local_stack(rows, pptr, pind, aptr, aind, adata, True)
+        x = _ref_rhs(pos, a.shape[1], b)
+        _ref_tri_solve(a, x, bool(lower))
+        _ref_check(a, x, pos, b, bwd_tol, cond_limit, bad)
+        _ref_store(x, rows, pptr, bad, out)

@@ -3,9 +3,11 @@ FSAI, and the checked inverses of diagonal blocks (Block-Jacobi, the fallback ru
 
 Everything here works on a block (BSR) view of ``A`` with block size ``b``
 (:mod:`._pattern`); the point methods are the case ``b = 1``, so point ISAI and
-Block-ISAI share one code path.  The set-up runs on the host in FP64: the
-local matrices are gathered by the ``gather_local`` kernel of the set-up device
-(:func:`mpsolve.kernels.registry.lookup`) and solved with NumPy/LAPACK.
+Block-ISAI share one code path.  The set-up runs on the host in FP64, by the set-up
+kernels of the host device (:func:`mpsolve.kernels.registry.lookup`): the batched
+local solves ``local_lu_solve`` / ``local_chol_solve`` / ``local_tri_solve`` gather,
+factor, solve, check and store each row in one pass (compiled and parallel on the
+CPU, NumPy on the stacks on the ``reference`` device, bit for bit the same).
 
 Local systems
 -------------
@@ -23,11 +25,17 @@ and ``E_i`` the ``b`` columns of the identity at the position of block ``i`` in
   ``G_i A_J G_i^T = L^{-1} Z_last L^{-T} = I`` (for ``b = 1``:
   ``g = z / sqrt(z_last)``, ``diag(G A G^T) = 1``).
 
-Rows are grouped by ``m``; a group's local matrices are gathered into one
-stacked ``(batch, s, s)`` FP64 array by the ``gather_local`` kernel and solved
-with one batched ``np.linalg.solve`` (LAPACK ``getrf/getrs`` per matrix).  Rows with
-``s > max_local`` take the *excess* path: one dense solve each (or a sparse LU
-when ``s`` exceeds :data:`DENSE_EXCESS_MAX`).
+Rows are grouped by ``m`` and solved batched, by the factorisation their systems
+need: ``general`` -- LU with partial pivoting of ``A_J^T``; ``spd`` -- Cholesky of
+``A_J`` (``A_J`` is SPD for SPD ``A``; a system that is not symmetric to
+``SYM_RTOL`` of the kernels, not numerically positive definite, or whose solution is
+rejected, is left to LU, so LU decides exactly as without Cholesky), then the FSAI
+finish above; ``lower`` / ``upper`` (``A`` triangular, ISAI of ILU's factors) -- plain
+substitution, no factorisation.  Flops per system of ``s`` unknowns: LU
+``2/3 s^3``, Cholesky ``1/3 s^3``, plus ``2 s^2 b`` for the solves and ``2 s^2 b``
+for the check (``stats["solve_flops"]``).  Rows with ``s > max_local`` take the
+*excess* path: one dense LAPACK solve each (the ``gather_local`` kernel, then
+``np.linalg.solve``), or a sparse LU when ``s`` exceeds :data:`DENSE_EXCESS_MAX`.
 
 Fallback rule (singular or ill-conditioned local systems)
 --------------------------------------------------------
@@ -49,6 +57,8 @@ definite).  A rejected block row is recorded in ``fallback_rows`` and replaced:
 The result is always finite (asserted before it is stored).
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import scipy.sparse as sp
@@ -170,25 +180,39 @@ def local_solve(aptr, aind, adata, pptr, pind, variant, max_local=None, scalar_c
     aptr, aind, adata : BSR arrays of ``A`` (``adata`` of shape ``(nnzb, b, b)``, FP64)
     pptr, pind : block pattern of ``M`` (sorted; contains the diagonal; for
         ``"spd"`` lower triangular)
-    variant : ``"general"`` (also for triangular ``A``) or ``"spd"``
+    variant : ``"general"``, ``"spd"``, or ``"lower"`` / ``"upper"`` (``A`` lower /
+        upper triangular: ``general`` solved by substitution)
     max_local : largest local system (scalar unknowns) of the batched path
     scalar_csr : ``A`` as scalar CSR (for the excess and least-squares paths;
         built from the BSR arrays when omitted)
-    device : the host device whose ``gather_local`` kernel gathers the local matrices
+    device : the host device whose set-up kernels solve the local systems
 
     Returns
     -------
     data : ``(nnz(pattern), b, b)`` FP64 blocks of ``M`` (or ``G``), all finite
     fallback_rows : sorted int64 array of the block rows that took the fallback rule
-    stats : dict (``groups``, ``batched_rows``, ``excess_rows``)
+    stats : dict (``groups``, ``batched_rows``, ``excess_rows``, ``solve_flops`` of the
+        batched solves, ``stage_times``: seconds of the ``solve`` (gather, factorisation,
+        check and store, fused in the kernels), ``excess`` and ``fallback`` stages)
     """
+    if variant not in ("general", "spd", "lower", "upper"):
+        raise ValueError(f"local_solve: unknown variant {variant!r}")
     with blas_single_thread():
         return _local_solve(aptr, aind, adata, pptr, pind, variant,
                             DEFAULT_MAX_LOCAL if max_local is None else max_local, scalar_csr,
                             device)
 
 
+def _flops(variant, s, b):
+    """Flops of the batched local solves of ``s`` unknowns (factorisation, solves, check)."""
+    s = np.asarray(s, dtype=np.float64)
+    fac = {"general": 2 / 3, "spd": 1 / 3}.get(variant, 0.0) * s**3
+    subst = (2 if variant in ("general", "spd") else 1) * s * s * b
+    return fac + subst + 2 * s * s * b
+
+
 def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, device):
+    t_start = time.perf_counter()
     nb = pptr.size - 1
     b = adata.shape[1]
     out = np.zeros((pind.size, b, b))
@@ -204,44 +228,68 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     if variant == "spd" and np.any(pos != sizes - 1):
         raise ValueError("local_solve: an 'spd' pattern must be lower triangular")
 
+    f64 = ("float64",)
+    if variant == "spd":
+        chol = lookup(device, "local_chol_solve", f64)
+    if variant in ("spd", "general"):
+        lu = lookup(device, "local_lu_solve", f64)
+    else:
+        tri = lookup(device, "local_tri_solve", f64)
     bad_rows = []
     mmax = max(1, int(max_local) // b)
-    groups = 0
-    for m in np.unique(sizes):
-        rows = np.flatnonzero(sizes == m)
-        if m > mmax:
-            continue
-        s = m * b
-        chunk = max(1, _CHUNK_VALUES // (s * s))
-        for c0 in range(0, rows.size, chunk):
-            rr = rows[c0:c0 + chunk]
-            Aloc = gather_local(rr, pptr, pind, aptr, aind, adata, m, device)
-            X, bad = _solve_stack(Aloc, pos[rr], variant, b)
-            _scatter(X[~bad], rr[~bad], pptr, out)
-            bad_rows.append(rr[bad])
-            groups += 1
+    order = np.argsort(sizes, kind="stable")            # rows grouped by |J_i|, ascending
+    rows = order[sizes[order] <= mmax].astype(np.int64)
+    p = pos[rows]
+    bad = np.zeros(rows.size, dtype=np.int8)
+    s_rows = sizes[rows] * b
+    if variant == "spd":
+        chol(rows, p, pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out, bad)
+        retry = np.flatnonzero(bad == 2)                # not SPD, or rejected: LU decides
+        if retry.size:
+            bad2 = np.zeros(retry.size, dtype=np.int8)
+            lu(rows[retry], p[retry], pptr, pind, aptr, aind, adata, True, BWD_TOL, COND_LIMIT,
+               out, bad2)
+            bad[retry] = bad2
+        flops = _flops("spd", s_rows, b).sum() + _flops("general", s_rows[retry], b).sum()
+    elif variant == "general":
+        lu(rows, p, pptr, pind, aptr, aind, adata, False, BWD_TOL, COND_LIMIT, out, bad)
+        flops = _flops(variant, s_rows, b).sum()
+    else:
+        tri(rows, p, pptr, pind, aptr, aind, adata, variant == "lower", BWD_TOL, COND_LIMIT,
+            out, bad)
+        flops = _flops(variant, s_rows, b).sum()
+    bad_rows.append(rows[bad != 0])
+    groups = int(np.count_nonzero(np.diff(s_rows))) + int(s_rows.size > 0)   # sizes
+    t_batched = time.perf_counter()
 
+    dense_variant = "spd" if variant == "spd" else "general"
     excess = np.flatnonzero(sizes > mmax)
     if excess.size and scalar_csr is None:
         scalar_csr = _bsr_to_csr(aptr, aind, adata)
     for i in excess:
-        X, bad = _excess_row(i, aptr, aind, adata, pptr, pind, pos[i], variant, scalar_csr,
-                             device)
+        X, bad = _excess_row(i, aptr, aind, adata, pptr, pind, pos[i], dense_variant,
+                             scalar_csr, device)
         if bad:
             bad_rows.append(np.array([i]))
         else:
             _scatter(X[None], np.array([i]), pptr, out)
+    t_excess = time.perf_counter()
 
     bad_rows = np.sort(np.concatenate(bad_rows)) if bad_rows else np.zeros(0, np.int64)
     if bad_rows.size:
         if scalar_csr is None:
             scalar_csr = _bsr_to_csr(aptr, aind, adata)
         for i in bad_rows:
-            X = _fallback_row(i, aptr, aind, adata, pptr, pind, pos[i], variant, scalar_csr)
+            X = _fallback_row(i, aptr, aind, adata, pptr, pind, pos[i], dense_variant,
+                              scalar_csr)
             _scatter(X[None], np.array([i]), pptr, out)
     if not np.isfinite(out).all():  # pragma: no cover - guarded by the rules above
         raise FloatingPointError("local_solve produced a non-finite entry")
-    stats = dict(groups=groups, batched_rows=int(nb - excess.size), excess_rows=int(excess.size))
+    t_end = time.perf_counter()
+    stats = dict(groups=groups, batched_rows=int(nb - excess.size), excess_rows=int(excess.size),
+                 solve_flops=float(flops),
+                 stage_times=dict(solve=t_batched - t_start, excess=t_excess - t_batched,
+                                  fallback=t_end - t_excess))
     return out, bad_rows.astype(np.int64), stats
 
 

@@ -9,14 +9,25 @@ methods are the case ``b = 1``.
   diagonal included), whole, lower or upper triangular: the pattern of ``M`` (or
   ``G``) in (Block-)ISAI (Anzt, Huckle, Braeckle, Dongarra 2018);
 * :func:`truncate_wide_rows` -- rows of ``S^k`` capped at their heaviest block columns
-  in ``|A|^k``.
+  in ``|A|^k``;
+* :func:`transpose_blocks` -- the block transpose (``G^T`` of FSAI).
+
+The work is done by host set-up kernels (``bsr_from_csr``, ``pattern_power``,
+``pattern_truncate``, ``bsr_transpose``) looked up for the host device the set-up runs
+on: compiled and parallel over rows on the CPU, SciPy on the ``reference`` device.
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["detect_block_size", "to_bsr", "block_pattern", "truncate_wide_rows"]
+from mpsolve.backend import HOST_DEVICE
+from mpsolve.kernels import lookup
+
+__all__ = ["detect_block_size", "to_bsr", "block_pattern", "truncate_wide_rows",
+           "transpose_blocks"]
+
+_F64 = ("float64",)
 
 
 # ----------------------------------------------------------------- block structure
@@ -40,97 +51,70 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95) -> int:
     return detect(sp.csr_matrix(A), candidates=candidates, min_fill=min_fill)
 
 
-def to_bsr(C, b):
+def to_bsr(C, b, device=HOST_DEVICE):
     """``(indptr, indices, data)`` of ``C`` as canonical BSR, data ``(nnzb, b, b)`` FP64.
 
     ``n`` must be a multiple of ``b``.  Every diagonal block is present (missing
-    ones are added as explicit zero blocks, so the patterns below contain them).
+    ones are added as explicit zero blocks, so the patterns below contain them) and
+    every stored entry of ``C`` is kept (explicit zeros too).  Built by the
+    ``bsr_from_csr`` kernel of the host device ``device``.
     """
     n = C.shape[0]
     if n % b:
         raise ValueError(f"block size {b} does not divide n = {n}")
-    nb = n // b
-    # explicit zero diagonal blocks, united with C keeping every structural zero
-    r = np.repeat(np.arange(n), b)
-    c = np.repeat(np.arange(nb) * b, b * b) + np.tile(np.arange(b), n)
-    S = _union_keep_zeros(C, sp.coo_matrix((np.zeros(n * b), (r, c)), shape=C.shape))
-    B = sp.bsr_matrix(S, blocksize=(b, b))
-    B.sort_indices()
-    return (B.indptr.astype(np.int64), B.indices.astype(np.int64),
-            np.ascontiguousarray(B.data, dtype=np.float64))
+    C = sp.csr_matrix(C)
+    if not C.has_canonical_format:
+        C = C.copy()
+        C.sum_duplicates()   # sorted, no duplicates (explicit zeros stay)
+    return lookup(device, "bsr_from_csr", _F64)(C.indptr, C.indices, C.data, b)
 
 
-def _union_keep_zeros(C, Z):
-    """``C + Z`` keeping the structural zeros of both (CSR, FP64)."""
-    C = sp.coo_matrix(C)
-    Z = sp.coo_matrix(Z)
-    r = np.concatenate([C.row, Z.row])
-    c = np.concatenate([C.col, Z.col])
-    v = np.concatenate([C.data.astype(np.float64), Z.data])
-    S = sp.csr_matrix((v, (r, c)), shape=C.shape)  # duplicates summed, zeros kept
-    S.sort_indices()
-    return S
+_PARTS = {"all": 0, "lower": 1, "upper": 2}
 
 
-def block_pattern(indptr, indices, nb, power=1, part="all"):
+def block_pattern(indptr, indices, nb, power=1, part="all", device=HOST_DEVICE):
     """Block pattern of ``S^power`` (``S`` the block graph, diagonal included).
 
     ``part``: ``"all"``, ``"lower"`` (``tril``) or ``"upper"`` (``triu``).
-    Returns canonical ``(indptr, indices)`` (int64, sorted).
+    Returns canonical ``(indptr, indices)`` (int64, sorted); by the ``pattern_power``
+    kernel of the host device ``device`` (symbolic products row by row).
     """
-    S = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(nb, nb))
-    S = (S + sp.identity(nb, format="csr")).tocsr()
-    S.data[:] = 1.0
-    P = S
-    for _ in range(int(power) - 1):
-        P = P @ S
-        P.data[:] = 1.0  # pattern only: no cancellation, no overflow
-    if part == "lower":
-        P = sp.tril(P, format="csr")
-    elif part == "upper":
-        P = sp.triu(P, format="csr")
-    P = sp.csr_matrix(P)
-    P.sort_indices()
-    return P.indptr.astype(np.int64), P.indices.astype(np.int64)
+    indptr = np.asarray(indptr, dtype=np.int64)
+    if indptr.size != nb + 1:
+        raise ValueError(f"block_pattern: indptr has {indptr.size} entries, expected {nb + 1}")
+    return lookup(device, "pattern_power", _F64)(indptr, np.asarray(indices, dtype=np.int64),
+                                                  int(power), _PARTS[part])
 
 
-def truncate_wide_rows(pptr, pind, aptr, aind, adata, power, keep):
+def truncate_wide_rows(pptr, pind, aptr, aind, adata, power, keep, device=HOST_DEVICE):
     """Cap every row of the pattern of ``A^power`` at ``keep`` block columns.
 
     A row that is wider keeps its diagonal and the ``keep - 1`` block columns of
-    largest weight in ``|A|^power`` (``|A|`` the matrix of block Frobenius norms) --
-    the entries of ``A^power`` that can be large, as threshold-based sparse
-    approximate inverses choose them.  Returns ``(pptr, pind, n_truncated)``.
+    largest weight in ``|A|^power`` (``|A|`` the matrix of block Frobenius norms, its
+    diagonal raised by the largest norm) -- the entries of ``A^power`` that can be
+    large, as threshold-based sparse approximate inverses choose them; ties keep the
+    lower column.  ``A`` (BSR) must store every diagonal block (:func:`to_bsr`).
+    Returns ``(pptr, pind, n_truncated)``; by the ``pattern_truncate`` kernel of the
+    host device ``device`` (only the wide rows of ``|A|^power`` are formed).
     """
-    nb = pptr.size - 1
-    sizes = np.diff(pptr)
-    wide = np.flatnonzero(sizes > keep)
-    if wide.size == 0:
+    if not np.any(np.diff(pptr) > keep):
         return pptr, pind, 0
+    nb = aptr.size - 1
     norms = np.sqrt((adata ** 2).sum(axis=(1, 2)))
     top = norms.max() if norms.size and norms.max() > 0 else 1.0
-    norms = norms + 1e-30 * top        # stored zeros keep a (tiny) weight: no entry vanishes
-    W = sp.csr_matrix((norms, aind, aptr), shape=(nb, nb))
-    W = (W + sp.identity(nb, format="csr") * top).tocsr()
-    P = W
-    for _ in range(int(power) - 1):
-        P = P @ W
-    P = sp.csr_matrix(P)
-    P.sort_indices()
-    new_sizes = sizes.copy()
-    new_sizes[wide] = keep
-    out_ptr = np.zeros(nb + 1, dtype=np.int64)
-    np.cumsum(new_sizes, out=out_ptr[1:])
-    out_ind = np.empty(out_ptr[-1], dtype=np.int64)
-    is_wide = np.zeros(nb, dtype=bool)
-    is_wide[wide] = True
-    for i in range(nb):
-        J = pind[pptr[i]:pptr[i + 1]]
-        if is_wide[i]:
-            cols = P.indices[P.indptr[i]:P.indptr[i + 1]]
-            vals = P.data[P.indptr[i]:P.indptr[i + 1]]
-            w = vals[np.searchsorted(cols, J)]
-            w[J == i] = np.inf                      # the diagonal always stays
-            J = np.sort(J[np.argsort(-w, kind="stable")[:keep]])
-        out_ind[out_ptr[i]:out_ptr[i + 1]] = J
-    return out_ptr, out_ind, int(wide.size)
+    w = norms + 1e-30 * top        # stored zeros keep a (tiny) weight: no entry vanishes
+    rows = np.repeat(np.arange(nb), np.diff(aptr))
+    diag = np.flatnonzero(aind == rows)
+    if diag.size != nb:
+        raise ValueError("truncate_wide_rows: A must store every diagonal block (to_bsr)")
+    w[diag] = w[diag] + top
+    return lookup(device, "pattern_truncate", _F64)(pptr, pind, aptr, aind, w, int(power),
+                                                     int(keep))
+
+
+def transpose_blocks(pptr, pind, data, device=HOST_DEVICE):
+    """Canonical BSR ``(tptr, tind, tdata)`` of the (block) transpose, blocks transposed;
+    by the ``bsr_transpose`` kernel of the host device ``device``."""
+    return lookup(device, "bsr_transpose", _F64)(np.asarray(pptr, dtype=np.int64),
+                                                 np.asarray(pind, dtype=np.int64),
+                                                 np.ascontiguousarray(data, dtype=np.float64))

@@ -15,6 +15,7 @@ SpMVs with the casts fused into the kernel.  Point ISAI is Block-ISAI
 """
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -25,7 +26,7 @@ from mpsolve.kernels import lookup
 from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
 from ._localsolve import DEFAULT_MAX_LOCAL, local_solve
-from ._pattern import block_pattern, to_bsr, truncate_wide_rows
+from ._pattern import block_pattern, to_bsr, transpose_blocks, truncate_wide_rows
 from ._util import PreconditionerWarning, rows_text, setup_device
 from .base import Preconditioner
 
@@ -97,30 +98,37 @@ def _transposed(op, b, storage, dtype, accumulate, device):
 
 def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, device, host):
     """Operators of one (Block-)ISAI on ``C``: ``[M]`` or ``[G, G^T]`` (spd), stored on
-    ``device``; the local systems are gathered by the kernel of the host device ``host``."""
+    ``device``; the set-up kernels (patterns, local solves) are those of the host device
+    ``host``.  ``stats["stage_times"]``: seconds of each stage (pattern, solve, excess,
+    fallback, store)."""
+    t0 = time.perf_counter()
     n = C.shape[0]
     Cp = _pad(C, b)
     if variant in ("lower", "upper"):
         Cp = _triangle(Cp, variant)
-    aptr, aind, adata = to_bsr(Cp, b)
+    aptr, aind, adata = to_bsr(Cp, b, device=host)
     nb = aptr.size - 1
     part = {"general": "all", "spd": "lower", "lower": "lower", "upper": "upper"}[variant]
-    pp, pi = block_pattern(aptr, aind, nb, power, part)
+    pp, pi = block_pattern(aptr, aind, nb, power, part, device=host)
     narrowed = 0
     if power > 1:
         # a row whose pattern of A^k is very wide (a dense row or column of A spreads it
         # to thousands of unknowns: memplus has 225 rows above 512 in A^2, up to 6067)
         # would cost O(width^3): it keeps its NARROW_ABOVE heaviest entries of |A|^k
         pp, pi, narrowed = truncate_wide_rows(pp, pi, aptr, aind, adata, power,
-                                              max(1, NARROW_ABOVE // b))
-    data, bad, stats = local_solve(aptr, aind, adata, pp, pi,
-                                   "spd" if variant == "spd" else "general",
+                                              max(1, NARROW_ABOVE // b), device=host)
+    t_pattern = time.perf_counter() - t0
+    data, bad, stats = local_solve(aptr, aind, adata, pp, pi, variant,
                                    max_local=max_local, scalar_csr=Cp, device=host)
+    t1 = time.perf_counter()
     ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what, device)]
     if variant == "spd":
-        tp, ti, td = _transpose_blocks(pp, pi, data)
+        tp, ti, td = transpose_blocks(pp, pi, data, device=host)
         ops.append(_store(tp, ti, td, n, storage, dtype, accumulate, what + " (G^T)", device))
-    stats = dict(stats, pattern_nnz_blocks=int(pi.size), narrowed_rows=narrowed)
+    times = dict(pattern=t_pattern, **stats.pop("stage_times"),
+                 store=time.perf_counter() - t1)
+    stats = dict(stats, pattern_nnz_blocks=int(pi.size), narrowed_rows=narrowed,
+                 stage_times=times)
     return ops, bad, stats
 
 
@@ -144,7 +152,9 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
                                f"{name} of U", device, host)
         ops = opsL + opsU  # out = U_isai (L_isai r)
         bad = np.union1d(badL, badU)
-        stats = {k: stL[k] + stU[k] for k in stL}
+        stats = {k: stL[k] + stU[k] for k in stL if k != "stage_times"}
+        stats["stage_times"] = {k: stL["stage_times"][k] + stU["stage_times"][k]
+                                for k in stL["stage_times"]}
     else:
         ops, bad, stats = _one(C, b, variant, power, max_local, storage, dtype, accumulate, name,
                                device, host)

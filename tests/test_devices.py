@@ -493,7 +493,11 @@ def _kernel_inputs(op, key, rng, n=300):
 _STRUCTURED = {"ilu_sweeps", "diag_positions", "ilu0_factor", "symmetric_mirror", "ilu_split",
                "drop_coupling", "gather_local",
                # block ILU(0): tests/test_block_ilu.py
-               "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps"}
+               "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps",
+               # (Block-)ISAI set-up: tests/test_precond.py (test_isai_pattern_kernels_agree,
+               # test_local_solve_kernels_agree)
+               "bsr_from_csr", "pattern_power", "pattern_truncate", "bsr_transpose",
+               "local_lu_solve", "local_chol_solve", "local_tri_solve"}
 
 
 def _contract_cases():

@@ -1,0 +1,686 @@
+"""Batched small dense solves of the (Block-)ISAI / FSAI local systems on the CPU (Numba).
+
+Each kernel takes the block rows ``rows`` of one *size group* (every ``J_i`` has the
+same ``m`` block columns, ``s = m b`` unknowns), gathers their local matrices from the
+BSR arrays of ``A``, solves them in FP64, checks each solution by the rule of
+:mod:`mpsolve.precond._localsolve` (finite; normwise backward error
+``||Mat X - E||_inf / (||Mat||_inf ||X||_inf + 1) <= bwd_tol``; condition lower bound
+``||Mat||_inf ||X||_inf <= cond_limit``) and writes each accepted block row of ``M``
+(or ``G``) straight into ``out[pptr[i]:pptr[i+1]]`` (``(nnz, b, b)`` blocks).
+``bad[t]`` is set to 1 for a rejected row (``out`` untouched there), 2 where the
+Cholesky kernel leaves the row to LU (the caller retries those with ``local_lu_solve``).
+
+Layout and speed.  Rows are grouped by size; up to :data:`LOCKSTEP_MAX` unknowns the
+systems are processed :data:`LANES` at a time *in lock step*: a group's matrices are
+stored as ``a[r, c, g]`` with the lane ``g`` (one system) the contiguous index, so every
+loop of the factorisation runs over ``g`` -- full SIMD vectors whatever ``s`` is (a
+4 x 4 system vectorises as well as a 100 x 100 one).  Partial pivoting swaps rows per
+lane (``O(s^2)`` scalar moves against the ``O(s^3)`` vectorised update).  Larger systems
+are solved one per iteration, vectorised along their rows.  The groups are spread over
+the threads by their flops.  Per system the arithmetic is exactly that of the textbook
+right-looking LU (``l = a_rk / a_kk``; ``a_rc -= l a_kc``), Cholesky (each entry
+``a_ij - sum_k l_ik l_jk``, ``k`` ascending) and substitution, in a fixed order without
+FMA contraction, in both layouts -- so the NumPy versions of the ``reference`` device
+reproduce it bit for bit.
+
+Flops per system (``s`` unknowns, ``b`` right-hand sides): LU ``2/3 s^3``, Cholesky
+``1/3 s^3``, triangular ``s^2 b``; solves ``2 s^2 b``; the check ``2 s^2 b``.
+"""
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from ..registry import register
+from ._config import JIT
+
+_JIT = dict(JIT, error_model="numpy")   # x / 0 -> inf (flagged by the check), no exception
+#: Cholesky (which reads the lower triangle) is used where ``A_J`` is symmetric to this,
+#: entry by entry, relative; other systems, and any it fails on, are left to LU.
+SYM_RTOL = 64 * np.finfo(np.float64).eps
+_F64 = [("float64",)]
+
+#: Systems per lock-step group (fewer lanes leave the SIMD loops mostly in their
+#: scalar remainders: 16 or 32 lanes ran 20-40% slower here).
+LANES = 64
+#: Largest ``s`` solved in lock step (two ``s x s x LANES`` FP64 buffers per thread: up
+#: to 16 MiB); larger systems are solved one per iteration, vectorised along their rows
+#: (about 30% slower at s = 81..128 on the 2-core AVX2 machine of the issue).
+LOCKSTEP_MAX = 128
+
+
+def lanes(s):
+    """Systems per group for ``s`` unknowns: :data:`LANES`, or 1 above :data:`LOCKSTEP_MAX`."""
+    return LANES if s <= LOCKSTEP_MAX else 1
+
+
+# ----------------------------------------------------------------- gather into lanes
+@njit(**_JIT)
+def _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, where):
+    # a[:, :, g] = A[J, J] (transpose: A[J, J]^T) of block row rows[t0 + g]; a zeroed here.
+    # where: (nb,) int64 scratch, -1 on entry and exit: where[j] = position of j in J.
+    b = adata.shape[1]
+    a[:] = 0.0
+    for g in range(ng):
+        i = rows[t0 + g]
+        j0 = pptr[i]
+        m = pptr[i + 1] - j0
+        for p in range(m):
+            where[pind[j0 + p]] = p
+        for p in range(m):
+            r = pind[j0 + p]
+            k0 = aptr[r]
+            k1 = aptr[r + 1]
+            if b == 1:                                     # (the common case, unrolled)
+                if transpose:
+                    for k in range(k0, k1):
+                        q = where[aind[k]]
+                        if q >= 0:
+                            a[q, p, g] = adata[k, 0, 0]
+                else:
+                    for k in range(k0, k1):
+                        q = where[aind[k]]
+                        if q >= 0:
+                            a[p, q, g] = adata[k, 0, 0]
+                continue
+            for k in range(k0, k1):
+                q = where[aind[k]]
+                if q >= 0:
+                    for u in range(b):
+                        for v in range(b):
+                            if transpose:
+                                a[q * b + v, p * b + u, g] = adata[k, u, v]
+                            else:
+                                a[p * b + u, q * b + v, g] = adata[k, u, v]
+        for p in range(m):
+            where[pind[j0 + p]] = -1
+
+
+@njit(**_JIT)
+def _copy_lanes(a, a0):
+    a0[:] = a
+
+
+@njit(**_JIT)
+def _rhs_lanes(rows, t0, ng, pos, b, x):
+    # x[:, j, g] = column j of E: e at scalar row pos[t0 + g] b + j
+    x[:] = 0.0
+    for g in range(ng):
+        for j in range(b):
+            x[pos[t0 + g] * b + j, j, g] = 1.0
+
+
+# ----------------------------------------------------------------- factorisations
+@njit(**_JIT)
+def _lu_lanes(a, piv, big, ng):
+    # P A = L U in place, right-looking, partial pivoting (first largest |a_rk|, r >= k);
+    # the row interchange moves whole rows (L part included), as LAPACK's getrf.
+    s = a.shape[0]
+    for k in range(s):
+        ak = a[k]
+        col = ak[k]
+        pk = piv[k]
+        for g in range(ng):
+            big[g] = abs(col[g])
+            pk[g] = k
+        for r in range(k + 1, s):
+            cr = a[r, k]
+            for g in range(ng):
+                v = abs(cr[g])
+                if v > big[g]:
+                    big[g] = v
+                    pk[g] = r
+        for g in range(ng):
+            p = pk[g]
+            if p != k:
+                for c in range(s):
+                    t = a[k, c, g]
+                    a[k, c, g] = a[p, c, g]
+                    a[p, c, g] = t
+        d = ak[k]
+        for r in range(k + 1, s):
+            ar = a[r]
+            lr = ar[k]
+            for g in range(ng):
+                lr[g] = lr[g] / d[g]                      # l_rk = a_rk / a_kk
+            for c in range(k + 1, s):
+                arc = ar[c]
+                akc = ak[c]
+                for g in range(ng):
+                    arc[g] -= lr[g] * akc[g]              # a_rc -= l_rk a_kc
+
+
+@njit(**_JIT)
+def _lu_solve_lanes(a, piv, x, ng):
+    # x = U^-1 L^-1 P x for each right-hand side x[:, j, :]
+    s = a.shape[0]
+    nrhs = x.shape[1]
+    for k in range(s):
+        pk = piv[k]
+        for g in range(ng):
+            p = pk[g]
+            if p != k:
+                for j in range(nrhs):
+                    t = x[k, j, g]
+                    x[k, j, g] = x[p, j, g]
+                    x[p, j, g] = t
+    for j in range(nrhs):
+        for r in range(1, s):                              # L y = P e (unit lower)
+            xr = x[r, j]
+            ar = a[r]
+            for c in range(r):
+                arc = ar[c]
+                xc = x[c, j]
+                for g in range(ng):
+                    xr[g] -= arc[g] * xc[g]
+        for r in range(s - 1, -1, -1):                     # U x = y
+            xr = x[r, j]
+            ar = a[r]
+            for c in range(r + 1, s):
+                arc = ar[c]
+                xc = x[c, j]
+                for g in range(ng):
+                    xr[g] -= arc[g] * xc[g]
+            d = ar[r]
+            for g in range(ng):
+                xr[g] = xr[g] / d[g]
+
+
+@njit(**_JIT)
+def _chol_lanes(a, ok, ng):
+    # A = L L^T in place (lower triangle), left-looking:
+    # l_jj = sqrt(a_jj - sum_k l_jk^2), l_ij = (a_ij - sum_k l_ik l_jk) / l_jj  (k < j, in order);
+    # ok[g] = 0 where A is not symmetric to SYM_RTOL or a pivot is not positive and finite.
+    s = a.shape[0]
+    for g in range(ng):
+        ok[g] = 1
+    for r in range(s):
+        for c in range(r + 1, s):
+            u = a[r, c]
+            lo = a[c, r]
+            for g in range(ng):
+                if abs(u[g] - lo[g]) > SYM_RTOL * max(abs(u[g]), abs(lo[g])):
+                    ok[g] = 0
+    for j in range(s):
+        aj = a[j]
+        dj = aj[j]
+        for k in range(j):
+            ljk = aj[k]
+            for g in range(ng):
+                dj[g] -= ljk[g] * ljk[g]
+        for g in range(ng):
+            if not (dj[g] > 0.0 and dj[g] < np.inf):
+                ok[g] = 0
+            dj[g] = np.sqrt(dj[g])
+        for i in range(j + 1, s):
+            ai = a[i]
+            aij = ai[j]
+            for k in range(j):
+                aik = ai[k]
+                ajk = aj[k]
+                for g in range(ng):
+                    aij[g] -= aik[g] * ajk[g]
+            for g in range(ng):
+                aij[g] = aij[g] / dj[g]
+
+
+@njit(**_JIT)
+def _chol_solve_lanes(a, x, ng):
+    # x = L^-T L^-1 x
+    s = a.shape[0]
+    nrhs = x.shape[1]
+    for j in range(nrhs):
+        for r in range(s):                                 # L y = e
+            xr = x[r, j]
+            ar = a[r]
+            for c in range(r):
+                arc = ar[c]
+                xc = x[c, j]
+                for g in range(ng):
+                    xr[g] -= arc[g] * xc[g]
+            d = ar[r]
+            for g in range(ng):
+                xr[g] = xr[g] / d[g]
+        for r in range(s - 1, -1, -1):                     # L^T z = y
+            xr = x[r, j]
+            for c in range(r + 1, s):
+                lcr = a[c, r]
+                xc = x[c, j]
+                for g in range(ng):
+                    xr[g] -= lcr[g] * xc[g]
+            d = a[r, r]
+            for g in range(ng):
+                xr[g] = xr[g] / d[g]
+
+
+@njit(**_JIT)
+def _tri_solve_lanes(a, x, upper, ng):
+    # x = T^-1 x for triangular T (upper: back substitution, else forward)
+    s = a.shape[0]
+    nrhs = x.shape[1]
+    for j in range(nrhs):
+        for rr in range(s):
+            r = s - 1 - rr if upper else rr
+            xr = x[r, j]
+            ar = a[r]
+            c0 = r + 1 if upper else 0
+            c1 = s if upper else r
+            for c in range(c0, c1):
+                arc = ar[c]
+                xc = x[c, j]
+                for g in range(ng):
+                    xr[g] -= arc[g] * xc[g]
+            d = ar[r]
+            for g in range(ng):
+                xr[g] = xr[g] / d[g]
+
+
+# ----------------------------------------------------------------- one system (large s)
+# The same arithmetic per entry as the lock-step versions (each a_rc receives the same
+# updates in the same order), vectorised along the rows instead of across systems.
+@njit(**_JIT)
+def _lu_one(a, piv):
+    s = a.shape[0]
+    for k in range(s):
+        p = k
+        big = abs(a[k, k])
+        for r in range(k + 1, s):
+            v = abs(a[r, k])
+            if v > big:
+                big = v
+                p = r
+        piv[k, 0] = p
+        if p != k:
+            rk = a[k]
+            rp = a[p]
+            for c in range(s):
+                t = rk[c]
+                rk[c] = rp[c]
+                rp[c] = t
+        d = a[k, k]
+        uk = a[k, k + 1:]
+        for r in range(k + 1, s):
+            lr = a[r, k] / d                               # l_rk = a_rk / a_kk
+            a[r, k] = lr
+            ar = a[r, k + 1:]
+            for c in range(ar.size):
+                ar[c] -= lr * uk[c]                        # a_rc -= l_rk a_kc
+
+
+@njit(**_JIT)
+def _lu_solve_one(a, piv, x):
+    s = a.shape[0]
+    nrhs = x.shape[1]
+    for k in range(s):
+        p = piv[k, 0]
+        if p != k:
+            for j in range(nrhs):
+                t = x[k, j, 0]
+                x[k, j, 0] = x[p, j, 0]
+                x[p, j, 0] = t
+    for j in range(nrhs):
+        for r in range(1, s):
+            acc = x[r, j, 0]
+            for c in range(r):
+                acc -= a[r, c] * x[c, j, 0]
+            x[r, j, 0] = acc
+        for r in range(s - 1, -1, -1):
+            acc = x[r, j, 0]
+            for c in range(r + 1, s):
+                acc -= a[r, c] * x[c, j, 0]
+            x[r, j, 0] = acc / a[r, r]
+
+
+@njit(**_JIT)
+def _chol_one(a):
+    # A = U^T U in the upper triangle (U = L^T), right-looking: per entry the same updates
+    # u_ki u_kj (k ascending) as the left-looking lock-step form.  Returns 0 where A is not
+    # symmetric to SYM_RTOL or a pivot is not positive and finite.
+    s = a.shape[0]
+    ok = 1
+    for r in range(s):
+        for c in range(r + 1, s):
+            if abs(a[r, c] - a[c, r]) > SYM_RTOL * max(abs(a[r, c]), abs(a[c, r])):
+                ok = 0
+            a[r, c] = a[c, r]                              # the lower triangle, as in lock step
+    for k in range(s):
+        d = a[k, k]
+        if not (d > 0.0 and d < np.inf):
+            ok = 0
+        d = np.sqrt(d)
+        a[k, k] = d
+        uk = a[k]
+        for j in range(k + 1, s):
+            uk[j] = uk[j] / d
+        for i in range(k + 1, s):
+            uki = uk[i]
+            ai = a[i, i:]
+            ui = uk[i:]
+            for j in range(ai.size):
+                ai[j] -= ui[j] * uki                       # a_ij -= u_kj u_ki
+    return ok
+
+
+@njit(**_JIT)
+def _chol_solve_one(a, x):
+    # x = U^-1 U^-T x  (U = L^T in the upper triangle)
+    s = a.shape[0]
+    nrhs = x.shape[1]
+    for j in range(nrhs):
+        for r in range(s):                                 # L y = e: l_rc = u_cr
+            acc = x[r, j, 0]
+            for c in range(r):
+                acc -= a[c, r] * x[c, j, 0]
+            x[r, j, 0] = acc / a[r, r]
+        for r in range(s - 1, -1, -1):                     # L^T z = y: (L^T)_rc = u_rc
+            acc = x[r, j, 0]
+            for c in range(r + 1, s):
+                acc -= a[r, c] * x[c, j, 0]
+            x[r, j, 0] = acc / a[r, r]
+
+
+# ----------------------------------------------------------------- check and store
+@njit(**_JIT)
+def _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work):
+    # reject (bad = 1) where X is not finite, ||Mat X - E|| / (||Mat|| ||X|| + 1) > bwd_tol
+    # or ||Mat|| ||X|| > cond_limit (infinity norms; every sum in index order).
+    # work: (7, G) scratch; vectorised across the lanes.
+    s = a0.shape[0]
+    nA = work[0]
+    nX = work[1]
+    nR = work[2]
+    sa = work[3]
+    sx = work[4]
+    sr = work[5]
+    acc = work[6]
+    for g in range(ng):
+        nA[g] = 0.0
+        nX[g] = 0.0
+        nR[g] = 0.0
+    for r in range(s):
+        for g in range(ng):
+            sa[g] = 0.0
+            sx[g] = 0.0
+            sr[g] = 0.0
+        ar = a0[r]
+        for c in range(s):
+            arc = ar[c]
+            for g in range(ng):
+                sa[g] += abs(arc[g])
+        for j in range(b):
+            for g in range(ng):
+                acc[g] = 0.0
+            for c in range(s):
+                arc = ar[c]
+                xc = x[c, j]
+                for g in range(ng):
+                    acc[g] += arc[g] * xc[g]              # (Mat X)_rj
+            for g in range(ng):
+                if pos[t0 + g] * b + j == r:
+                    acc[g] -= 1.0                          # - E_rj
+            xr = x[r, j]
+            for g in range(ng):
+                sx[g] += abs(xr[g])
+                sr[g] += abs(acc[g])
+        for g in range(ng):
+            nA[g] = max(nA[g], sa[g])
+            nX[g] = max(nX[g], sx[g])
+            nR[g] = max(nR[g], sr[g])
+    for g in range(ng):
+        fin = True
+        for r in range(s):
+            for j in range(b):
+                if not np.isfinite(x[r, j, g]):
+                    fin = False
+        cond = nA[g] * nX[g]
+        bwd = nR[g] / (cond + 1.0)
+        if not (fin and bwd <= bwd_tol and cond <= cond_limit):
+            bad[t0 + g] = 1
+
+
+@njit(**_JIT)
+def _check_one(a0, x, rows, t0, pos, b, bwd_tol, cond_limit, bad):
+    # _check_lanes for one system (a0: (s, s)), the same sums in the same order
+    s = a0.shape[0]
+    nA = 0.0
+    nX = 0.0
+    nR = 0.0
+    fin = True
+    e = pos[t0] * b
+    for r in range(s):
+        sa = 0.0
+        for c in range(s):
+            sa += abs(a0[r, c])
+        sx = 0.0
+        sr = 0.0
+        for j in range(b):
+            acc = 0.0
+            for c in range(s):
+                acc += a0[r, c] * x[c, j, 0]
+            if e + j == r:
+                acc -= 1.0
+            xv = x[r, j, 0]
+            if not np.isfinite(xv):
+                fin = False
+            sx += abs(xv)
+            sr += abs(acc)
+        nA = max(nA, sa)
+        nX = max(nX, sx)
+        nR = max(nR, sr)
+    cond = nA * nX
+    bwd = nR / (cond + 1.0)
+    if not (fin and bwd <= bwd_tol and cond <= cond_limit):
+        bad[t0] = 1
+
+
+@njit(**_JIT)
+def _store_rows(x, rows, t0, ng, pptr, b, bad, out):
+    # block p of M's row i = X[p b:(p+1) b, :]^T  (X A_J = E_i^T solved as A_J^T X^T = E_i)
+    s = x.shape[0]
+    m = s // b
+    for g in range(ng):
+        if bad[t0 + g] != 0:
+            continue
+        k0 = pptr[rows[t0 + g]]
+        if b == 1:
+            o = out[k0:k0 + m, 0, 0]
+            for p in range(m):
+                o[p] = x[p, 0, g]
+            continue
+        for p in range(m):
+            for u in range(b):
+                for v in range(b):
+                    out[k0 + p, u, v] = x[p * b + v, u, g]
+
+
+@njit(**_JIT)
+def _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out):
+    # FSAI row from Z (A_J Z = E_last): Z_last = L L^T (its symmetric part, SPD with
+    # lambda_max <= cond_limit lambda_min, else bad = 1), G_i = L^-1 Z^T -> out.
+    s = x.shape[0]
+    m = s // b
+    zl = np.empty((b, b))
+    lt = np.empty((b, b))
+    gi = np.empty((b, s))
+    for g in range(ng):
+        if bad[t0 + g] != 0:
+            continue
+        for u in range(b):
+            for v in range(b):
+                zl[u, v] = 0.5 * (x[s - b + u, v, g] + x[s - b + v, u, g])
+        if b == 1:
+            w0 = zl[0, 0]
+            w1 = w0
+        else:
+            w = np.linalg.eigvalsh(zl)
+            w0 = w[0]
+            w1 = w[b - 1]
+        if not (w0 > 0.0) or not (w0 * cond_limit >= w1):
+            bad[t0 + g] = 1
+            continue
+        for j in range(b):                                 # Z_last = L L^T
+            d = zl[j, j]
+            for k in range(j):
+                d -= lt[j, k] * lt[j, k]
+            d = np.sqrt(d)
+            lt[j, j] = d
+            for i in range(j + 1, b):
+                acc = zl[i, j]
+                for k in range(j):
+                    acc -= lt[i, k] * lt[j, k]
+                lt[i, j] = acc / d
+        for u in range(b):                                 # G = L^-1 Z^T
+            for c in range(s):
+                acc = x[c, u, g]
+                for v in range(u):
+                    acc -= lt[u, v] * gi[v, c]
+                gi[u, c] = acc / lt[u, u]
+        k0 = pptr[rows[t0 + g]]
+        for p in range(m):
+            for u in range(b):
+                for v in range(b):
+                    out[k0 + p, u, v] = gi[u, p * b + v]
+
+
+# ----------------------------------------------------------------- the kernels
+_LU, _LU_SPD, _CHOL, _TRI_LOWER, _TRI_UPPER = 0, 1, 2, 3, 4
+
+
+@njit(parallel=True, **_JIT)
+def _solve_groups(kind, rows, pos, gstart, gsize, gs, glanes, cbounds, pptr, pind, aptr, aind,
+                  adata, bwd_tol, cond_limit, out, bad):
+    # group k: rows[gstart[k]:gstart[k] + gsize[k]], all with s = gs[k] unknowns, solved
+    # in lock step on glanes[k] lanes (1: one system, vectorised along its rows); the
+    # chunks cbounds[c]:cbounds[c+1] of groups (about equal flops) run in parallel.
+    b = adata.shape[1]
+    nchunk = cbounds.size - 1
+    nb = pptr.size - 1
+    for ch in prange(nchunk):
+        k0 = cbounds[ch]
+        k1 = cbounds[ch + 1]
+        if k1 <= k0:
+            continue
+        smax = 1
+        gmax = 1
+        for k in range(k0, k1):
+            smax = max(smax, gs[k])
+            gmax = max(gmax, glanes[k])
+        abuf = np.empty(smax * smax * gmax)
+        a0buf = np.empty(smax * smax * gmax)
+        xbuf = np.empty(smax * b * gmax)
+        piv = np.empty((smax, gmax), np.int64)
+        big = np.empty(gmax)
+        ok = np.empty(gmax, np.int8)
+        work = np.empty((7, gmax))
+        where = np.full(nb, -1, dtype=np.int64)
+        for k in range(k0, k1):
+            s = gs[k]
+            t0 = gstart[k]
+            ng = gsize[k]
+            G = glanes[k]
+            a = abuf[:s * s * G].reshape((s, s, G))
+            a0 = a0buf[:s * s * G].reshape((s, s, G))
+            x = xbuf[:s * b * G].reshape((s, b, G))
+            pv = piv[:s, :G]
+            transpose = kind == _LU or kind == _TRI_LOWER or kind == _TRI_UPPER
+            _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, where)
+            _rhs_lanes(rows, t0, ng, pos, b, x)
+            if kind == _TRI_LOWER or kind == _TRI_UPPER:
+                _tri_solve_lanes(a, x, kind == _TRI_LOWER, ng)   # A lower: A_J^T upper
+                _check_lanes(a, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work)
+                _store_rows(x, rows, t0, ng, pptr, b, bad, out)
+                continue
+            _copy_lanes(a, a0)
+            if kind == _CHOL:
+                if G == 1:
+                    a2 = a.reshape((s, s))
+                    ok[0] = _chol_one(a2)
+                    _chol_solve_one(a2, x)
+                else:
+                    _chol_lanes(a, ok, ng)
+                    _chol_solve_lanes(a, x, ng)
+            elif G == 1:
+                a2 = a.reshape((s, s))
+                _lu_one(a2, pv)
+                _lu_solve_one(a2, pv, x)
+            else:
+                _lu_lanes(a, pv, big, ng)
+                _lu_solve_lanes(a, pv, x, ng)
+            if G == 1:
+                _check_one(a0.reshape((s, s)), x, rows, t0, pos, b, bwd_tol, cond_limit, bad)
+            else:
+                _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work)
+            if kind == _CHOL:
+                for g in range(ng):
+                    if ok[g] == 0 or bad[t0 + g] != 0:
+                        bad[t0 + g] = 2                    # LU decides (as without Cholesky)
+            if kind == _LU:
+                _store_rows(x, rows, t0, ng, pptr, b, bad, out)
+            else:
+                _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out)
+
+
+def _run(kind, rows, pos, pptr, pind, aptr, aind, adata, bwd_tol, cond_limit, out, bad):
+    """Group ``rows`` by size (lock-step groups of :data:`LANES`), balance the groups'
+    flops over the threads, solve; ``bad`` in the order of ``rows``."""
+    if rows.size == 0:
+        return
+    b = adata.shape[1]
+    rows = np.asarray(rows, dtype=np.int64)
+    pos = np.asarray(pos, dtype=np.int64)
+    sizes = (pptr[rows + 1] - pptr[rows]) * b
+    if np.all(sizes[1:] >= sizes[:-1]):                # already grouped (local_solve)
+        order, rs, ps, ss = None, rows, pos, sizes
+    else:
+        order = np.argsort(sizes, kind="stable")
+        rs, ps, ss = rows[order], pos[order], sizes[order]
+    first = np.concatenate([[0], np.flatnonzero(ss[1:] != ss[:-1]) + 1])
+    ms = ss[first]
+    last = np.append(first[1:], rows.size)
+    gstart, gsize, gs, gl = [], [], [], []
+    for s, f, e in zip(ms.tolist(), first.tolist(), last.tolist()):
+        G = lanes(s)
+        st = np.arange(f, e, G)
+        gstart.append(st)
+        gsize.append(np.minimum(G, e - st))
+        gs.append(np.full(st.size, s))
+        gl.append(np.full(st.size, G))
+    gstart = np.concatenate(gstart).astype(np.int64)
+    gsize = np.concatenate(gsize).astype(np.int64)
+    gs = np.concatenate(gs).astype(np.int64)
+    gl = np.concatenate(gl).astype(np.int64)
+    cost = np.cumsum(gsize * (gs.astype(np.float64) ** 3 + 8.0 * gs * gs))
+    nchunk = max(1, min(gs.size, 2 * get_num_threads()))
+    cb = np.searchsorted(cost, cost[-1] * np.arange(1, nchunk) / nchunk, side="left") + 1
+    cbounds = np.concatenate([[0], np.minimum(cb, gs.size), [gs.size]]).astype(np.int64)
+    bs = bad if order is None else np.zeros(rows.size, dtype=np.int8)
+    _solve_groups(kind, rs, ps, gstart, gsize, gs, gl, cbounds, pptr, pind, aptr, aind, adata,
+                  float(bwd_tol), float(cond_limit), out, bs)
+    if order is not None:
+        bad[order] = bs
+
+
+@register("cpu", "local_lu_solve", _F64)
+def local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, bwd_tol, cond_limit, out, bad):
+    """LU (partial pivoting) of each local system of ``rows``: ``spd=False``:
+    ``A_J^T X = E_pos`` and ``out[row i] = X^T``; ``spd=True``: ``A_J Z = E_pos`` and the
+    FSAI row ``L^{-1} Z^T`` (``Z_last = L L^T``).  Rejected rows get ``bad[t] = 1`` (see
+    the module docstring)."""
+    _run(_LU_SPD if spd else _LU, rows, pos, pptr, pind, aptr, aind, adata, bwd_tol,
+         cond_limit, out, bad)
+
+
+@register("cpu", "local_chol_solve", _F64)
+def local_chol_solve(rows, pos, pptr, pind, aptr, aind, adata, bwd_tol, cond_limit, out, bad):
+    """Cholesky of each ``A_J`` of ``rows``, ``A_J Z = E_pos``, FSAI row ``L^{-1} Z^T`` ->
+    ``out``.  ``bad[t] = 2`` where ``A_J`` is not symmetric (to :data:`SYM_RTOL`) or not
+    numerically positive definite, or the solution fails the check: LU decides those
+    (``local_lu_solve(spd=True)``); 1 where the FSAI finish rejects ``Z_last``."""
+    _run(_CHOL, rows, pos, pptr, pind, aptr, aind, adata, bwd_tol, cond_limit, out, bad)
+
+
+@register("cpu", "local_tri_solve", _F64)
+def local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, bwd_tol, cond_limit, out,
+                    bad):
+    """Substitution for triangular ``A`` (``lower``: ``A`` lower triangular, so ``A_J^T``
+    is upper): ``A_J^T X = E_pos``, ``out[row i] = X^T``; rejected rows ``bad[t] = 1``."""
+    _run(_TRI_LOWER if lower else _TRI_UPPER, rows, pos, pptr, pind, aptr, aind, adata,
+         bwd_tol, cond_limit, out, bad)

@@ -1,0 +1,367 @@
+"""Sparsity patterns of the (Block-)ISAI set-up on the CPU (Numba): BSR conversion, the
+pattern of ``S^k``, the truncation of wide rows, the block transpose.
+
+All are host set-up ops on FP64 data and int64 indices (``mpsolve.precond._pattern``
+documents the math); the row loops run in parallel over chunks of rows, each chunk
+with its own dense marker / accumulator of ``nb`` entries.
+"""
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from ..registry import register
+from ._config import JIT
+
+_F64 = [("float64",)]
+
+
+def _nchunk(n, per_thread=2):
+    return max(1, min(n, per_thread * get_num_threads()))
+
+
+# ----------------------------------------------------------------- CSR -> BSR
+@njit(parallel=True, **JIT)
+def _bsr_cols(indptr, indices, b, nb, nchunk, bound, tmp, cnt):
+    # sorted distinct block columns of block row I (and I itself) -> tmp[bound[I]:], cnt[I]
+    for ch in prange(nchunk):
+        for I in range(ch * nb // nchunk, (ch + 1) * nb // nchunk):
+            o = bound[I]
+            k = 0
+            for r in range(I * b, I * b + b):
+                last = -1
+                for p in range(indptr[r], indptr[r + 1]):
+                    c = indices[p] // b
+                    if c != last:                      # columns sorted: runs per block
+                        tmp[o + k] = c
+                        k += 1
+                        last = c
+            tmp[o + k] = I
+            k += 1
+            seg = tmp[o:o + k]
+            if b > 1:
+                seg.sort()
+            else:                                      # one sorted row: insert I in place
+                q = k - 1
+                while q > 0 and seg[q - 1] > I:
+                    seg[q] = seg[q - 1]
+                    q -= 1
+                seg[q] = I
+            u = 0
+            for q in range(k):
+                if u == 0 or seg[q] != seg[u - 1]:
+                    seg[u] = seg[q]
+                    u += 1
+            cnt[I] = u
+
+
+@njit(parallel=True, **JIT)
+def _bsr_fill(indptr, indices, data, b, nb, nchunk, bound, tmp, aptr, aind, adata):
+    for ch in prange(nchunk):
+        for I in range(ch * nb // nchunk, (ch + 1) * nb // nchunk):
+            a0 = aptr[I]
+            m = aptr[I + 1] - a0
+            o = bound[I]
+            for q in range(m):
+                aind[a0 + q] = tmp[o + q]
+            for u in range(b):
+                r = I * b + u
+                q = 0
+                for p in range(indptr[r], indptr[r + 1]):
+                    c = indices[p]
+                    cb = c // b
+                    while aind[a0 + q] < cb:
+                        q += 1
+                    adata[a0 + q, u, c - cb * b] = data[p]
+
+
+@njit(parallel=True, **JIT)
+def _all_diagonal(indptr, indices):
+    n = indptr.size - 1
+    missing = 0
+    for i in prange(n):
+        hit = 0
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] == i:
+                hit = 1
+        missing += 1 - hit
+    return missing == 0
+
+
+@register("cpu", "bsr_from_csr", _F64)
+def bsr_from_csr(indptr, indices, data, b):
+    """Canonical BSR ``(aptr, aind, adata)`` of canonical CSR ``A`` (``n`` a multiple of
+    ``b``): sorted block columns, every diagonal block stored (zero where absent), every
+    stored entry of ``A`` kept (explicit zeros too)."""
+    n = indptr.size - 1
+    nb = n // b
+    if b == 1 and _all_diagonal(indptr, indices):       # already canonical BSR: copies
+        return (indptr.astype(np.int64), indices.astype(np.int64),
+                np.array(data, dtype=np.float64).reshape(-1, 1, 1))
+    indptr = np.asarray(indptr, dtype=np.int64)
+    indices = np.asarray(indices, dtype=np.int64)
+    bound = indptr[::b][:nb + 1] + np.arange(nb + 1, dtype=np.int64)
+    tmp = np.empty(int(bound[-1]) if nb else 0, dtype=np.int64)
+    cnt = np.zeros(nb, dtype=np.int64)
+    nch = _nchunk(nb)
+    _bsr_cols(indptr, indices, b, nb, nch, bound, tmp, cnt)
+    aptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(cnt, out=aptr[1:])
+    aind = np.empty(int(aptr[-1]), dtype=np.int64)
+    adata = np.zeros((aind.size, b, b))
+    _bsr_fill(indptr, indices, np.asarray(data, dtype=np.float64), b, nb, nch, bound, tmp, aptr,
+              aind, adata)
+    return aptr, aind, adata
+
+
+# ----------------------------------------------------------------- pattern of S^k
+@njit(**JIT)
+def _product_row(i, pptr, pind, sptr, sind, mark, lst, part):
+    # distinct columns j of row i of P (S + I) (part: 0 all, 1 j <= i, 2 j >= i) -> lst
+    k = 0
+    for p in range(pptr[i], pptr[i + 1]):
+        r = pind[p]
+        for q in range(sptr[r], sptr[r + 1] + 1):
+            j = sind[q] if q < sptr[r + 1] else r          # S + I: the diagonal too
+            if (part == 1 and j > i) or (part == 2 and j < i):
+                continue
+            if mark[j] != i:
+                mark[j] = i
+                lst[k] = j
+                k += 1
+    return k
+
+
+@njit(**JIT)
+def _sorted_into(lst, k, out, o):
+    # out[o:o+k] = sorted(lst[:k]): insertion sort for short rows, else NumPy's sort
+    if k > 48:
+        out[o:o + k] = np.sort(lst[:k])
+        return
+    for p in range(k):
+        v = lst[p]
+        q = o + p
+        while q > o and out[q - 1] > v:
+            out[q] = out[q - 1]
+            q -= 1
+        out[q] = v
+
+
+@njit(parallel=True, **JIT)
+def _product_count(pptr, pind, sptr, sind, part, nchunk, cnt):
+    nb = pptr.size - 1
+    for ch in prange(nchunk):
+        mark = np.full(nb, -1, dtype=np.int64)
+        lst = np.empty(nb, dtype=np.int64)
+        for i in range(ch * nb // nchunk, (ch + 1) * nb // nchunk):
+            cnt[i] = _product_row(i, pptr, pind, sptr, sind, mark, lst, part)
+
+
+@njit(parallel=True, **JIT)
+def _product_fill(pptr, pind, sptr, sind, part, nchunk, qptr, qind):
+    nb = pptr.size - 1
+    for ch in prange(nchunk):
+        mark = np.full(nb, -1, dtype=np.int64)
+        lst = np.empty(nb, dtype=np.int64)
+        for i in range(ch * nb // nchunk, (ch + 1) * nb // nchunk):
+            k = _product_row(i, pptr, pind, sptr, sind, mark, lst, part)
+            _sorted_into(lst, k, qind, qptr[i])
+
+
+@njit(parallel=True, **JIT)
+def _canonical_with_diagonal(sptr, sind):
+    # every row strictly increasing and holding its diagonal?
+    nb = sptr.size - 1
+    bad = 0
+    for i in prange(nb):
+        hit = 0
+        ok = 1
+        for p in range(sptr[i], sptr[i + 1]):
+            if sind[p] == i:
+                hit = 1
+            if p > sptr[i] and sind[p] <= sind[p - 1]:
+                ok = 0
+        bad += 1 - hit * ok
+    return bad == 0
+
+
+@njit(parallel=True, **JIT)
+def _part_count(sptr, sind, part, cnt):
+    for i in prange(sptr.size - 1):
+        k = 0
+        for p in range(sptr[i], sptr[i + 1]):
+            j = sind[p]
+            if not ((part == 1 and j > i) or (part == 2 and j < i)):
+                k += 1
+        cnt[i] = k
+
+
+@njit(parallel=True, **JIT)
+def _part_fill(sptr, sind, part, qptr, qind):
+    for i in prange(sptr.size - 1):
+        k = qptr[i]
+        for p in range(sptr[i], sptr[i + 1]):
+            j = sind[p]
+            if not ((part == 1 and j > i) or (part == 2 and j < i)):
+                qind[k] = j
+                k += 1
+
+
+@register("cpu", "pattern_power", _F64)
+def pattern_power(sptr, sind, power, part):
+    """Canonical pattern ``(pptr, pind)`` of ``(S + I)^power`` restricted to
+    ``part`` (0 all, 1 lower ``j <= i``, 2 upper ``j >= i``); ``S`` square CSR."""
+    nb = sptr.size - 1
+    sptr = np.asarray(sptr, dtype=np.int64)
+    sind = np.asarray(sind, dtype=np.int64)
+    if int(power) == 1 and _canonical_with_diagonal(sptr, sind):   # S + I = S: filter
+        cnt = np.empty(nb, dtype=np.int64)
+        _part_count(sptr, sind, int(part), cnt)
+        qptr = np.zeros(nb + 1, dtype=np.int64)
+        np.cumsum(cnt, out=qptr[1:])
+        qind = np.empty(int(qptr[-1]), dtype=np.int64)
+        _part_fill(sptr, sind, int(part), qptr, qind)
+        return qptr, qind
+    pptr = np.arange(nb + 1, dtype=np.int64)          # P = I
+    pind = np.arange(nb, dtype=np.int64)
+    nch = _nchunk(nb)
+    for t in range(int(power)):
+        pt = int(part) if t == int(power) - 1 else 0
+        cnt = np.empty(nb, dtype=np.int64)
+        _product_count(pptr, pind, sptr, sind, pt, nch, cnt)
+        qptr = np.zeros(nb + 1, dtype=np.int64)
+        np.cumsum(cnt, out=qptr[1:])
+        qind = np.empty(int(qptr[-1]), dtype=np.int64)
+        _product_fill(pptr, pind, sptr, sind, pt, nch, qptr, qind)
+        pptr, pind = qptr, qind
+    return pptr, pind
+
+
+# ----------------------------------------------------------------- truncation
+@njit(parallel=True, **JIT)
+def _truncate(pptr, pind, wptr, wind, wdata, power, keep, wide, qptr, qind, nchunk):
+    nb = pptr.size - 1
+    nw = wide.size
+    for ch in prange(nchunk):
+        acc = np.zeros(nb)
+        nxt = np.zeros(nb)
+        mark = np.full(nb, -1, dtype=np.int64)
+        cur = np.empty(nb, dtype=np.int64)
+        new = np.empty(nb, dtype=np.int64)
+        for t in range(ch * nw // nchunk, (ch + 1) * nw // nchunk):
+            i = wide[t]
+            # row i of W^power: v <- e_i, then v <- v W (power times), sums in the order
+            # of v's entries (for power 2 exactly SciPy's W @ W)
+            nc = 1
+            cur[0] = i
+            acc[i] = 1.0
+            for step in range(power):
+                nn = 0
+                for p in range(nc):
+                    k = cur[p]
+                    vk = acc[k]
+                    for q in range(wptr[k], wptr[k + 1]):
+                        j = wind[q]
+                        if mark[j] != t * (power + 1) + step:
+                            mark[j] = t * (power + 1) + step
+                            nxt[j] = 0.0
+                            new[nn] = j
+                            nn += 1
+                        nxt[j] += vk * wdata[q]
+                for p in range(nc):
+                    acc[cur[p]] = 0.0
+                for p in range(nn):
+                    j = new[p]
+                    acc[j] = nxt[j]
+                    cur[p] = j
+                nc = nn
+            J = pind[pptr[i]:pptr[i + 1]]
+            w = np.empty(J.size)
+            for p in range(J.size):
+                w[p] = -np.inf if J[p] == i else -acc[J[p]]   # the diagonal always stays
+            order = np.argsort(w, kind="mergesort")[:keep]
+            sel = np.sort(order)
+            o = qptr[i]
+            for p in range(keep):
+                qind[o + p] = J[sel[p]]
+            for p in range(nc):
+                acc[cur[p]] = 0.0
+
+
+@njit(parallel=True, **JIT)
+def _copy_rows(pptr, pind, qptr, qind, is_wide, nchunk):
+    nb = pptr.size - 1
+    for ch in prange(nchunk):
+        for i in range(ch * nb // nchunk, (ch + 1) * nb // nchunk):
+            if not is_wide[i]:
+                o = qptr[i]
+                for p in range(pptr[i], pptr[i + 1]):
+                    qind[o + p - pptr[i]] = pind[p]
+
+
+@register("cpu", "pattern_truncate", _F64)
+def pattern_truncate(pptr, pind, wptr, wind, wdata, power, keep):
+    """Rows of the pattern wider than ``keep`` keep the diagonal and the ``keep - 1``
+    columns of largest weight in row ``i`` of ``W^power`` (``W`` CSR, positive values;
+    ties: the lower column).  Returns ``(qptr, qind, n_truncated)``."""
+    nb = pptr.size - 1
+    sizes = np.diff(pptr)
+    is_wide = sizes > keep
+    wide = np.flatnonzero(is_wide).astype(np.int64)
+    if wide.size == 0:
+        return pptr, pind, 0
+    qptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(np.minimum(sizes, keep), out=qptr[1:])
+    qind = np.empty(int(qptr[-1]), dtype=np.int64)
+    nch = _nchunk(nb)
+    _copy_rows(pptr, pind, qptr, qind, is_wide, nch)
+    _truncate(pptr, pind, np.asarray(wptr, np.int64), np.asarray(wind, np.int64),
+              np.asarray(wdata, np.float64), int(power), int(keep), wide, qptr, qind,
+              _nchunk(wide.size, 1))
+    return qptr, qind, int(wide.size)
+
+
+# ----------------------------------------------------------------- transpose
+@njit(parallel=True, **JIT)
+def _transpose_count(pptr, pind, rb, cnt):
+    # cnt[c, j]: entries of column j in the rows rb[c]:rb[c+1]
+    for c in prange(rb.size - 1):
+        for k in range(pptr[rb[c]], pptr[rb[c + 1]]):
+            cnt[c, pind[k]] += 1
+
+
+@njit(parallel=True, **JIT)
+def _transpose_fill(pptr, pind, data, rb, start, tind, tdata):
+    # rows of chunk c go to start[c, j] onwards in column j: rows ascending in every
+    # column of the transpose (chunks are row ranges in order)
+    b = data.shape[1]
+    for c in prange(rb.size - 1):
+        nxt = start[c]
+        for i in range(rb[c], rb[c + 1]):
+            for k in range(pptr[i], pptr[i + 1]):
+                j = pind[k]
+                q = nxt[j]
+                nxt[j] = q + 1
+                tind[q] = i
+                for u in range(b):
+                    for v in range(b):
+                        tdata[q, v, u] = data[k, u, v]
+
+
+@register("cpu", "bsr_transpose", _F64)
+def bsr_transpose(pptr, pind, data):
+    """Canonical BSR of the transpose: ``(tptr, tind, tdata)``, block ``(j, i)`` =
+    ``data[(i, j)]^T``."""
+    nb = pptr.size - 1
+    nch = _nchunk(nb, 1)
+    rb = np.searchsorted(pptr, np.linspace(0, pptr[-1], nch + 1)).astype(np.int64)
+    rb[0], rb[-1] = 0, nb
+    rb = np.minimum(np.maximum.accumulate(rb), nb)
+    cnt = np.zeros((nch, nb), dtype=np.int64)
+    _transpose_count(pptr, pind, rb, cnt)
+    tot = cnt.sum(axis=0)
+    tptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(tot, out=tptr[1:])
+    start = tptr[:-1][None, :] + np.cumsum(cnt, axis=0) - cnt       # per chunk and column
+    tind = np.empty(pind.size, dtype=np.int64)
+    tdata = np.empty_like(data)
+    _transpose_fill(pptr, pind, data, rb, start, tind, tdata)
+    return tptr, tind, tdata
