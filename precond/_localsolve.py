@@ -84,8 +84,8 @@ LS_ACCEPT = 0.9
 DEFAULT_MAX_LOCAL = 256
 #: Excess rows up to this size are solved densely, larger ones by sparse LU.
 DENSE_EXCESS_MAX = 2048
-#: FP64 values per stacked chunk of local matrices (bounds setup memory, 64 MiB).
-_CHUNK_VALUES = 8 * 2**20
+#: ``spd``: rows whose local systems are first tried by Cholesky to choose it or LU.
+_PROBE = 256
 
 
 # ----------------------------------------------------------------- gather
@@ -243,14 +243,24 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     bad = np.zeros(rows.size, dtype=np.int8)
     s_rows = sizes[rows] * b
     if variant == "spd":
-        chol(rows, p, pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out, bad)
+        # Cholesky unless a probe of the rows says A_J is mostly not SPD (a nonsymmetric
+        # A): then LU at once, instead of Cholesky failing and LU again on every row
+        probe = rows[::max(1, rows.size // _PROBE)]
+        pbad = np.zeros(probe.size, dtype=np.int8)
+        chol(probe, pos[probe], pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out, pbad)
+        use_chol = np.count_nonzero(pbad == 2) <= probe.size // 2
+        if use_chol:
+            chol(rows, p, pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out, bad)
+        else:
+            bad[:] = 2
         retry = np.flatnonzero(bad == 2)                # not SPD, or rejected: LU decides
         if retry.size:
             bad2 = np.zeros(retry.size, dtype=np.int8)
             lu(rows[retry], p[retry], pptr, pind, aptr, aind, adata, True, BWD_TOL, COND_LIMIT,
                out, bad2)
             bad[retry] = bad2
-        flops = _flops("spd", s_rows, b).sum() + _flops("general", s_rows[retry], b).sum()
+        flops = (_flops("spd", s_rows, b).sum() if use_chol else 0.0) \
+            + _flops("general", s_rows[retry], b).sum()
     elif variant == "general":
         lu(rows, p, pptr, pind, aptr, aind, adata, False, BWD_TOL, COND_LIMIT, out, bad)
         flops = _flops(variant, s_rows, b).sum()
