@@ -38,18 +38,22 @@ _JIT = dict(JIT, error_model="numpy")   # x / 0 -> inf (flagged by the check), n
 SYM_RTOL = 64 * np.finfo(np.float64).eps
 _F64 = [("float64",)]
 
-#: Systems per lock-step group (fewer lanes leave the SIMD loops mostly in their
-#: scalar remainders: 16 or 32 lanes ran 20-40% slower here).
+#: Systems per lock-step group up to 64 unknowns (fewer lanes leave the SIMD loops
+#: mostly in their scalar remainders), and half as many above (the two ``s x s x lanes``
+#: FP64 buffers of a thread stay within 8 MiB).
 LANES = 64
-#: Largest ``s`` solved in lock step (two ``s x s x LANES`` FP64 buffers per thread: up
-#: to 16 MiB); larger systems are solved one per iteration, vectorised along their rows
-#: (about 30% slower at s = 81..128 on the 2-core AVX2 machine of the issue).
+#: Largest ``s`` solved in lock step; larger systems are solved one per iteration,
+#: vectorised along their rows (about 20-30% slower at s = 81..128 on the 2-core AVX2
+#: machine of the issue).
 LOCKSTEP_MAX = 128
 
 
 def lanes(s):
-    """Systems per group for ``s`` unknowns: :data:`LANES`, or 1 above :data:`LOCKSTEP_MAX`."""
-    return LANES if s <= LOCKSTEP_MAX else 1
+    """Systems per group for ``s`` unknowns: :data:`LANES` (``LANES // 2`` above 64), or
+    1 above :data:`LOCKSTEP_MAX`."""
+    if s > LOCKSTEP_MAX:
+        return 1
+    return LANES if s <= 64 else LANES // 2
 
 
 # ----------------------------------------------------------------- gather into lanes
