@@ -501,6 +501,19 @@ def _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out):
     # lambda_max <= cond_limit lambda_min, else bad = 1), G_i = L^-1 Z^T -> out.
     s = x.shape[0]
     m = s // b
+    if b == 1:                                             # g = z / sqrt(z_last)
+        for g in range(ng):
+            if bad[t0 + g] != 0:
+                continue
+            z = x[s - 1, 0, g]
+            if not (z > 0.0) or not (z * cond_limit >= z):
+                bad[t0 + g] = 1
+                continue
+            d = np.sqrt(0.5 * (z + z))
+            o = out[pptr[rows[t0 + g]]:pptr[rows[t0 + g]] + m, 0, 0]
+            for c in range(s):
+                o[c] = x[c, 0, g] / d
+        return
     zl = np.empty((b, b))
     lt = np.empty((b, b))
     gi = np.empty((b, s))
