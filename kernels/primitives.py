@@ -153,6 +153,10 @@ CONTRACT = (
     Op("local_tri_solve", "local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, "
        "bwd_tol, cond_limit, out, bad)", "A triangular: A_J^T X = E_pos by substitution, "
        "M[i, J] = X^T", keys=(("float64",),), host=True),
+    Op("block_capacity", "block_capacity(indptr, indices, ncols, b) -> int",
+       "sum over the b x b blocks holding a stored entry of their places (a partial last "
+       "block ncols % b wide): nnz / capacity = fill (block size detection)",
+       keys=(("float64",),), host=True),
 )
 
 #: The ops a Krylov method may call, bound per solve by :func:`bind_primitives`.

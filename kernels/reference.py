@@ -983,3 +983,19 @@ def ref_local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, bwd_tol
         _ref_tri_solve(a, x, bool(lower))
         _ref_check(a, x, pos, b, bwd_tol, cond_limit, bad)
         _ref_store(x, rows, pptr, bad, out)
+
+
+@_reg_pc("reference", "block_capacity", _PC_SETUP)
+def ref_block_capacity(indptr, indices, ncols, b):
+    """Places in the ``b x b`` blocks holding a stored entry (partial last block row /
+    column ``ncols % b`` wide), by unique block keys."""
+    m = indptr.size - 1
+    if indices.size == 0:
+        return 0
+    rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(indptr))
+    nbc = -(-int(ncols) // b)
+    keys = np.unique((rows // b) * nbc + np.asarray(indices, np.int64) // b)
+    width = np.full(max(nbc, -(-m // b)), b, dtype=np.int64)
+    if ncols % b:
+        width[nbc - 1] = ncols % b
+    return int((width[keys // nbc] * width[keys % nbc]).sum())

@@ -31,11 +31,13 @@ _F64 = ("float64",)
 
 
 # ----------------------------------------------------------------- block structure
-def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95) -> int:
+def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_DEVICE):
     """The block size of ``A``'s node blocks: :func:`mpsolve.matrices.detect_block_size`.
 
     The largest ``b`` whose ``b x b`` blocks tile the pattern (at least ``min_fill`` of
-    the block-expanded pattern stored; a partial last block allowed), else 1.
+    the block-expanded pattern stored; a partial last block allowed), else 1.  The fill
+    of each candidate is counted by the ``block_capacity`` kernel of the host device
+    ``device`` (one pass over the pattern, no BSR conversion).
 
     Examples
     --------
@@ -46,9 +48,22 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95) -> int:
     >>> detect_block_size(T.tocsr())
     1
     """
-    from mpsolve.matrices.analysis import detect_block_size as detect
-
-    return detect(sp.csr_matrix(A), candidates=candidates, min_fill=min_fill)
+    if not 0 < min_fill <= 1:
+        raise ValueError(f"argument min_fill must lie in (0, 1], got {min_fill}")
+    A = sp.csr_matrix(A)
+    if not A.has_canonical_format:
+        A = A.copy()
+        A.sum_duplicates()
+    m, n = A.shape
+    if A.nnz == 0:
+        return 1
+    kern = lookup(device, "block_capacity", _F64)
+    for b in sorted({int(c) for c in candidates}, reverse=True):
+        if b < 2 or b > min(m, n) or ((m % b or n % b) and m != n):
+            continue
+        if A.nnz >= min_fill * kern(A.indptr, A.indices, n, b):
+            return b
+    return 1
 
 
 def to_bsr(C, b, device=HOST_DEVICE):

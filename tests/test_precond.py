@@ -914,6 +914,27 @@ def test_isai_pattern_kernels_agree(b):
     np.testing.assert_array_equal(sp.bsr_matrix((tc[2], tc[1], tc[0]), shape=A.shape).toarray(), T)
 
 
+def test_block_capacity_kernels_agree_and_detect_block_size():
+    """``block_capacity`` on cpu and reference, and the block size it detects equals
+    :func:`mpsolve.matrices.detect_block_size` (partial last blocks included)."""
+    from mpsolve.matrices import detect_block_size as detect_ref
+    from mpsolve.matrices import elasticity3d
+
+    f64 = ("float64",)
+    E = elasticity3d(3)
+    cases = [E, sp.csr_matrix(E[:-2, :-2]), block3(3, seed=60), random_nonsym(40, 0.1, 61),
+             sp.csr_matrix(sp.kron(poisson2d(3), np.ones((2, 2))))]
+    for A in cases:
+        A = sp.csr_matrix(A)
+        for b in (2, 3, 4, 5):
+            caps = [lookup(dev, "block_capacity", f64)(A.indptr, A.indices, A.shape[1], b)
+                    for dev in ("cpu", "reference")]
+            assert caps[0] == caps[1] >= A.nnz, (b, caps)
+        for fill in (0.5, 0.95, 1.0):
+            assert detect_block_size(A, min_fill=fill) == detect_ref(A, min_fill=fill)
+    assert detect_block_size(E) == 3 and detect_block_size(sp.csr_matrix(E[:-2, :-2])) == 3
+
+
 def _local_problem(b, power, part, seed):
     """BSR ``A`` with a duplicated row, a zero row and a non-symmetric corner, its pattern,
     the diagonal positions; the local systems come in several sizes (``b = 3``: the 27-point

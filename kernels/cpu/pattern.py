@@ -365,3 +365,40 @@ def bsr_transpose(pptr, pind, data):
     tdata = np.empty_like(data)
     _transpose_fill(pptr, pind, data, rb, start, tind, tdata)
     return tptr, tind, tdata
+
+
+# ----------------------------------------------------------------- block size detection
+@njit(parallel=True, **JIT)
+def _block_capacity(indptr, indices, b, width, nchunk):
+    # sum over the distinct b x b blocks (I, J) holding a stored entry of width[I] width[J]
+    m = indptr.size - 1
+    nbr = (m + b - 1) // b
+    nbc = width.size
+    tot = np.zeros(nchunk, dtype=np.int64)
+    for ch in prange(nchunk):
+        mark = np.full(nbc, -1, dtype=np.int64)
+        acc = 0
+        for I in range(ch * nbr // nchunk, (ch + 1) * nbr // nchunk):
+            wi = width[I] if I < nbc else b
+            for r in range(I * b, min(I * b + b, m)):
+                for p in range(indptr[r], indptr[r + 1]):
+                    J = indices[p] // b
+                    if mark[J] != I:
+                        mark[J] = I
+                        acc += wi * width[J]
+        tot[ch] = acc
+    return tot.sum()
+
+
+@register("cpu", "block_capacity", _F64)
+def block_capacity(indptr, indices, ncols, b):
+    """Places in the ``b x b`` blocks (the last block row / column ``ncols % b`` wide when
+    ``b`` does not divide it) that hold a stored entry: ``nnz / capacity`` is the fill of
+    the block-expanded pattern (``mpsolve.matrices.detect_block_size``)."""
+    nbc = -(-int(ncols) // b)
+    width = np.full(nbc, b, dtype=np.int64)
+    if ncols % b:
+        width[-1] = ncols % b
+    m = indptr.size - 1
+    return int(_block_capacity(np.asarray(indptr, np.int64), np.asarray(indices, np.int64), b,
+                               width, _nchunk(-(-m // b))))
