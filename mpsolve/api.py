@@ -216,8 +216,8 @@ def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1
     name = None
     M = precond
     if isinstance(precond, str):
-        name = precond
         M = make_preconditioner(precond, **precond_params)
+        name = getattr(M, "name", precond) if M is not None else precond
     elif precond_params:
         raise TypeError(f"unexpected keyword arguments {sorted(precond_params)} "
                         "(preconditioner parameters need precond=<name>)")

@@ -1,0 +1,330 @@
+"""MC64-style maximum-product transversal with scaling, and a preconditioner wrapper that
+applies any mpsolve preconditioner to the permuted and scaled matrix.
+
+Zero and tiny diagonal entries defeat ILU(0) (zero pivot), Jacobi and ISAI (singular local
+systems) on circuit, chemical-process and MHD matrices (west0479, rajat19, mhd4800a, ...).
+Duff and Koster's MC64 (job 5: *maximum product transversal*; Duff & Koster, "On algorithms
+for permuting large entries to the diagonal of a sparse matrix", SIAM J. Matrix Anal. Appl.
+22(4), 2001, doi:10.1137/S0895479899358443) finds a row permutation that puts large entries
+on the diagonal, and a row and column scaling that makes them 1:
+
+1. costs ``c_ij = log a_j - log|a_ij|`` on the nonzeros, ``a_j = max_k |a_kj|`` (so
+   ``c_ij >= 0``); a perfect matching ``sigma`` (row ``i`` -> column ``sigma(i)``) of minimum
+   total cost maximises ``prod_i |a_{i sigma(i)}|``.  It is SciPy's
+   :func:`scipy.sparse.csgraph.min_weight_full_bipartite_matching` (LAPJVsp), here on the
+   costs ``c_ij + 1`` (every edge positive, so an explicit zero cost is not mistaken for a
+   missing edge; a constant added to every edge changes every perfect matching's cost by
+   ``n``, so the optimum is the same).
+2. SciPy gives no dual variables, so they are computed afterwards: the assignment problem's
+   dual is ``max sum u_i + sum v_j`` subject to ``u_i + v_j <= c_ij``, and complementary
+   slackness on the optimal matching fixes ``v_j = c_{k j} - u_k`` for the row ``k`` matched
+   to ``j``.  The remaining constraints become difference constraints on ``u`` alone,
+   ``u_i <= u_k + (c_ij - c_kj)`` for every nonzero ``(i, j)``, ``k = sigma^-1(j)``: a
+   shortest-path problem whose edges ``k -> i`` have weight ``c_ij - c_kj``, without a
+   negative cycle because the matching is optimal (a negative cycle would be an augmenting
+   cycle that lowers the cost).  ``u = `` the distances from a virtual source joined to
+   every row by a 0 edge, by Bellman--Ford sweeps (vectorised; as many sweeps as the
+   longest shortest path has edges).  Then ``u_i + v_j <= c_ij`` with equality on the
+   matching.
+3. scalings ``r_i = exp(u_i)``, ``s_j = exp(v_j) / a_j``: ``|a_ij| r_i s_j =
+   exp(u_i + v_j - c_ij) <= 1`` with equality on the matching.  With ``perm[j] =
+   sigma^-1(j)`` (the row matched to column ``j``) the matrix
+   ``B = diag(r[perm]) A[perm, :] diag(s)`` has ``|b_jj| = 1`` and ``|b_ij| <= 1``: the
+   property :func:`mc64` guarantees (to a few units of rounding in the exponentials).
+
+Solving with the reordered system: ``A = P^T Dr^-1 B Dc^-1`` (``(P r)_j = r_perm[j]``,
+``Dr = diag(r[perm])``, ``Dc = diag(s)``), so ``A^-1 = Dc B^-1 Dr P`` and a preconditioner
+``M_B ~ B^-1`` gives ``M = Dc M_B Dr P ~ A^-1`` -- the user's ``A``, ``b`` and ``x`` are
+never permuted or scaled, only the preconditioner's input and output are
+(:class:`Reordered`).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import maximum_bipartite_matching, min_weight_full_bipartite_matching
+
+from mpsolve.backend import array_module, to_device
+
+from ._util import rows_text
+from .base import Preconditioner
+
+__all__ = ["mc64", "Reordering", "Reordered", "StructurallySingularError", "REORDERINGS"]
+
+#: Names accepted by ``reorder=``.
+REORDERINGS = ("mc64",)
+
+
+#: The duals are settled once no sweep improves a distance by more than this many units of
+#: ``eps * max|w|`` (a cycle of weight -1e-16 made by rounding is not a negative cycle).
+DUAL_SLACK = 8
+
+
+class StructurallySingularError(ValueError):
+    """``A`` has no perfect matching: no permutation gives a zero-free diagonal (``A`` is
+    singular for every value of its nonzeros).  The message names unmatched rows/columns."""
+
+
+class Reordering:
+    """The result of :func:`mc64`: ``B = diag(row_scale[perm]) A[perm, :] diag(col_scale)``.
+
+    Attributes
+    ----------
+    perm : ndarray of int64
+        ``perm[j]`` is the row of ``A`` placed at row ``j`` (matched to column ``j``).
+    row_scale, col_scale : ndarray of float64
+        ``r`` (indexed by the rows of ``A``) and ``s`` (by its columns).
+    matrix : scipy.sparse.csr_matrix
+        ``B`` (FP64, canonical CSR; explicit zeros of ``A`` dropped).
+    time : float
+        Seconds the matching, the duals and the scaling took.
+    sweeps : int
+        Bellman--Ford sweeps the duals took.
+    """
+
+    def __init__(self, perm, row_scale, col_scale, matrix, seconds, sweeps):
+        self.perm = perm
+        self.row_scale = row_scale
+        self.col_scale = col_scale
+        self.matrix = matrix
+        self.time = seconds
+        self.sweeps = sweeps
+
+
+def _structural_error(P):
+    """The StructurallySingularError for a pattern ``P`` without a perfect matching."""
+    n = P.shape[0]
+    match = maximum_bipartite_matching(P, perm_type="column")   # row i -> column, or -1
+    rows = np.flatnonzero(match < 0)
+    cols = np.setdiff1d(np.arange(n), match[match >= 0])
+    empty_r = np.flatnonzero(np.diff(P.indptr) == 0)
+    empty_c = np.setdiff1d(np.arange(n), P.indices)
+    what = ""
+    if empty_r.size or empty_c.size:
+        what = (f" (empty rows: {rows_text(empty_r) or 'none'}; empty columns: "
+                f"{rows_text(empty_c) or 'none'})")
+    return StructurallySingularError(
+        f"mc64: A is structurally singular: a maximum matching of its nonzeros covers "
+        f"{n - rows.size} of {n} rows; rows {rows_text(rows)} cannot be matched to columns "
+        f"{rows_text(cols)}{what}.  No permutation gives a zero-free diagonal and A is "
+        "singular whatever its values: check the assembly of A")
+
+
+def _bellman_ford(n, src, dst, w):
+    """Shortest distances ``d`` from a virtual source (0 edges to every node) over the
+    edges ``src -> dst`` of weight ``w``: ``d = 0``, then ``d[dst] = min(d[dst], d[src] + w)``
+    per sweep, until nothing changes by more than the rounding of the weights
+    (``DUAL_SLACK`` units of ``eps max|w|``).  Returns ``(d, sweeps)``, or ``(None, n + 1)``
+    on a negative cycle."""
+    slack = DUAL_SLACK * np.finfo(np.float64).eps * max(1.0, float(np.abs(w).max(initial=0)))
+    order = np.argsort(dst, kind="stable")
+    src, dst, w = src[order], dst[order], w[order]
+    heads = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]]) if dst.size else np.zeros(0, int)
+    targets = dst[heads]
+    d = np.zeros(n)
+    for sweep in range(1, n + 2):
+        cand = np.minimum.reduceat(d[src] + w, heads) if dst.size else np.zeros(0)
+        better = cand < d[targets] - slack
+        if not better.any():
+            return d, sweep
+        d[targets[better]] = cand[better]
+    return None, n + 1          # a negative cycle: the matching is not optimal for these costs
+
+
+#: Resolutions of the costs handed to the matching: SciPy's LAPJVsp takes seconds to
+#: minutes on costs with many distinct values (mhd4800a, n = 4800: 23 s on the float
+#: costs, 4 s rounded to 2^-20, 0.03 s to 2^-6), so the matching is found on
+#: ``round(c q) + 1`` for the coarsest ``q`` first.  A matching optimal for the rounded
+#: costs may not be optimal for the exact ones; the exact duals then do not exist (the
+#: Bellman--Ford sweeps meet a negative cycle) and the exact costs are matched (``None``;
+#: on mhd4800a even ``q = 2^20`` was not exact, so no level in between).  The duals are always those of the exact costs, so the
+#: scaled matrix has entries <= 1 exactly as if the matching had used the exact costs.
+QUANTA = (2.0 ** 6, 2.0 ** 20, None)
+
+
+def _match_and_duals(P, rows, cols, cost, q):
+    """The matching on the costs rounded to ``1/q`` (exact for ``q=None``) and the exact
+    duals ``u`` (None when the matching is not optimal for the exact costs)."""
+    n = P.shape[0]
+    W = P if q is None else sp.csr_matrix((np.round(cost * q) + 1.0, P.indices, P.indptr),
+                                          shape=P.shape)
+    try:
+        r_ind, c_ind = min_weight_full_bipartite_matching(W)
+    except ValueError:
+        raise _structural_error(P) from None
+    sigma = np.empty(n, np.int64)
+    sigma[r_ind] = c_ind                                     # row i -> column sigma(i)
+    perm = np.empty(n, np.int64)
+    perm[sigma] = np.arange(n)                               # column j <- row perm[j]
+    # c of the matched entry in each column j: c_{perm[j], j}
+    matched = np.empty(n)
+    is_match = sigma[rows] == cols
+    matched[cols[is_match]] = cost[is_match]
+    # u_i <= u_k + (c_ij - c_kj), k = perm[j]: edges k -> i (the matched ones are 0 loops)
+    off = ~is_match
+    u, sweeps = _bellman_ford(n, perm[cols[off]], rows[off], cost[off] - matched[cols[off]])
+    return perm, matched, u, sweeps
+
+
+def mc64(A) -> Reordering:
+    """Maximum-product transversal and scaling of ``A`` (MC64 job 5; see module docstring).
+
+    Parameters
+    ----------
+    A : sparse matrix (any SciPy format) or ndarray, square
+
+    Returns
+    -------
+    Reordering
+        ``B = diag(r[perm]) A[perm, :] diag(s)`` with ``|b_jj| = 1`` and every ``|b_ij| <= 1``.
+
+    Raises
+    ------
+    StructurallySingularError
+        When no permutation gives a zero-free diagonal (the message names rows and columns
+        left unmatched).
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> from mpsolve.precond import mc64
+    >>> A = sp.csr_matrix(np.array([[0.0, 4.0], [2.0, 1.0]]))
+    >>> R = mc64(A)
+    >>> R.perm.tolist(), np.abs(R.matrix.diagonal()).tolist()
+    ([1, 0], [1.0, 1.0])
+    """
+    t0 = time.perf_counter()
+    C = sp.csr_matrix(A, dtype=np.float64, copy=True)
+    C.sum_duplicates()
+    C.eliminate_zeros()
+    C.sort_indices()
+    n = C.shape[0]
+    if C.shape != (n, n):
+        raise ValueError(f"mc64: A must be square, got shape {C.shape}")
+    if not np.isfinite(C.data).all():
+        raise ValueError("mc64: A has NaN or Inf entries")
+    rows = np.repeat(np.arange(n), np.diff(C.indptr))
+    cols = C.indices.astype(np.int64)
+    mag = np.log(np.abs(C.data))
+    colmax = np.full(n, -np.inf)
+    np.maximum.at(colmax, cols, mag)
+    cost = colmax[cols] - mag                                # c_ij = log a_j - log|a_ij| >= 0
+    P = sp.csr_matrix((cost + 1.0, C.indices, C.indptr), shape=(n, n))
+    if (np.diff(C.indptr) == 0).any() or np.unique(C.indices).size < n:
+        raise _structural_error(P)                           # an empty row or column
+    for q in QUANTA:
+        perm, matched, u, sweeps = _match_and_duals(P, rows, cols, cost, q)
+        if u is not None:
+            break
+    v = matched - u[perm]                                    # v_j = c_kj - u_k
+    r = np.exp(u)
+    s = np.exp(v - colmax)                                   # s_j = exp(v_j) / a_j
+    B = sp.csr_matrix(sp.diags(r[perm]) @ C[perm, :] @ sp.diags(s))
+    # |b_jj| = exp(0) up to the rounding of exp and the products: fold that into the row
+    # scale and divide exactly, so every |b_jj| == 1 to the bit (x / |x| is exact)
+    d = np.abs(B.diagonal())
+    r[perm] /= d
+    B = sp.csr_matrix(sp.diags(1.0 / d) @ B)
+    B.data[B.indices == np.repeat(np.arange(n), np.diff(B.indptr))] = np.sign(B.diagonal())
+    B.sort_indices()
+    return Reordering(perm, r, s, B, time.perf_counter() - t0, sweeps)
+
+
+class Reordered(Preconditioner):
+    """A preconditioner applied to the MC64-permuted and scaled matrix (see module docstring).
+
+    ``M = Dc M_B Dr P``: ``out = s * M_B(r[perm] * row_scale[perm])`` with ``M_B`` the
+    ``inner`` preconditioner set up on ``B = Dr P A Dc``.  The permutation and scalings are
+    applied in FP64 (their range can exceed FP32's on badly scaled matrices); ``M_B`` in its
+    own storage precision.
+
+    Parameters
+    ----------
+    inner : Preconditioner
+        Not set up yet; it is set up on ``B``.
+    reorder : {"mc64"}
+
+    Attributes
+    ----------
+    reordering : Reordering
+        After setup: ``perm``, scalings and ``B``.
+    stats : dict
+        ``reorder_time`` (seconds), ``dual_sweeps``, and the inner preconditioner's stats.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> from mpsolve.precond import ILU0, Reordered
+    >>> A = sp.csr_matrix(np.array([[0.0, 4.0, 0.0], [2.0, 1.0, 0.0], [0.0, 1.0, 3.0]]))
+    >>> M = Reordered(ILU0(dtype="float64")).setup(A)     # ILU(0) of A has a zero pivot
+    >>> bool(np.allclose(M.matvec(A @ np.ones(3)), 1.0))
+    True
+    """
+
+    symmetric = False
+
+    def __init__(self, inner, reorder="mc64", dtype=None):
+        if not isinstance(inner, Preconditioner):
+            raise TypeError(f"Reordered: inner must be an mpsolve preconditioner, got "
+                            f"{type(inner).__name__}")
+        if reorder not in REORDERINGS:
+            raise ValueError(f"reorder={reorder!r}: use one of {list(REORDERINGS)} or None")
+        super().__init__(dtype if dtype is not None else inner._dtype_request)
+        self.inner = inner
+        self.reorder = reorder
+        self.reordering = None
+        self.stats = {}
+        self._buf = {}
+
+    @property
+    def name(self):
+        return f"{self.inner.name}+{self.reorder}"
+
+    def __getattr__(self, key):          # variant, block_size, ... of the inner one
+        if key in ("variant", "block_size", "sparsity_power"):
+            return getattr(self.__dict__.get("inner"), key, None)
+        if key == "variant_reason":
+            return getattr(self.__dict__.get("inner"), key, "") or ""
+        raise AttributeError(key)
+
+    def _setup(self, C, dtype):
+        R = mc64(C)
+        self.reordering = R
+        self.inner.setup_canonical(R.matrix, dtype=dtype, device=self.device, side=self._side)
+        xp = array_module(self.device)
+        self._perm = to_device(R.perm, self.device)
+        self._dr = to_device(R.row_scale[R.perm], self.device)
+        self._dc = to_device(R.col_scale, self.device)
+        self._xp = xp
+        self._buf = {}
+        self.stats = {"reorder": self.reorder, "reorder_time": R.time,
+                      "dual_sweeps": R.sweeps, **dict(getattr(self.inner, "stats", {}) or {})}
+
+    def apply(self, r, out):
+        xp = self._xp
+        n = r.shape[0]
+        t = self._buf.get("t")
+        if t is None:
+            t = self._buf["t"] = xp.empty(n, np.float64)
+            self._buf["z"] = xp.empty(n, np.float64)
+        z = self._buf["z"]
+        if r.dtype == t.dtype:
+            xp.take(r, self._perm, out=t)        # t = P r
+        else:                                    # gather in r's dtype, then widen
+            g = self._buf.get(r.dtype.char)
+            if g is None:
+                g = self._buf[r.dtype.char] = xp.empty(n, r.dtype)
+            xp.take(r, self._perm, out=g)
+            t[:] = g                             # t = P r
+        t *= self._dr                            # t = Dr P r
+        self.inner.apply(t, z)                   # z = M_B t
+        xp.multiply(z, self._dc, out=out)        # out = Dc z
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.inner.nbytes) + 3 * 8 * (self.shape[0] if self.shape else 0)
+
+    def __repr__(self):
+        return f"<Reordered[{self.reorder}] {self.inner!r}>"

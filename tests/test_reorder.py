@@ -1,0 +1,200 @@
+"""MC64 permutation and scaling (precond/_reorder.py), ILUT, and preconditioners wrapped by
+``reorder="mc64"``: exact properties, the caller's ordering, untouched inputs, clear errors."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mpsolve
+from mpsolve.precond import (ILU0, ILUT, ISAI, Jacobi, Reordered, StructurallySingularError,
+                             ZeroPivotError, make_preconditioner, mc64)
+from mpsolve.precond import _reorder
+
+from conftest import COLLECTION, load_collection_matrix
+
+EPS = np.finfo(np.float64).eps
+
+
+def _zero_diagonal(n, seed, spread=6.0):
+    """A random nonsingular matrix with a zero diagonal and entries over ``10^+-spread``:
+    a random permutation of a diagonally strong matrix, rows and columns scaled wildly."""
+    rng = np.random.default_rng(seed)
+    B = sp.random(n, n, density=4.0 / n, random_state=rng, format="csr")
+    B = B + sp.diags(2.0 + rng.random(n))
+    p = np.roll(np.arange(n), 1)                      # a cyclic shift: no fixed point
+    A = sp.csr_matrix(B[p, :])
+    A.setdiag(0.0)
+    A.eliminate_zeros()
+    A = sp.diags(10.0 ** rng.uniform(-spread, spread, n)) @ A \
+        @ sp.diags(10.0 ** rng.uniform(-spread, spread, n))
+    return sp.csr_matrix(A)
+
+
+def _check_properties(A, R):
+    n = A.shape[0]
+    assert sorted(R.perm.tolist()) == list(range(n))
+    B = R.matrix
+    d = B.diagonal()
+    assert np.all(np.abs(d) == 1.0), "the permuted, scaled diagonal is 1 in modulus, exactly"
+    off = (B - sp.diags(d)).tocsr()
+    assert abs(off).max() <= 1.0 + 64 * EPS
+    # B is the documented transformation of A (to rounding)
+    ref = sp.diags(R.row_scale[R.perm]) @ sp.csr_matrix(A)[R.perm, :] @ sp.diags(R.col_scale)
+    assert abs(ref - B).max() <= 4 * EPS
+    assert np.all(R.row_scale > 0) and np.all(R.col_scale > 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mc64_unit_diagonal_and_bounded_entries(seed):
+    A = _zero_diagonal(40 + 10 * seed, seed)
+    assert (A.diagonal() == 0).all()
+    _check_properties(A, mc64(A))
+
+
+def test_mc64_maximises_the_diagonal_product():
+    """Brute force over every permutation of a small dense matrix."""
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        D = rng.standard_normal((6, 6)) * 10.0 ** rng.uniform(-3, 3, (6, 6))
+        D[rng.random((6, 6)) < 0.3] = 0.0
+        np.fill_diagonal(D, 0.0)
+        A = sp.csr_matrix(D)
+        try:
+            R = mc64(A)
+        except StructurallySingularError:
+            continue
+        best = max(np.prod(np.abs(D[list(p), range(6)])) for p in itertools.permutations(range(6)))
+        got = np.prod(np.abs(D[R.perm, range(6)]))
+        assert got == pytest.approx(best, rel=1e-12)
+        _check_properties(A, R)
+
+
+def test_mc64_near_ties_need_the_exact_costs():
+    """Entries within 1/64 in log of each other: the coarse matching may pick either
+    diagonal; the answer must still be the exact optimum with exact duals."""
+    A = sp.csr_matrix(np.array([[1.0, 1.001], [1.002, 1.0]]))
+    R = mc64(A)
+    assert R.perm.tolist() == [1, 0]
+    _check_properties(A, R)
+
+
+def test_mc64_leaves_the_input_alone():
+    A = _zero_diagonal(30, 7)
+    A.sort_indices()
+    before = (A.data.copy(), A.indices.copy(), A.indptr.copy())
+    mc64(A)
+    Reordered(ILUT()).setup(A)
+    assert all(np.array_equal(x, y) for x, y in zip(before, (A.data, A.indices, A.indptr)))
+
+
+def test_mc64_ignores_explicit_zeros():
+    A = sp.csr_matrix(np.array([[0.0, 2.0], [3.0, 0.0]]))
+    A = sp.csr_matrix((np.r_[0.0, A.data, 0.0], np.r_[0, A.indices[0], A.indices[1], 1],
+                       [0, 2, 4]), shape=(2, 2))
+    assert A.nnz == 4
+    R = mc64(A)
+    assert R.perm.tolist() == [1, 0]
+    _check_properties(A, R)
+
+
+@pytest.mark.parametrize("D, rows", [
+    (np.array([[1.0, 2.0, 0.0], [3.0, 4.0, 0.0], [5.0, 6.0, 0.0]]), "empty columns: 2"),
+    (np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [5.0, 6.0, 7.0]]), "empty rows: 1"),
+    (np.array([[1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [3.0, 4.0, 5.0]]), "cannot be matched"),
+])
+def test_structurally_singular_is_named(D, rows):
+    with pytest.raises(StructurallySingularError, match="structurally singular") as err:
+        mc64(sp.csr_matrix(D))
+    assert rows in str(err.value)
+    with pytest.raises(StructurallySingularError):
+        mpsolve.solve(sp.csr_matrix(D), np.ones(3), method="gmres", precond="ilut",
+                      reorder="mc64")
+
+
+def test_reordered_preconditioner_is_m_of_a_in_the_callers_ordering():
+    """With an exact inner solve (ILUT without dropping) M = A^-1 on the user's A."""
+    A = _zero_diagonal(50, 11, spread=3.0)
+    x = np.linspace(-1.0, 2.0, 50)
+    M = make_preconditioner("ilut", reorder="mc64", drop_tol=0.0, fill_factor=50,
+                            dtype="float64").setup(A)
+    assert isinstance(M, Reordered) and M.name == "ilut+mc64"
+    np.testing.assert_allclose(M.matvec(A @ x), x, rtol=1e-9, atol=1e-9)
+    # FP32 input, FP64 output: widened exactly before the permutation and scaling
+    r32 = (A @ x).astype(np.float32)
+    out = np.empty(50)
+    M.apply(r32, out)
+    np.testing.assert_array_equal(out, M.matvec(r32.astype(np.float64)))
+
+
+def test_ilu0_zero_pivot_is_cured_by_mc64():
+    A = _zero_diagonal(60, 5, spread=0.3)
+    b = A @ np.ones(60)
+    with pytest.raises(ZeroPivotError):
+        ILU0().setup(A)
+    Ac, bc = A.copy(), b.copy()
+    res = mpsolve.solve(A, b, method="gmres", precond="ilu0", reorder="mc64", rtol=1e-10,
+                        restart=60, maxiter=50)
+    assert res.converged and res.true_residual <= 1e-10
+    np.testing.assert_allclose(res.x, 1.0, rtol=1e-6)       # the caller's ordering
+    assert abs(A - Ac).max() == 0 and np.array_equal(b, bc)
+    assert res.precond == "ilu0+mc64"
+    assert res.precond_stats["reorder"] == "mc64"
+
+
+@pytest.mark.parametrize("inner", [Jacobi, ISAI])
+def test_any_preconditioner_can_be_reordered(inner):
+    A = _zero_diagonal(40, 2, spread=2.0)
+    if inner is Jacobi:
+        with pytest.raises(ValueError, match="zero diagonal"):
+            Jacobi().setup(A)
+    M = Reordered(inner(dtype="float64")).setup(A)
+    y = M.matvec(np.ones(40))
+    assert np.isfinite(y).all()
+
+
+def test_ilut_pivots_past_a_zero_diagonal_and_is_exact_without_dropping():
+    A = _zero_diagonal(80, 9, spread=1.0)
+    x = np.cos(np.arange(80.0))
+    M = ILUT(drop_tol=0.0, fill_factor=80, dtype="float64").setup(A)
+    np.testing.assert_allclose(M.matvec(A @ x), x, rtol=1e-9, atol=1e-9)
+    M32 = ILUT(drop_tol=0.0, fill_factor=80).setup(A)
+    assert M32.storage_dtype == np.float32
+    assert np.linalg.norm(M32.matvec(A @ x) - x) <= 1e-3 * np.linalg.norm(x)
+
+
+def test_ilut_bad_parameters_and_singular_factor():
+    with pytest.raises(ValueError, match="drop_tol"):
+        ILUT(drop_tol=-1.0)
+    with pytest.raises(ValueError, match="fill_factor"):
+        ILUT(fill_factor=0.5)
+    with pytest.raises(ValueError, match="reorder"):
+        Reordered(ILUT(), reorder="rcm")
+    with pytest.raises(ValueError, match="reorder"):
+        make_preconditioner("none", reorder="mc64")
+
+
+def test_bellman_ford_reports_a_negative_cycle():
+    d, sweeps = _reorder._bellman_ford(2, np.array([0, 1]), np.array([1, 0]),
+                                       np.array([-1.0, -1.0]))
+    assert d is None and sweeps == 3
+
+
+ZERO_DIAGONAL = ["west0479", "west1505", "rajat19", "qh1484", "dw8192"]
+
+
+@pytest.mark.parametrize("name", ZERO_DIAGONAL)
+def test_zero_diagonal_suitesparse_solve_with_mc64_ilut(name):
+    if not (COLLECTION / f"{name}.mtx.gz").exists():
+        pytest.skip(f"{name} not in {COLLECTION}")
+    A = load_collection_matrix(name).tocsr()
+    b = A @ np.ones(A.shape[0])
+    R = mc64(A)
+    _check_properties(A, R)
+    res = mpsolve.solve(A, b, method="gmres", precond="ilut", reorder="mc64", rtol=1e-8,
+                        restart=30, maxiter=167)
+    assert res.converged and res.true_residual <= 1e-8
+    r = b - A @ res.x
+    assert np.linalg.norm(r) <= 1e-8 * np.linalg.norm(b)
