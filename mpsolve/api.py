@@ -170,33 +170,44 @@ gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
      info_note=" (restart cycles)")
 
 
-def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1e-5,
-          atol=0.0, maxiter=None, restart=None, callback=None, escalate=True, side="left",
+def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=1e-5,
+          atol=0.0, maxiter=None, restart=None, callback=None, escalate=True, side=None,
           device=None, **precond_params) -> SolveResult:
     """Solve ``A x = b`` and report everything about the solve.
 
     Parameters
     ----------
-    A, b, x0, rtol, atol, maxiter, callback, precision, escalate, device
-        As in :func:`cg`.
-    method : {'cg', 'gmres', 'bicgstab'}
-    precond : None, str or preconditioner
-        ``None``/``'none'``, a name from :data:`mpsolve.precond.REGISTRY`
-        (``'jacobi'``, ...), a preconditioner object, or any ``M`` accepted by
-        :func:`cg`.
+    A, b, x0, rtol, atol, callback, precision, escalate, device
+        As in :func:`cg`.  With ``"auto"`` and no ``precision``, the policy is chosen
+        too (``'mixed'`` when the values fit FP32, else ``'double'``).
+    method : {'auto', 'cg', 'gmres', 'bicgstab'}
+        ``'auto'`` (default): chosen from a cheap analysis of ``A`` (symmetry, diagonal,
+        dominance, block size, scaling), with fallbacks on breakdown, stagnation or a
+        failed set-up, from the current iterate (:mod:`mpsolve.auto`).  The choices, their
+        reasons and outcomes are in :attr:`SolveResult.choices` and ``summary()``.
+    precond : 'auto', None, str or preconditioner
+        ``'auto'`` (default): chosen with the method.  ``None``/``'none'``, a name from
+        :data:`mpsolve.precond.REGISTRY` (``'jacobi'``, ``'ilu0'``, ``'ilut'``, ...), a
+        preconditioner object, or any ``M`` accepted by :func:`cg`.
+    maxiter : int, optional
+        As in :func:`cg` for a named method and preconditioner; with ``'auto'``: the
+        Krylov iterations of all candidates together (default 5000).
     restart : int, optional
-        GMRES only: Krylov dimension between restarts (default 20).
-    side : {'left', 'right'}
-        GMRES only: preconditioning side (default left, as SciPy and PETSc).
+        GMRES only: Krylov dimension between restarts (default 20; 30 with ``'auto'``).
+    side : {None, 'left', 'right'}
+        GMRES only: preconditioning side (default left, as SciPy and PETSc; right with
+        ``'auto'``).
     **precond_params
-        Passed to the preconditioner's constructor when ``precond`` is a name.
+        Passed to the preconditioner's constructor when ``precond`` is a name;
+        ``reorder='mc64'`` first permutes and scales ``A`` to a unit diagonal
+        (:func:`mpsolve.precond.mc64`) for any preconditioner.
 
     Returns
     -------
     SolveResult
         ``x``, ``info``, ``converged``, ``iterations``, ``residuals``,
         ``true_residual`` (FP64, relative), ``setup_time``, ``solve_time``,
-        ``status``, ``escalations``.  ``x, info = solve(...)`` also works.
+        ``status``, ``escalations``, ``choices``.  ``x, info = solve(...)`` also works.
 
     Examples
     --------
@@ -208,11 +219,23 @@ def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1
     >>> res = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="mixed-eft", rtol=1e-10)
     >>> res.converged, res.true_residual <= 1e-10
     (True, True)
+    >>> res = mpsolve.solve(A, b, rtol=1e-10)          # method and preconditioner chosen
+    >>> res.converged, res.method, res.choices[0].precond
+    (True, 'cg', 'ilu0')
     """
     from .precond import make_preconditioner
 
+    if method == "auto" or (isinstance(precond, str) and precond == "auto"):
+        from .auto import auto_solve
+
+        if method not in ("auto",) + tuple(BODIES):
+            raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
+        return auto_solve(solve, A, b, x0, method=method, precond=precond, precision=precision,
+                          rtol=rtol, atol=atol, maxiter=maxiter, restart=restart,
+                          callback=callback, escalate=escalate, side=side, device=device,
+                          **precond_params)
     if method not in BODIES:
-        raise ValueError(f"method={method!r}: choose one of {list(BODIES)}")
+        raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
     name = None
     M = precond
     if isinstance(precond, str):
@@ -225,7 +248,7 @@ def solve(A, b, x0=None, *, method="gmres", precond=None, precision=None, rtol=1
         return _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter,
                              M=M, callback=callback, callback_type="x" if callback else None,
                              precision=precision, escalate=escalate, precond_name=name,
-                             side=side, device=device)
+                             side=side or "left", device=device)
     if restart is not None:
         warnings.warn(f"restart is a GMRES option; ignored by method={method!r}", stacklevel=2)
     return run(method, BODIES[method], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,

@@ -33,12 +33,17 @@ def _add_solver_options(p):
     from .precision import PRESETS
     from .precond import REGISTRY
 
-    p.add_argument("--method", default="gmres", choices=["cg", "gmres", "bicgstab"],
-                   help="Krylov method (default: gmres)")
-    p.add_argument("--precond", default="none", choices=["none"] + sorted(REGISTRY),
-                   help="preconditioner (default: none)")
-    p.add_argument("--precision", default="double", choices=sorted(PRESETS),
-                   help="precision policy (default: double)")
+    p.add_argument("--method", default="auto", choices=["auto", "cg", "gmres", "bicgstab"],
+                   help="Krylov method (default: auto -- chosen from an analysis of A, with "
+                        "fallbacks; the summary says what was chosen and why)")
+    p.add_argument("--precond", default="auto", choices=["auto", "none"] + sorted(REGISTRY),
+                   help="preconditioner (default: auto, chosen with the method)")
+    p.add_argument("--reorder", default=None, choices=["mc64"],
+                   help="permute and scale A to a unit diagonal before setting up the "
+                        "preconditioner (MC64; for zero or tiny diagonal entries)")
+    p.add_argument("--precision", default=None, choices=sorted(PRESETS),
+                   help="precision policy (default: chosen with auto -- mixed when the "
+                        "values fit FP32 -- else double)")
     p.add_argument("--rtol", type=float, default=1e-8, help="relative tolerance (default 1e-8)")
     p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default 0)")
     p.add_argument("--maxiter", type=int, default=None,
@@ -61,12 +66,15 @@ def precond_params(args, method):
     from ._params import accepted_params
     from .precond import REGISTRY
 
-    if args.precond == "none":
+    if args.precond in ("none", "auto"):
         return {}
     variant = args.variant if args.variant is not None else ("spd" if method == "cg" else None)
-    return accepted_params(REGISTRY[args.precond], {
+    params = accepted_params(REGISTRY[args.precond], {
         "block_size": args.block_size, "sparsity_power": args.sparsity_power,
         "variant": variant})
+    if getattr(args, "reorder", None):
+        params["reorder"] = args.reorder
+    return params
 
 
 def cmd_solve(args):
@@ -81,7 +89,12 @@ def cmd_solve(args):
     else:
         b = A @ np.ones(n)
         rhs_text = "A @ ones (default)"
-    res = solve(A, b, method=args.method, precond=args.precond, precision=args.precision,
+    if args.reorder and args.precond in ("auto", "none"):
+        raise ValueError(f"--reorder {args.reorder} needs --precond NAME (auto chooses its own "
+                         "reordering)")
+    auto = "auto" in (args.method, args.precond)
+    res = solve(A, b, method=args.method, precond=args.precond,
+                precision=args.precision if (args.precision or auto) else "double",
                 rtol=args.rtol, atol=args.atol, maxiter=args.maxiter, restart=args.restart,
                 escalate=not args.no_escalate, device=args.device,
                 **precond_params(args, args.method))

@@ -6,10 +6,13 @@ from typing import List, Optional
 
 import numpy as np
 
-__all__ = ["SolveResult", "Escalation", "BREAKDOWNS", "USER_STOP", "status_text", "wants_stop"]
+__all__ = ["SolveResult", "Escalation", "BREAKDOWNS", "USER_STOP", "AUTO_FAILED", "status_text",
+           "wants_stop"]
 
 #: ``info`` of a solve stopped by its callback (which returned ``True``) short of the tolerance.
 USER_STOP = -15
+#: ``info`` of an automatic solve none of whose candidates could even be set up.
+AUTO_FAILED = -16
 
 #: Negative ``info`` codes, one per breakdown.  -10 and -11 are SciPy's BiCGSTAB codes.
 BREAKDOWNS = {
@@ -21,6 +24,8 @@ BREAKDOWNS = {
     -14: "a NaN or Inf appeared in the iteration (overflow in the working precision, or a "
          "preconditioner that produced non-finite values)",
     USER_STOP: "stopped by the callback (it returned True) before the tolerance was met",
+    AUTO_FAILED: "method/precond 'auto': no candidate could be set up (each one's error is in "
+                 "SolveResult.choices)",
 }
 
 
@@ -81,6 +86,14 @@ class SolveResult:
         set-up time per stage in ``stage_times`` (seconds), local-system counts,
         fallback rows.
     method : str
+    choices : list of mpsolve.auto.Choice
+        ``method``/``precond`` ``"auto"``: every candidate considered, in order, with the
+        reason it was chosen and its outcome (converged, set-up failed, breakdown,
+        stagnated, budget share spent, not tried).  Empty otherwise.
+    analysis : dict
+        ``"auto"``: what the analysis of ``A`` found (:class:`mpsolve.auto.Analysis`).
+    analysis_time : float
+        Seconds the analysis took (included in ``setup_time``).
     """
 
     x: np.ndarray
@@ -100,6 +113,9 @@ class SolveResult:
     precond_nbytes: int = 0
     precond_detail: str = ""
     precond_stats: dict = field(default_factory=dict)
+    choices: list = field(default_factory=list)
+    analysis: dict = field(default_factory=dict)
+    analysis_time: float = 0.0
 
     @property
     def converged(self) -> bool:
@@ -134,6 +150,16 @@ class SolveResult:
                 f"{k} {v:.4f} s" for k, v in stages.items()))
         for e in self.escalations:
             lines.append(f"escalation  {e}")
+        if self.analysis:
+            a = self.analysis
+            kind = ("symmetric" if a["symmetric"] else "nonsymmetric") + \
+                (", positive diagonal" if a["positive_diagonal"] else "")
+            lines.append(f"analysis    {kind}; {a['zero_diagonal']} zero, {a['tiny_diagonal']} "
+                         f"tiny diagonal entries; {100 * a['dominant_rows']:.0f}% rows "
+                         f"diagonally dominant; block size {a['block_size']}; values over "
+                         f"1e{a['value_range']:.0f} ({self.analysis_time * 1e3:.1f} ms)")
+        for i, c in enumerate(self.choices):
+            lines.append(f"choice {i + 1}    {c}")
         return "\n".join(lines)
 
 

@@ -222,7 +222,7 @@ def test_solve_result_fields():
 def test_nonconvergence_reports_positive_info():
     A = problem("poisson2d")
     b = np.ones(A.shape[0])
-    res = mpsolve.solve(A, b, method="cg", maxiter=3, rtol=1e-12)
+    res = mpsolve.solve(A, b, method="cg", maxiter=3, rtol=1e-12, precond=None)
     assert res.info == 3 and not res.converged
     assert "not converged" in res.status
 

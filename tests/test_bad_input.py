@@ -100,9 +100,9 @@ def test_fp32_overflow_detected_before_the_solve():
     A = (A0 * 1e39).tocsr()  # fits FP64, not FP32
     b = A @ B0
     with pytest.raises(PrecisionRangeError, match="exceed the float32 range"):
-        mpsolve.solve(A, b, method="cg", precision="single", escalate=False)
+        mpsolve.solve(A, b, method="cg", precision="single", escalate=False, precond=None)
     # with escalation the solve moves on to FP64 storage and says why
-    res = mpsolve.solve(A, b, method="cg", precision="single", rtol=1e-8)
+    res = mpsolve.solve(A, b, method="cg", precision="single", rtol=1e-8, precond=None)
     assert res.converged
     assert res.escalations and "range" in res.escalations[0].reason
 
@@ -113,7 +113,7 @@ def test_fp32_underflow_detected():
     D[0] = 1e-50
     A = (sp.diags(D) @ A0).tocsr()  # row 0 ~ 4e-50: it would become a zero row
     with pytest.raises(PrecisionRangeError, match="underflow"):
-        mpsolve.solve(A, A @ B0, method="gmres", precision="single", escalate=False)
+        mpsolve.solve(A, A @ B0, method="gmres", precision="single", escalate=False, precond=None)
 
 
 def test_fp32_negligible_underflow_is_flushed():
@@ -122,7 +122,7 @@ def test_fp32_negligible_underflow_is_flushed():
     A = A0.copy().tolil()
     A[0, 7] = A[7, 0] = 1e-50
     A = A.tocsr()
-    r = mpsolve.solve(A, A @ B0, method="cg", precision="single", rtol=1e-5, escalate=False)
+    r = mpsolve.solve(A, A @ B0, method="cg", precision="single", rtol=1e-5, escalate=False, precond=None)
     assert r.converged
 
 
@@ -135,7 +135,7 @@ def test_linear_operator_with_matrix_preconditioner_needs_entries():
 
 def test_unknown_method_and_preconditioner():
     with pytest.raises(ValueError, match="method"):
-        mpsolve.solve(A0, B0, method="minres")
+        mpsolve.solve(A0, B0, method="minres", precond=None)
     with pytest.raises(ValueError, match="preconditioner"):
         mpsolve.solve(A0, B0, method="cg", precond="amg-magic")
 

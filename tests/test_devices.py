@@ -84,11 +84,11 @@ def test_reference_device_matches_cpu(method, A, prec):
     out = {}
     for dev in HOST_DEVICES:
         out[dev] = mpsolve.solve(A, b, method=method, precision=prec, rtol=rtol, maxiter=2000,
-                                 device=dev)
+                                 device=dev, precond=None)
     c, r = out["cpu"], out["reference"]
     assert c.info == r.info
     ok, spread = _within_noise(r.iterations, lambda bb: mpsolve.solve(
-        A, bb, method=method, precision=prec, rtol=rtol, maxiter=2000).iterations, b)
+        A, bb, method=method, precision=prec, rtol=rtol, maxiter=2000, precond=None).iterations, b)
     assert ok, (r.iterations, spread)
     assert type(r.x) is np.ndarray and r.x.dtype == c.x.dtype
     for res in (c, r):
@@ -217,7 +217,7 @@ def test_workspace_holds_no_vector_twice(monkeypatch):
     made = _capture_workspaces(monkeypatch)
     A = convection_diffusion2d(24)
     b = A @ np.ones(A.shape[0])
-    res = mpsolve.solve(A, b, method="gmres", restart=5, rtol=1e-10, maxiter=500)
+    res = mpsolve.solve(A, b, method="gmres", restart=5, rtol=1e-10, maxiter=500, precond=None)
     assert res.restarts >= 10
     (ws,) = made
     assert sum(1 for k in ws._arrays if k[0] == "V") == 1
@@ -234,7 +234,7 @@ def test_callback_returning_true_stops_the_solve(method):
         return len(seen) >= 3
 
     kw = {"restart": 5} if method == "gmres" else {}
-    res = mpsolve.solve(A, b, method=method, rtol=1e-12, callback=stop_after_3, **kw)
+    res = mpsolve.solve(A, b, method=method, rtol=1e-12, callback=stop_after_3, **kw, precond=None)
     assert res.info == mpsolve.result.USER_STOP == -15
     assert len(seen) == 3
     assert "callback" in res.status
@@ -247,7 +247,7 @@ def test_callback_returning_true_stops_the_solve(method):
 def test_callback_stop_after_convergence_reports_success():
     A = poisson2d(10)
     b = A @ np.ones(A.shape[0])
-    res = mpsolve.solve(A, b, method="cg", rtol=1e-6, callback=lambda xk: True, maxiter=1)
+    res = mpsolve.solve(A, b, method="cg", rtol=1e-6, callback=lambda xk: True, maxiter=1, precond=None)
     assert res.info in (0, -15)
     assert (res.info == 0) == (res.true_residual <= 1e-6)
 
@@ -255,10 +255,10 @@ def test_callback_stop_after_convergence_reports_success():
 def test_gmres_reports_restarts():
     A = convection_diffusion2d(20)
     b = A @ np.ones(A.shape[0])
-    res = mpsolve.solve(A, b, method="gmres", restart=10, rtol=1e-8)
+    res = mpsolve.solve(A, b, method="gmres", restart=10, rtol=1e-8, precond=None)
     assert res.info == 0
     assert res.restarts == -(-res.iterations // 10) - 1
-    assert mpsolve.solve(poisson2d(10), np.ones(100), method="cg").restarts == 0
+    assert mpsolve.solve(poisson2d(10), np.ones(100), method="cg", precond=None).restarts == 0
 
 
 # ----------------------------------------------------------------- device-neutral core
@@ -309,7 +309,8 @@ _LAYERS = [
               "mpsolve/operator.py", "mpsolve/precision.py", "mpsolve/_params.py", "matrices"]),
     ("precond", ["precond"]),
     ("solve", ["mpsolve/_system.py", "mpsolve/driver.py", "mpsolve/refine.py",
-               "mpsolve/krylov", "mpsolve/result.py", "mpsolve/api.py", "mpsolve/__init__.py"]),
+               "mpsolve/krylov", "mpsolve/result.py", "mpsolve/api.py", "mpsolve/__init__.py",
+               "mpsolve/auto.py"]),
     ("face", ["mpsolve/cli.py", "mpsolve/petsc.py", "mpsolve/__main__.py", "bench"]),
 ]
 

@@ -60,8 +60,8 @@ def test_escalation_ladder_ends_in_fp64_compensated():
 def test_default_precision_follows_the_data():
     A = poisson3d(6)
     b = A @ np.ones(A.shape[0])
-    assert mpsolve.solve(A, b, method="cg").precision == "double"
-    assert mpsolve.solve(A.astype(np.float32), b.astype(np.float32), method="cg").precision == "single"
+    assert mpsolve.solve(A, b, method="cg", precond=None).precision == "double"
+    assert mpsolve.solve(A.astype(np.float32), b.astype(np.float32), method="cg", precond=None).precision == "single"
 
 
 # ----------------------------------------------------------------- problem sets
@@ -130,7 +130,7 @@ def test_mixed_and_eft_reach_fp64_accuracy_where_double_does(name, A, table):
 def test_single_stagnation_escalates_with_reason():
     A = poisson3d(20)
     b = A @ np.ones(A.shape[0])
-    r = mpsolve.solve(A, b, method="cg", precision="single", rtol=1e-10)
+    r = mpsolve.solve(A, b, method="cg", precision="single", rtol=1e-10, precond=None)
     assert r.converged and r.true_residual <= 1e-10
     assert r.escalations[0].from_precision == "single"
     assert "floor" in r.escalations[0].reason
@@ -148,11 +148,11 @@ def test_stagnation_is_detected_from_drift(method):
     s = np.sin(np.pi * np.arange(1, n + 1) / (n + 1))
     b = A @ np.kron(s, s)
     off = mpsolve.solve(A, b, method=method, precision="single", rtol=1e-5, escalate=False,
-                        maxiter=3000)
+                        maxiter=3000, precond=None)
     assert off.info > 0 and not off.converged
     assert off.true_residual > 1e-5
     assert "stagnated" in off.status
-    on = mpsolve.solve(A, b, method=method, precision="single", rtol=1e-5, maxiter=3000)
+    on = mpsolve.solve(A, b, method=method, precision="single", rtol=1e-5, maxiter=3000, precond=None)
     assert on.converged and on.true_residual <= 1e-5
     assert on.escalations[0].from_precision == "single"
     assert "stagnated" in on.escalations[0].reason
@@ -181,9 +181,9 @@ def test_iterative_refinement_stagnates_on_fp32_singular_matrix():
     A = (A + A.T) * 0.5
     b = A @ np.ones(n)
     off = mpsolve.solve(A, b, method="gmres", precision="ir", rtol=1e-12, escalate=False,
-                        restart=50, maxiter=200)
+                        restart=50, maxiter=200, precond=None)
     assert not off.converged
-    on = mpsolve.solve(A, b, method="gmres", precision="ir", rtol=1e-12, restart=50, maxiter=200)
+    on = mpsolve.solve(A, b, method="gmres", precision="ir", rtol=1e-12, restart=50, maxiter=200, precond=None)
     assert on.escalations and on.escalations[0].from_precision == "ir"
 
 
@@ -191,7 +191,7 @@ def test_ir_callback_sees_fp64_iterates():
     A = poisson3d(10)
     b = A @ np.ones(A.shape[0])
     seen = []
-    r = mpsolve.solve(A, b, method="cg", precision="ir", rtol=1e-12, callback=seen.append)
+    r = mpsolve.solve(A, b, method="cg", precision="ir", rtol=1e-12, callback=seen.append, precond=None)
     assert r.converged and seen and all(s.dtype == np.float64 for s in seen)
 
 

@@ -1,0 +1,417 @@
+"""``method="auto"`` / ``precond="auto"``: analyse ``A`` once, choose, fall back, record.
+
+House rule 13: defaults are chosen from the data and recorded in the result.  The solve
+layer's automatic choice, written once for every device:
+
+1. :func:`analyse` -- a few passes over the nonzeros (about as much as three SpMVs: the
+   diagonal, row sums of ``|A|``, ``A - A^T``, the block size): symmetry, sign and size of
+   the diagonal, diagonal dominance, zero and tiny diagonal entries, block size, row-length
+   spread, the range of the values.  Its cost is in :attr:`SolveResult.analysis`.
+2. :func:`candidates` -- an ordered list of (method, preconditioner) with the reason for each:
+
+   * symmetric with a positive diagonal (SPD-looking): CG + IC(0) (``ilu0``, symmetric form)
+     when every row is diagonally dominant (an M-matrix-like operator, where IC(0) exists
+     and beats ISAI: poisson3d 16 vs 23 iterations), else CG + ISAI ``spd`` (Block-ISAI when
+     a block size > 1 is detected) -- IC(0) breaks down on most SuiteSparse stiffness
+     matrices (bcsstk13-18, nos1, plat362: ``precond_iterations.md``); then GMRES + ILU(0),
+     then GMRES + ILUT + MC64;
+   * nonsymmetric with a zero-free, not tiny diagonal: GMRES(30) + ILU(0) (the fewest
+     iterations on the sherman/orsirr/fs matrices), then GMRES + ISAI (circuit matrices:
+     add20 172 -> 23, memplus 582 -> 53), then GMRES + ILUT + MC64;
+   * a zero or tiny diagonal entry (``|a_ii| <= sqrt(eps) max_j |a_ij|``): GMRES + ILUT with
+     the MC64 permutation and scaling first (:mod:`mpsolve.precond._reorder`: solves
+     west0479, west1505, rajat19, qh1484, dw8192, where ILU(0) + MC64 solves one of five),
+     then a finer ILUT (``drop_tol=1e-5``, ``fill_factor=30``) + MC64, then GMRES + ISAI + MC64.
+
+   GMRES runs right-preconditioned (its residual estimate is then the true residual's, which
+   the stagnation test below reads) with restart 30 (PETSc's).
+3. :func:`auto_solve` -- runs the candidates in order from the current iterate, within the
+   caller's iteration budget (all candidates together).  A candidate is left for the next one
+   when its set-up fails (zero pivot, zero diagonal, structurally singular, ...), when it
+   breaks down (CG curvature breakdown -> GMRES; BiCGSTAB rho/omega; non-finite values), when
+   it stagnates (the FP64 true residual, checked every ``CHECK_EVERY`` iterations, has not
+   halved over ``STAGNATION_WINDOW`` iterations), or when it has used its share of the budget
+   (half of what is left; the last candidate gets all of it).  FP32 range problems are the
+   driver's: it escalates to a stronger precision (recorded in ``escalations``).
+
+Every candidate tried, with its reason and outcome, is in :attr:`SolveResult.choices`; the
+answer is judged by its FP64 true residual as always (never a false success).  The same
+matrix gives the same choices on every run: the analysis has no randomness and no timing.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._demote import PrecisionRangeError
+from ._sparse import canonical_csr, check_matrix
+from ._system import make_problem
+from .backend import to_host
+from .precision import as_precision
+from .result import AUTO_FAILED, BREAKDOWNS, USER_STOP, SolveResult, status_text, wants_stop
+
+__all__ = ["Analysis", "Choice", "analyse", "candidates", "auto_solve", "DEFAULT_AUTO_MAXITER"]
+
+#: Iteration budget of ``method="auto"`` when the caller gives none: Krylov iterations of
+#: all candidates together (the budget of the coverage table and of PETSc's comparisons).
+DEFAULT_AUTO_MAXITER = 5000
+#: The stagnation test reads the FP64 true residual every this many iterations ...
+CHECK_EVERY = 30
+#: ... and calls a candidate stagnated when it has not halved over this many iterations.
+STAGNATION_WINDOW = 300
+#: A diagonal entry is "tiny" when ``|a_ii| <= TINY * max_j |a_ij|`` (TINY = sqrt(eps)).
+TINY = float(np.sqrt(np.finfo(np.float64).eps))
+#: GMRES restart length of the automatic choice (PETSc's default).
+AUTO_RESTART = 30
+
+
+@dataclass
+class Analysis:
+    """What :func:`analyse` found out about ``A`` (and how long it took)."""
+
+    n: int
+    nnz: int
+    symmetric: bool
+    positive_diagonal: bool
+    zero_diagonal: int               # rows with a zero (or missing) diagonal entry
+    tiny_diagonal: int               # rows with 0 < |a_ii| <= TINY max_j |a_ij|
+    dominant_rows: float             # fraction of rows with |a_ii| >= sum_{j != i} |a_ij|
+    block_size: int
+    row_length_spread: float         # longest row / mean row length
+    value_range: float               # log10(max |a_ij| / min |a_ij|) over the nonzeros
+    fits_float32: bool               # every nonzero is a normal FP32 number
+    time: float = 0.0
+
+    @property
+    def weak_diagonal(self) -> bool:
+        return self.zero_diagonal > 0 or self.tiny_diagonal > 0
+
+    @property
+    def spd_like(self) -> bool:
+        return self.symmetric and self.positive_diagonal
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def __str__(self):
+        kind = ("symmetric" if self.symmetric else "nonsymmetric") + \
+            (", positive diagonal" if self.positive_diagonal else "")
+        weak = (f", {self.zero_diagonal} zero and {self.tiny_diagonal} tiny diagonal entries"
+                if self.weak_diagonal else "")
+        return (f"{self.n} x {self.n}, {self.nnz} nonzeros, {kind}{weak}, "
+                f"{100 * self.dominant_rows:.0f}% rows diagonally dominant, block size "
+                f"{self.block_size}, values over 1e{self.value_range:.0f}"
+                f"{'' if self.fits_float32 else ' (beyond FP32)'}; analysed in "
+                f"{self.time * 1e3:.1f} ms")
+
+
+@dataclass
+class Choice:
+    """One candidate of the automatic choice and what became of it."""
+
+    method: str
+    precond: Optional[str]
+    params: dict
+    reason: str
+    precision: Optional[str] = None
+    outcome: str = "not tried"
+    iterations: int = 0
+    true_residual: float = float("nan")
+    seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        p = self.precond or "none"
+        if self.params.get("reorder"):
+            p += "+" + self.params["reorder"]
+        extra = ", ".join(f"{k}={v}" for k, v in sorted(self.params.items()) if k != "reorder")
+        return (f"{self.method} + {p}" + (f" ({extra})" if extra else "")
+                + (f" [{self.precision}]" if self.precision else ""))
+
+    def __str__(self):
+        return (f"{self.label}: {self.reason} -> {self.outcome}"
+                + (f" [{self.iterations} it, true residual {self.true_residual:.1e}, "
+                   f"{self.seconds:.3f} s]" if self.outcome != "not tried" else ""))
+
+
+def analyse(A) -> Analysis:
+    """The cheap analysis of ``A`` (a checked matrix, any SciPy format); see module docstring."""
+    from .precond import detect_block_size
+
+    t0 = time.perf_counter()
+    C = canonical_csr(check_matrix(A, "A")) if not sp.isspmatrix_csr(A) else A
+    n = C.shape[0]
+    data = np.abs(C.data.astype(np.float64))
+    rows = np.repeat(np.arange(n), np.diff(C.indptr))
+    d = C.diagonal().astype(np.float64)
+    ad = np.abs(d)
+    rowmax = np.zeros(n)
+    np.maximum.at(rowmax, rows, data)
+    rowsum = np.bincount(rows, weights=data, minlength=n)
+    nz = data[data > 0]
+    D = C - C.T                                          # symmetry, values and pattern
+    scale = float(nz.max()) if nz.size else 1.0
+    symmetric = bool(D.nnz == 0 or np.abs(D.data).max() <= 1e-12 * scale)
+    lengths = np.diff(C.indptr)
+    f32 = np.finfo(np.float32)
+    an = Analysis(
+        n=n, nnz=int(C.nnz), symmetric=symmetric,
+        positive_diagonal=bool(n and (d > 0).all()),
+        zero_diagonal=int((ad == 0).sum()),
+        tiny_diagonal=int(((ad > 0) & (ad <= TINY * rowmax)).sum()),
+        dominant_rows=float((ad >= rowsum - ad).mean()) if n else 1.0,
+        block_size=int(detect_block_size(C)) if n else 1,
+        row_length_spread=float(lengths.max() / max(lengths.mean(), 1)) if n else 1.0,
+        value_range=float(np.log10(nz.max() / nz.min())) if nz.size else 0.0,
+        fits_float32=bool(not nz.size or (nz.max() < f32.max / 16 and nz.min() >= f32.tiny)),
+    )
+    an.time = time.perf_counter() - t0
+    return an
+
+
+def _precision(an: Analysis):
+    """``mixed`` (FP32 preconditioner, FP64 Krylov vectors and A) when the values fit FP32,
+    else ``double``; the driver still escalates if the FP32 factors do not fit."""
+    if an.fits_float32:
+        return "mixed", "FP32 preconditioner (the values fit FP32), FP64 Krylov vectors"
+    return "double", "FP64 throughout: some values do not fit FP32"
+
+
+def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
+    """The ordered candidates for ``an`` (see module docstring); ``method`` or ``precond``
+    other than ``"auto"`` pins that part of the choice."""
+    out: List[Choice] = []
+    ilut_mc64 = ("ilut", {"reorder": "mc64"})
+    if an.weak_diagonal:
+        why = (f"{an.zero_diagonal} zero / {an.tiny_diagonal} tiny diagonal entries: MC64 "
+               "permutes large entries to the diagonal, ILUT pivots")
+        out += [Choice("gmres", *ilut_mc64, why),
+                Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 1e-5, "fill_factor": 30},
+                       "a finer ILUT keeps more of the factors"),
+                Choice("gmres", "isai", {"reorder": "mc64"},
+                       "an approximate inverse of the permuted matrix needs no pivots")]
+    elif an.spd_like:
+        if an.dominant_rows == 1.0:
+            out.append(Choice("cg", "ilu0", {}, "symmetric, positive and diagonally dominant: "
+                              "IC(0) exists and needs the fewest iterations"))
+        isai = "block-isai" if an.block_size > 1 else "isai"
+        out += [Choice("cg", isai, {"variant": "spd"},
+                       "symmetric with a positive diagonal: CG with the SPD approximate "
+                       "inverse (FSAI), which cannot break down"
+                       + (f"; block size {an.block_size}" if an.block_size > 1 else "")),
+                Choice("gmres", "ilu0", {}, "CG failed: A is not positive definite"),
+                Choice("gmres", *ilut_mc64, "ILU(0) failed: pivoting ILUT after MC64")]
+    else:
+        out += [Choice("gmres", "ilu0", {}, "nonsymmetric with a zero-free diagonal: ILU(0) "
+                       "needs the fewest iterations on most such matrices"),
+                Choice("gmres", "isai", {}, "ILU(0) failed or was slow: the approximate "
+                       "inverse (best on circuit matrices)"),
+                Choice("gmres", *ilut_mc64, "both failed: pivoting ILUT after MC64")]
+    if method != "auto":
+        kept = [c for c in out if c.method == method]
+        if not kept:   # e.g. method="cg" on a nonsymmetric A: the user knows best
+            kept = [Choice(method, c.precond, dict(c.params), c.reason) for c in out
+                    if not (method == "cg" and c.precond == "ilut")] or \
+                [Choice(method, "jacobi", {}, "method pinned by the caller")]
+        out = kept
+    if precond != "auto":
+        seen, pinned = set(), []
+        for c in out:
+            if c.method not in seen:
+                seen.add(c.method)
+                pinned.append(Choice(c.method, None, {}, f"preconditioner pinned by the caller; "
+                                     f"method for it: {c.reason}"))
+        out = pinned
+    prec, why = _precision(an)
+    for c in out:
+        c.precision = prec
+    return out
+
+
+class _Monitor:
+    """The candidate's callback: the user's callback, the budget share and the stagnation
+    test on the FP64 true residual (read every ``every`` calls)."""
+
+    def __init__(self, A, b, bnrm, every, per_call, share, user):
+        self.A, self.b, self.bnrm = A, b, bnrm
+        self.every, self.per_call, self.share, self.user = every, per_call, share, user
+        self.calls = 0
+        self.best = np.inf
+        self.marks = []                   # (iterations, best true residual so far)
+        self.why = None
+
+    def __call__(self, xk):
+        if self.user is not None and wants_stop(self.user(xk)):
+            self.why = "stopped by the callback"
+            return True
+        self.calls += 1
+        it = self.calls * self.per_call
+        if it >= self.share:
+            self.why = f"used its share of the budget ({self.share} iterations)"
+            return True
+        if self.calls % self.every:
+            return False
+        x = to_host(xk).astype(np.float64)
+        res = float(np.linalg.norm(self.b - self.A @ x))
+        self.best = min(self.best, res)
+        self.marks.append((it, self.best))
+        old = [m for i, m in self.marks if i <= it - STAGNATION_WINDOW]
+        if old and self.best > 0.5 * old[-1]:
+            self.why = (f"stagnated: the true residual did not halve in {STAGNATION_WINDOW} "
+                        "iterations")
+            return True
+        return False
+
+
+def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=1e-5,
+               atol=0.0, maxiter=None, restart=None, callback=None, escalate=True, side=None,
+               device=None, **precond_params) -> SolveResult:
+    """:func:`mpsolve.solve` with ``method`` and/or ``precond`` ``"auto"`` (module docstring).
+
+    ``solve`` is :func:`mpsolve.solve` (passed in, so this module does not import the API
+    that imports it).  The inputs are validated once, first (the usual errors, naming the
+    argument); only a preconditioner's own set-up failure moves on to the next candidate.
+    """
+    from .precond import make_preconditioner
+
+    t0 = time.perf_counter()
+    if isinstance(maxiter, (bool, np.bool_)) or (maxiter is not None and (
+            not isinstance(maxiter, (int, np.integer)) or maxiter <= 0)):
+        raise ValueError(f"maxiter={maxiter!r}: must be a positive integer (or None: "
+                         f"{DEFAULT_AUTO_MAXITER} iterations for method='auto')")
+    if precond_params and precond == "auto":
+        raise TypeError(f"unexpected keyword arguments {sorted(precond_params)}: preconditioner "
+                        "parameters need precond=<name>, not 'auto'")
+    pinned = None if precond == "auto" else precond
+    problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=None,
+                           M=pinned if not isinstance(pinned, str) else None, device=device)
+    budget = DEFAULT_AUTO_MAXITER if maxiter is None else int(maxiter)
+    C = problem.A_csr
+    if C is not None:
+        an = analyse(C)
+        cands = candidates(an, method, precond)
+    else:                                       # a LinearOperator: nothing to analyse
+        an = None
+        m = "gmres" if method == "auto" else method
+        cands = [Choice(m, None, {}, "A is an operator without entries: no analysis, no "
+                        "preconditioner built from A")]
+    if isinstance(pinned, str) and (precond_params.get("reorder") or pinned == "ilut"):
+        # a reordered (or pivoted) M is not symmetric: CG cannot use it
+        cands = [c for c in cands if c.method != "cg"] or cands
+    if pinned is not None:
+        for c in cands:
+            c.precond = pinned if isinstance(pinned, str) else type(pinned).__name__
+    bh = to_host(problem.b64)
+    analysis_time = time.perf_counter() - t0
+
+    x = x0
+    done = 0
+    results = []
+    for k, c in enumerate(cands):
+        left = budget - done
+        if left <= 0:
+            break
+        last = k == len(cands) - 1
+        share = left if last else max(1, left // 2)
+        ts = time.perf_counter()
+        policy = as_precision(precision or c.precision, problem.data_dtype)
+        m_side = (side or "right") if c.method == "gmres" else \
+            ("right" if c.method == "bicgstab" else "left")
+        M = pinned if not isinstance(pinned, str) else None
+        name = pinned if isinstance(pinned, str) else c.precond
+        if isinstance(name, str) and name != "none":
+            params = dict(c.params) if pinned is None else {}
+            params.update(precond_params)
+            try:
+                M, note = _set_up(make_preconditioner, name, params, C, policy, problem.device,
+                                  m_side, escalate)
+            except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+                c.outcome = f"set-up failed: {type(err).__name__}: {err}"
+                c.seconds = time.perf_counter() - ts
+                continue
+            if note:
+                c.reason += f"; {note}"
+        m_restart = min(restart if restart is not None else AUTO_RESTART, share)
+        per_call = m_restart if c.method == "gmres" else 1
+        every = 1 if c.method == "gmres" else CHECK_EVERY
+        mon = _Monitor(C, bh, problem.bnrm, every, per_call, share, callback) \
+            if C is not None else None
+        kw = dict(rtol=rtol, atol=atol, precision=policy, escalate=escalate, device=device,
+                  callback=mon if mon is not None else callback)
+        if c.method == "gmres":
+            kw.update(restart=m_restart, side=m_side, maxiter=max(1, -(-share // m_restart)))
+        else:
+            kw.update(maxiter=share)
+        r = solve(A, b, x, method=c.method, precond=M, **kw)
+        c.seconds = time.perf_counter() - ts
+        c.iterations = r.iterations
+        c.true_residual = r.true_residual
+        done += r.iterations
+        results.append(r)
+        x = r.x
+        if r.converged:
+            c.outcome = "converged"
+            break
+        if mon is not None and mon.why:
+            c.outcome = mon.why
+            if mon.why == "stopped by the callback":
+                break
+        elif r.info < 0:
+            c.outcome = f"breakdown {r.info}: {BREAKDOWNS.get(r.info, '')}"
+        else:
+            c.outcome = "iteration budget spent"
+    return _combine(cands, results, an, analysis_time, b, x0, problem,
+                    time.perf_counter() - t0)
+
+
+def _set_up(make, name, params, C, policy, device, side, escalate):
+    """A preconditioner ``name`` set up on ``C`` in the policy's preconditioner precision --
+    or, when its FP32 copy does not fit (FP32 range), in FP64 (if ``escalate``).  Returns
+    ``(M, note)``."""
+    M = make(name, **params)
+    try:
+        return M.setup_canonical(C, dtype=policy.precond, device=device, side=side), ""
+    except PrecisionRangeError as err:
+        if not escalate or policy.precond == "float64":
+            raise
+        M = make(name, **params)
+        M.setup_canonical(C, dtype="float64", device=device, side=side)
+        return M, f"FP32 range: preconditioner stored in FP64 ({err})"
+
+
+def _combine(cands, results, an, analysis_time, b, x0, problem, total):
+    tried = "; ".join(f"{c.label} ({c.outcome})" for c in cands if c.outcome != "not tried")
+    analysis = an.as_dict() if an is not None else {}
+    if not results:     # nothing could even be set up
+        x64 = problem.x0_64 if problem.x0_64 is not None else problem.xp.zeros(problem.n)
+        bnrm = problem.bnrm
+        rel_tol = problem.tol / bnrm if bnrm else problem.rtol
+        r64 = problem.xp.empty(problem.n)
+        true = problem.true_residual(x64, r64) / (bnrm or 1.0)
+        return SolveResult(
+            x=problem.answer(x64), info=AUTO_FAILED, iterations=0, residuals=np.zeros(0),
+            true_residual=float(true), tolerance=rel_tol, setup_time=total, solve_time=0.0,
+            status=status_text(AUTO_FAILED, 0, true, rel_tol, f"tried {tried}"),
+            method="auto", precision="double", choices=cands, analysis=analysis,
+            analysis_time=analysis_time)
+    r = results[-1]
+    stopped_by_us = r.info == USER_STOP and not any(
+        c.outcome == "stopped by the callback" for c in cands)
+    r.iterations = sum(q.iterations for q in results)
+    r.residuals = np.concatenate([q.residuals for q in results])
+    r.setup_time = analysis_time + sum(q.setup_time for q in results)
+    r.solve_time = sum(q.solve_time for q in results)
+    r.escalations = [e for q in results for e in q.escalations]
+    r.choices = cands
+    r.analysis = analysis
+    r.analysis_time = analysis_time
+    if stopped_by_us:   # our own monitor stopped the last candidate: not a user stop
+        r.info = max(1, r.iterations)
+    used = [c for c in cands if c.outcome != "not tried"]
+    extra = f"automatic choice tried {tried}" if (len(used) > 1 or not r.converged) else ""
+    r.status = status_text(r.info, r.iterations, r.true_residual, r.tolerance, extra)
+    return r

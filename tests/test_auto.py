@@ -1,0 +1,233 @@
+"""``method="auto"`` / ``precond="auto"`` (mpsolve/auto.py): the analysis, the choice, every
+fallback edge on a matrix built to trigger it, determinism, the budget, and never a false
+success."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import mpsolve
+from mpsolve import auto
+from mpsolve.matrices import convection_diffusion2d, poisson2d
+from mpsolve.result import AUTO_FAILED, USER_STOP
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def _ok(res, A, b, rtol):
+    """The result is what it says: converged means the FP64 true residual meets rtol."""
+    true = np.linalg.norm(b - A @ res.x) / np.linalg.norm(b)
+    assert res.converged == (true <= rtol * (1 + 1e-12))
+    return true
+
+
+def _labels(res):
+    return [(c.label, c.outcome, c.iterations) for c in res.choices]
+
+
+def test_defaults_of_solve_are_auto_and_recorded():
+    A = poisson2d(20)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, rtol=1e-10)
+    assert res.converged and _ok(res, A, b, 1e-10) <= 1e-10
+    assert res.method == "cg" and res.choices[0].precond == "ilu0"
+    assert res.choices[0].outcome == "converged"
+    assert res.analysis["symmetric"] and res.analysis["positive_diagonal"]
+    assert 0 < res.analysis_time <= res.setup_time
+    text = res.summary()
+    assert "analysis" in text and "choice 1" in text and "IC(0)" in text
+
+
+def test_scipy_style_functions_keep_their_defaults():
+    """cg/gmres/bicgstab are SciPy drop-ins: no automatic preconditioner."""
+    A = convection_diffusion2d(16)
+    b = A @ np.ones(A.shape[0])
+    x, info = mpsolve.gmres(A, b, rtol=1e-8, restart=30)
+    xs, _ = spla.gmres(A, b, rtol=1e-8, restart=30)
+    assert info == 0
+    res = mpsolve.solve(A, b, method="gmres", precond=None, rtol=1e-8, restart=30)
+    assert res.choices == [] and res.precond is None
+
+
+def test_same_choice_on_every_run():
+    A = convection_diffusion2d(24)
+    b = A @ np.ones(A.shape[0])
+    runs = [mpsolve.solve(A, b, rtol=1e-9) for _ in range(3)]
+    assert _labels(runs[0]) == _labels(runs[1]) == _labels(runs[2])
+    assert runs[0].iterations == runs[1].iterations == runs[2].iterations
+    np.testing.assert_array_equal(runs[0].x, runs[1].x)
+    assert auto.analyse(A) .as_dict() | {"time": 0} == auto.analyse(A).as_dict() | {"time": 0}
+
+
+def test_cg_curvature_breakdown_falls_back_to_gmres():
+    """Symmetric, positive diagonal, indefinite: CG (+FSAI) breaks down (-12); GMRES goes on."""
+    n = 60
+    A = sp.diags([2 * np.ones(n - 1), np.ones(n), 2 * np.ones(n - 1)], [-1, 0, 1], format="csr")
+    b = A @ np.ones(n)
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    first, second = res.choices[:2]
+    assert first.method == "cg" and first.outcome.startswith("breakdown -12")
+    assert second.method == "gmres" and second.outcome == "converged"
+    assert res.converged and _ok(res, A, b, 1e-8) <= 1e-8
+    assert res.iterations == first.iterations + second.iterations
+    assert "breakdown -12" in res.status
+
+
+def test_ilu0_zero_pivot_falls_back():
+    """Nonzero diagonal, yet ILU(0) meets a zero pivot (u_22 = 1 - 0.5 * 2 = 0)."""
+    blk = np.array([[1.0, 2.0, 0.0], [0.5, 1.0, 1.0], [0.0, 1.0, 3.0]])
+    A = sp.csr_matrix(sp.block_diag([blk] * 20) + sp.diags(0.01 * np.ones(57), 3, shape=(60, 60)))
+    b = A @ np.ones(60)
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    assert res.choices[0].precond == "ilu0"
+    assert res.choices[0].outcome.startswith("set-up failed: ZeroPivotError")
+    assert res.converged and _ok(res, A, b, 1e-8) <= 1e-8
+
+
+def _zero_diagonal(n=80, seed=1):
+    rng = np.random.default_rng(seed)
+    B = sp.random(n, n, density=3.0 / n, random_state=rng, format="csr") + sp.diags(2 + rng.random(n))
+    A = sp.csr_matrix(B[np.roll(np.arange(n), 1), :])
+    A.setdiag(0.0)
+    A.eliminate_zeros()
+    return sp.csr_matrix(sp.diags(10.0 ** rng.uniform(-4, 4, n)) @ A)
+
+
+def test_zero_diagonal_chooses_mc64_ilut_and_returns_the_callers_x():
+    A = _zero_diagonal()
+    xs = np.linspace(1.0, 2.0, 80)
+    b = A @ xs
+    A0, b0 = A.copy(), b.copy()
+    res = mpsolve.solve(A, b, rtol=1e-10)
+    assert res.analysis["zero_diagonal"] == 80
+    assert res.choices[0].label.startswith("gmres + ilut+mc64")
+    assert res.converged and _ok(res, A, b, 1e-10) <= 1e-10
+    np.testing.assert_allclose(res.x, xs, rtol=1e-6)
+    assert abs(A - A0).max() == 0 and np.array_equal(b, b0)
+
+
+def test_nothing_sets_up_gives_a_clear_status_not_an_exception():
+    """Structurally singular (an empty column): every candidate's set-up fails."""
+    A = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [0.0, 2.0, 1.0], [0.0, 1.0, 4.0]]))
+    b = np.array([1.0, 2.0, 3.0])
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    assert res.info == AUTO_FAILED and not res.converged
+    assert all(c.outcome.startswith("set-up failed") for c in res.choices)
+    assert "structurally singular" in res.choices[0].outcome
+    assert "tried gmres + ilut+mc64" in res.status
+    assert np.array_equal(res.x, np.zeros(3))
+
+
+def test_values_beyond_float32_choose_double():
+    n = 40
+    T = sp.diags([-1.0 * np.ones(n - 1), 3.0 * np.ones(n), -0.5 * np.ones(n - 1)], [-1, 0, 1])
+    A = sp.csr_matrix(sp.diags(10.0 ** np.linspace(-60, 60, n)) @ T)
+    b = A @ np.ones(n)
+    res = mpsolve.solve(A, b, rtol=1e-10)
+    assert not res.analysis["fits_float32"]
+    assert res.choices[0].precision == "double" and res.precision == "double"
+    assert res.converged and _ok(res, A, b, 1e-10) <= 1e-10
+    # with FP32 data asked for anyway, the driver's range fallback escalates instead of NaNs
+    res = mpsolve.solve(A, b, rtol=1e-10, precision="single")
+    assert res.converged and res.escalations
+
+
+def test_budget_is_shared_and_never_exceeded():
+    A = convection_diffusion2d(32, peclet=200.0)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, rtol=1e-14, maxiter=12)
+    assert res.iterations <= 12
+    assert not res.converged and res.info > 0
+    _ok(res, A, b, 1e-14)
+    with pytest.raises(ValueError, match="maxiter"):
+        mpsolve.solve(A, b, maxiter=0)
+
+
+def test_stagnation_monitor_stops_a_flat_residual():
+    A = sp.eye(10, format="csr")
+    b = np.ones(10)
+    mon = auto._Monitor(A, b, np.linalg.norm(b), every=1, per_call=30, share=10**6, user=None)
+    x = np.zeros(10)
+    stops = [mon(x) for _ in range(20)]
+    k = stops.index(True)
+    assert (k + 1) * 30 >= auto.STAGNATION_WINDOW and "stagnated" in mon.why
+    mon = auto._Monitor(A, b, np.linalg.norm(b), every=1, per_call=30, share=10**6, user=None)
+    assert not any(mon(np.full(10, 1 - 0.5 ** (i + 1))) for i in range(20))   # halving: fine
+    mon = auto._Monitor(A, b, 1.0, every=1, per_call=30, share=60, user=None)
+    assert [mon(x), mon(x)] == [False, True] and "share" in mon.why
+
+
+def test_stagnation_falls_back_from_the_current_iterate():
+    """A shifted (indefinite) nonsymmetric Laplacian: GMRES + ILU(0) and + ISAI stagnate, the
+    pivoting ILUT finishes; each candidate starts where the one before stopped."""
+    rng = np.random.default_rng(0)
+    n = 400
+    A = sp.csr_matrix(poisson2d(20) - 2.0 * sp.eye(n) + sp.diags(0.3 * rng.random(n - 1), 1))
+    b = A @ np.ones(n)
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    c0, c1, c2 = res.choices
+    assert c0.precond == "ilu0" and c0.outcome.startswith("stagnated")
+    assert c1.precond == "isai" and c1.outcome.startswith("stagnated")
+    assert c2.precond == "ilut" and c2.outcome == "converged"
+    assert c0.iterations >= auto.STAGNATION_WINDOW
+    assert c1.true_residual <= c0.true_residual          # from the current iterate, no worse
+    assert res.iterations == c0.iterations + c1.iterations + c2.iterations
+    assert res.converged and _ok(res, A, b, 1e-8) <= 1e-8
+    assert "stagnated" in res.status
+
+
+def test_user_callback_stop_is_honoured():
+    A = convection_diffusion2d(24)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, rtol=1e-12, callback=lambda xk: True)
+    assert res.info == USER_STOP
+    assert res.choices[0].outcome == "stopped by the callback"
+    assert all(c.outcome == "not tried" for c in res.choices[1:])
+
+
+def test_pinned_method_or_preconditioner():
+    A = poisson2d(16)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="gmres", rtol=1e-8)
+    assert {c.method for c in res.choices} == {"gmres"} and res.converged
+    res = mpsolve.solve(A, b, precond="jacobi", rtol=1e-8)
+    assert res.choices[0].label.startswith("cg + jacobi") and res.converged
+    with pytest.raises(TypeError, match="auto"):
+        mpsolve.solve(A, b, drop_tol=1e-3)
+    with pytest.raises(ValueError, match="method"):
+        mpsolve.solve(A, b, method="minres")
+
+
+def test_linear_operator_gets_unpreconditioned_gmres():
+    A = convection_diffusion2d(12)
+    op = spla.aslinearoperator(A)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(op, b, rtol=1e-8)
+    assert res.choices[0].label.startswith("gmres + none") and res.converged
+    assert res.analysis == {}
+
+
+def test_analysis_facts():
+    A = sp.csr_matrix(np.array([[4.0, -1.0, 0.0], [-1.0, 4.0, -1.0], [0.0, -1.0, 4.0]]))
+    an = auto.analyse(A)
+    assert an.symmetric and an.positive_diagonal and an.dominant_rows == 1.0
+    assert an.zero_diagonal == 0 and an.tiny_diagonal == 0 and an.fits_float32
+    B = sp.csr_matrix(np.array([[1e-12, 1.0], [1.0, 0.0]]))
+    an = auto.analyse(B)
+    assert an.zero_diagonal == 1 and an.tiny_diagonal == 1 and an.weak_diagonal
+    assert not an.positive_diagonal
+
+
+def test_command_line_solve_defaults_to_auto(capsys):
+    from mpsolve.cli import main
+
+    assert main(["solve", "poisson2d:20"]) == 0
+    out = capsys.readouterr().out
+    assert "choice 1    cg + ilu0" in out and "analysis" in out
+    assert main(["solve", "convdiff2d:16", "--precond", "ilu0", "--reorder", "mc64"]) == 0
+    out = capsys.readouterr().out
+    assert "gmres + ilu0+mc64" in out
+    assert main(["solve", "poisson2d:8", "--reorder", "mc64"]) == 2
+    assert "--reorder mc64 needs --precond" in capsys.readouterr().err
