@@ -153,9 +153,10 @@ CONTRACT = (
     Op("local_tri_solve", "local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, "
        "bwd_tol, cond_limit, out, bad)", "A triangular: A_J^T X = E_pos by substitution, "
        "M[i, J] = X^T", keys=(("float64",),), host=True),
-    Op("block_capacity", "block_capacity(indptr, indices, ncols, b) -> int",
+    Op("block_capacity", "block_capacity(indptr, indices, ncols, b, max_excess=-1) -> int",
        "sum over the b x b blocks holding a stored entry of their places (a partial last "
-       "block ncols % b wide): nnz / capacity = fill (block size detection)",
+       "block ncols % b wide): nnz / capacity = fill (block size detection); with "
+       "max_excess >= 0, nnz + max_excess + 1 once capacity - nnz > max_excess",
        keys=(("float64",),), host=True),
 )
 

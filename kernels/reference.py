@@ -986,9 +986,10 @@ def ref_local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, bwd_tol
 
 
 @_reg_pc("reference", "block_capacity", _PC_SETUP)
-def ref_block_capacity(indptr, indices, ncols, b):
+def ref_block_capacity(indptr, indices, ncols, b, max_excess=-1):
     """Places in the ``b x b`` blocks holding a stored entry (partial last block row /
-    column ``ncols % b`` wide), by unique block keys."""
+    column ``ncols % b`` wide), by unique block keys; ``nnz + max_excess + 1`` when
+    ``max_excess >= 0`` and the excess ``capacity - nnz`` exceeds it."""
     m = indptr.size - 1
     if indices.size == 0:
         return 0
@@ -998,4 +999,6 @@ def ref_block_capacity(indptr, indices, ncols, b):
     width = np.full(max(nbc, -(-m // b)), b, dtype=np.int64)
     if ncols % b:
         width[nbc - 1] = ncols % b
-    return int((width[keys // nbc] * width[keys % nbc]).sum())
+    cap = int((width[keys // nbc] * width[keys % nbc]).sum())
+    nnz = int(indptr[m])
+    return nnz + max_excess + 1 if 0 <= max_excess < cap - nnz else cap

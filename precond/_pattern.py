@@ -37,7 +37,8 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_
     The largest ``b`` whose ``b x b`` blocks tile the pattern (at least ``min_fill`` of
     the block-expanded pattern stored; a partial last block allowed), else 1.  The fill
     of each candidate is counted by the ``block_capacity`` kernel of the host device
-    ``device`` (one pass over the pattern, no BSR conversion).
+    ``device`` (one pass over the pattern, no BSR conversion, stopped as soon as the
+    fill is known to fall short).
 
     Examples
     --------
@@ -58,10 +59,16 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_
     if A.nnz == 0:
         return 1
     kern = lookup(device, "block_capacity", _F64)
+    indptr = A.indptr.astype(np.int64, copy=False)      # converted once, not per candidate
+    indices = A.indices.astype(np.int64, copy=False)
     for b in sorted({int(c) for c in candidates}, reverse=True):
         if b < 2 or b > min(m, n) or ((m % b or n % b) and m != n):
             continue
-        if A.nnz >= min_fill * kern(A.indptr, A.indices, n, b):
+        # fill >= min_fill  <=>  capacity - nnz <= nnz (1/min_fill - 1): the kernel stops
+        # counting once that excess is passed
+        slack = int(np.floor(A.nnz * (1.0 / min_fill - 1.0) * (1 + 1e-12)))
+        cap = kern(indptr, indices, n, b, slack)
+        if A.nnz >= min_fill * cap:
             return b
     return 1
 

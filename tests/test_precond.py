@@ -915,14 +915,16 @@ def test_isai_pattern_kernels_agree(b):
 
 
 def test_block_capacity_kernels_agree_and_detect_block_size():
-    """``block_capacity`` on cpu and reference, and the block size it detects equals
-    :func:`mpsolve.matrices.detect_block_size` (partial last blocks included)."""
+    """``block_capacity`` on cpu and reference (also stopped early at an excess bound),
+    and the block size it detects equals :func:`mpsolve.matrices.detect_block_size`
+    (partial last blocks included)."""
     from mpsolve.matrices import detect_block_size as detect_ref
-    from mpsolve.matrices import elasticity3d
+    from mpsolve.matrices import elasticity3d, poisson3d
 
     f64 = ("float64",)
     E = elasticity3d(3)
     cases = [E, sp.csr_matrix(E[:-2, :-2]), block3(3, seed=60), random_nonsym(40, 0.1, 61),
+             sp.csr_matrix(poisson3d(12)), elasticity3d(6),
              sp.csr_matrix(sp.kron(poisson2d(3), np.ones((2, 2))))]
     for A in cases:
         A = sp.csr_matrix(A)
@@ -930,6 +932,14 @@ def test_block_capacity_kernels_agree_and_detect_block_size():
             caps = [lookup(dev, "block_capacity", f64)(A.indptr, A.indices, A.shape[1], b)
                     for dev in ("cpu", "reference")]
             assert caps[0] == caps[1] >= A.nnz, (b, caps)
+            for slack in (0, 3, A.nnz // 20, caps[0] - A.nnz, caps[0] - A.nnz - 1):
+                if slack < 0:
+                    continue
+                # stopped early: nnz + slack + 1 exactly when the excess passes the slack
+                want = caps[0] if caps[0] - A.nnz <= slack else A.nnz + slack + 1
+                got = [lookup(dev, "block_capacity", f64)(A.indptr, A.indices, A.shape[1], b,
+                                                          slack) for dev in ("cpu", "reference")]
+                assert got == [want, want], (b, slack, got, want)
         for fill in (0.5, 0.95, 1.0):
             assert detect_block_size(A, min_fill=fill) == detect_ref(A, min_fill=fill)
     assert detect_block_size(E) == 3 and detect_block_size(sp.csr_matrix(E[:-2, :-2])) == 3

@@ -369,16 +369,20 @@ def bsr_transpose(pptr, pind, data):
 
 # ----------------------------------------------------------------- block size detection
 @njit(parallel=True, **JIT)
-def _block_capacity(indptr, indices, b, width, nchunk):
-    # sum over the distinct b x b blocks (I, J) holding a stored entry of width[I] width[J]
+def _block_capacity(indptr, indices, b, width, nchunk, max_excess):
+    # sum over the distinct b x b blocks (I, J) holding a stored entry of width[I] width[J];
+    # a chunk whose own excess (places - entries) passes max_excess >= 0 stops: the total
+    # excess is at least any chunk's, so the answer "above nnz + max_excess" is exact
     m = indptr.size - 1
     nbr = (m + b - 1) // b
     nbc = width.size
     tot = np.zeros(nchunk, dtype=np.int64)
+    stop = np.zeros(nchunk, dtype=np.bool_)
     for ch in prange(nchunk):
         mark = np.full(nbc, -1, dtype=np.int64)
         acc = 0
-        for I in range(ch * nbr // nchunk, (ch + 1) * nbr // nchunk):
+        first = ch * nbr // nchunk
+        for I in range(first, (ch + 1) * nbr // nchunk):
             wi = width[I] if I < nbc else b
             for r in range(I * b, min(I * b + b, m)):
                 for p in range(indptr[r], indptr[r + 1]):
@@ -386,19 +390,27 @@ def _block_capacity(indptr, indices, b, width, nchunk):
                     if mark[J] != I:
                         mark[J] = I
                         acc += wi * width[J]
+            if max_excess >= 0 and acc - (indptr[min(I * b + b, m)] - indptr[first * b]) > max_excess:
+                stop[ch] = True
+                break
         tot[ch] = acc
+    if stop.any():
+        return indptr[m] + max_excess + 1
     return tot.sum()
 
 
 @register("cpu", "block_capacity", _F64)
-def block_capacity(indptr, indices, ncols, b):
+def block_capacity(indptr, indices, ncols, b, max_excess=-1):
     """Places in the ``b x b`` blocks (the last block row / column ``ncols % b`` wide when
     ``b`` does not divide it) that hold a stored entry: ``nnz / capacity`` is the fill of
-    the block-expanded pattern (``mpsolve.matrices.detect_block_size``)."""
+    the block-expanded pattern (``mpsolve.matrices.detect_block_size``).  With
+    ``max_excess >= 0`` the count stops as soon as ``capacity - nnz`` is known to exceed
+    it and returns ``nnz + max_excess + 1`` (a scalar matrix is rejected after a few
+    per cent of its rows)."""
     nbc = -(-int(ncols) // b)
     width = np.full(nbc, b, dtype=np.int64)
     if ncols % b:
         width[-1] = ncols % b
     m = indptr.size - 1
     return int(_block_capacity(np.asarray(indptr, np.int64), np.asarray(indices, np.int64), b,
-                               width, _nchunk(-(-m // b))))
+                               width, _nchunk(-(-m // b)), int(max_excess)))
