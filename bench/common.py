@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import List
+from typing import Dict, List
 
 __all__ = ["Run", "TimeLimit", "deadline_callback", "maxiter_for", "sampled"]
 
@@ -31,6 +31,9 @@ class Run:
     #: evenly spaced over ``iterations``
     history: List[float] = field(default_factory=list)
     history_its: List[int] = field(default_factory=list)
+    #: seconds of each stage of the preconditioner's set-up, where it reports them
+    #: (``SolveResult.precond_stats["stage_times"]``: pattern, solve, excess, fallback, store)
+    setup_stages: Dict[str, float] = field(default_factory=dict)
 
     @property
     def total_time(self):

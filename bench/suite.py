@@ -218,7 +218,9 @@ def run_mpsolve(A, b, problem, spd, method, precision, precond, args):
     return Run(**base, setup_time=res.setup_time, solve_time=res.solve_time,
                iterations=res.iterations, true_residual=res.true_residual,
                converged=res.converged, status=res.status, precond_nbytes=res.precond_nbytes,
-               history=sampled(res.residuals))
+               history=sampled(res.residuals),
+               setup_stages={k: float(v) for k, v in
+                             (res.precond_stats or {}).get("stage_times", {}).items()})
 
 
 _WARM = set()

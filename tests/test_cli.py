@@ -93,6 +93,23 @@ def test_bench_quick_writes_json_markdown_and_plots(tmp_path):
     assert any(f.name.startswith("convergence_") for f in out.iterdir())
 
 
+def test_bench_reports_the_set_up_stages_of_block_isai(tmp_path):
+    out = tmp_path / "bench"
+    p = run("bench", "--problems", "poisson2d:20", "--methods", "cg", "--precisions", "mixed",
+            "--preconds", "block-isai", "jacobi", "--baselines", "scipy", "--scipy-preconds",
+            "jacobi", "--no-plots", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    staged = {r["precond"]: r["setup_stages"] for r in runs if r["solver"] == "mpsolve"}
+    assert staged["jacobi"] == {}
+    stages = staged["block-isai"]
+    assert {"pattern", "solve", "store"} <= set(stages)
+    setup = next(r["setup_time"] for r in runs if r["precond"] == "block-isai")
+    assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= setup
+    md = (out / "results.md").read_text()
+    assert "## Preconditioner set-up by stage" in md and "| poisson2d:20 | cg | block-isai |" in md
+
+
 def test_bench_records_failures_instead_of_dropping_them(tmp_path):
     out = tmp_path / "bench"
     p = run("bench", "--problems", "convdiff2d:24", "--methods", "gmres", "--precisions", "double",
