@@ -181,6 +181,22 @@ def _precision(an: Analysis):
     return "double", "FP64 throughout: some values do not fit FP32"
 
 
+#: Fill bound (times nnz(A)) of the last resort, a complete LU used as the preconditioner.
+DIRECT_FILL = 50
+
+
+def _direct() -> Choice:
+    """The last resort: ILUT without dropping = SuperLU's LU with threshold pivoting (fill
+    bounded by ``DIRECT_FILL`` nnz(A)) of the MC64-scaled matrix, as GMRES's preconditioner
+    (GMRES then corrects what rounding and the fill bound leave).  mhd4800a needs it: every
+    ILUT with dropping (1e-3 ... 1e-6) of it gives non-finite values, the complete one
+    converges in 55 iterations."""
+    return Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 0.0,
+                                    "fill_factor": DIRECT_FILL},
+                  "direct fallback: a complete LU with pivoting of the permuted, scaled "
+                  "matrix, GMRES on top")
+
+
 def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     """The ordered candidates for ``an`` (see module docstring); ``method`` or ``precond``
     other than ``"auto"`` pins that part of the choice."""
@@ -193,7 +209,8 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                 Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 1e-5, "fill_factor": 30},
                        "a finer ILUT keeps more of the factors"),
                 Choice("gmres", "isai", {"reorder": "mc64"},
-                       "an approximate inverse of the permuted matrix needs no pivots")]
+                       "an approximate inverse of the permuted matrix needs no pivots"),
+                _direct()]
     elif an.spd_like:
         if an.dominant_rows == 1.0:
             out.append(Choice("cg", "ilu0", {}, "symmetric, positive and diagonally dominant: "
@@ -204,13 +221,15 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                        "inverse (FSAI), which cannot break down"
                        + (f"; block size {an.block_size}" if an.block_size > 1 else "")),
                 Choice("gmres", "ilu0", {}, "CG failed: A is not positive definite"),
-                Choice("gmres", *ilut_mc64, "ILU(0) failed: pivoting ILUT after MC64")]
+                Choice("gmres", *ilut_mc64, "ILU(0) failed: pivoting ILUT after MC64"),
+                _direct()]
     else:
         out += [Choice("gmres", "ilu0", {}, "nonsymmetric with a zero-free diagonal: ILU(0) "
                        "needs the fewest iterations on most such matrices"),
                 Choice("gmres", "isai", {}, "ILU(0) failed or was slow: the approximate "
                        "inverse (best on circuit matrices)"),
-                Choice("gmres", *ilut_mc64, "both failed: pivoting ILUT after MC64")]
+                Choice("gmres", *ilut_mc64, "both failed: pivoting ILUT after MC64"),
+                _direct()]
     if method != "auto":
         kept = [c for c in out if c.method == method]
         if not kept:   # e.g. method="cg" on a nonsymmetric A: the user knows best
@@ -311,6 +330,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
     x = x0
     done = 0
     results = []
+    reorderings = {}
     for k, c in enumerate(cands):
         left = budget - done
         if left <= 0:
@@ -328,7 +348,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             params.update(precond_params)
             try:
                 M, note = _set_up(make_preconditioner, name, params, C, policy, problem.device,
-                                  m_side, escalate)
+                                  m_side, escalate, reorderings)
             except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
                 c.outcome = f"set-up failed: {type(err).__name__}: {err}"
                 c.seconds = time.perf_counter() - ts
@@ -368,19 +388,43 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
                     time.perf_counter() - t0)
 
 
-def _set_up(make, name, params, C, policy, device, side, escalate):
+def _set_up(make, name, params, C, policy, device, side, escalate, cache):
     """A preconditioner ``name`` set up on ``C`` in the policy's preconditioner precision --
     or, when its FP32 copy does not fit (FP32 range), in FP64 (if ``escalate``).  Returns
-    ``(M, note)``."""
-    M = make(name, **params)
+    ``(M, note)``.  ``cache`` keeps the MC64 reordering (or its error) of ``C`` between
+    candidates: the matching is computed once per solve."""
+    from .precond import Reordered
+
+    params = dict(params)
+    reorder = params.pop("reorder", None)
+
+    def build():
+        M = make(name, **params)
+        if reorder is None:
+            return M
+        got = cache.get(reorder)
+        if isinstance(got, Exception):
+            raise got
+        return Reordered(M, reorder, reordering=got)
+
+    def setup(M, dtype):
+        try:
+            M.setup_canonical(C, dtype=dtype, device=device, side=side)
+        except Exception as err:
+            if reorder is not None and getattr(M, "reordering", None) is None and \
+                    cache.get(reorder) is None and type(err).__name__ == "StructurallySingularError":
+                cache[reorder] = err
+            raise
+        if reorder is not None:
+            cache[reorder] = M.reordering
+        return M
+
     try:
-        return M.setup_canonical(C, dtype=policy.precond, device=device, side=side), ""
+        return setup(build(), policy.precond), ""
     except PrecisionRangeError as err:
         if not escalate or policy.precond == "float64":
             raise
-        M = make(name, **params)
-        M.setup_canonical(C, dtype="float64", device=device, side=side)
-        return M, f"FP32 range: preconditioner stored in FP64 ({err})"
+        return setup(build(), "float64"), f"FP32 range: preconditioner stored in FP64 ({err})"
 
 
 def _combine(cands, results, an, analysis_time, b, x0, problem, total):

@@ -245,6 +245,9 @@ class Reordered(Preconditioner):
     inner : Preconditioner
         Not set up yet; it is set up on ``B``.
     reorder : {"mc64"}
+    reordering : Reordering, optional
+        A :func:`mc64` result of the *same* matrix to reuse (only its shape is checked):
+        several preconditioners tried on one matrix pay for the matching once.
 
     Attributes
     ----------
@@ -265,7 +268,7 @@ class Reordered(Preconditioner):
 
     symmetric = False
 
-    def __init__(self, inner, reorder="mc64", dtype=None):
+    def __init__(self, inner, reorder="mc64", dtype=None, reordering=None):
         if not isinstance(inner, Preconditioner):
             raise TypeError(f"Reordered: inner must be an mpsolve preconditioner, got "
                             f"{type(inner).__name__}")
@@ -275,6 +278,7 @@ class Reordered(Preconditioner):
         self.inner = inner
         self.reorder = reorder
         self.reordering = None
+        self._given = reordering
         self.stats = {}
         self._buf = {}
 
@@ -290,7 +294,12 @@ class Reordered(Preconditioner):
         raise AttributeError(key)
 
     def _setup(self, C, dtype):
-        R = mc64(C)
+        R = self._given
+        if R is None:
+            R = mc64(C)
+        elif R.matrix.shape != C.shape:
+            raise ValueError(f"reordering is for a {R.matrix.shape[0]}x{R.matrix.shape[1]} "
+                             f"matrix, but A is {C.shape[0]}x{C.shape[1]}")
         self.reordering = R
         self.inner.setup_canonical(R.matrix, dtype=dtype, device=self.device, side=self._side)
         xp = array_module(self.device)

@@ -108,11 +108,18 @@ def test_zero_diagonal_chooses_mc64_ilut_and_returns_the_callers_x():
     assert abs(A - A0).max() == 0 and np.array_equal(b, b0)
 
 
-def test_nothing_sets_up_gives_a_clear_status_not_an_exception():
-    """Structurally singular (an empty column): every candidate's set-up fails."""
+def test_nothing_sets_up_gives_a_clear_status_not_an_exception(monkeypatch):
+    """Structurally singular (an empty column): every candidate's set-up fails, the
+    matching is attempted once (cached with its error)."""
+    from mpsolve.precond import _reorder
+
+    calls = []
+    real = _reorder.mc64
+    monkeypatch.setattr(_reorder, "mc64", lambda C: calls.append(1) or real(C))
     A = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [0.0, 2.0, 1.0], [0.0, 1.0, 4.0]]))
     b = np.array([1.0, 2.0, 3.0])
     res = mpsolve.solve(A, b, rtol=1e-8)
+    assert len(calls) == 1 and len(res.choices) == 4
     assert res.info == AUTO_FAILED and not res.converged
     assert all(c.outcome.startswith("set-up failed") for c in res.choices)
     assert "structurally singular" in res.choices[0].outcome
@@ -137,10 +144,18 @@ def test_values_beyond_float32_choose_double():
 def test_budget_is_shared_and_never_exceeded():
     A = convection_diffusion2d(32, peclet=200.0)
     b = A @ np.ones(A.shape[0])
-    res = mpsolve.solve(A, b, rtol=1e-14, maxiter=12)
-    assert res.iterations <= 12
-    assert not res.converged and res.info > 0
-    _ok(res, A, b, 1e-14)
+    for maxiter in (12, 3):
+        res = mpsolve.solve(A, b, rtol=1e-14, maxiter=maxiter)
+        assert res.iterations <= maxiter
+        left = maxiter
+        for c in res.choices:              # each candidate within its share: half of what is left
+            last = c is res.choices[-1]
+            assert c.iterations <= (left if last else max(1, left // 2))
+            left -= c.iterations
+        assert res.converged or res.info > 0
+        _ok(res, A, b, 1e-14)
+    res = mpsolve.solve(A, b, rtol=1e-14, maxiter=1)
+    assert res.iterations == 1 and not res.converged and res.info > 0
     with pytest.raises(ValueError, match="maxiter"):
         mpsolve.solve(A, b, maxiter=0)
 
@@ -167,10 +182,10 @@ def test_stagnation_falls_back_from_the_current_iterate():
     A = sp.csr_matrix(poisson2d(20) - 2.0 * sp.eye(n) + sp.diags(0.3 * rng.random(n - 1), 1))
     b = A @ np.ones(n)
     res = mpsolve.solve(A, b, rtol=1e-8)
-    c0, c1, c2 = res.choices
+    c0, c1, c2, c3 = res.choices
     assert c0.precond == "ilu0" and c0.outcome.startswith("stagnated")
     assert c1.precond == "isai" and c1.outcome.startswith("stagnated")
-    assert c2.precond == "ilut" and c2.outcome == "converged"
+    assert c2.precond == "ilut" and c2.outcome == "converged" and c3.outcome == "not tried"
     assert c0.iterations >= auto.STAGNATION_WINDOW
     assert c1.true_residual <= c0.true_residual          # from the current iterate, no worse
     assert res.iterations == c0.iterations + c1.iterations + c2.iterations

@@ -198,3 +198,12 @@ def test_zero_diagonal_suitesparse_solve_with_mc64_ilut(name):
     assert res.converged and res.true_residual <= 1e-8
     r = b - A @ res.x
     assert np.linalg.norm(r) <= 1e-8 * np.linalg.norm(b)
+
+
+def test_a_reordering_is_reused_and_its_shape_checked():
+    A = _zero_diagonal(30, 4, spread=1.0)
+    R = mc64(A)
+    M = Reordered(ILUT(), reordering=R).setup(A)
+    assert M.reordering is R
+    with pytest.raises(ValueError, match="reordering is for a 30x30"):
+        Reordered(ILUT(), reordering=R).setup(_zero_diagonal(20, 4))
