@@ -64,12 +64,20 @@ def _check_vector(v, n, name):
     return arr
 
 
+class ToleranceError(ValueError, TypeError):
+    """A bad ``rtol``/``atol``: a ``ValueError`` as SciPy raises (``atol=None`` and
+    ``atol='legacy'`` included), and a ``TypeError`` for a value of the wrong type."""
+
+
 def _check_tol(value, name):
+    """A tolerance as a float: real, non-negative, not NaN; ``inf`` allowed (SciPy: a
+    tolerance that every residual meets returns ``x0`` at once with ``info = 0``)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
+        raise ToleranceError(f"{name}={value!r}: must be a real, non-negative number "
+                             "(SciPy's 'legacy' and None are not accepted either)")
     v = float(value)
-    if not np.isfinite(v) or v < 0:
-        raise ValueError(f"{name}={value!r}: must be a finite, non-negative number")
+    if np.isnan(v) or v < 0:
+        raise ToleranceError(f"{name}={value!r}: must be a non-negative number (not NaN)")
     return v
 
 
@@ -227,7 +235,7 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         x0_mode = "given"
     bnrm = float(xp.linalg.norm(b64))
     return Problem(n=n, A_csr=A_csr, A_user=A, A64=A64, b64=b64, x0_64=x0_64, M_user=M,
-                   bnrm=bnrm, tol=max(atol, rtol * bnrm), rtol=rtol, atol=atol,
+                   bnrm=bnrm, tol=max(atol, rtol * bnrm if bnrm else 0.0), rtol=rtol, atol=atol,
                    maxiter=maxiter, out_dtype=np.dtype(data_dtype), data_dtype=np.dtype(data_dtype),
                    x0_mode=x0_mode, device=device, xp=xp, out_host=out_host,
                    workspace=Workspace(xp), precond_side=precond_side)
