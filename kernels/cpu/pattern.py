@@ -346,6 +346,20 @@ def _transpose_fill(pptr, pind, data, rb, start, tind, tdata):
                         tdata[q, v, u] = data[k, u, v]
 
 
+@njit(parallel=True, **JIT)
+def _transpose_fill1(pptr, pind, data, rb, start, tind, tdata):
+    # _transpose_fill for 1 x 1 blocks on flat data (4x faster than the block loops)
+    for c in prange(rb.size - 1):
+        nxt = start[c]
+        for i in range(rb[c], rb[c + 1]):
+            for k in range(pptr[i], pptr[i + 1]):
+                j = pind[k]
+                q = nxt[j]
+                nxt[j] = q + 1
+                tind[q] = i
+                tdata[q] = data[k]
+
+
 @register("cpu", "bsr_transpose", _F64)
 def bsr_transpose(pptr, pind, data):
     """Canonical BSR of the transpose: ``(tptr, tind, tdata)``, block ``(j, i)`` =
@@ -362,8 +376,11 @@ def bsr_transpose(pptr, pind, data):
     np.cumsum(tot, out=tptr[1:])
     start = tptr[:-1][None, :] + np.cumsum(cnt, axis=0) - cnt       # per chunk and column
     tind = np.empty(pind.size, dtype=np.int64)
-    tdata = np.empty_like(data)
-    _transpose_fill(pptr, pind, data, rb, start, tind, tdata)
+    tdata = np.empty(data.shape, dtype=data.dtype)             # C order: reshape is a view
+    if data.shape[1] == 1:
+        _transpose_fill1(pptr, pind, data.reshape(-1), rb, start, tind, tdata.reshape(-1))
+    else:
+        _transpose_fill(pptr, pind, data, rb, start, tind, tdata)
     return tptr, tind, tdata
 
 
