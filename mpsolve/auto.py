@@ -21,7 +21,11 @@ layer's automatic choice, written once for every device:
    * a zero or tiny diagonal entry (``|a_ii| <= sqrt(eps) max_j |a_ij|``): GMRES + ILUT with
      the MC64 permutation and scaling first (:mod:`mpsolve.precond._reorder`: solves
      west0479, west1505, rajat19, qh1484, dw8192, where ILU(0) + MC64 solves one of five),
-     then a finer ILUT (``drop_tol=1e-5``, ``fill_factor=30``) + MC64, then GMRES + ISAI + MC64.
+     then a finer ILUT (``drop_tol=1e-5``, ``fill_factor=30``) + MC64, then the direct
+     fallback below (mhd4800a), then GMRES + ISAI + MC64.
+   * every class ends with (or, weak diagonal, includes) the direct fallback: GMRES on a
+     complete LU with pivoting of the MC64-scaled matrix in FP64 (plat362, rdb2048,
+     mhd4800a need it).
 
    GMRES runs right-preconditioned (its residual estimate is then the true residual's, which
    the stagnation test below reads) with restart 30 (PETSc's).
@@ -190,11 +194,12 @@ def _direct() -> Choice:
     bounded by ``DIRECT_FILL`` nnz(A)) of the MC64-scaled matrix, as GMRES's preconditioner
     (GMRES then corrects what rounding and the fill bound leave).  mhd4800a needs it: every
     ILUT with dropping (1e-3 ... 1e-6) of it gives non-finite values, the complete one
-    converges in 55 iterations."""
+    converges in 55 iterations -- in FP64: its factors stored in FP32 give non-finite values.
+    So this candidate's precision is ``double`` whatever the data."""
     return Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 0.0,
                                     "fill_factor": DIRECT_FILL},
                   "direct fallback: a complete LU with pivoting of the permuted, scaled "
-                  "matrix, GMRES on top")
+                  "matrix, in FP64, GMRES on top", precision="double")
 
 
 def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
@@ -208,9 +213,9 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
         out += [Choice("gmres", *ilut_mc64, why),
                 Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 1e-5, "fill_factor": 30},
                        "a finer ILUT keeps more of the factors"),
+                _direct(),
                 Choice("gmres", "isai", {"reorder": "mc64"},
-                       "an approximate inverse of the permuted matrix needs no pivots"),
-                _direct()]
+                       "an approximate inverse of the permuted matrix needs no pivots")]
     elif an.spd_like:
         if an.dominant_rows == 1.0:
             out.append(Choice("cg", "ilu0", {}, "symmetric, positive and diagonally dominant: "
@@ -247,7 +252,7 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
         out = pinned
     prec, why = _precision(an)
     for c in out:
-        c.precision = prec
+        c.precision = c.precision or prec
     return out
 
 

@@ -40,7 +40,11 @@ def _check_properties(A, R):
     d = B.diagonal()
     assert np.all(np.abs(d) == 1.0), "the permuted, scaled diagonal is 1 in modulus, exactly"
     off = (B - sp.diags(d)).tocsr()
-    assert abs(off).max() <= 1.0 + 64 * EPS
+    # the documented bound: exp(DUAL_SLACK eps max|w|) (1 + 4 eps), max|w| <= ln(max|a|/min|a|)
+    a = np.abs(sp.csr_matrix(A).data)
+    a = a[a > 0]
+    wmax = max(1.0, np.log(a.max() / a.min()))
+    assert abs(off).max() <= np.exp(_reorder.DUAL_SLACK * EPS * wmax) * (1 + 4 * EPS)
     # B is the documented transformation of A (to rounding)
     ref = sp.diags(R.row_scale[R.perm]) @ sp.csr_matrix(A)[R.perm, :] @ sp.diags(R.col_scale)
     assert abs(ref - B).max() <= 4 * EPS
@@ -78,6 +82,26 @@ def test_mc64_near_ties_need_the_exact_costs():
     A = sp.csr_matrix(np.array([[1.0, 1.001], [1.002, 1.0]]))
     R = mc64(A)
     assert R.perm.tolist() == [1, 0]
+    _check_properties(A, R)
+
+
+def test_mc64_cancels_cycles_of_a_coarse_matching():
+    """Values 1 + O(1e-3): every rounded cost is 0, the coarse matching is arbitrary; the
+    cycle cancelling must reach the exact optimum (checked against SciPy's matching on the
+    exact costs) and exact duals."""
+    from scipy.sparse.csgraph import min_weight_full_bipartite_matching
+
+    rng = np.random.default_rng(5)
+    n = 60
+    A = sp.random(n, n, density=0.15, random_state=rng, format="csr") + sp.eye(n)
+    A.data = 1.0 + 1e-3 * rng.random(A.nnz)
+    R = mc64(A)
+    assert R.rotations > 0
+    C = sp.csr_matrix(A)
+    cost = 2.0 - np.log(C.data)                 # > 0; minimum <=> maximum product
+    r, c = min_weight_full_bipartite_matching(sp.csr_matrix((cost, C.indices, C.indptr), (n, n)))
+    best = np.sum(np.log(np.abs(C[r, c].A1)))
+    assert np.sum(np.log(np.abs(C[R.perm, np.arange(n)].A1))) == pytest.approx(best, abs=1e-12)
     _check_properties(A, R)
 
 
@@ -177,9 +201,13 @@ def test_ilut_bad_parameters_and_singular_factor():
 
 
 def test_bellman_ford_reports_a_negative_cycle():
-    d, sweeps = _reorder._bellman_ford(2, np.array([0, 1]), np.array([1, 0]),
-                                       np.array([-1.0, -1.0]))
-    assert d is None and sweeps == 3
+    src, dst, w = np.array([0, 1, 2]), np.array([1, 0, 0]), np.array([-1.0, -1.0, 5.0])
+    d, sweeps, cyc = _reorder._bellman_ford(3, src, dst, w)
+    assert d is None and sweeps == 4 and sorted(cyc.tolist()) == [0, 1]
+    d, sweeps, cyc = _reorder._bellman_ford(3, src, dst, w, check_every=1)
+    assert d is None and sweeps < 4 and sorted(cyc.tolist()) == [0, 1]
+    d, sweeps, cyc = _reorder._bellman_ford(3, src, dst, np.array([-1.0, 1.0, 5.0]))
+    assert d.tolist() == [0.0, -1.0, 0.0] and cyc is None
 
 
 ZERO_DIAGONAL = ["west0479", "west1505", "rajat19", "qh1484", "dw8192"]
