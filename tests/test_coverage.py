@@ -1,0 +1,35 @@
+"""The coverage table runner (bench/coverage.py): one small matrix end to end, and totals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import COLLECTION
+
+
+def test_coverage_table_for_one_matrix(tmp_path):
+    pytest.importorskip("rich")
+    from mpsolve.bench import coverage
+
+    if not (COLLECTION / "west0479.mtx.gz").exists():
+        pytest.skip("no west0479 in the test collection")
+    out = tmp_path / "coverage.md"
+    assert coverage.main(["--collection", str(COLLECTION), "--only", "west0479",
+                          "--no-generated", "--out", str(out), "--time-limit", "20"]) == 0
+    text = out.read_text()
+    row = next(ln for ln in text.splitlines() if ln.startswith("| west0479 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "yes" and "ilut+mc64" in cells[6]       # auto solves it
+    assert "Solved: mpsolve auto 1 of 1" in text
+
+
+def test_markdown_totals_and_geometric_mean():
+    from mpsolve.bench import coverage
+
+    yes = lambda t: dict(solved=True, iterations=10, seconds=t, config="c")   # noqa: E731
+    no = dict(solved=False, iterations=0, seconds=float("nan"), config="-")
+    table = [("a", 1, 1, yes(2.0), yes(1.0), no), ("b", 1, 1, yes(1.0), yes(4.0), yes(1.0)),
+             ("c", 1, 1, no, no, no)]
+    text = coverage._markdown(table, True)
+    assert "mpsolve auto 2 of 3, PETSc's best 2 of 3, SciPy's best 1 of 3" in text
+    assert f"= {np.sqrt(2.0 * 0.25):.2f}" in text
