@@ -19,14 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
+import numpy as np
+
 from .registry import dtype_name, lookup
 
-__all__ = ["Op", "CONTRACT", "VECTOR_OPS", "Primitives", "bind_primitives"]
+__all__ = ["Op", "CONTRACT", "VECTOR_OPS", "BASIS_OPS", "Primitives", "BasisPrimitives",
+           "bind_primitives", "bind_basis"]
 
 _F = ("float32", "float64")
 _VEC = tuple((d,) for d in _F)
 _MAT = tuple((v, x, y) for v in _F for x in _F for y in _F)
 _REDUCE = ("native", "compensated")
+_CB = (("float32", "float64"),)
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,15 @@ CONTRACT = (
     Op("lincomb", "lincomb(V, y, k, out)", "out = sum_{i<k} y_i V[i]"),
     Op("maxpy", "maxpy(V, k, h, w)", "w = w - sum_{i<k} h_i V[i]"),
     Op("dmul", "dmul(d, x, out)", "out = diag(d) x  (dtypes d, x, out)", keys=_MAT),
+    # --- a compressed Krylov basis (CB-GMRES): V stored in FP32, w, h, y, out in FP64;
+    # dtype key (V's, w's).  Host devices provide them; elsewhere a compressed-basis solve
+    # stops at set-up with the registry's error (bind_basis)
+    Op("cb_mdot", "cb_mdot(V, k, w, out)", "out[i] = V[i] . w, i < k, V widened exactly, "
+       "FP64 products and sums (compensated: Dot2)", keys=_CB, modes=_REDUCE),
+    Op("cb_maxpy", "cb_maxpy(V, k, h, w)", "w = w - sum_{i<k} h_i V[i]  (FP64)", keys=_CB),
+    Op("cb_lincomb", "cb_lincomb(V, y, k, out)", "out = sum_{i<k} y_i V[i]  (FP64)", keys=_CB),
+    Op("cb_store", "cb_store(a, x, out)", "out = fl32(a x): scaled in FP64, rounded once "
+       "(dtypes x, out)", keys=(("float64", "float32"),)),
     # --- sparse matrices (plan from launch_plan(device, "spmv"/"bsrmv", indptr))
     Op("spmv", "spmv(plan, indptr, indices, data, x, y)",
        "y = A x, CSR; row sums in FP64 (acc64) or FP32 (acc32); dtypes (data, x, y)",
@@ -165,6 +178,9 @@ VECTOR_OPS = ("dot", "nrm2", "mdot", "axpy", "xpay", "axpby", "waxpy", "axpy2",
               "axpy2_nrm2", "bicg_dir", "scal", "copy", "lincomb", "maxpy", "givens",
               "back_substitute")
 
+#: The ops of a Krylov basis stored below the working precision (:func:`bind_basis`).
+BASIS_OPS = ("cb_mdot", "cb_maxpy", "cb_lincomb", "cb_store")
+
 
 @dataclass(frozen=True)
 class Primitives:
@@ -191,6 +207,63 @@ class Primitives:
     maxpy: Callable            # w -= V_k h
     givens: Callable           # GMRES: next Givens rotation of the Hessenberg matrix (host FP64)
     back_substitute: Callable  # GMRES: y = R^-1 g (host FP64)
+
+    def basis(self, dtype) -> "BasisPrimitives":
+        """The multi-vector ops on a basis stored in ``dtype`` (:func:`bind_basis`)."""
+        return bind_basis(self, dtype)
+
+
+@dataclass(frozen=True)
+class BasisPrimitives:
+    """The ops GMRES applies to its basis ``V`` (one vector a row, dtype ``dtype``) with
+    working-precision vectors ``w``: looked up once per solve by :func:`bind_basis`."""
+
+    dtype: object
+    compressed: bool           # dtype narrower than the working dtype
+    mdot: Callable             # out[i] = V[i] . w
+    maxpy: Callable            # w -= V_k h
+    lincomb: Callable          # out = V_k y (out in the working dtype)
+    store: Callable            # store(a, x, out): out = a x, rounded to V's dtype
+
+
+def bind_basis(ops: Primitives, dtype) -> BasisPrimitives:
+    """The basis ops for a basis stored in ``dtype`` under the vector ops ``ops``.
+
+    A basis in the working dtype uses ``ops``' own ``mdot``/``maxpy``/``lincomb``, and
+    ``store(a, x, out)`` is ``scal`` in place (``x is out``: GMRES writes the new vector
+    into its row) or ``copy`` then ``scal``; a narrower basis uses the ``cb_*`` kernels
+    (a device without them raises the registry's ``KeyError``, at set-up).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ops = bind_primitives("reference", "float64", "native", np)
+    >>> b = ops.basis("float32")
+    >>> V = np.zeros((2, 3), np.float32)
+    >>> b.store(0.5, np.array([1.0, 2.0, 1e-9]), V[0]); V[0]
+    array([5.e-01, 1.e+00, 5.e-10], dtype=float32)
+    >>> out = np.zeros(2); b.mdot(V, 1, np.ones(3), out); out[0]
+    np.float64(1.5000000005)
+    """
+    bdt = dtype_name(dtype)
+    wdt = dtype_name(ops.dtype)
+    if bdt == wdt:
+        copy, scal = ops.copy, ops.scal
+
+        def store(a, x, out):
+            if x is not out:
+                copy(x, out)            # out = x
+            scal(a, out)                # out = a out
+
+        return BasisPrimitives(dtype=np.dtype(ops.dtype), compressed=False, mdot=ops.mdot,
+                               maxpy=ops.maxpy, lincomb=ops.lincomb, store=store)
+    key = (bdt, wdt)
+    return BasisPrimitives(
+        dtype=np.dtype(bdt), compressed=True,
+        mdot=lookup(ops.device, "cb_mdot", key, ops.dot_mode),
+        maxpy=lookup(ops.device, "cb_maxpy", key),
+        lincomb=lookup(ops.device, "cb_lincomb", key),
+        store=lookup(ops.device, "cb_store", (wdt, bdt)))
 
 
 def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:

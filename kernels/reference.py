@@ -234,6 +234,37 @@ def ref_maxpy(V, k, h, w):
     w -= np.asarray(h[:k], dtype=w.dtype) @ V[:k]
 
 
+# --- a compressed basis (CB-GMRES): V in FP32, the working vectors in FP64 -------------
+_CB = [("float32", "float64")]
+
+
+@_register("reference", "cb_mdot", _CB, mode="native")
+def ref_cb_mdot(V, k, w, out):
+    """``out[i] = V[i] . w`` in FP64, the FP32 rows widened exactly."""
+    out[:k] = V[:k].astype(np.float64) @ w
+
+
+@_register("reference", "cb_mdot", _CB, mode="compensated")
+def ref_cb_mdot_compensated(V, k, w, out):
+    for i in range(k):
+        out[i] = fsum_dot(V[i].astype(np.float64), w)     # correctly rounded
+
+
+@_register("reference", "cb_maxpy", _CB)
+def ref_cb_maxpy(V, k, h, w):
+    w -= np.asarray(h[:k], dtype=np.float64) @ V[:k].astype(np.float64)
+
+
+@_register("reference", "cb_lincomb", _CB)
+def ref_cb_lincomb(V, y, k, out):
+    out[:] = np.asarray(y[:k], dtype=np.float64) @ V[:k].astype(np.float64)
+
+
+@_register("reference", "cb_store", [("float64", "float32")])
+def ref_cb_store(a, x, out):
+    out[:] = (np.float64(a) * x).astype(np.float32)   # scaled in FP64, rounded once
+
+
 @_register("reference", "dmul", _MAT)
 def ref_dmul(d, x, out):
     out[:] = d * x                     # NumPy promotes a mixed pair to FP64

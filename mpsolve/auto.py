@@ -45,7 +45,7 @@ matrix gives the same choices on every run: the analysis has no randomness and n
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional
 
 import numpy as np

@@ -14,7 +14,15 @@ eft           fp64             fp64         fp64            fp64        compensa
 mixed-eft     fp64             fp64         fp32            fp64        compensated
 ir            fp64 outer       fp64 outer   fp32            fp64        native
               fp32 inner       fp32 inner
+mixed-cb      fp64             fp64         fp32            fp64        native
+mixed-eft-cb  fp64             fp64         fp32            fp64        compensated
 ============  ===============  ===========  ==============  ==========  ============
+
+The ``-cb`` presets store GMRES's Krylov basis in FP32 (the ``basis`` field:
+compressed-basis GMRES, Aliaga, Anzt, Gruetzmacher, Quintana-Orti & Tomas 2022,
+doi:10.1177/10943420211036432); arithmetic, the Hessenberg matrix and ``x`` stay FP64.
+Every other policy keeps the basis in its working precision; any policy can be given an
+FP32 basis with :meth:`Precision.with_basis`.
 
 Whatever the policy, the returned ``x`` is judged by an FP64 true residual.
 """
@@ -51,6 +59,11 @@ class Precision:
     inner : Precision or None
         If set, the solve is an iterative refinement: FP64 residuals and updates
         outside, an inner Krylov solve in this policy.
+    basis : str or None
+        dtype in which GMRES stores its Krylov basis (``None``: the working dtype).
+        ``"float32"`` under an FP64 working precision is compressed-basis GMRES: each
+        new vector is orthogonalised and normalised in FP64 against the FP32-stored
+        basis, then rounded to FP32 once.  The other methods keep no basis and ignore it.
 
     Examples
     --------
@@ -60,6 +73,10 @@ class Precision:
     ('float64', 'float64', 'float32', 'compensated')
     >>> Precision(working="float32", matrix="float32").precond
     'float64'
+    >>> Precision.preset("mixed-cb").basis, Precision.preset("mixed").basis
+    ('float32', 'float64')
+    >>> Precision.preset("mixed-eft").with_basis("float32").name
+    'mixed-eft-cb'
     """
 
     name: str = "custom"
@@ -69,6 +86,7 @@ class Precision:
     accumulate: str = "float64"
     dot: str = "native"
     inner: Optional["Precision"] = field(default=None, compare=True)
+    basis: Optional[str] = None
 
     def __post_init__(self):
         for f in ("working", "matrix", "precond", "accumulate"):
@@ -82,6 +100,21 @@ class Precision:
                     f"Precision.{f}={v!r} is not supported; use 'float32' or 'float64'"
                 )
             object.__setattr__(self, f, name)
+        if self.basis is None:
+            object.__setattr__(self, "basis", self.working)
+        else:
+            try:
+                b = np.dtype(self.basis).name
+            except TypeError:
+                b = None
+            if b not in ("float32", "float64"):
+                raise ValueError(f"Precision.basis={self.basis!r} is not supported; use "
+                                 "'float32' or 'float64' (or None: the working precision)")
+            if np.dtype(b).itemsize > np.dtype(self.working).itemsize:
+                raise ValueError(f"Precision.basis={b!r} is wider than working="
+                                 f"{self.working!r}: a basis is stored at most in the "
+                                 "working precision")
+            object.__setattr__(self, "basis", b)
         if self.dot not in _DOT_MODES:
             raise ValueError(f"Precision.dot={self.dot!r}; use one of {_DOT_MODES}")
         if self.inner is not None and self.inner.inner is not None:
@@ -91,6 +124,18 @@ class Precision:
     @property
     def working_dtype(self) -> np.dtype:
         return np.dtype(self.working)
+
+    @property
+    def compressed(self) -> bool:
+        """Whether GMRES's basis is stored below the working precision."""
+        return self.basis != self.working
+
+    def with_basis(self, basis) -> "Precision":
+        """This policy with GMRES's basis stored in ``basis`` (``"float32"``: CB-GMRES),
+        named ``<name>-cb`` (or back to ``<name>`` without the suffix)."""
+        b = np.dtype(basis).name if basis is not None else self.working
+        base = self.name[:-3] if self.name.endswith("-cb") else self.name
+        return replace(self, name=base + ("-cb" if b != self.working else ""), basis=b)
 
     @property
     def eps(self) -> float:
@@ -119,8 +164,12 @@ class Precision:
         accuracy with FP32 inner solves), then vectors and ``A`` move to FP64,
         then the reductions become compensated;
         a custom policy moves its low-precision parts to FP64, then its dots to
-        compensated.
+        compensated.  A compressed basis goes first: ``mixed-cb -> mixed``,
+        ``mixed-eft-cb -> mixed-eft``, any other policy to itself with an FP64 basis
+        (the compressed basis is what most likely cost the convergence).
         """
+        if self.compressed:
+            return self.with_basis(self.working)
         ladder = {"single": "ir", "ir": "mixed", "mixed": "mixed-eft",
                   "mixed-eft": "eft", "double": "eft", "eft": None}
         if self.name in ladder:
@@ -128,7 +177,8 @@ class Precision:
             return None if nxt is None else PRESETS[nxt]
         if self.inner is not None or "float32" in (self.working, self.matrix, self.accumulate):
             return replace(self, name=self.name + "+fp64", working="float64",
-                           matrix="float64", accumulate="float64", inner=None)
+                           matrix="float64", accumulate="float64", inner=None,
+                           basis="float64")
         if self.dot == "native":
             return replace(self, name=self.name + "+eft", dot="compensated")
         return None
@@ -148,6 +198,8 @@ class Precision:
              f"M {self.precond}, dots {self.dot}")
         if self.inner is not None:
             s += f"; inner solve [{self.inner.describe()}]"
+        if self.compressed:
+            s += f"; GMRES basis {self.basis}"
         return s
 
 
@@ -162,6 +214,8 @@ PRESETS = {
 PRESETS["ir"] = Precision("ir", _f8, _f8, _f4, _f8, "native",
                           inner=replace(PRESETS["single"], name="ir-inner",
                                         accumulate=_f8))
+PRESETS["mixed-cb"] = PRESETS["mixed"].with_basis(_f4)
+PRESETS["mixed-eft-cb"] = PRESETS["mixed-eft"].with_basis(_f4)
 
 
 def as_precision(precision, dtype=None) -> Precision:

@@ -158,8 +158,12 @@ class SolveResult:
                          f"tiny diagonal entries; {100 * a['dominant_rows']:.0f}% rows "
                          f"diagonally dominant; block size {a['block_size']}; values over "
                          f"1e{a['value_range']:.0f} ({self.analysis_time * 1e3:.1f} ms)")
+        spare = [c.label for c in self.choices if c.outcome == "not tried"]
         for i, c in enumerate(self.choices):
-            lines.append(f"choice {i + 1}    {c}")
+            if c.outcome != "not tried":
+                lines.append(f"choice {i + 1}    {c}")
+        if spare:
+            lines.append("not needed  " + "; ".join(spare))
         return "\n".join(lines)
 
 

@@ -141,6 +141,23 @@ def test_values_beyond_float32_choose_double():
     assert res.converged and res.escalations
 
 
+def test_fp32_range_of_the_factors_falls_back_to_fp64_storage():
+    """The values fit FP32 ('mixed' is chosen), but ILU(0)'s L = a21 / a11 = 1e40 does not:
+    the preconditioner is stored in FP64 instead, and the choice says why."""
+    blk = np.array([[1e-20, 0.0], [1e20, 1e13]])
+    A = sp.csr_matrix(sp.block_diag([blk] * 10))
+    b = A @ np.ones(20)
+    res = mpsolve.solve(A, b, rtol=1e-10)
+    c = res.choices[0]
+    assert res.analysis["fits_float32"] and c.precision == "mixed" and c.precond == "ilu0"
+    assert "FP32 range: preconditioner stored in FP64" in c.reason
+    assert c.outcome == "converged" and res.converged
+    with pytest.raises(mpsolve.PrecisionRangeError if hasattr(mpsolve, "PrecisionRangeError")
+                       else ValueError, match="float32 range"):
+        mpsolve.solve(A, b, rtol=1e-10, method="gmres", precond="ilu0", precision="mixed",
+                      escalate=False)
+
+
 def test_budget_is_shared_and_never_exceeded():
     A = convection_diffusion2d(32, peclet=200.0)
     b = A @ np.ones(A.shape[0])

@@ -40,7 +40,7 @@ F32_MAX = float(np.finfo(np.float32).max)
 
 # --- generators -----------------------------------------------------------------------
 
-def gen_dot(n, cond, rng, dtype=np.float64):
+def gen_dot(n, cond, rng, dtype=np.float64, xdtype=None):
     """ORO 2005, Algorithm 6.1 (GenDot): ``x, y`` of length ``n`` whose dot
     product has condition number ``2 |x|.|y| / |x.y|`` of about ``cond``.
 
@@ -48,12 +48,13 @@ def gen_dot(n, cond, rng, dtype=np.float64):
     the first one ``b/2 + 1``, the last 0); the second half's exponents fall
     linearly from ``b/2`` to 0 and each ``y_i`` is chosen so that the running
     dot product (kept exactly, as a Fraction) nearly cancels.  Returns
-    ``x, y, exact (Fraction), achieved condition number``.
+    ``x, y, exact (Fraction), achieved condition number``.  ``xdtype``: ``x`` in
+    another dtype than ``y`` (an FP32 basis row against an FP64 vector).
     """
     dt = np.dtype(dtype).type
     n2 = n // 2
     b = math.log2(cond)
-    x = np.zeros(n, dtype=dt)
+    x = np.zeros(n, dtype=xdtype or dt)
     y = np.zeros(n, dtype=dt)
     e = np.rint(rng.random(n2) * b / 2)
     e[0] = round(b / 2) + 1
@@ -410,6 +411,34 @@ def test_dot2_ill_conditioned_f32(cond, parallel, monkeypatch):
         assert err(_recursive_dot(x, y), exact) > bound
     # FP32 pair: the answer is a float32 value
     assert float(np.float32(eft.dot2(x, y))) == eft.dot2(x, y)
+
+
+@pytest.mark.parametrize("cond", CONDS64)
+@pytest.mark.parametrize("parallel", [False, True])
+def test_cb_mdot2_ill_conditioned(cond, parallel, monkeypatch):
+    """Compensated Gram-Schmidt coefficients on a compressed basis: FP32 rows against an
+    FP64 vector meet Dot2's FP64 bound (u = 2^-53); the native FP64 sum does not."""
+    if parallel:
+        monkeypatch.setattr(eft, "PARALLEL_MIN", 0)
+        monkeypatch.setattr(eft, "_MCHUNK", 16)
+    rng = np.random.default_rng(int(cond) % 991)
+    x, w, exact, c = gen_dot(120, cond, rng, np.float64, xdtype=np.float32)
+    # row 0 nearly cancels against w; rows 1, 2 are ordinary FP32 rows
+    V = np.stack([x] + [rng.standard_normal(w.size).astype(np.float32) for _ in range(2)])
+    assert V.dtype == np.float32 and w.dtype == np.float64
+    out = np.full(4, np.nan)
+    lookup("cpu", "cb_mdot", ("float32", "float64"), "compensated")(V, 3, w, out)
+    assert np.isnan(out[3])
+    native = np.zeros(3)
+    lookup("cpu", "cb_mdot", ("float32", "float64"), "native")(V, 3, w, native)
+    for i in range(3):
+        exact_i = ref.exact_dot(V[i], w)
+        bound_i = dot2_bound(exact_i, ref.exact_dot(np.abs(V[i]), np.abs(w)), w.size,
+                             U[np.float64])
+        assert err(out[i], exact_i) <= bound_i, i
+    bound = dot2_bound(exact, ref.exact_dot(np.abs(V[0]), np.abs(w)), w.size, U[np.float64])
+    if cond >= 1e20:
+        assert err(native[0], exact) > bound
 
 
 def test_dot2_small_lengths_exact():

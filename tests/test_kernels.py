@@ -33,7 +33,7 @@ def _eps(*dtypes):
 
 TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay", "axpby", "waxpy",
               "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb", "mdot", "maxpy",
-              "axpy2_nrm2", "spmv_dot",
+              "axpy2_nrm2", "spmv_dot", "cb_mdot", "cb_maxpy", "cb_lincomb", "cb_store",
               # against the reference device: tests/test_devices.py
               "givens", "back_substitute", "range_scan",
               # against the reference device: tests/test_precond.py
@@ -439,6 +439,70 @@ def test_maxpy(dt, n):
     want = w0.astype(np.float64) - hk @ V[:3].astype(np.float64)
     scale = np.abs(w0.astype(np.float64)) + np.abs(hk) @ np.abs(V[:3].astype(np.float64))
     _close(w, want, scale, dt, k=4)
+
+
+# --- a compressed basis (CB-GMRES): V FP32, w FP64, FP64 arithmetic -------------------------
+# The FP32 rows are widened exactly, so the FP64 oracle is the one of the FP64 kernels:
+# the tolerances are FP64's (an FP32 accumulation or an FP64 -> FP32 -> FP64 round trip
+# of w would miss them by 2^29).
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("mode", ["native", "compensated"])
+def test_cb_mdot(mode, n):
+    V = np.stack([_vec(n, "float32", 140 + i) for i in range(6)])
+    w = _vec(n, "float64", 150) * (1 + 1e-12)          # not representable in FP32
+    out = np.full(6, np.nan)
+    lookup("cpu", "cb_mdot", ("float32", "float64"), mode)(V, 5, w, out)
+    assert np.isnan(out[5])                              # rows past k untouched
+    e = EPS["float64"]
+    for i in range(5):
+        want = ref.fsum_dot(V[i].astype(np.float64), w)
+        scale = float(np.abs(V[i].astype(np.float64)) @ np.abs(w))
+        k = 2 if mode == "compensated" else max(2, n)
+        tol = e * abs(want) + k * e ** (2 if mode == "compensated" else 1) * scale * (n + 2)
+        assert abs(out[i] - want) <= tol + 1e-300, (i, out[i], want)
+    if n == LONG:                                        # FP64 products, not FP32 ones
+        w32 = w.astype(np.float32)
+        lookup("cpu", "mdot", ("float32",), "native")(V, 5, w32, out)
+        want = ref.fsum_dot(V[0].astype(np.float64), w)
+        assert abs(out[0] - want) > 1e6 * e * abs(want)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_cb_maxpy(n):
+    V = np.stack([_vec(n, "float32", 160 + i) for i in range(4)])
+    w0 = _vec(n, "float64", 170) * (1 + 1e-12)
+    h = np.array([0.5, -1.25, 2.0 + 1e-12, 3.0])
+    w = w0.copy()
+    lookup("cpu", "cb_maxpy", ("float32", "float64"))(V, 3, h, w)   # w <- w - V_3^T h
+    assert w.dtype == np.float64
+    want = w0 - h[:3] @ V[:3].astype(np.float64)
+    scale = np.abs(w0) + np.abs(h[:3]) @ np.abs(V[:3].astype(np.float64))
+    _close(w, want, scale, "float64", k=4)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_cb_lincomb(n, k):
+    V = np.stack([_vec(n, "float32", 180 + i) for i in range(8)])
+    y = np.linspace(-1.5, 2.0, 8) * (1 + 1e-12)
+    out = np.full(n, np.nan)
+    lookup("cpu", "cb_lincomb", ("float32", "float64"))(V, y, k, out)  # out <- V_k^T y
+    want = y[:k] @ V[:k].astype(np.float64)
+    scale = np.abs(y[:k]) @ np.abs(V[:k].astype(np.float64))
+    _close(out, want, scale, "float64", k=k + 1)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_cb_store_rounds_once(n):
+    x = _vec(n, "float64", 190)
+    a = 1.0 / 3.0
+    out = np.full(n, np.nan, np.float32)
+    lookup("cpu", "cb_store", ("float64", "float32"))(a, x, out)      # out <- fl32(a x)
+    want = np.empty(n, np.float32)
+    lookup("reference", "cb_store", ("float64", "float32"))(a, x, want)
+    assert np.array_equal(out, want)                    # one rounding: bit for bit
+    assert np.array_equal(out, (a * x).astype(np.float32))
 
 
 _GEN_SCRIPT = """

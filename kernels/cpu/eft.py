@@ -59,7 +59,7 @@ from .intrin import add_rn, fma, mul_rn, sub_rn  # noqa: F401  (the CPU primitiv
 
 __all__ = [
     "fma", "two_sum", "fast_two_sum", "two_prod", "two_prod_dekker", "split",
-    "sum2", "dot2", "nrm2_compensated", "sum_native", "mdot2",
+    "sum2", "dot2", "nrm2_compensated", "sum_native", "mdot2", "cb_mdot2",
 ]
 
 # Explicit: an EFT kernel must never get fastmath, whatever JIT grows into.
@@ -372,3 +372,71 @@ def mdot2(V, k, w, out):
 
 
 register("cpu", "mdot", [("float64",), ("float32",)], mode="compensated")(mdot2)
+
+
+# --- Dot2 of FP32 basis rows with an FP64 vector (compressed-basis GMRES) ---------------
+# Each FP32 entry is widened exactly to FP64; the product with an FP64 entry is not exact
+# in FP64, so it goes through TwoProduct as in Dot2: the bound of :func:`dot2` with
+# u = 2^-53 holds for the widened rows.
+
+@njit(**_EFT_JIT)
+def _cb_dot2_pair_range(v, w, lo, hi):
+    """Dot2 of ``v[lo:hi] . w[lo:hi]`` (``v`` FP32 widened, ``w`` FP64), 4 pairs."""
+    p0 = 0.0; p1 = 0.0; p2 = 0.0; p3 = 0.0
+    s0 = 0.0; s1 = 0.0; s2 = 0.0; s3 = 0.0
+    i = lo
+    stop4 = lo + ((hi - lo) // 4) * 4
+    while i < stop4:
+        h0, r0 = two_prod(np.float64(v[i]), w[i])          # h + r == v_i w_i
+        h1, r1 = two_prod(np.float64(v[i + 1]), w[i + 1])
+        h2, r2 = two_prod(np.float64(v[i + 2]), w[i + 2])
+        h3, r3 = two_prod(np.float64(v[i + 3]), w[i + 3])
+        p0, q0 = two_sum(p0, h0)                           # p + q == old p + h
+        p1, q1 = two_sum(p1, h1)
+        p2, q2 = two_sum(p2, h2)
+        p3, q3 = two_sum(p3, h3)
+        s0 += q0 + r0
+        s1 += q1 + r1
+        s2 += q2 + r2
+        s3 += q3 + r3
+        i += 4
+    while i < hi:
+        h0, r0 = two_prod(np.float64(v[i]), w[i])
+        p0, q0 = two_sum(p0, h0)
+        s0 += q0 + r0
+        i += 1
+    return _merge4(p0, p1, p2, p3, s0, s1, s2, s3)
+
+
+@njit(parallel=True, **_EFT_JIT)
+def _cb_mdot2_pairs_par(V, k, w, chunk):
+    n = w.size
+    nch = (n + chunk - 1) // chunk
+    pp = np.empty((nch, k), dtype=np.float64)
+    ps = np.empty((nch, k), dtype=np.float64)
+    for c in prange(nch):
+        lo = c * chunk
+        hi = min(lo + chunk, n)
+        for i in range(k):
+            pp[c, i], ps[c, i] = _cb_dot2_pair_range(V[i], w, lo, hi)
+    return pp, ps
+
+
+@njit(**_EFT_JIT)
+def _cb_mdot2_ser(V, k, w, out):
+    for i in range(k):
+        p, s = _cb_dot2_pair_range(V[i], w, 0, w.size)
+        out[i] = _round_pair(p, s)
+
+
+def cb_mdot2(V, k, w, out):
+    """Compensated ``out[i] <- V[i] . w`` for ``i < k``, ``V`` FP32 (the compressed basis),
+    ``w`` FP64: Dot2 in FP64 of each widened row, the bound of :func:`dot2` (``u = 2^-53``)."""
+    if w.size >= PARALLEL_MIN:
+        pp, ps = _cb_mdot2_pairs_par(V, k, w, _MCHUNK)
+        _mdot2_merge(pp, ps, k, out)
+    else:
+        _cb_mdot2_ser(V, k, w, out)
+
+
+register("cpu", "cb_mdot", [("float32", "float64")], mode="compensated")(cb_mdot2)

@@ -37,8 +37,28 @@ per pass instead of once per basis vector, as modified Gram--Schmidt does.  The 
 ``ops.mdot`` / ``ops.nrm2``, so the ``compensated`` policies use Dot2.  The
 Hessenberg matrix, Givens rotations and the small triangular solve are always FP64.
 
-Memory traffic per inner step j: SpMV + M + about (2j + 4) n values (one CGS pass).
-Memory: ``restart + 1`` basis vectors (``2 restart + 1`` with right preconditioning).
+Compressed basis (CB-GMRES; Aliaga, Anzt, Gruetzmacher, Quintana-Orti & Tomas,
+"Compressed basis GMRES on high-performance graphics processing units", Int. J. High
+Perform. Comput. Appl. 2022, doi:10.1177/10943420211036432): with ``precision.basis``
+narrower than the working precision (the ``-cb`` presets) the rows of ``V`` are stored
+in FP32 while ``w``, the Gram--Schmidt coefficients, norms, the Hessenberg matrix and
+``x`` stay FP64.  Each step computes ``w = A v_j`` (or ``M A v_j``, ``A M v_j``) in FP64
+from the stored FP32 ``v_j`` (the SpMV widens it), orthogonalises ``w`` in FP64
+against the stored rows (``cb_mdot``/``cb_maxpy``: FP32 rows widened exactly, FP64
+products and sums, Dot2 under the compensated policies), normalises it in FP64 and
+rounds it to FP32 once (``cb_store``); ``x += V_k y`` reads the stored rows.  The
+rounding perturbs the Arnoldi relation by about ``eps_fp32 h_{j+1,j}`` per step, so a
+cycle's residual estimate may claim more than it delivers below ``~eps_fp32`` of the
+cycle's starting residual: each cycle starts from the true residual, so this costs a
+few iterations at most, and where it stalls the driver's stagnation rule escalates to
+an FP64 basis (``Precision.stronger``).  Deviation from the paper: no FP16/fixed-point
+formats, and with right preconditioning ``Z`` stays in the working precision (flexible
+GMRES, as above) while ``V`` is compressed.
+
+Memory traffic per inner step j: SpMV + M + about (2j + 4) n values (one CGS pass);
+with an FP32 basis the basis reads cost half (``(j + 1)`` values of 4 bytes twice).
+Memory: ``restart + 1`` basis vectors (``2 restart + 1`` with right preconditioning);
+an FP32 basis takes half the bytes and one working vector more.
 """
 from __future__ import annotations
 
@@ -64,19 +84,31 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     estimate times the cycle's ``||r|| / ||M r||``).  Returns
     ``(cycles, inner_iterations, flag)``: flag 0 converged (or the estimate can no
     longer be trusted to find a better ``x`` -- the driver then judges by the true
-    residual), 1 out of cycles, -13 happy breakdown short of the tolerance,
-    -14 non-finite values.
+    residual), 1 out of cycles, 2 the compressed basis cost a cycle its convergence
+    (:func:`_basis_lost`: the driver's stagnation rule then escalates to an FP64 basis),
+    -13 happy breakdown short of the tolerance, -14 non-finite values.
     """
-    ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
-    nrm2, axpy, mdot, maxpy = ops.nrm2, ops.axpy, ops.mdot, ops.maxpy
+    ops, psolve = sys.ops, sys.psolve
+    nrm2, axpy = ops.nrm2, ops.axpy
     n = x.size
     ws, wdt = sys.workspace, sys.dtype         # vectors allocated once per solve
+    bops = ops.basis(sys.precision.basis)      # the basis' kernels, looked up once
+    mdot, maxpy, store = bops.mdot, bops.maxpy, bops.store
+    # w = A v for a stored basis row v (an FP32 row is widened inside the SpMV)
+    matvec = sys.A_op.bind(bops.dtype, wdt) if bops.compressed else sys.matvec
     m = max(1, min(restart, n))
     left = psolve is not None and side == "left"
     right = psolve is not None and not left
     eps = float(np.finfo(wdt).eps)
     reorth = max(1e-3, eps ** 0.25)            # second CGS pass below this ratio
-    V = ws.get("V", (m + 1, n), wdt)           # Arnoldi basis, one row per vector
+    # a compressed basis carries a cycle's residual down by about 1 / eps_basis at most
+    # (its rounding then dominates the Arnoldi relation, the estimate stalls): the cycle
+    # ends there and the next one goes on from the true residual
+    reach = float(np.finfo(bops.dtype).eps) if bops.compressed else 0.0
+    V = ws.get("V", (m + 1, n), bops.dtype)    # Arnoldi basis, one row per vector
+    # the new vector w: written straight into V's next row, or (compressed basis) kept in
+    # the working precision and rounded into that row once orthonormal
+    W = ws.get("w", n, wdt) if bops.compressed else None
     # right preconditioning keeps Z = [M v_0, M v_1, ...] (flexible GMRES): an M applied in
     # FP32 is not exactly linear, and x += M (V y) would not be the combination the
     # Arnoldi relation was built from (add20 + FP32 ISAI: 5e-5 instead of 1e-8)
@@ -91,22 +123,27 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     bnrm = sys.problem.bnrm or 1.0
     inner = 0
     factor = 1.0                               # left: tightening of the inner target
+    claimed = None                             # left, compressed: (beta, est) of the last cycle
     rnorm = nrm2(r)
     if rnorm <= tol:
         return 0, 0, 0
     stop = False                               # the callback asked to stop
     for cycle in range(1, maxiter + 1):
+        v0 = V[0]
         if left:
-            psolve(r, V[0])                     # v0 = M r / ||M r||
-            beta = nrm2(V[0])
+            w = v0 if W is None else W
+            psolve(r, w)                        # v0 = M r / ||M r||
+            beta = nrm2(w)
             if not (beta > 0.0 and math.isfinite(beta)):
                 return cycle, inner, -14 if not math.isfinite(beta) else -13
             ratio = rnorm / beta                # unpreconditioned per preconditioned
+            if claimed is not None and _basis_lost(beta, *claimed):
+                return cycle - 1, inner, 2      # ||M r|| delivered against the estimate
         else:
-            ops.copy(r, V[0])                   # v0 = r / ||r||
+            w = r                               # v0 = r / ||r||
             beta = rnorm
             ratio = 1.0
-        ops.scal(1.0 / beta, V[0])
+        store(1.0 / beta, w, v0)                # v0 = w / beta (rounded to V's dtype)
         target = tol / ratio * factor           # inner target for the minimised residual
         g[:] = 0.0
         g[0] = beta
@@ -115,15 +152,20 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
         est = beta
         j_end = 0
         for j in range(m):
+            vnext = V[j + 1]
+            w = vnext if W is None else W
             if left:
                 matvec(V[j], u)                 # u = A v_j
-                psolve(u, V[j + 1])             # w = M A v_j
+                psolve(u, w)                    # w = M A v_j
             elif right:
-                psolve(V[j], Z[j])              # z_j = M v_j
-                matvec(Z[j], V[j + 1])          # w = A z_j
+                if W is None:
+                    psolve(V[j], Z[j])          # z_j = M v_j
+                else:
+                    ops.copy(V[j], u)           # u = v_j, widened
+                    psolve(u, Z[j])             # z_j = M v_j
+                sys.matvec(Z[j], w)             # w = A z_j
             else:
-                matvec(V[j], V[j + 1])          # w = A v_j
-            w = V[j + 1]
+                matvec(V[j], w)                 # w = A v_j
             wnorm0 = wnorm_in = nrm2(w)
             for _pass in range(2):              # CGS, repeated once if needed (CGS2)
                 mdot(V, j + 1, w, hcol)         # h_i = v_i . w, i <= j
@@ -146,15 +188,15 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             if wnorm <= eps * wnorm_in or wnorm == 0.0:
                 happy = True
                 break
-            ops.scal(1.0 / wnorm, w)            # v_{j+1} = w / ||w||
-            if est <= target or inner == max_inner or stop:
+            store(1.0 / wnorm, w, vnext)        # v_{j+1} = w / ||w|| (rounded to V's dtype)
+            if est <= target or est <= reach * beta or inner == max_inner or stop:
                 break
         k = j_end
         ops.back_substitute(H, g, k, y)         # y = R[:k, :k]^-1 g[:k], FP64
         if right:
             ops.lincomb(Z, y, k, u)             # u = Z_k y  (= M V_k y for an exact M)
         else:
-            ops.lincomb(V, y, k, u)             # u = V_k y
+            bops.lincomb(V, y, k, u)            # u = V_k y (the stored rows)
         axpy(1.0, u, x)                         # x += u
         sys.residual(x, sys.b, r)               # r = b - A x
         rnorm = nrm2(r)
@@ -164,6 +206,11 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             return cycle, inner, -14
         if rnorm <= tol:
             return cycle, inner, 0
+        if bops.compressed:
+            if left:
+                claimed = (beta, est)           # judged with ||M r|| at the next cycle
+            elif _basis_lost(rnorm, beta, est):
+                return cycle, inner, 2
         if stop:
             return cycle, inner, USER_STOP
         if happy:
@@ -181,3 +228,16 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
         elif left:
             factor = min(1.0, 1.5 * factor)
     return maxiter, inner, 1
+
+
+def _basis_lost(delivered, start, claimed):
+    """Did a cycle on a compressed basis deliver far less than its estimate claimed?
+
+    ``start``: the minimised residual at the cycle's start, ``claimed``: its estimate at
+    the end, ``delivered``: the residual recomputed from ``x`` (the same norm).  With an
+    exact basis the two agree to rounding; an FP32 basis perturbs the Arnoldi relation
+    by about ``eps_fp32 ||H|| ||y||``, which wins once ``y`` is large (ill-conditioned
+    ``H``).  Lost: the cycle kept less than half of the digits it claimed
+    (``delivered / start > sqrt(claimed / start)``) and missed the estimate by more than 2x.
+    """
+    return delivered > 2.0 * claimed and delivered * delivered > claimed * start
