@@ -237,7 +237,9 @@ def _basis_lost(delivered, start, claimed):
     the end, ``delivered``: the residual recomputed from ``x`` (the same norm).  With an
     exact basis the two agree to rounding; an FP32 basis perturbs the Arnoldi relation
     by about ``eps_fp32 ||H|| ||y||``, which wins once ``y`` is large (ill-conditioned
-    ``H``).  Lost: the cycle kept less than half of the digits it claimed
+    ``H``).  Lost: the residual grew over the cycle (a minimal-residual cycle on an exact
+    basis never lets it grow), or the cycle kept less than half of the digits it claimed
     (``delivered / start > sqrt(claimed / start)``) and missed the estimate by more than 2x.
     """
-    return delivered > 2.0 * claimed and delivered * delivered > claimed * start
+    return delivered > start or (delivered > 2.0 * claimed
+                                 and delivered * delivered > claimed * start)

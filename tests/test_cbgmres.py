@@ -1,0 +1,263 @@
+"""Compressed-basis GMRES (CB-GMRES): the Krylov basis stored in FP32, arithmetic in FP64.
+
+Checked here: the policy (field, presets, ladder), that the basis really is FP32 in the
+workspace, that the answer meets the FP64 true-residual tolerance (checked again here
+from ``x``, independently of the solver), that the iteration counts stay close to the
+FP64-basis GMRES on well-conditioned problems, left and right preconditioning, the
+compensated mode, and the escalation to an FP64 basis (and no false success without it)
+on a problem whose FP32 basis cannot carry the convergence.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mpsolve
+from mpsolve import PRESETS, Precision
+from mpsolve.kernels import lookup
+from mpsolve.matrices import convection_diffusion2d, poisson2d, poisson3d
+
+from conftest import load_collection_matrix, manifest
+
+RTOL = 1e-10
+
+
+def _true_rel(A, b, x):
+    """||b - A x|| / ||b|| in FP64, from scratch."""
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(b - A.astype(np.float64) @ np.asarray(x, np.float64))
+                 / np.linalg.norm(b))
+
+
+def _capture_workspaces(monkeypatch):
+    from mpsolve import _system
+
+    made = []
+    orig = _system.Workspace.__init__
+
+    def init(self, xp):
+        orig(self, xp)
+        made.append(self)
+
+    monkeypatch.setattr(_system.Workspace, "__init__", init)
+    return made
+
+
+# ----------------------------------------------------------------- the policy
+def test_presets_and_field():
+    cb = PRESETS["mixed-cb"]
+    assert (cb.working, cb.matrix, cb.precond, cb.dot, cb.basis) == (
+        "float64", "float64", "float32", "native", "float32")
+    assert cb.compressed and "basis float32" in cb.describe()
+    assert PRESETS["mixed-eft-cb"].dot == "compensated"
+    assert PRESETS["mixed-eft-cb"].basis == "float32"
+    for name in ("double", "single", "mixed", "eft", "mixed-eft", "ir"):
+        p = PRESETS[name]                       # unchanged: the basis follows the vectors
+        assert p.basis == p.working and not p.compressed, name
+    assert Precision().basis == "float64"
+    assert Precision(working="float32", matrix="float32").basis == "float32"
+    # any policy can take an FP32 basis, and give it back
+    p = Precision.preset("eft").with_basis("float32")
+    assert (p.name, p.basis, p.dot) == ("eft-cb", "float32", "compensated")
+    assert p.with_basis(None) == PRESETS["eft"]
+    assert Precision.preset("mixed").with_basis(np.float32) == cb
+
+
+def test_basis_is_validated():
+    with pytest.raises(ValueError, match="basis"):
+        Precision(basis="float16")
+    with pytest.raises(ValueError, match="wider than working"):
+        Precision(working="float32", matrix="float32", basis="float64")
+
+
+def test_ladder_gives_up_the_compressed_basis_first():
+    assert PRESETS["mixed-cb"].stronger() == PRESETS["mixed"]
+    assert PRESETS["mixed-eft-cb"].stronger() == PRESETS["mixed-eft"]
+    p = Precision.preset("eft").with_basis("float32")
+    assert p.stronger() == PRESETS["eft"]
+    seen = [PRESETS["mixed-cb"]]
+    while seen[-1].stronger() is not None:
+        seen.append(seen[-1].stronger())
+    assert [q.name for q in seen] == ["mixed-cb", "mixed", "mixed-eft", "eft"]
+    custom = Precision("mine", "float32", "float32", "float32", "float32", "native")
+    assert custom.stronger().basis == "float64"  # the vectors move to FP64: so does the basis
+
+
+def test_compensated_policy_binds_the_dot2_kernel():
+    from mpsolve._system import make_ops
+    from mpsolve.kernels.cpu import eft
+
+    b = make_ops("cpu", "float64", "compensated").basis("float32")
+    assert b.compressed and b.mdot is eft.cb_mdot2
+    b = make_ops("cpu", "float64", "native").basis("float32")
+    assert b.mdot is lookup("cpu", "cb_mdot", ("float32", "float64"), "native")
+    assert b.mdot is not eft.cb_mdot2
+    same = make_ops("cpu", "float64", "native").basis("float64")
+    assert not same.compressed and same.mdot is lookup("cpu", "mdot", ("float64",), "native")
+
+
+def test_a_device_without_the_kernels_says_so_at_set_up():
+    from mpsolve.kernels.primitives import bind_basis, bind_primitives
+
+    ops = bind_primitives("reference", "float32", "native", np)
+    with pytest.raises(KeyError, match="cb_mdot.*registered"):
+        bind_basis(ops, "float16")
+
+
+# ----------------------------------------------------------------- storage
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_basis_is_stored_in_fp32(monkeypatch, side):
+    made = _capture_workspaces(monkeypatch)
+    A = convection_diffusion2d(30)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="gmres", precision="mixed-cb", restart=20, rtol=RTOL,
+                        precond="jacobi", side=side)
+    assert res.info == 0 and res.precision == "mixed-cb"
+    (ws,) = made
+    V = [a for k, a in ws._arrays.items() if k[0] == "V"]
+    assert len(V) == 1 and V[0].dtype == np.float32 and V[0].shape == (21, A.shape[0])
+    assert V[0].nbytes == 21 * A.shape[0] * 4
+    Z = [a for k, a in ws._arrays.items() if k[0] == "Z"]
+    assert [z.dtype for z in Z] == ([np.float64] if side == "right" else [])
+    # the same solve with the FP64 basis: the basis takes twice the bytes
+    made.clear()
+    mpsolve.solve(A, b, method="gmres", precision="mixed", restart=20, rtol=RTOL,
+                  precond="jacobi", side=side)
+    (ws64,) = made
+    (V64,) = [a for k, a in ws64._arrays.items() if k[0] == "V"]
+    assert V64.dtype == np.float64 and V64.nbytes == 2 * V[0].nbytes
+
+
+# ----------------------------------------------------------------- convergence
+def _close_iterations(cb, ref, restart=30):
+    """CB-GMRES's count against the FP64-basis count on well-conditioned problems.
+
+    Many cycles (the FP64 solve restarts at least twice): within 5% (+2; measured 0-4%).
+    A solve that needs more than ~1/eps_fp32 of reduction inside one cycle converges in
+    one or two cycles with an FP64 basis; a cycle on an FP32 basis ends at that reduction
+    (its estimate stalls there) and the next one starts a fresh Krylov space: at most
+    half a cycle more (measured: poisson3d(12) 34 -> 47, ILU(0) problems +0-4).
+    """
+    if ref >= 3 * restart:
+        return cb <= 1.05 * ref + 2
+    return cb <= ref + restart // 2
+
+
+GENERATED = {
+    "poisson2d": lambda: poisson2d(40),
+    "convdiff2d": lambda: convection_diffusion2d(40),
+    "poisson3d": lambda: poisson3d(12),
+}
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("pc", [None, "jacobi", "ilu0"])
+@pytest.mark.parametrize("name", sorted(GENERATED))
+def test_generated_problems(name, pc, side):
+    A = GENERATED[name]()
+    b = A @ np.ones(A.shape[0])
+    kw = dict(method="gmres", restart=30, rtol=RTOL, precond=pc, side=side, maxiter=5000)
+    ref = mpsolve.solve(A, b, precision="mixed", **kw)
+    cb = mpsolve.solve(A, b, precision="mixed-cb", **kw)
+    assert ref.info == 0 and cb.info == 0
+    assert cb.precision == "mixed-cb" and not cb.escalations   # no escalation needed
+    assert _true_rel(A, b, cb.x) <= RTOL
+    assert cb.true_residual == pytest.approx(_true_rel(A, b, cb.x), rel=1e-6)
+    assert _close_iterations(cb.iterations, ref.iterations), (cb.iterations, ref.iterations)
+
+
+def _nonsymmetric_collection():
+    names = [r["name"] for r in manifest() if r.get("symmetry") == "general"]
+    return [n for n in ("sherman4", "pde2961", "add20", "jpwh_991") if n in names]
+
+
+@pytest.mark.skipif(not _nonsymmetric_collection(), reason="no SuiteSparse test collection")
+@pytest.mark.parametrize("name", _nonsymmetric_collection() or ["none"])
+@pytest.mark.parametrize("pc", [None, "ilu0"])
+def test_suitesparse_nonsymmetric(name, pc):
+    A = load_collection_matrix(name).tocsr()
+    b = A @ np.ones(A.shape[0])
+    kw = dict(method="gmres", restart=30, rtol=RTOL, precond=pc, maxiter=3000)
+    ref = mpsolve.solve(A, b, precision="mixed", **kw)
+    cb = mpsolve.solve(A, b, precision="mixed-cb", **kw)
+    assert ref.info == 0 and cb.info == 0
+    assert _true_rel(A, b, cb.x) <= RTOL
+    assert _close_iterations(cb.iterations, ref.iterations), (cb.iterations, ref.iterations)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_compensated_mode(side):
+    A = convection_diffusion2d(40)
+    b = A @ np.ones(A.shape[0])
+    kw = dict(method="gmres", restart=30, rtol=1e-12, precond="ilu0", side=side)
+    ref = mpsolve.solve(A, b, precision="mixed-eft", **kw)
+    cb = mpsolve.solve(A, b, precision="mixed-eft-cb", **kw)
+    assert cb.info == 0 and cb.precision == "mixed-eft-cb"
+    assert _true_rel(A, b, cb.x) <= 1e-12
+    assert _close_iterations(cb.iterations, ref.iterations), (cb.iterations, ref.iterations)
+
+
+def test_scipy_style_call_and_reference_device():
+    A = convection_diffusion2d(24)
+    b = A @ np.ones(A.shape[0])
+    x, info = mpsolve.gmres(A, b, rtol=RTOL, restart=30, precision="mixed-cb")
+    assert info == 0 and _true_rel(A, b, x) <= RTOL
+    out = {dev: mpsolve.solve(A, b, method="gmres", precision="mixed-cb", rtol=RTOL,
+                              precond="ilu0", device=dev) for dev in ("cpu", "reference")}
+    assert out["cpu"].info == out["reference"].info == 0
+    assert abs(out["cpu"].iterations - out["reference"].iterations) <= 2
+    assert _true_rel(A, b, out["reference"].x) <= RTOL
+
+
+def test_fp32_data_keeps_its_dtype():
+    A = convection_diffusion2d(20).astype(np.float32)
+    b = (A @ np.ones(A.shape[0], np.float32)).astype(np.float32)
+    res = mpsolve.solve(A, b, method="gmres", precision="mixed-cb", rtol=1e-6)
+    assert res.info == 0 and res.x.dtype == np.float32
+
+
+# ----------------------------------------------------------------- when FP32 is not enough
+def _ill_diagonal(spread, n=400, seed=0):
+    """A diagonal matrix with 12 distinct eigenvalues from ``spread`` to 1: GMRES with an
+    exact basis converges in about 12 steps per cycle, but ``y`` grows like 1 / spread,
+    and an FP32 basis then perturbs ``A V y`` by ``eps_fp32 / spread`` -- far more than
+    the cycle's residual once ``spread < 1e-6``."""
+    rng = np.random.default_rng(seed)
+    lam = np.geomspace(spread, 1.0, 12)
+    A = sp.csr_matrix(sp.diags(lam[rng.integers(0, 12, n)]))
+    return A, rng.standard_normal(n)
+
+
+@pytest.mark.parametrize("spread", [1e-6, 1e-8, 1e-10])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_escalates_to_an_fp64_basis(spread, side):
+    A, b = _ill_diagonal(spread)
+    kw = dict(method="gmres", restart=30, rtol=RTOL, maxiter=400, precond=None, side=side)
+    res = mpsolve.solve(A, b, precision="mixed-cb", **kw)
+    assert res.info == 0 and _true_rel(A, b, res.x) <= RTOL
+    assert [(e.from_precision, e.to_precision) for e in res.escalations] == [("mixed-cb",
+                                                                              "mixed")]
+    assert res.precision == "mixed"
+    ref = mpsolve.solve(A, b, precision="mixed", **kw)
+    assert res.iterations <= ref.iterations + 4 * 30   # found out within a few cycles
+
+
+@pytest.mark.parametrize("spread", [1e-6, 1e-8, 1e-10])
+def test_no_false_success_without_escalation(spread):
+    A, b = _ill_diagonal(spread)
+    res = mpsolve.solve(A, b, method="gmres", precision="mixed-cb", restart=30, rtol=RTOL,
+                        maxiter=400, precond=None, escalate=False)
+    true = _true_rel(A, b, res.x)
+    assert res.info != 0 and true > RTOL
+    assert res.true_residual == pytest.approx(true, rel=1e-6)
+    assert "stagnated" in res.status and "mixed-cb" in res.status
+
+
+def test_forced_by_policy_on_any_preset():
+    """``with_basis('float32')`` on the compensated FP64 preset: same answer quality."""
+    A = convection_diffusion2d(32)
+    b = A @ np.ones(A.shape[0])
+    p = Precision.preset("eft").with_basis("float32")
+    res = mpsolve.solve(A, b, method="gmres", precision=p, rtol=RTOL, precond="ilu0")
+    assert res.info == 0 and res.precision == "eft-cb" and _true_rel(A, b, res.x) <= RTOL
