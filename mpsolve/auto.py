@@ -25,7 +25,7 @@ layer's automatic choice, written once for every device:
      fallback below (mhd4800a), then GMRES + ISAI + MC64.
    * every class ends with (or, weak diagonal, includes) the direct fallback: GMRES on a
      complete LU with pivoting of the MC64-scaled matrix in FP64 (plat362, rdb2048,
-     mhd4800a need it).
+     mhd4800a need it), as long as its fill bound stays under ``DIRECT_MAX_ENTRIES``.
 
    GMRES runs right-preconditioned (its residual estimate is then the true residual's, which
    the stagnation test below reads) with restart 30 (PETSc's).
@@ -187,19 +187,24 @@ def _precision(an: Analysis):
 
 #: Fill bound (times nnz(A)) of the last resort, a complete LU used as the preconditioner.
 DIRECT_FILL = 50
+#: The last resort is a candidate only while ``DIRECT_FILL nnz(A)`` stays below this many
+#: entries (50M: about 600 MB of factors in FP64 with their indices).
+DIRECT_MAX_ENTRIES = 50_000_000
 
 
-def _direct() -> Choice:
+def _direct(an: Analysis) -> List[Choice]:
     """The last resort: ILUT without dropping = SuperLU's LU with threshold pivoting (fill
     bounded by ``DIRECT_FILL`` nnz(A)) of the MC64-scaled matrix, as GMRES's preconditioner
     (GMRES then corrects what rounding and the fill bound leave).  mhd4800a needs it: every
     ILUT with dropping (1e-3 ... 1e-6) of it gives non-finite values, the complete one
     converges in 55 iterations -- in FP64: its factors stored in FP32 give non-finite values.
     So this candidate's precision is ``double`` whatever the data."""
-    return Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 0.0,
-                                    "fill_factor": DIRECT_FILL},
-                  "direct fallback: a complete LU with pivoting of the permuted, scaled "
-                  "matrix, in FP64, GMRES on top", precision="double")
+    if an.nnz * DIRECT_FILL > DIRECT_MAX_ENTRIES:
+        return []
+    return [Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 0.0,
+                                     "fill_factor": DIRECT_FILL},
+                   "direct fallback: a complete LU with pivoting of the permuted, scaled "
+                   "matrix, in FP64, GMRES on top", precision="double")]
 
 
 def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
@@ -213,7 +218,7 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
         out += [Choice("gmres", *ilut_mc64, why),
                 Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 1e-5, "fill_factor": 30},
                        "a finer ILUT keeps more of the factors"),
-                _direct(),
+                *_direct(an),
                 Choice("gmres", "isai", {"reorder": "mc64"},
                        "an approximate inverse of the permuted matrix needs no pivots")]
     elif an.spd_like:
@@ -227,14 +232,14 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                        + (f"; block size {an.block_size}" if an.block_size > 1 else "")),
                 Choice("gmres", "ilu0", {}, "CG failed: A is not positive definite"),
                 Choice("gmres", *ilut_mc64, "ILU(0) failed: pivoting ILUT after MC64"),
-                _direct()]
+                *_direct(an)]
     else:
         out += [Choice("gmres", "ilu0", {}, "nonsymmetric with a zero-free diagonal: ILU(0) "
                        "needs the fewest iterations on most such matrices"),
                 Choice("gmres", "isai", {}, "ILU(0) failed or was slow: the approximate "
                        "inverse (best on circuit matrices)"),
                 Choice("gmres", *ilut_mc64, "both failed: pivoting ILUT after MC64"),
-                _direct()]
+                *_direct(an)]
     if method != "auto":
         kept = [c for c in out if c.method == method]
         if not kept:   # e.g. method="cg" on a nonsymmetric A: the user knows best

@@ -263,3 +263,10 @@ def test_command_line_solve_defaults_to_auto(capsys):
     assert "gmres + ilu0+mc64" in out
     assert main(["solve", "poisson2d:8", "--reorder", "mc64"]) == 2
     assert "--reorder mc64 needs --precond" in capsys.readouterr().err
+
+
+def test_direct_fallback_only_for_matrices_it_fits(monkeypatch):
+    an = auto.analyse(convection_diffusion2d(16))
+    assert any(c.params.get("drop_tol") == 0.0 for c in auto.candidates(an))
+    monkeypatch.setattr(auto, "DIRECT_MAX_ENTRIES", an.nnz)
+    assert not any(c.params.get("drop_tol") == 0.0 for c in auto.candidates(an))
