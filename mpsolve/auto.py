@@ -49,9 +49,11 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError
+from .backend import HOST_DEVICE
+from .kernels import lookup
+from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
 from ._system import make_problem
 from .backend import to_host
@@ -147,20 +149,25 @@ def analyse(A) -> Analysis:
     from .precond import detect_block_size
 
     t0 = time.perf_counter()
-    C = canonical_csr(check_matrix(A, "A")) if not sp.isspmatrix_csr(A) else A
+    C = canonical_csr(check_matrix(A, "A"))      # no copy when A is canonical already
     n = C.shape[0]
     data = np.abs(C.data.astype(np.float64))
-    rows = np.repeat(np.arange(n), np.diff(C.indptr))
     d = C.diagonal().astype(np.float64)
     ad = np.abs(d)
-    rowmax = np.zeros(n)
-    np.maximum.at(rowmax, rows, data)
-    rowsum = np.bincount(rows, weights=data, minlength=n)
-    nz = data[data > 0]
-    D = C - C.T                                          # symmetry, values and pattern
-    scale = float(nz.max()) if nz.size else 1.0
-    symmetric = bool(D.nnz == 0 or np.abs(D.data).max() <= 1e-12 * scale)
     lengths = np.diff(C.indptr)
+    full = lengths > 0
+    rowmax = np.zeros(n)
+    rowsum = np.zeros(n)
+    if data.size:
+        starts = C.indptr[:-1][full]
+        rowmax[full] = np.maximum.reduceat(data, starts)
+        rowsum[full] = np.add.reduceat(data, starts)
+    nz = data[data > 0]
+    # the symmetry test of ILU(0)'s symmetric form (same kernel, same tolerance): when auto
+    # calls A symmetric, IC(0) is symmetric too and CG may use it
+    mirror = np.empty(C.nnz, np.int32 if C.nnz < 2**31 else np.int64)
+    symmetric = bool(lookup(HOST_DEVICE, "symmetric_mirror", ("float64",))(
+        C.indptr, C.indices, C.data.astype(np.float64, copy=False), SYMMETRY_RTOL, mirror))
     f32 = np.finfo(np.float32)
     an = Analysis(
         n=n, nnz=int(C.nnz), symmetric=symmetric,

@@ -270,3 +270,17 @@ def test_direct_fallback_only_for_matrices_it_fits(monkeypatch):
     assert any(c.params.get("drop_tol") == 0.0 for c in auto.candidates(an))
     monkeypatch.setattr(auto, "DIRECT_MAX_ENTRIES", an.nnz)
     assert not any(c.params.get("drop_tol") == 0.0 for c in auto.candidates(an))
+
+
+def test_symmetry_is_ilu0s_own_test():
+    """auto calls A symmetric exactly when ILU(0) uses its symmetric (IC(0)) form, so CG is
+    never handed a nonsymmetric ILU(0)."""
+    from mpsolve.precond import ILU0
+
+    A = poisson2d(10).tolil()
+    A[0, 1] *= 1 + 1e-9                     # 1e-9 relative, in one entry
+    for M in (poisson2d(10), sp.csr_matrix(A)):
+        assert auto.analyse(M).symmetric == ILU0().setup(M).symmetric
+    assert not auto.analyse(sp.csr_matrix(A)).symmetric
+    res = mpsolve.solve(sp.csr_matrix(A), np.ones(100), rtol=1e-8)
+    assert res.method == "gmres" and res.converged
