@@ -145,7 +145,18 @@ class Choice:
 
 
 def analyse(A) -> Analysis:
-    """The cheap analysis of ``A`` (a checked matrix, any SciPy format); see module docstring."""
+    """The cheap analysis of ``A`` (a checked matrix, any SciPy format); see module docstring.
+
+    Examples
+    --------
+    >>> from mpsolve.auto import analyse, candidates
+    >>> from mpsolve.matrices import poisson2d
+    >>> an = analyse(poisson2d(8))
+    >>> an.symmetric, an.positive_diagonal, an.zero_diagonal, an.block_size
+    (True, True, 0, 1)
+    >>> [c.label for c in candidates(an)][:2]
+    ['cg + ilu0 [mixed]', 'cg + isai (variant=spd) [mixed]']
+    """
     from .precond import detect_block_size
 
     t0 = time.perf_counter()

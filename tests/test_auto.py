@@ -284,3 +284,22 @@ def test_symmetry_is_ilu0s_own_test():
     assert not auto.analyse(sp.csr_matrix(A)).symmetric
     res = mpsolve.solve(sp.csr_matrix(A), np.ones(100), rtol=1e-8)
     assert res.method == "gmres" and res.converged
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_never_a_false_success_on_random_matrices(seed):
+    """Random sparse matrices -- some with zero diagonals, some singular, some badly
+    scaled: whatever auto reports, 'converged' means the FP64 true residual meets rtol."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 60))
+    A = sp.random(n, n, density=float(rng.uniform(0.05, 0.4)), random_state=rng, format="csr")
+    if seed % 3:
+        A = A + sp.diags(rng.uniform(-1, 1, n) * (seed % 2))
+    if seed % 4 == 0:
+        A = sp.diags(10.0 ** rng.uniform(-8, 8, n)) @ A
+    A = sp.csr_matrix(A)
+    b = rng.standard_normal(n)
+    res = mpsolve.solve(A, b, rtol=1e-8, maxiter=300)
+    _ok(res, A, b, 1e-8)
+    assert res.iterations <= 300
+    assert res.status and (res.converged or "tried" in res.status or res.info != 0)

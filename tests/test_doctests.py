@@ -14,6 +14,7 @@ MODULES = [
     "mpsolve.precond._pattern",
     "mpsolve.precond.jacobi", "mpsolve.precond.block_jacobi", "mpsolve.precond.isai",
     "mpsolve.precond.block_isai", "mpsolve.precond.ilu", "mpsolve.precond.block_ilu",
+    "mpsolve.auto", "mpsolve.precond._reorder", "mpsolve.precond.ilut",
 ]
 
 
