@@ -14,4 +14,4 @@ import os
 # user set is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .registry import available, lookup, register  # noqa: E402,F401
+from .registry import available, lookup, provides, register  # noqa: E402,F401

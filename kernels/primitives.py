@@ -142,7 +142,11 @@ CONTRACT = (
     # --- (Block-)ISAI set-up (mpsolve.precond._pattern, ._localsolve): host, FP64, int64
     # patterns, BSR blocks (nnzb, b, b).  The local solves take block rows in any order
     # (grouped by |J_i| inside), gather, solve, check (backward error, ||Mat|| ||X||) and
-    # write each accepted row into out[pptr[i]:pptr[i+1]]; bad[t] = 1 rejected (0 on entry)
+    # write each accepted row into out[pptr[i]:pptr[i+1]]; bad[t] = 1 rejected (0 on entry).
+    # A device without host arrays may register gather_local, local_lu_solve,
+    # local_tri_solve and block_tri_isai itself (the GPU: kernels/cuda/isai_setup.py), with
+    # the same math and rule on its arrays: rows/pos/pattern on the host, A and out in its
+    # array module, bad on the host; precond then runs them there (precond._util.setup_device)
     Op("bsr_from_csr", "bsr_from_csr(indptr, indices, data, b) -> (aptr, aind, adata)",
        "canonical BSR of canonical CSR A, every diagonal block stored, explicit zeros kept",
        keys=(("float64",),), host=True),

@@ -30,7 +30,8 @@ from typing import Callable, Dict, Iterable, Tuple
 
 import numpy as np
 
-__all__ = ["register", "lookup", "available", "dtype_key", "dtype_name", "register_plan",
+__all__ = ["register", "lookup", "available", "provides", "dtype_key", "dtype_name",
+           "register_plan",
            "launch_plan"]
 
 Key = Tuple[str, str, Tuple[str, ...], str]
@@ -141,6 +142,16 @@ def lookup(device: str, op: str, dtypes: Tuple = (), mode: str = "") -> Callable
     except TypeError:  # unhashable dtype-likes: not memoised
         pass
     return func
+
+
+def provides(device: str, op: str, dtypes: Tuple = (), mode: str = "") -> bool:
+    """Whether ``device`` registers ``op`` for ``dtypes`` and ``mode`` (a query that never
+    raises: e.g. does a device without host arrays run this set-up op itself?)."""
+    try:
+        lookup(device, op, dtypes, mode)
+    except KeyError:
+        return False
+    return True
 
 
 def available(device: str | None = None) -> list:

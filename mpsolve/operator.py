@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._demote import demote, row_scale
-from .backend import DEFAULT_DEVICE, array_module, to_device, to_host
+from .backend import DEFAULT_DEVICE, array_module, on_host, to_device, to_host
 from .kernels import lookup
 from .kernels.registry import dtype_name, launch_plan
 
@@ -165,16 +165,17 @@ class SparseOperator(_Stored):
 class BSROperator(_Stored):
     """A BSR matrix stored in ``dtype`` on ``device``, multiplied by the ``bsrmv`` kernel.
 
-    ``data`` of shape ``(nnzb, b, b)`` (FP64 on the host, range-checked by
-    :func:`~mpsolve._demote.demote`), ``indptr``/``indices`` over blocks; ``n`` scalar
-    rows (a trailing partial block is allowed: the kernel skips rows and columns past
-    ``n``).
+    ``data`` of shape ``(nnzb, b, b)`` (FP64 on the host, or already on ``device``;
+    range-checked by :func:`~mpsolve._demote.demote` where it is), ``indptr``/``indices``
+    over blocks; ``n`` scalar rows (a trailing partial block is allowed: the kernel skips
+    rows and columns past ``n``).
     """
 
     def __init__(self, indptr, indices, data, n, dtype, accumulate="float32", what="M",
                  device=DEFAULT_DEVICE):
         self.device = device
-        data = np.ascontiguousarray(demote(np.ascontiguousarray(data, dtype=np.float64),
+        xp = np if on_host(data) else array_module(device)   # device blocks: demoted there
+        data = xp.ascontiguousarray(demote(xp.ascontiguousarray(data, dtype=np.float64),
                                            dtype, what, device=device))
         self.indptr = to_device(np.ascontiguousarray(indptr, dtype=np.int32), device)
         self.indices = to_device(np.ascontiguousarray(indices, dtype=np.int32), device)

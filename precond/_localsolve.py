@@ -3,11 +3,15 @@ FSAI, and the checked inverses of diagonal blocks (Block-Jacobi, the fallback ru
 
 Everything here works on a block (BSR) view of ``A`` with block size ``b``
 (:mod:`._pattern`); the point methods are the case ``b = 1``, so point ISAI and
-Block-ISAI share one code path.  The set-up runs on the host in FP64, by the set-up
-kernels of the host device (:func:`mpsolve.kernels.registry.lookup`): the batched
-local solves ``local_lu_solve`` / ``local_chol_solve`` / ``local_tri_solve`` gather,
-factor, solve, check and store each row in one pass (compiled and parallel on the
-CPU, NumPy on the stacks on the ``reference`` device, bit for bit the same).
+Block-ISAI share one code path.  The set-up runs in FP64, by the set-up kernels of the
+host device (:func:`mpsolve.kernels.registry.lookup`): the batched local solves
+``local_lu_solve`` / ``local_chol_solve`` / ``local_tri_solve`` gather, factor, solve,
+check and store each row in one pass (compiled and parallel on the CPU, NumPy on the
+stacks on the ``reference`` device, bit for bit the same).  A device without host arrays
+that registers these ops itself runs them on its own arrays (the GPU: a gather kernel,
+warp solves up to 32 unknowns, a blocked batched LU on cuBLAS above,
+:mod:`mpsolve.kernels.cuda.isai_setup`) with the same rule; patterns, the excess and
+the fallback rows stay on the host device (:func:`._util.setup_device`).
 
 Local systems
 -------------
@@ -63,14 +67,16 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from mpsolve.backend import HOST_DEVICE
-from mpsolve.kernels import lookup
+from mpsolve.backend import HOST_DEVICE, array_module, device_of, to_device
+from mpsolve.kernels import lookup, provides
 
 from ._blas import blas_single_thread
+from ._pattern import transpose_blocks
+from ._util import setup_device
 
 __all__ = [
     "gather_local", "local_solve", "block_diag_fallback", "block_inverse_checked",
-    "DEFAULT_MAX_LOCAL", "DENSE_EXCESS_MAX", "COND_LIMIT", "BWD_TOL", "LS_ACCEPT",
+    "transpose_stored", "DEFAULT_MAX_LOCAL", "DENSE_EXCESS_MAX", "COND_LIMIT", "BWD_TOL", "LS_ACCEPT",
 ]
 
 _EPS = np.finfo(np.float64).eps
@@ -163,12 +169,14 @@ def _solve_stack(Aloc, pos, variant, b):
 
 
 def _scatter(Xrows, rows, pptr, out):
-    """``out[pptr[i] + p] = X[:, :, p b:(p+1) b]`` for each block row ``i`` in ``rows``."""
+    """``out[pptr[i] + p] = X[:, :, p b:(p+1) b]`` for each block row ``i`` in ``rows``
+    (host ``X``; ``out`` on the host or on the device that solved the batched rows)."""
     batch, b, s = Xrows.shape
     m = s // b
     blocks = Xrows.reshape(batch, b, m, b).transpose(0, 2, 1, 3)  # (batch, m, b, b)
     idx = pptr[rows][:, None] + np.arange(m)[None, :]
-    out[idx] = blocks
+    where = device_of(out)
+    out[to_device(idx, where)] = to_device(np.ascontiguousarray(blocks), where)
 
 
 def local_solve(aptr, aind, adata, pptr, pind, variant, max_local=None, scalar_csr=None,
@@ -185,14 +193,20 @@ def local_solve(aptr, aind, adata, pptr, pind, variant, max_local=None, scalar_c
     max_local : largest local system (scalar unknowns) of the batched path
     scalar_csr : ``A`` as scalar CSR (for the excess and least-squares paths;
         built from the BSR arrays when omitted)
-    device : the host device whose set-up kernels solve the local systems
+    device : the device the preconditioner is set up for.  The batched local solves run
+        on it where it registers the op (``local_lu_solve`` / ``local_tri_solve``: the
+        GPU's gather, warp and blocked batched LU kernels, :func:`._util.setup_device`),
+        else on the host device; patterns, groups, the excess and the fallback rows
+        always on the host device.  A device without ``local_chol_solve`` solves the
+        ``spd`` systems by LU (the verdicts are LU's, as after a Cholesky rejection).
 
     Returns
     -------
-    data : ``(nnz(pattern), b, b)`` FP64 blocks of ``M`` (or ``G``), all finite
+    data : ``(nnz(pattern), b, b)`` FP64 blocks of ``M`` (or ``G``), all finite, in the
+        array module of the device that solved the batched rows (on it: demoted there)
     fallback_rows : sorted int64 array of the block rows that took the fallback rule
     stats : dict (``groups``, ``batched_rows``, ``excess_rows``, ``solve_flops`` of the
-        batched solves, ``stage_times``: seconds of the ``solve`` (gather, factorisation,
+        batched solves, ``solve_device`` (where they ran), ``stage_times``: seconds of the ``solve`` (gather, factorisation,
         check and store, fused in the kernels), ``excess`` and ``fallback`` stages)
     """
     if variant not in ("general", "spd", "lower", "upper"):
@@ -215,7 +229,7 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     t_start = time.perf_counter()
     nb = pptr.size - 1
     b = adata.shape[1]
-    out = np.zeros((pind.size, b, b))
+    aptr_h, aind_h, adata_h = aptr, aind, adata
     sizes = np.diff(pptr)
     # position of block i inside J_i
     rows_all = np.repeat(np.arange(nb), sizes)
@@ -229,12 +243,19 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
         raise ValueError("local_solve: an 'spd' pattern must be lower triangular")
 
     f64 = ("float64",)
-    if variant == "spd":
-        chol = lookup(device, "local_chol_solve", f64)
+    host = setup_device(device)                     # excess and fallback rows
+    op = "local_lu_solve" if variant in ("spd", "general") else "local_tri_solve"
+    sdev = setup_device(device, op)                 # the batched local solves
+    chol = None
+    if variant == "spd" and provides(sdev, "local_chol_solve", f64):
+        chol = lookup(sdev, "local_chol_solve", f64)
     if variant in ("spd", "general"):
-        lu = lookup(device, "local_lu_solve", f64)
+        lu = lookup(sdev, "local_lu_solve", f64)
     else:
-        tri = lookup(device, "local_tri_solve", f64)
+        tri = lookup(sdev, "local_tri_solve", f64)
+    out = array_module(sdev).zeros((pind.size, b, b))
+    if sdev != host:                                # the device's arrays: A once, out there
+        aptr, aind, adata = (to_device(a, sdev) for a in (aptr_h, aind_h, adata_h))
     bad_rows = []
     mmax = max(1, int(max_local) // b)
     order = np.argsort(sizes, kind="stable")            # rows grouped by |J_i|, ascending
@@ -245,10 +266,13 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     if variant == "spd":
         # Cholesky unless a probe of the rows says A_J is mostly not SPD (a nonsymmetric
         # A): then LU at once, instead of Cholesky failing and LU again on every row
-        probe = rows[::max(1, rows.size // _PROBE)]
-        pbad = np.zeros(probe.size, dtype=np.int8)
-        chol(probe, pos[probe], pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out, pbad)
-        use_chol = np.count_nonzero(pbad == 2) <= probe.size // 2
+        use_chol = chol is not None
+        if use_chol:
+            probe = rows[::max(1, rows.size // _PROBE)]
+            pbad = np.zeros(probe.size, dtype=np.int8)
+            chol(probe, pos[probe], pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out,
+                 pbad)
+            use_chol = np.count_nonzero(pbad == 2) <= probe.size // 2
         if use_chol:
             chol(rows, p, pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out, bad)
         else:
@@ -272,13 +296,14 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     groups = int(np.count_nonzero(np.diff(s_rows))) + int(s_rows.size > 0)   # sizes
     t_batched = time.perf_counter()
 
+    aptr, aind, adata = aptr_h, aind_h, adata_h     # the host's arrays from here on
     dense_variant = "spd" if variant == "spd" else "general"
     excess = np.flatnonzero(sizes > mmax)
     if excess.size and scalar_csr is None:
         scalar_csr = _bsr_to_csr(aptr, aind, adata)
     for i in excess:
         X, bad = _excess_row(i, aptr, aind, adata, pptr, pind, pos[i], dense_variant,
-                             scalar_csr, device)
+                             scalar_csr, host)
         if bad:
             bad_rows.append(np.array([i]))
         else:
@@ -293,14 +318,28 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
             X = _fallback_row(i, aptr, aind, adata, pptr, pind, pos[i], dense_variant,
                               scalar_csr)
             _scatter(X[None], np.array([i]), pptr, out)
-    if not np.isfinite(out).all():  # pragma: no cover - guarded by the rules above
+    if not bool(array_module(sdev).isfinite(out).all()):  # pragma: no cover - the rules
         raise FloatingPointError("local_solve produced a non-finite entry")
     t_end = time.perf_counter()
     stats = dict(groups=groups, batched_rows=int(nb - excess.size), excess_rows=int(excess.size),
-                 solve_flops=float(flops),
+                 solve_flops=float(flops), solve_device=sdev,
                  stage_times=dict(solve=t_batched - t_start, excess=t_excess - t_batched,
                                   fallback=t_end - t_excess))
     return out, bad_rows.astype(np.int64), stats
+
+
+def transpose_stored(pp, pi, data, host):
+    """Block pattern and blocks of the (block) transpose, canonical, with ``data`` left
+    where it is (host or device): the permutation comes from the host's
+    ``bsr_transpose`` kernel on the pattern alone (block numbers as values, exact), the
+    blocks are moved and transposed by the array module of ``data``."""
+    nnz = pi.size
+    ids = np.arange(nnz, dtype=np.float64).reshape(nnz, 1, 1)
+    tp, ti, tid = transpose_blocks(pp, pi, ids, device=host)
+    where = device_of(data)
+    xp = array_module(where)
+    perm = to_device(tid.reshape(-1).astype(np.int64), where)
+    return tp, ti, xp.ascontiguousarray(xp.swapaxes(data[perm], 1, 2))
 
 
 def _bsr_to_csr(aptr, aind, adata):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from mpsolve.backend import HOST_DEVICE, is_host
+from mpsolve.kernels import provides
 
 __all__ = ["PreconditionerWarning", "rows_text", "setup_device"]
 
@@ -19,9 +20,15 @@ def rows_text(rows, limit=10):
     return ", ".join(map(str, rows)) + (", ..." if len(rows) == limit else "")
 
 
-def setup_device(device: str) -> str:
+def setup_device(device: str, op: str | None = None) -> str:
     """Where the FP64 set-up kernels (factorisations, local-system gathers) of a
     preconditioner for ``device`` run: the device itself when its arrays live on the
     host, else :data:`mpsolve.backend.HOST_DEVICE` (the stored operators then move to
-    ``device``)."""
-    return device if is_host(device) else HOST_DEVICE
+    ``device``) -- unless ``op`` is named and ``device`` registers that set-up op itself
+    (the GPU's ``local_lu_solve``, ``local_tri_solve``, ``block_tri_isai``): then the
+    device runs it, on its own arrays.  Asked of the registry, never of a device name."""
+    if is_host(device):
+        return device
+    if op is not None and provides(device, op, ("float64",)):
+        return device
+    return HOST_DEVICE

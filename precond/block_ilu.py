@@ -49,11 +49,11 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from mpsolve.backend import HOST_DEVICE, to_host
+from mpsolve.backend import HOST_DEVICE, array_module, to_device, to_host
 from mpsolve.kernels import lookup
 from mpsolve.operator import BlockTriangularSweeps, BSROperator, OperatorChain
 
-from ._localsolve import COND_LIMIT
+from ._localsolve import COND_LIMIT, transpose_stored
 from ._pattern import block_pattern, detect_block_size, to_bsr
 from ._util import PreconditionerWarning, rows_text, setup_device
 from .base import Preconditioner
@@ -274,32 +274,25 @@ class BlockILU0(Preconditioner):
 
 
 # --------------------------------------------------------------------------- block ISAI
-def _tri_isai(host, pptr, pind, fac, lower):
+def _tri_isai(sdev, pptr, pind, fac, lower):
     """Blocks of the ISAI of BILU(0)'s ``L`` (``lower``) or ``U`` on the pattern
-    ``(pptr, pind)``; rows rejected by the kernel keep only ``T_ii^{-1}``."""
+    ``(pptr, pind)``, by the ``block_tri_isai`` kernel of ``sdev`` (in its array module:
+    the GPU's batches the block substitution's products through its FP64 Tensor Core
+    helper); rows rejected by the kernel keep only ``T_ii^{-1}``."""
     indptr, indices, data, diag, dinv = fac
     nb = pptr.size - 1
     b = data.shape[1]
-    out = np.zeros((pind.size, b, b))
+    out = array_module(sdev).zeros((pind.size, b, b))
     bad = np.zeros(nb, np.uint8)
-    lookup(host, "block_tri_isai", _F64)(pptr, pind, indptr, indices, data, diag, dinv,
+    lookup(sdev, "block_tri_isai", _F64)(pptr, pind, indptr, indices, data, diag, dinv,
                                          bool(lower), COND_LIMIT, out, bad)
     rows = np.flatnonzero(bad)
     for i in rows:                      # fallback: the diagonal block rule
         seg = slice(pptr[i], pptr[i + 1])
         out[seg] = 0.0
         at = pptr[i] + int(np.searchsorted(pind[seg], i))
-        out[at] = np.eye(b) if lower else dinv[i]
+        out[at] = to_device(np.eye(b) if lower else dinv[i], sdev)
     return out, rows.astype(np.int64)
-
-
-def _block_transpose(pp, pi, data):
-    """Block pattern and blocks of the (block) transpose, canonical."""
-    nb = pp.size - 1
-    b = data.shape[1]
-    B = sp.bsr_matrix((data, pi, pp), shape=(nb * b, nb * b)).transpose().tobsr((b, b))
-    B.sort_indices()
-    return B.indptr.astype(np.int64), B.indices.astype(np.int64), np.ascontiguousarray(B.data)
 
 
 def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
@@ -308,7 +301,8 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
 
     BILU(0) of ``C`` (FP64, on the host set-up device of ``device``), the block ISAI of
     its factors on the block patterns of ``tril(S^power)`` / ``triu(S^power)`` by block
-    substitution (FP64), stored as BSR in ``dtype`` on ``device``.  ``symmetric``:
+    substitution (FP64; on ``device`` where it registers ``block_tri_isai``, the GPU's
+    products on FP64 Tensor Cores), stored as BSR in ``dtype`` on ``device``.  ``symmetric``:
     ``None`` detects (symmetric ``A`` to ``SYMMETRY_RTOL`` with SPD pivot blocks gives
     ``M = G^T G``); ``False`` always gives ``M = U_isai L_isai``.
 
@@ -317,12 +311,14 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     took the fallback rule, and ``stats`` (pattern sizes, ``symmetric``).
     """
     host = setup_device(device)
+    sdev = setup_device(device, "block_tri_isai")   # the block substitutions
+    xp = array_module(sdev)
     n = C.shape[0]
     fac = bilu0_factor(C, b, host)
     indptr, indices, data, diag, dinv = fac
     nb = indptr.size - 1
     lp, li = block_pattern(indptr, indices, nb, power, "lower")
-    Lx, badL = _tri_isai(host, lp, li, fac, True)
+    Lx, badL = _tri_isai(sdev, lp, li, fac, True)
     chol = None
     if symmetric is None or symmetric:
         if _symmetric(C, host, SYMMETRY_RTOL if symmetric is None else 1e-8):
@@ -333,12 +329,13 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
                 chol = None
         elif symmetric:
             raise ValueError(f"{name}: symmetric=True, but A is not symmetric")
-    stats = dict(pattern_nnz_blocks_L=int(li.size))
+    stats = dict(pattern_nnz_blocks_L=int(li.size), solve_device=sdev)
     if chol is not None:
         # G = C^T L_isai (block row i scaled by C_i^T); M = G^T G = L_isai^T D^-1 L_isai
         rows = np.repeat(np.arange(nb), np.diff(lp))
-        G = np.matmul(chol.transpose(0, 2, 1)[rows], Lx)
-        tp, ti, td = _block_transpose(lp, li, G)
+        G = xp.matmul(to_device(np.ascontiguousarray(chol.transpose(0, 2, 1)[rows]), sdev),
+                      Lx)
+        tp, ti, td = transpose_stored(lp, li, G, host)
         ops = [BSROperator(lp, li, G, n, dtype, accumulate, f"{name} factor G", device=device),
                BSROperator(tp, ti, td, n, dtype, accumulate, f"{name} factor G^T",
                            device=device)]
@@ -346,7 +343,7 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
         stats.update(symmetric=True)
     else:
         up, ui = block_pattern(indptr, indices, nb, power, "upper")
-        Ux, badU = _tri_isai(host, up, ui, fac, False)
+        Ux, badU = _tri_isai(sdev, up, ui, fac, False)
         ops = [BSROperator(lp, li, Lx, n, dtype, accumulate, f"{name} of L", device=device),
                BSROperator(up, ui, Ux, n, dtype, accumulate, f"{name} of U", device=device)]
         bad = np.union1d(badL, badU)

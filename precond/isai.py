@@ -25,8 +25,8 @@ from mpsolve.backend import HOST_DEVICE
 from mpsolve.kernels import lookup
 from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
-from ._localsolve import DEFAULT_MAX_LOCAL, local_solve
-from ._pattern import block_pattern, to_bsr, transpose_blocks, truncate_wide_rows
+from ._localsolve import DEFAULT_MAX_LOCAL, local_solve, transpose_stored
+from ._pattern import block_pattern, to_bsr, truncate_wide_rows
 from ._util import PreconditionerWarning, rows_text, setup_device
 from .base import Preconditioner
 
@@ -63,11 +63,20 @@ def _pad(C, b):
     return P
 
 
+class _CSRArrays:
+    """The CSR arrays a :class:`SparseOperator` is stored from (``data`` on the host or
+    already on the device that solved the local systems: demoted there)."""
+
+    def __init__(self, indptr, indices, data, shape):
+        self.indptr, self.indices, self.data, self.shape = indptr, indices, data, shape
+
+
 def _store(pp, pi, data, n, storage, dtype, accumulate, what, device):
+    """``M`` stored on ``device`` in ``dtype`` from its FP64 blocks ``data`` (host or
+    device array: the demotion runs where the values are)."""
     nbr = pp.size - 1
     if storage == "csr":
-        M = sp.csr_matrix((data.reshape(-1), pi.astype(np.int32), pp.astype(np.int32)),
-                          shape=(nbr, nbr))
+        M = _CSRArrays(pp.astype(np.int32), pi.astype(np.int32), data.reshape(-1), (nbr, nbr))
         return SparseOperator(M, dtype=dtype, accumulate=accumulate, device=device, what=what)
     return BSROperator(pp, pi, data, n, dtype, accumulate, what, device=device)
 
@@ -99,8 +108,9 @@ def _transposed(op, b, storage, dtype, accumulate, device):
 def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, device, host):
     """Operators of one (Block-)ISAI on ``C``: ``[M]`` or ``[G, G^T]`` (spd), stored on
     ``device``; the set-up kernels (patterns, local solves) are those of the host device
-    ``host``.  ``stats["stage_times"]``: seconds of each stage (pattern, solve, excess,
-    fallback, store)."""
+    ``host``, the local solves those of ``device`` where it registers them (the GPU's:
+    :mod:`._localsolve`).  ``stats["stage_times"]``: seconds of each stage (pattern,
+    solve, excess, fallback, store)."""
     t0 = time.perf_counter()
     n = C.shape[0]
     Cp = _pad(C, b)
@@ -119,11 +129,11 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
                                               max(1, NARROW_ABOVE // b), device=host)
     t_pattern = time.perf_counter() - t0
     data, bad, stats = local_solve(aptr, aind, adata, pp, pi, variant,
-                                   max_local=max_local, scalar_csr=Cp, device=host)
+                                   max_local=max_local, scalar_csr=Cp, device=device)
     t1 = time.perf_counter()
     ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what, device)]
     if variant == "spd":
-        tp, ti, td = transpose_blocks(pp, pi, data, device=host)
+        tp, ti, td = transpose_stored(pp, pi, data, host)
         ops.append(_store(tp, ti, td, n, storage, dtype, accumulate, what + " (G^T)", device))
     times = dict(pattern=t_pattern, **stats.pop("stage_times"),
                  store=time.perf_counter() - t1)
@@ -136,8 +146,11 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
                    device=HOST_DEVICE):
     """Build the stored operators of (Block-)ISAI; shared by :class:`ISAI` and ``BlockISAI``.
 
-    The set-up runs in FP64 on the host (:func:`._util.setup_device` of ``device``);
-    the operators are stored on ``device``.  Returns ``(chain, fallback_rows, stats)``:
+    The set-up runs in FP64: patterns on the host (:func:`._util.setup_device` of
+    ``device``), the batched local solves on ``device`` where it registers them (the
+    GPU's gather, warp and blocked batched LU kernels; ``stats["solve_device"]``) and
+    on the host otherwise; the operators are stored on ``device`` (demoted where the
+    values are).  Returns ``(chain, fallback_rows, stats)``:
     ``chain(r, out)`` applies ``M``; ``fallback_rows`` are the (block) rows that took
     the fallback rule.
     """
@@ -152,7 +165,9 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
                                f"{name} of U", device, host)
         ops = opsL + opsU  # out = U_isai (L_isai r)
         bad = np.union1d(badL, badU)
-        stats = {k: stL[k] + stU[k] for k in stL if k != "stage_times"}
+        stats = {k: stL[k] + stU[k] for k in stL
+                 if k not in ("stage_times", "solve_device")}
+        stats["solve_device"] = stL["solve_device"]
         stats["stage_times"] = {k: stL["stage_times"][k] + stU["stage_times"][k]
                                 for k in stL["stage_times"]}
     else:

@@ -21,6 +21,8 @@ Modules
 ``reduce``    ``dot``/``nrm2``/``sum``/``mdot`` native and compensated, ``axpy2_nrm2``:
               fixed chunks merged in a fixed order (bitwise reproducible).
 ``host``      GMRES's host-side ops (``givens``, ``back_substitute``) and ``range_scan``.
+``isai_setup`` the (Block-)ISAI set-up ops (``gather_local``, ``local_lu_solve``,
+              ``local_tri_solve``, ``block_tri_isai``) on device arrays.
 
 Convention for every registered ``"gpu"`` kernel: ``func.cuda_kernels``
 -----------------------------------------------------------------------
@@ -54,3 +56,4 @@ from . import blas1, reduce, host  # noqa: F401  (BLAS-1 updates, reductions, ho
 # --- SpMV kernels (kernels/cuda/spmv.py, bsr.py, fused.py): add their imports here ------
 from . import spmv, bsr, fused  # noqa: F401  (CSR/BSR SpMV, residual, fused spmv_dot)
 from . import localsolve, dmma  # noqa: F401  (warp local solves of the ISAI set-up; FP64 DMMA block GEMM)
+from . import isai_setup  # noqa: F401  (the (Block-)ISAI set-up ops on the device: gather, solves, check)

@@ -34,13 +34,15 @@ fragments: ``D[g, n] = C[g, n] + sum_k A[g, k] B[k, n]`` with the operands gathe
 their lanes by :func:`~._intrin.shfl_idx` (plain FP64 products and sums; on hardware the
 Tensor Core's internal rounding may differ by a few ulps).
 
-Where it is used (follow-up wiring; not wired here)
----------------------------------------------------
-The block-ILU variant's block triangular local systems: the block substitution's
-``X_i -= L_ij X_j`` (``U_ij``) products are batched ``b x b`` GEMMs with ``b <= 8``, too
-small for cuBLAS to be efficient; they go through this helper.  (Local ISAI systems with
-``s <= 32`` are :mod:`.localsolve`'s warp solves; larger ones a blocked batched LU whose
-trailing updates are ``xp.matmul`` on stacks: cuBLAS strided-batched DGEMM.)
+Where it is used
+----------------
+The block-ILU variant's block triangular local systems (``block_tri_isai`` on ``"gpu"``,
+:mod:`.isai_setup`): the block substitution's ``X_q T_qk`` and ``R U_qq^{-1}`` products,
+all block rows of one substitution step at once, are batched ``b x b`` GEMMs with
+``b <= 8``, too small for cuBLAS to be efficient; they go through this helper.  (Local
+ISAI systems with ``s <= 32`` are :mod:`.localsolve`'s warp solves; larger ones the
+blocked batched LU of :mod:`.isai_setup`, whose trailing updates are ``xp.matmul`` on
+stacks: cuBLAS strided-batched DGEMM.)
 
 Verified without a GPU
 ----------------------

@@ -47,17 +47,19 @@ warp runs the same trip count and the same ``s`` steps (an idle warp works on a 
 system and writes nothing), so the warp intrinsics are called convergently, as the
 simulator's emulation in :mod:`._intrin` requires.  Idle lanes (``l >= s``) contribute zeros.
 
-Where this goes in ``precond`` (follow-up, not wired here)
----------------------------------------------------------
-The GPU Block-ISAI set-up: patterns and size groups on the host; a batched gather (one
-warp per block row) builds the stacks; **stacks with s <= 32 are solved by these warp
-kernels**, their ``Q`` fed to the CPU's rejection rule (rejected rows go through the CPU
-fallback that exists); larger systems by a blocked batched LU whose trailing updates are
-``xp.matmul`` on stacks (cuBLAS strided-batched DGEMM, FP64 Tensor Cores on cc >= 8.0);
-the block-ILU variant's block substitution products by the DMMA helper
-(:mod:`mpsolve.kernels.cuda.dmma`).  Scalar ISAI (one right-hand side per row) only:
-block rows (``b > 1`` right-hand sides ``E_pos``) are a follow-up (``b`` launches, or a
-``b``-column variant).
+Where this is used in ``precond``
+--------------------------------
+The GPU (Block-)ISAI set-up, :mod:`.isai_setup` (the ``"gpu"`` ``local_lu_solve`` /
+``local_tri_solve`` ops that :mod:`mpsolve.precond._localsolve` finds in the registry):
+patterns and size groups on the host, a batched gather (one warp per block row), **stacks
+with s <= 32 solved by these warp kernels** -- block rows (``b > 1`` right-hand sides
+``E_pos``) by one launch per column ``pos b + u`` -- their ``Q`` fed to the CPU's rejection
+rule for ``b = 1`` (for ``b > 1`` the block norms of the batched check), rejected rows
+through the CPU fallback; larger systems by the blocked batched LU of :mod:`.isai_setup`
+(trailing updates ``xp.matmul`` on stacks: cuBLAS strided-batched DGEMM); the block-ILU
+variant's block substitution products by the DMMA helper (:mod:`mpsolve.kernels.cuda.dmma`).
+A ``b``-column variant of these kernels (one factorisation for the ``b`` columns) is a
+follow-up.
 
 Verified without a GPU
 ----------------------
