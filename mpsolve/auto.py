@@ -126,6 +126,7 @@ class Choice:
     precision: Optional[str] = None
     outcome: str = "not tried"
     iterations: int = 0
+    setup_seconds: float = 0.0           # the preconditioner's set-up (failed or not)
     true_residual: float = float("nan")
     seconds: float = 0.0
 
@@ -367,6 +368,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         share = left if last else max(1, left // 2)
         ts = time.perf_counter()
         policy = as_precision(precision or c.precision, problem.data_dtype)
+        c.precision = policy.name
         m_side = (side or "right") if c.method == "gmres" else \
             ("right" if c.method == "bicgstab" else "left")
         M = pinned if not isinstance(pinned, str) else None
@@ -379,8 +381,10 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
                                   m_side, escalate, reorderings)
             except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
                 c.outcome = f"set-up failed: {type(err).__name__}: {err}"
-                c.seconds = time.perf_counter() - ts
+                c.seconds = c.setup_seconds = time.perf_counter() - ts
                 continue
+            finally:
+                c.setup_seconds = time.perf_counter() - ts
             if note:
                 c.reason += f"; {note}"
         m_restart = min(restart if restart is not None else AUTO_RESTART, share)
@@ -467,15 +471,19 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
         return SolveResult(
             x=problem.answer(x64), info=AUTO_FAILED, iterations=0, residuals=np.zeros(0),
             true_residual=float(true), tolerance=rel_tol, setup_time=total, solve_time=0.0,
+            precision=cands[0].precision if cands else "double",
             status=status_text(AUTO_FAILED, 0, true, rel_tol, f"tried {tried}"),
-            method="auto", precision="double", choices=cands, analysis=analysis,
+            method="auto", choices=cands, analysis=analysis,
             analysis_time=analysis_time)
     r = results[-1]
     stopped_by_us = r.info == USER_STOP and not any(
         c.outcome == "stopped by the callback" for c in cands)
     r.iterations = sum(q.iterations for q in results)
     r.residuals = np.concatenate([q.residuals for q in results])
-    r.setup_time = analysis_time + sum(q.setup_time for q in results)
+    # the preconditioners were set up here (solve got them ready): their set-up time, the
+    # failed ones' included, is added to the driver's own
+    r.setup_time = (analysis_time + sum(c.setup_seconds for c in cands)
+                    + sum(q.setup_time for q in results))
     r.solve_time = sum(q.solve_time for q in results)
     r.escalations = [e for q in results for e in q.escalations]
     r.choices = cands

@@ -36,6 +36,9 @@ def test_defaults_of_solve_are_auto_and_recorded():
     assert res.choices[0].outcome == "converged"
     assert res.analysis["symmetric"] and res.analysis["positive_diagonal"]
     assert 0 < res.analysis_time <= res.setup_time
+    c = res.choices[0]
+    assert 0 < c.setup_seconds <= c.seconds
+    assert res.setup_time >= res.analysis_time + c.setup_seconds
     text = res.summary()
     assert "analysis" in text and "choice 1" in text and "IC(0)" in text
 
@@ -139,6 +142,7 @@ def test_values_beyond_float32_choose_double():
     # with FP32 data asked for anyway, the driver's range fallback escalates instead of NaNs
     res = mpsolve.solve(A, b, rtol=1e-10, precision="single")
     assert res.converged and res.escalations
+    assert res.choices[0].precision == "single"          # the caller's policy, recorded
 
 
 def test_fp32_range_of_the_factors_falls_back_to_fp64_storage():
