@@ -261,3 +261,15 @@ def test_forced_by_policy_on_any_preset():
     p = Precision.preset("eft").with_basis("float32")
     res = mpsolve.solve(A, b, method="gmres", precision=p, rtol=RTOL, precond="ilu0")
     assert res.info == 0 and res.precision == "eft-cb" and _true_rel(A, b, res.x) <= RTOL
+
+
+def test_bench_script_runs(tmp_path):
+    from mpsolve.bench import bench_cbgmres
+
+    out = tmp_path / "cb.md"
+    text = bench_cbgmres.main(["--problems", "convdiff3d:10", "--out", str(out)])
+    assert out.read_text() == text
+    rows = [ln for ln in text.splitlines() if ln.startswith("| convdiff3d:10 |")]
+    assert [r.split("|")[3].strip() for r in rows] == ["double", "mixed", "mixed-cb"]
+    assert all(r.split("|")[4].strip() == "0" for r in rows)        # info 0 each
+    assert "FP32 basis ms" in text
