@@ -134,7 +134,8 @@ def main(argv=None):
                          f"{t['fp32 basis'] / t['fp64 basis']:.3f} |")
         del A
     lines += ["", "## One CGS pass alone (mdot + maxpy; best of 5)", "",
-              "| n | basis vectors | FP64 basis ms | FP32 basis ms | ratio |", "|---|---|---|---|---|"]
+              "| n | basis vectors | FP64 basis ms | FP32 basis ms | ratio |",
+              "|---|---|---|---|---|"]
     lines += kern_rows
     text = "\n".join(lines) + "\n"
     print(text)

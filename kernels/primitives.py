@@ -75,6 +75,10 @@ CONTRACT = (
     Op("cb_lincomb", "cb_lincomb(V, y, k, out)", "out = sum_{i<k} y_i V[i]  (FP64)", keys=_CB),
     Op("cb_store", "cb_store(a, x, out)", "out = fl32(a x): scaled in FP64, rounded once "
        "(dtypes x, out)", keys=(("float64", "float32"),)),
+    Op("cb_mdot_nrm2", "cb_mdot_nrm2(V, k, w, out) -> float",
+       "cb_mdot;  return ||w||_2  (one pass over w)", keys=_CB, modes=("native",)),
+    Op("cb_maxpy_nrm2", "cb_maxpy_nrm2(V, k, h, w) -> float",
+       "cb_maxpy;  return ||w||_2 of the updated w  (one pass)", keys=_CB, modes=("native",)),
     # --- sparse matrices (plan from launch_plan(device, "spmv"/"bsrmv", indptr))
     Op("spmv", "spmv(plan, indptr, indices, data, x, y)",
        "y = A x, CSR; row sums in FP64 (acc64) or FP32 (acc32); dtypes (data, x, y)",
@@ -183,7 +187,8 @@ VECTOR_OPS = ("dot", "nrm2", "mdot", "axpy", "xpay", "axpby", "waxpy", "axpy2",
               "back_substitute")
 
 #: The ops of a Krylov basis stored below the working precision (:func:`bind_basis`).
-BASIS_OPS = ("cb_mdot", "cb_maxpy", "cb_lincomb", "cb_store")
+BASIS_OPS = ("cb_mdot", "cb_maxpy", "cb_lincomb", "cb_store", "cb_mdot_nrm2",
+             "cb_maxpy_nrm2")
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,8 @@ class BasisPrimitives:
     maxpy: Callable            # w -= V_k h
     lincomb: Callable          # out = V_k y (out in the working dtype)
     store: Callable            # store(a, x, out): out = a x, rounded to V's dtype
+    mdot_nrm2: Callable        # mdot, returning ||w|| (fused where the device has it)
+    maxpy_nrm2: Callable       # maxpy, returning ||w|| of the updated w (fused likewise)
 
 
 def bind_basis(ops: Primitives, dtype) -> BasisPrimitives:
@@ -236,7 +243,10 @@ def bind_basis(ops: Primitives, dtype) -> BasisPrimitives:
     A basis in the working dtype uses ``ops``' own ``mdot``/``maxpy``/``lincomb``, and
     ``store(a, x, out)`` is ``scal`` in place (``x is out``: GMRES writes the new vector
     into its row) or ``copy`` then ``scal``; a narrower basis uses the ``cb_*`` kernels
-    (a device without them raises the registry's ``KeyError``, at set-up).
+    (a device without them raises the registry's ``KeyError``, at set-up).  ``mdot_nrm2``
+    and ``maxpy_nrm2`` are the fused ``cb_*_nrm2`` kernels where the device has them for
+    the reduction mode, else the op followed by the mode's ``nrm2`` (so compensated norms
+    stay compensated).
 
     Examples
     --------
@@ -251,23 +261,51 @@ def bind_basis(ops: Primitives, dtype) -> BasisPrimitives:
     """
     bdt = dtype_name(dtype)
     wdt = dtype_name(ops.dtype)
+    nrm2 = ops.nrm2
+
+    def fused(op, mode, compose):
+        try:
+            return lookup(ops.device, op, key, mode)
+        except KeyError:                # e.g. compensated: the mode's own nrm2 after the op
+            return compose
+
     if bdt == wdt:
-        copy, scal = ops.copy, ops.scal
+        copy, scal, mdot, maxpy = ops.copy, ops.scal, ops.mdot, ops.maxpy
 
         def store(a, x, out):
             if x is not out:
                 copy(x, out)            # out = x
             scal(a, out)                # out = a out
 
-        return BasisPrimitives(dtype=np.dtype(ops.dtype), compressed=False, mdot=ops.mdot,
-                               maxpy=ops.maxpy, lincomb=ops.lincomb, store=store)
+        def mdot_nrm2(V, k, w, out):
+            mdot(V, k, w, out)          # out_i = v_i . w
+            return nrm2(w)
+
+        def maxpy_nrm2(V, k, h, w):
+            maxpy(V, k, h, w)           # w -= V_k h
+            return nrm2(w)
+
+        return BasisPrimitives(dtype=np.dtype(ops.dtype), compressed=False, mdot=mdot,
+                               maxpy=maxpy, lincomb=ops.lincomb, store=store,
+                               mdot_nrm2=mdot_nrm2, maxpy_nrm2=maxpy_nrm2)
     key = (bdt, wdt)
+    mdot = lookup(ops.device, "cb_mdot", key, ops.dot_mode)
+    maxpy = lookup(ops.device, "cb_maxpy", key)
+
+    def mdot_nrm2(V, k, w, out):
+        mdot(V, k, w, out)              # out_i = v_i . w
+        return nrm2(w)
+
+    def maxpy_nrm2(V, k, h, w):
+        maxpy(V, k, h, w)               # w -= V_k h
+        return nrm2(w)
+
     return BasisPrimitives(
-        dtype=np.dtype(bdt), compressed=True,
-        mdot=lookup(ops.device, "cb_mdot", key, ops.dot_mode),
-        maxpy=lookup(ops.device, "cb_maxpy", key),
+        dtype=np.dtype(bdt), compressed=True, mdot=mdot, maxpy=maxpy,
         lincomb=lookup(ops.device, "cb_lincomb", key),
-        store=lookup(ops.device, "cb_store", (wdt, bdt)))
+        store=lookup(ops.device, "cb_store", (wdt, bdt)),
+        mdot_nrm2=fused("cb_mdot_nrm2", ops.dot_mode, mdot_nrm2),
+        maxpy_nrm2=fused("cb_maxpy_nrm2", ops.dot_mode, maxpy_nrm2))
 
 
 def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:

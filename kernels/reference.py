@@ -260,6 +260,18 @@ def ref_cb_lincomb(V, y, k, out):
     out[:] = np.asarray(y[:k], dtype=np.float64) @ V[:k].astype(np.float64)
 
 
+@_register("reference", "cb_mdot_nrm2", _CB, mode="native")
+def ref_cb_mdot_nrm2(V, k, w, out):
+    ref_cb_mdot(V, k, w, out)
+    return float(np.sqrt(np.dot(w, w)))
+
+
+@_register("reference", "cb_maxpy_nrm2", _CB, mode="native")
+def ref_cb_maxpy_nrm2(V, k, h, w):
+    ref_cb_maxpy(V, k, h, w)
+    return float(np.sqrt(np.dot(w, w)))
+
+
 @_register("reference", "cb_store", [("float64", "float32")])
 def ref_cb_store(a, x, out):
     out[:] = (np.float64(a) * x).astype(np.float32)   # scaled in FP64, rounded once

@@ -88,10 +88,19 @@ def test_compensated_policy_binds_the_dot2_kernel():
     from mpsolve._system import make_ops
     from mpsolve.kernels.cpu import eft
 
+    key = ("float32", "float64")
     b = make_ops("cpu", "float64", "compensated").basis("float32")
     assert b.compressed and b.mdot is eft.cb_mdot2
+    # no fused compensated norm: the op, then the compensated nrm2
+    assert b.mdot_nrm2 is not lookup("cpu", "cb_mdot_nrm2", key, "native")
+    V = np.ones((2, 3), np.float32)
+    w = np.array([1e16, 1.0, -1e16])
+    out = np.zeros(2)
+    assert b.mdot_nrm2(V, 1, w, out) == eft.nrm2_compensated(w) and out[0] == 1.0
     b = make_ops("cpu", "float64", "native").basis("float32")
-    assert b.mdot is lookup("cpu", "cb_mdot", ("float32", "float64"), "native")
+    assert b.mdot is lookup("cpu", "cb_mdot", key, "native")
+    assert b.mdot_nrm2 is lookup("cpu", "cb_mdot_nrm2", key, "native")
+    assert b.maxpy_nrm2 is lookup("cpu", "cb_maxpy_nrm2", key, "native")
     assert b.mdot is not eft.cb_mdot2
     same = make_ops("cpu", "float64", "native").basis("float64")
     assert not same.compressed and same.mdot is lookup("cpu", "mdot", ("float64",), "native")

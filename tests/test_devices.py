@@ -429,12 +429,12 @@ def _kernel_inputs(op, key, rng, n=300):
     vec = lambda d=dt[0]: rng.standard_normal(n).astype(d)  # noqa: E731
     if op in ("dot", "nrm2", "sum"):
         return [vec(), vec()][: {"dot": 2, "nrm2": 1, "sum": 1}[op]]
-    if op in ("cb_mdot", "cb_maxpy", "cb_lincomb"):       # key (V's dtype, w's dtype)
+    if op.startswith("cb_") and op != "cb_store":        # key (V's dtype, w's dtype)
         V = rng.standard_normal((6, n)).astype(dt[0])
         w = rng.standard_normal(n).astype(dt[1])
-        if op == "cb_mdot":
+        if op in ("cb_mdot", "cb_mdot_nrm2"):
             return [V, 5, w, np.zeros(6)]
-        if op == "cb_maxpy":
+        if op in ("cb_maxpy", "cb_maxpy_nrm2"):
             return [V, 5, rng.standard_normal(6), w]
         return [V, rng.standard_normal(6), 5, w]
     if op == "cb_store":

@@ -34,6 +34,7 @@ def _eps(*dtypes):
 TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay", "axpby", "waxpy",
               "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb", "mdot", "maxpy",
               "axpy2_nrm2", "spmv_dot", "cb_mdot", "cb_maxpy", "cb_lincomb", "cb_store",
+              "cb_mdot_nrm2", "cb_maxpy_nrm2",
               # against the reference device: tests/test_devices.py
               "givens", "back_substitute", "range_scan",
               # against the reference device: tests/test_precond.py
@@ -479,6 +480,31 @@ def test_cb_maxpy(n):
     want = w0 - h[:3] @ V[:3].astype(np.float64)
     scale = np.abs(w0) + np.abs(h[:3]) @ np.abs(V[:3].astype(np.float64))
     _close(w, want, scale, "float64", k=4)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_cb_fused_norms(n):
+    """``cb_mdot_nrm2`` / ``cb_maxpy_nrm2``: the unfused ops' results, and ``||w||``
+    (before / after the projection) within FP64's dot bound."""
+    key = ("float32", "float64")
+    V = np.stack([_vec(n, "float32", 200 + i) for i in range(4)])
+    w0 = _vec(n, "float64", 210) * (1 + 1e-12)
+    out, out1 = np.full(4, np.nan), np.full(4, np.nan)
+    nrm = lookup("cpu", "cb_mdot_nrm2", key, "native")(V, 3, w0, out)
+    lookup("cpu", "cb_mdot", key, "native")(V, 3, w0, out1)
+    assert np.isnan(out[3])
+    np.testing.assert_allclose(out[:3], out1[:3], rtol=0, atol=4 * n * EPS["float64"]
+                               * float(np.abs(V).max(initial=0) * np.abs(w0).sum()) + 1e-300)
+    e = EPS["float64"] * (n + 2)
+    want = math.sqrt(ref.fsum_dot(w0, w0))
+    assert isinstance(nrm, float) and abs(nrm - want) <= e * want + 1e-300
+    h = np.array([0.5, -1.25, 2.0 + 1e-12, 9.0])
+    w, w1 = w0.copy(), w0.copy()
+    nrm = lookup("cpu", "cb_maxpy_nrm2", key, "native")(V, 3, h, w)
+    lookup("cpu", "cb_maxpy", key)(V, 3, h, w1)
+    assert np.array_equal(w, w1)                         # the same update, bit for bit
+    want = math.sqrt(ref.fsum_dot(w1, w1))
+    assert abs(nrm - want) <= e * want + 1e-300
 
 
 @pytest.mark.parametrize("n", LENGTHS)

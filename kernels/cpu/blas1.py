@@ -472,6 +472,83 @@ def cb_lincomb(V, y, k, out):
     (_cb_lincomb_par if out.size >= PARALLEL_MIN else _cb_lincomb_ser)(V, y, k, out)
 
 
+# The same two passes returning ``||w||_2`` too (native FP64 sums): GMRES needs the norm of
+# ``w`` before and after each projection, and ``w``'s chunk is in cache at that moment, so
+# the norm costs no memory traffic (a separate ``nrm2`` reads 8 bytes an entry).
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _wsq_chunk(w, lo, hi):
+    ws = w[lo:hi]
+    s = 0.0
+    for j in range(hi - lo):
+        s += ws[j] * ws[j]
+    return s
+
+
+@njit(parallel=True, **JIT)
+def _cb_mdot_nrm2_par(V, k, w, out):
+    n = w.size
+    nch = (n + MCHUNK - 1) // MCHUNK
+    parts = np.empty((nch, k), dtype=np.float64)
+    sq = np.empty(nch, dtype=np.float64)
+    for c in prange(nch):
+        lo = c * MCHUNK
+        hi = min(lo + MCHUNK, n)
+        _cb_mdot_chunk(V, k, w, lo, hi, parts[c])
+        sq[c] = _wsq_chunk(w, lo, hi)
+    for i in range(k):
+        s = 0.0
+        for c in range(nch):
+            s += parts[c, i]
+        out[i] = s
+    s = 0.0
+    for c in range(nch):
+        s += sq[c]
+    return s
+
+
+@njit(**JIT)
+def _cb_mdot_nrm2_ser(V, k, w, out):
+    _cb_mdot_chunk(V, k, w, 0, w.size, out)
+    return _wsq_chunk(w, 0, w.size)
+
+
+@register("cpu", "cb_mdot_nrm2", _CB, mode="native")
+def cb_mdot_nrm2(V, k, w, out):
+    """:func:`cb_mdot` and ``||w||_2`` (native FP64) in the same pass over ``w``."""
+    f = _cb_mdot_nrm2_par if w.size >= PARALLEL_MIN else _cb_mdot_nrm2_ser
+    return float(np.sqrt(f(V, k, w, out)))
+
+
+@njit(parallel=True, **JIT)
+def _cb_maxpy_nrm2_par(V, k, h, w):
+    n = w.size
+    nch = (n + MCHUNK - 1) // MCHUNK
+    sq = np.empty(nch, dtype=np.float64)
+    for c in prange(nch):
+        lo = c * MCHUNK
+        hi = min(lo + MCHUNK, n)
+        _cb_maxpy_chunk(V, k, h, w, lo, hi)
+        sq[c] = _wsq_chunk(w, lo, hi)       # the updated chunk, still in cache
+    s = 0.0
+    for c in range(nch):
+        s += sq[c]
+    return s
+
+
+@njit(**JIT)
+def _cb_maxpy_nrm2_ser(V, k, h, w):
+    _cb_maxpy_chunk(V, k, h, w, 0, w.size)
+    return _wsq_chunk(w, 0, w.size)
+
+
+@register("cpu", "cb_maxpy_nrm2", _CB, mode="native")
+def cb_maxpy_nrm2(V, k, h, w):
+    """:func:`cb_maxpy`, then ``||w||_2`` of the updated ``w`` (native FP64), one pass."""
+    f = _cb_maxpy_nrm2_par if w.size >= PARALLEL_MIN else _cb_maxpy_nrm2_ser
+    return float(np.sqrt(f(V, k, h, w)))
+
+
 @njit(**JIT)
 def _cb_store_ser(a, x, out):
     for i in range(x.size):

@@ -93,7 +93,8 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     n = x.size
     ws, wdt = sys.workspace, sys.dtype         # vectors allocated once per solve
     bops = ops.basis(sys.precision.basis)      # the basis' kernels, looked up once
-    mdot, maxpy, store = bops.mdot, bops.maxpy, bops.store
+    mdot, store = bops.mdot, bops.store
+    mdot_nrm2, maxpy_nrm2 = bops.mdot_nrm2, bops.maxpy_nrm2
     # w = A v for a stored basis row v (an FP32 row is widened inside the SpMV)
     matvec = sys.A_op.bind(bops.dtype, wdt) if bops.compressed else sys.matvec
     m = max(1, min(restart, n))
@@ -166,12 +167,12 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
                 sys.matvec(Z[j], w)             # w = A z_j
             else:
                 matvec(V[j], w)                 # w = A v_j
-            wnorm0 = wnorm_in = nrm2(w)
+            wnorm0 = wnorm_in = mdot_nrm2(V, j + 1, w, hcol)   # h_i = v_i . w, i <= j; ||w||
             for _pass in range(2):              # CGS, repeated once if needed (CGS2)
-                mdot(V, j + 1, w, hcol)         # h_i = v_i . w, i <= j
-                maxpy(V, j + 1, hcol, w)        # w -= sum_i h_i v_i
+                if _pass:
+                    mdot(V, j + 1, w, hcol)     # h_i = v_i . w (second pass)
+                wnorm = maxpy_nrm2(V, j + 1, hcol, w)   # w -= sum_i h_i v_i; ||w||
                 H[: j + 1, j] += hcol[: j + 1]
-                wnorm = nrm2(w)
                 if wnorm > reorth * wnorm0:
                     break
                 wnorm0 = wnorm
