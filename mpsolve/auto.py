@@ -71,6 +71,7 @@ CHECK_EVERY = 30
 STAGNATION_WINDOW = 300
 #: A diagonal entry is "tiny" when ``|a_ii| <= TINY * max_j |a_ij|`` (TINY = sqrt(eps)).
 TINY = float(np.sqrt(np.finfo(np.float64).eps))
+EPS = float(np.finfo(np.float64).eps)
 #: GMRES restart length of the automatic choice (PETSc's default).
 AUTO_RESTART = 30
 
@@ -186,7 +187,10 @@ def analyse(A) -> Analysis:
         positive_diagonal=bool(n and (d > 0).all()),
         zero_diagonal=int((ad == 0).sum()),
         tiny_diagonal=int(((ad > 0) & (ad <= TINY * rowmax)).sum()),
-        dominant_rows=float((ad >= rowsum - ad).mean()) if n else 1.0,
+        # |a_ii| >= sum_{j != i} |a_ij|, up to the rounding of the row sum (rows that are
+        # dominant with equality, as in a Laplacian, must not flip with the summation order)
+        dominant_rows=float((ad >= (rowsum - ad) * (1 - 4 * EPS * lengths)).mean())
+        if n else 1.0,
         block_size=int(detect_block_size(C)) if n else 1,
         row_length_spread=float(lengths.max() / max(lengths.mean(), 1)) if n else 1.0,
         value_range=float(np.log10(nz.max() / nz.min())) if nz.size else 0.0,
@@ -414,6 +418,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
                 break
         elif r.info < 0:
             c.outcome = f"breakdown {r.info}: {BREAKDOWNS.get(r.info, '')}"
+        elif "; " in r.status:           # the driver's reason: e.g. the accuracy floor
+            c.outcome = "not converged: " + r.status.split("; ", 1)[1]
         else:
             c.outcome = "iteration budget spent"
     return _combine(cands, results, an, analysis_time, b, x0, problem,

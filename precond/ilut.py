@@ -4,9 +4,9 @@ ILU(0) keeps the pattern of ``A`` and pivots on the diagonal as it is.  On the z
 SuiteSparse matrices it fails even after the MC64 permutation and scaling
 (:mod:`._reorder`): rajat19 and qh1484 meet an exact zero pivot, west1505 gives singular
 factors (GMRES happy breakdown, -13), west0479 needs 510 iterations right-preconditioned
-(left: not in 5000), dw8192 does not converge
-in 5000.  A dual-threshold ILU with row pivoting (Saad, *Iterative Methods for Sparse Linear
-Systems*, 2nd ed., Section 10.4: ILUT(p, tau), and ILUTP) solves all five: GMRES(30), true
+(left: not in 5000), dw8192 does not converge in 5000.  A dual-threshold ILU with row
+pivoting (Saad, *Iterative Methods for Sparse Linear Systems*, 2nd ed., Section 10.4:
+ILUT(p, tau), and ILUTP) solves all five: GMRES(30), true
 residual 1e-8, MC64 first, ``drop_tol = 1e-3``, ``fill_factor = 10``, FP32 factors: 3, 3,
 6, 10 and 10 iterations right-preconditioned (5, 5, 6, 47, 11 left), in 0.03-0.1 s here.
 mhd4800a is beyond any dropping ILUT (1e-3 ... 1e-6 give non-finite values); only the

@@ -245,6 +245,17 @@ def test_linear_operator_gets_unpreconditioned_gmres():
     assert res.analysis == {}
 
 
+def test_dominance_with_equality_does_not_depend_on_rounding():
+    """0.6 = 0.1 + 0.2 + 0.3 in exact arithmetic, not in the summation: still dominant (the
+    choice of IC(0) for nos7-like matrices must not flip with the summation order)."""
+    D = np.array([[0.6, -0.1, -0.2, -0.3], [-0.1, 1, 0, 0], [-0.2, 0, 1, 0], [-0.3, 0, 0, 1.0]])
+    an = auto.analyse(sp.csr_matrix(D))
+    assert an.dominant_rows == 1.0
+    assert auto.candidates(an)[0].precond == "ilu0"
+    D[0, 0] = 0.59
+    assert auto.analyse(sp.csr_matrix(D)).dominant_rows == 0.75
+
+
 def test_analysis_facts():
     A = sp.csr_matrix(np.array([[4.0, -1.0, 0.0], [-1.0, 4.0, -1.0], [0.0, -1.0, 4.0]]))
     an = auto.analyse(A)
