@@ -34,18 +34,19 @@ under numba's simulator, where CuPy cannot allocate -- the same code runs on bot
    sides:
 
    * ``s <= 32``: the warp kernels of :mod:`.localsolve` (Gauss-Jordan with partial
-     pivoting; substitution for ``local_tri_solve``), one launch per right-hand side
-     column ``u`` (``e_{pos b + u}``).  For ``b = 1`` their acceptance quantities
-     ``Q = (bwd, cond)`` feed the CPU's rule directly; for ``b > 1`` the block
-     quantities (norms over the ``b`` columns) come from the batched check of 3.
+     pivoting; substitution for ``local_tri_solve``); ``b > 1``: their block-row form
+     (``nrhs = b`` columns ``e_{pos b + u}``, one factorisation, the right-hand sides in
+     global memory).  Their acceptance quantities ``Q = (bwd, cond)`` (block norms over
+     the ``b`` columns) feed the CPU's rule directly.
    * ``32 < s``: :func:`batched_lu`, a blocked right-looking LU with partial pivoting,
      panels of :data:`PANEL` columns factored column by column (vectorised over the
      stack), ``U12 = L11^{-1} A12``, and the trailing update ``A22 -= L21 U12`` as
      ``xp.matmul`` on the stack: cuBLAS strided-batched DGEMM on a GPU (FP64 Tensor
      Cores on compute capability >= 8.0).  Then :func:`lu_solve` (``b`` columns).
      Triangular systems: substitution on the stack, no factorisation.
-3. **Check** (:func:`check`): ``R = Mat X - E`` as ``xp.matmul`` (batched DGEMM), the
-   CPU's ``bwd`` and ``cond`` bound, the CPU's thresholds.
+3. **Check** (:func:`check`, the stacks of 2.'s second case): ``R = Mat X - E`` as
+   ``xp.matmul`` (batched DGEMM), the CPU's ``bwd`` and ``cond`` bound, the CPU's
+   thresholds.
 4. ``spd`` (FSAI finish, :func:`fsai_finish`): ``Z_last`` symmetrised, its eigenvalue
    bounds checked (``b = 1``: ``z_last > 0``), ``Z_last = L L^T`` by a ``b x b``
    Cholesky on the stack, ``G = L^{-1} Z^T`` by substitution -- the operations of the
@@ -290,19 +291,15 @@ def _solve_group(xp, kind, A, p, b, flag, bwd_tol, cond_limit):
     if s <= LS.MAX_S:
         # the warp kernels solve A[t]^T x = e: give them Mat^T
         At = A if not spd else xp.ascontiguousarray(xp.swapaxes(A, 1, 2))
-        X = xp.empty((B, s, b))
-        Q = None
-        for u in range(b):                                       # one launch per column
-            if kind == "lu":
-                x, Q = LS.local_solve_warp(At, p * b + u)
-            else:
-                x, Q = LS.local_tri_warp(At, p * b + u, lower_m=not flag)
-            X[:, :, u] = x
-        if b == 1:                                               # Q is the CPU's quantities
-            bad = ~(xp.isfinite(X).all(axis=(1, 2)) & (Q[:, 0] <= bwd_tol)
-                    & (Q[:, 1] <= cond_limit))
+        nrhs = None if b == 1 else b                             # b columns: a block row
+        if kind == "lu":
+            X, Q = LS.local_solve_warp(At, p, nrhs=nrhs)
         else:
-            bad = check(xp, Mat, X, E, bwd_tol, cond_limit)
+            X, Q = LS.local_tri_warp(At, p, not flag, nrhs=nrhs)
+        X = X.reshape(B, s, b)
+        # Q = (bwd, ||Mat||_inf ||X||_inf): the CPU's quantities, its thresholds
+        bad = ~(xp.isfinite(X).all(axis=(1, 2)) & (Q[:, 0] <= bwd_tol)
+                & (Q[:, 1] <= cond_limit))
     else:
         X = E.copy()
         if kind == "lu":
@@ -475,8 +472,9 @@ def block_tri_isai(pptr, pind, tptr, tind, tdata, tdiag, dinv, lower, cond_limit
 
 
 expose(gather_local, [(_gather_kernel, _SIG_GATHER)])
-expose(local_lu_solve, [(_gather_kernel, _SIG_GATHER), (LS._gj_kernel, LS._SIG_GJ)],
-       warp=[LS._gj_kernel])
-expose(local_tri_solve, [(_gather_kernel, _SIG_GATHER), (LS._tri_kernel, LS._SIG_TRI)],
-       warp=[LS._tri_kernel])
+expose(local_lu_solve, [(_gather_kernel, _SIG_GATHER), (LS._gj_kernel, LS._SIG_GJ),
+                        (LS._gjb_kernel, LS._SIG_GJB)], warp=[LS._gj_kernel, LS._gjb_kernel])
+expose(local_tri_solve, [(_gather_kernel, _SIG_GATHER), (LS._tri_kernel, LS._SIG_TRI),
+                         (LS._trib_kernel, LS._SIG_TRIB)],
+       warp=[LS._tri_kernel, LS._trib_kernel])
 expose(block_tri_isai, [(dmma._dmma_kernel, dmma._SIG)])

@@ -53,13 +53,20 @@ The GPU (Block-)ISAI set-up, :mod:`.isai_setup` (the ``"gpu"`` ``local_lu_solve`
 ``local_tri_solve`` ops that :mod:`mpsolve.precond._localsolve` finds in the registry):
 patterns and size groups on the host, a batched gather (one warp per block row), **stacks
 with s <= 32 solved by these warp kernels** -- block rows (``b > 1`` right-hand sides
-``E_pos``) by one launch per column ``pos b + u`` -- their ``Q`` fed to the CPU's rejection
-rule for ``b = 1`` (for ``b > 1`` the block norms of the batched check), rejected rows
-through the CPU fallback; larger systems by the blocked batched LU of :mod:`.isai_setup`
+``E_pos``, columns ``pos b + u``) by their ``nrhs = b`` form -- their ``Q`` fed to the CPU's
+rule, rejected rows through the CPU fallback; larger systems by the blocked batched LU of :mod:`.isai_setup`
 (trailing updates ``xp.matmul`` on stacks: cuBLAS strided-batched DGEMM); the block-ILU
 variant's block substitution products by the DMMA helper (:mod:`mpsolve.kernels.cuda.dmma`).
-A ``b``-column variant of these kernels (one factorisation for the ``b`` columns) is a
-follow-up.
+
+Block rows (``nrhs = b``)
+-------------------------
+``local_solve_warp(A, pos, nrhs=b)`` / ``local_tri_warp(..., nrhs=b)`` (kernels
+``_gjb_kernel``, ``_trib_kernel``) solve ``A[t]^T X = E`` for the ``b`` columns
+``pos b + u`` of the identity with one factorisation (one substitution): ``M`` as above,
+the ``b`` right-hand sides in ``X[t]`` in global memory (lane ``l`` owns row ``l``;
+the pivot swap by the first ``b`` lanes; ``syncwarp`` orders the lanes' accesses).  ``Q``
+holds the block quantities, the CPU's block formula: ``||M X - E||_inf`` and
+``||X||_inf`` as row sums over the ``b`` columns.
 
 Verified without a GPU
 ----------------------
@@ -96,6 +103,8 @@ _INF = math.inf
 
 _SIG_GJ = [(float64[:, :, ::1], int64[::1], float64[:, ::1], float64[:, ::1])]
 _SIG_TRI = [(float64[:, :, ::1], int64[::1], int64, float64[:, ::1], float64[:, ::1])]
+_SIG_GJB = [(float64[:, :, ::1], int64[::1], float64[:, :, ::1], float64[:, ::1])]
+_SIG_TRIB = [(float64[:, :, ::1], int64[::1], int64, float64[:, :, ::1], float64[:, ::1])]
 
 
 @cuda.jit(device=True, inline=True)
@@ -242,7 +251,150 @@ def _tri_kernel(A, pos, lower_m, X, Q):
         _finish(A, t, s, p0, x, lane, singular, write, X, Q)
 
 
-def _launch(kernel, A, pos, *extra):
+@cuda.jit(device=True, inline=True)
+def _finish_block(A, t, s, nrhs, pos, lane, singular, write, X, Q):
+    """The block acceptance quantities of ``A[t]^T X = E`` (``E``: columns ``pos nrhs + u``
+    of the identity), ``X`` in ``X[t]`` (global memory): ``||M X - E||_inf`` (row sums
+    over the ``nrhs`` columns), ``||M||_inf ||X||_inf`` -- the CPU's block formula."""
+    rsum = 0.0
+    xsum = 0.0
+    colsum = 0.0
+    if lane < s:
+        for j in range(s):
+            colsum += abs(A[t, j, lane])            # row lane of M = A^T
+        for u in range(nrhs):
+            r = 0.0
+            for j in range(s):
+                r = fma(A[t, j, lane], X[t, j, u], r)
+            if lane == pos * nrhs + u:
+                r -= 1.0
+            rsum += abs(r)
+            xsum += abs(X[t, lane, u])
+    nr = _warp_max(rsum)
+    na = _warp_max(colsum)
+    nx = _warp_max(xsum)
+    finite = ballot(lane < s and not (xsum <= _INF)) == 0
+    cond = na * nx
+    bwd = nr / (cond + 1.0)
+    if singular or not finite or not (bwd <= _INF):
+        bwd = _INF
+    if singular:
+        cond = _INF
+    if write and lane == 0:
+        Q[t, 0] = bwd
+        Q[t, 1] = cond
+
+
+@cuda.jit
+def _gjb_kernel(A, pos, X, Q):
+    """Gauss-Jordan of ``A[t]^T X = E_pos`` with ``nrhs = X.shape[2]`` columns (a block row:
+    columns ``pos nrhs + u``), one warp per ``t``: ``M`` in shared memory as
+    :func:`_gj_kernel`, the right-hand sides in ``X[t]`` (global), lane ``l`` owning row
+    ``l``; one factorisation for the ``nrhs`` columns."""
+    S = cuda.shared.array((WPB, WARP, _LD), float64)
+    batch = A.shape[0]
+    s = A.shape[1]
+    nrhs = X.shape[2]
+    tid = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    gw = tid // WARP
+    nw = (cuda.gridDim.x * cuda.blockDim.x) // WARP
+    w = cuda.threadIdx.x // WARP
+    lane = lane_id()
+    for rnd in range((batch + nw - 1) // nw):     # the same trip count for every warp
+        t = gw + rnd * nw
+        write = t < batch
+        if not write:
+            t = batch - 1                         # idle warp: a clamped copy, no writes
+        p0 = pos[t]
+        for i in range(s):
+            if lane < s:
+                S[w, lane, i] = A[t, i, lane]
+        if write and lane < s:
+            for u in range(nrhs):
+                X[t, lane, u] = 1.0 if lane == p0 * nrhs + u else 0.0
+        singular = False
+        syncwarp()
+        for k in range(s):
+            v = abs(S[w, lane, k]) if (lane >= k and lane < s) else -1.0
+            vmax = _warp_max(v)
+            mask = ballot(lane >= k and lane < s and v == vmax)
+            p = k
+            if mask != 0:
+                p = cuda.ffs(mask) - 1            # lowest lane holding the max
+                if p < k or p >= s:
+                    p = k
+            if p != k and lane < s:               # swap rows k and p (M column-wise,
+                tmp = S[w, k, lane]               # X by its first nrhs lanes)
+                S[w, k, lane] = S[w, p, lane]
+                S[w, p, lane] = tmp
+                if write and lane < nrhs:
+                    tmp = X[t, k, lane]
+                    X[t, k, lane] = X[t, p, lane]
+                    X[t, p, lane] = tmp
+            syncwarp()
+            piv = S[w, k, k]
+            if not (piv != 0.0):                  # exact zero or NaN: singular
+                singular = True
+            elif lane != k and lane < s:
+                f = S[w, lane, k] / piv
+                for j in range(k + 1, s):
+                    S[w, lane, j] = fma(-f, S[w, k, j], S[w, lane, j])
+                S[w, lane, k] = 0.0
+                if write:
+                    for u in range(nrhs):
+                        X[t, lane, u] = fma(-f, X[t, k, u], X[t, lane, u])
+            syncwarp()
+        if write and lane < s:
+            d = S[w, lane, lane]
+            for u in range(nrhs):
+                X[t, lane, u] = X[t, lane, u] / d if d != 0.0 else 0.0
+        syncwarp()                                # X read by every lane; S reloaded next
+        _finish_block(A, t, s, nrhs, p0, lane, singular, write, X, Q)
+        syncwarp()
+
+
+@cuda.jit
+def _trib_kernel(A, pos, lower_m, X, Q):
+    """Substitution for triangular ``M = A[t]^T`` with ``nrhs = X.shape[2]`` columns, the
+    right-hand sides in ``X[t]`` (global), one warp per ``t``."""
+    batch = A.shape[0]
+    s = A.shape[1]
+    nrhs = X.shape[2]
+    tid = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    gw = tid // WARP
+    nw = (cuda.gridDim.x * cuda.blockDim.x) // WARP
+    lane = lane_id()
+    for rnd in range((batch + nw - 1) // nw):
+        t = gw + rnd * nw
+        write = t < batch
+        if not write:
+            t = batch - 1
+        p0 = pos[t]
+        if write and lane < s:
+            for u in range(nrhs):
+                X[t, lane, u] = 1.0 if lane == p0 * nrhs + u else 0.0
+        singular = False
+        syncwarp()
+        for step in range(s):
+            k = step if lower_m != 0 else s - 1 - step
+            d = A[t, k, k]
+            if not (d != 0.0):
+                singular = True
+            if write and lane == k:
+                for u in range(nrhs):
+                    X[t, k, u] = X[t, k, u] / d if d != 0.0 else 0.0
+            syncwarp()
+            later = (lane > k) if lower_m != 0 else (lane < k)
+            if write and later and lane < s:
+                a = A[t, k, lane]                 # M[lane, k] = A[k, lane]
+                for u in range(nrhs):
+                    X[t, lane, u] = fma(-a, X[t, k, u], X[t, lane, u])
+            syncwarp()
+        _finish_block(A, t, s, nrhs, p0, lane, singular, write, X, Q)
+        syncwarp()
+
+
+def _launch(kernel, A, pos, *extra, nrhs=0):
     A = np.ascontiguousarray(A, dtype=np.float64) if isinstance(A, np.ndarray) else A
     batch, s, s2 = A.shape
     if s != s2 or not 1 <= s <= MAX_S:
@@ -251,12 +403,13 @@ def _launch(kernel, A, pos, *extra):
     if isinstance(pos, np.ndarray) and (pos.shape != (batch,) or pos.min(initial=0) < 0
                                         or pos.max(initial=0) >= s):
         raise ValueError("pos must hold one position 0 <= pos < s per system")
+    shape = (batch, s, nrhs) if nrhs else (batch, s)
     if batch == 0:
-        return np.zeros((0, s)), np.zeros((0, 2))
+        return np.zeros(shape), np.zeros((0, 2))
     xp = np
     if type(A).__module__.split(".")[0] == "cupy":
         import cupy as xp  # noqa: F811
-    Xo = xp.zeros((batch, s), dtype=np.float64)
+    Xo = xp.zeros(shape, dtype=np.float64)
     Qo = xp.zeros((batch, 2), dtype=np.float64)
     strm = stream(A, pos, Xo, Qo)
     dA, dpos, dX, dQ = dev(A, pos, Xo, Qo)
@@ -268,19 +421,41 @@ def _launch(kernel, A, pos, *extra):
 
 
 @register("gpu", "local_solve_warp", [("float64",)])
-def local_solve_warp(A, pos):
+def local_solve_warp(A, pos, nrhs=None):
     """``X[t] = A[t]^{-T} e_pos[t]`` (Gauss-Jordan, partial pivoting, one warp per system)
     for ``A`` ``(batch, s, s)`` FP64, ``s <= 32``.  Returns ``(X (batch, s), Q (batch, 2))``,
-    ``Q[t] = (backward error, ||A^T||_inf ||x||_inf)`` (see the module docstring)."""
-    return _launch(_gj_kernel, A, pos)
+    ``Q[t] = (backward error, ||A^T||_inf ||x||_inf)`` (see the module docstring).
+
+    ``nrhs = b``: a block row, ``X[t] = A[t]^{-T} E`` with ``E`` the columns
+    ``pos[t] b + u`` (``u < b``) of the identity, one factorisation for the ``b`` columns
+    (``X`` of shape ``(batch, s, b)``; ``Q`` the block quantities: norms over the ``b``
+    columns, the CPU's block formula)."""
+    if nrhs is None:
+        return _launch(_gj_kernel, A, pos)
+    return _launch(_gjb_kernel, A, _block_pos(pos, nrhs, A.shape[1]), nrhs=int(nrhs))
 
 
 @register("gpu", "local_tri_warp", [("float64",)])
-def local_tri_warp(A, pos, lower_m):
+def local_tri_warp(A, pos, lower_m, nrhs=None):
     """As :func:`local_solve_warp` for triangular ``A[t]`` by substitution; ``lower_m``:
     ``A[t]^T`` is lower triangular (``A`` upper: the ``upper`` ISAI), else upper."""
-    return _launch(_tri_kernel, A, pos, int(bool(lower_m)))
+    if nrhs is None:
+        return _launch(_tri_kernel, A, pos, int(bool(lower_m)))
+    return _launch(_trib_kernel, A, _block_pos(pos, nrhs, A.shape[1]), int(bool(lower_m)),
+                   nrhs=int(nrhs))
 
 
-expose(local_solve_warp, [(_gj_kernel, _SIG_GJ)], warp=[_gj_kernel])
-expose(local_tri_warp, [(_tri_kernel, _SIG_TRI)], warp=[_tri_kernel])
+def _block_pos(pos, nrhs, s):
+    """``pos`` checked against the block layout (``pos nrhs + nrhs <= s``) and handed to
+    :func:`_launch` as positions its range check accepts (the kernels read ``pos``)."""
+    if int(nrhs) < 1 or s % int(nrhs):
+        raise ValueError(f"nrhs={nrhs!r} must divide s = {s}")
+    if isinstance(pos, np.ndarray) and pos.size and (pos.min() < 0 or pos.max() >= s // nrhs):
+        raise ValueError("pos must hold one block position 0 <= pos < s / nrhs per system")
+    return pos
+
+
+expose(local_solve_warp, [(_gj_kernel, _SIG_GJ), (_gjb_kernel, _SIG_GJB)],
+       warp=[_gj_kernel, _gjb_kernel])
+expose(local_tri_warp, [(_tri_kernel, _SIG_TRI), (_trib_kernel, _SIG_TRIB)],
+       warp=[_tri_kernel, _trib_kernel])

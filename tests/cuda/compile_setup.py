@@ -39,14 +39,29 @@ def _build(d, sig, cc):
 
 def test_the_setup_ops_declare_their_kernels():
     want = {"gather_local": {S._gather_kernel},
-            "local_lu_solve": {S._gather_kernel, LS._gj_kernel},
-            "local_tri_solve": {S._gather_kernel, LS._tri_kernel},
+            "local_lu_solve": {S._gather_kernel, LS._gj_kernel, LS._gjb_kernel},
+            "local_tri_solve": {S._gather_kernel, LS._tri_kernel, LS._trib_kernel},
             "block_tri_isai": {dmma._dmma_kernel}}
     for op, kernels in want.items():
         f = lookup("gpu", op, F64)
         assert {d for d, _ in f.cuda_kernels} == kernels, op
-    assert lookup("gpu", "local_lu_solve", F64).cuda_warp == {LS._gj_kernel}
-    assert lookup("gpu", "local_tri_solve", F64).cuda_warp == {LS._tri_kernel}
+    assert lookup("gpu", "local_lu_solve", F64).cuda_warp == {LS._gj_kernel, LS._gjb_kernel}
+    assert lookup("gpu", "local_tri_solve", F64).cuda_warp == {LS._tri_kernel,
+                                                                LS._trib_kernel}
+
+
+@pytest.mark.parametrize("cc", CCS, ids=lambda c: f"sm_{c[0]}{c[1]}")
+@pytest.mark.parametrize("name", ["gjb", "trib"])
+def test_block_row_warp_kernels_compile_shfl_no_spills(name, cc):
+    """The block-row (``nrhs = b``) warp solves: no spills, ``shfl.sync``/``SHFL``."""
+    d, sig = {"gjb": (LS._gjb_kernel, LS._SIG_GJB[0]),
+              "trib": (LS._trib_kernel, LS._SIG_TRIB[0])}[name]
+    ptx, cubin, info = _build(d, sig, cc)
+    res = resources(info)
+    print(f"{name} sm_{cc[0]}{cc[1]}: {res}")
+    assert res["registers"] is not None, info
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0, info
+    assert "shfl.sync" in ptx and "SHFL" in sass(cubin)
 
 
 @pytest.mark.parametrize("cc", CCS, ids=lambda c: f"sm_{c[0]}{c[1]}")

@@ -128,3 +128,35 @@ def test_dmma_fallback_vs_numpy(b):
     assert np.allclose(out, C - A @ B, rtol=1e-13, atol=1e-13)
     out = dmma.block_gemm(A, B)
     assert np.allclose(out, A @ B, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("s,b", [(4, 2), (9, 3), (32, 2)])
+@pytest.mark.parametrize("tri", ["general", "lower", "upper"])
+def test_block_rows_vs_numpy(s, b, tri):
+    """The block-row form (``nrhs = b`` columns ``pos b + u``, one factorisation): against
+    ``numpy.linalg.solve``, its block quantities equal to the CPU's block formula (norms
+    over the ``b`` columns), a singular system flagged."""
+    rng = np.random.default_rng(11 * s + b + len(tri))
+    batch = 3
+    A, _ = _systems(s, batch, rng, tri)
+    pos = rng.integers(0, s // b, size=batch)
+    if tri == "general":
+        A[2, :, 1] = 0.0                         # a zero column of A: M singular
+        X, Q = LS.local_solve_warp(A, pos, nrhs=b)
+    else:
+        A[2, 1, 1] = 0.0                         # a zero diagonal
+        X, Q = LS.local_tri_warp(A, pos, lower_m=(tri == "upper"), nrhs=b)
+    assert X.shape == (batch, s, b)
+    M = np.swapaxes(A, 1, 2)
+    E = np.zeros((batch, s, b))
+    for t in range(batch):
+        E[t, pos[t] * b + np.arange(b), np.arange(b)] = 1.0
+    ref = np.linalg.solve(M[:2], E[:2])
+    assert np.allclose(X[:2], ref, rtol=1e-12, atol=1e-14), np.abs(X[:2] - ref).max()
+    nA = np.abs(M[:2]).sum(axis=2).max(axis=1)
+    nX = np.abs(X[:2]).sum(axis=2).max(axis=1)
+    bwd = np.abs(M[:2] @ X[:2] - E[:2]).sum(axis=2).max(axis=1) / (nA * nX + 1.0)
+    assert np.allclose(Q[:2, 1], nA * nX, rtol=1e-14)
+    assert np.allclose(Q[:2, 0], bwd, rtol=0, atol=4 * s * np.finfo(float).eps)
+    assert (Q[:2, 0] <= BWD_TOL).all()
+    assert Q[2, 0] == np.inf and Q[2, 1] == np.inf and not np.isnan(X).any()
