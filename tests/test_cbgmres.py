@@ -219,6 +219,35 @@ def test_scipy_style_call_and_reference_device():
     assert _true_rel(A, b, out["reference"].x) <= RTOL
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_user_operators_get_working_vectors(side):
+    """A LinearOperator ``A`` (and ``M``) is called with FP64 vectors only, as under an
+    FP64 basis: the FP32 rows are widened before the call."""
+    import scipy.sparse.linalg as spla
+
+    A = convection_diffusion2d(24)
+    b = A @ np.ones(A.shape[0])
+    seen = set()
+
+    def mv(x):
+        seen.add(np.asarray(x).dtype)
+        return A @ x
+
+    def pc(x):
+        seen.add(np.asarray(x).dtype)
+        return x / A.diagonal()
+
+    op = spla.LinearOperator(A.shape, matvec=mv, dtype=np.float64)
+    M = spla.LinearOperator(A.shape, matvec=pc, dtype=np.float64)
+    ref = mpsolve.solve(A, b, method="gmres", precision="mixed", rtol=RTOL, side=side,
+                        precond=M)
+    res = mpsolve.solve(op, b, method="gmres", precision="mixed-cb", rtol=RTOL, side=side,
+                        precond=M)
+    assert seen == {np.dtype(np.float64)}
+    assert res.info == 0 and _true_rel(A, b, res.x) <= RTOL
+    assert _close_iterations(res.iterations, ref.iterations)
+
+
 def test_fp32_data_keeps_its_dtype():
     A = convection_diffusion2d(20).astype(np.float32)
     b = (A @ np.ones(A.shape[0], np.float32)).astype(np.float32)

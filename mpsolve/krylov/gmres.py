@@ -66,6 +66,7 @@ import math
 
 import numpy as np
 
+from ..operator import CallableOperator
 from ..result import USER_STOP, wants_stop
 
 __all__ = ["gmres_body", "SIDES"]
@@ -95,8 +96,18 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     bops = ops.basis(sys.precision.basis)      # the basis' kernels, looked up once
     mdot, store = bops.mdot, bops.store
     mdot_nrm2, maxpy_nrm2 = bops.mdot_nrm2, bops.maxpy_nrm2
-    # w = A v for a stored basis row v (an FP32 row is widened inside the SpMV)
-    matvec = sys.A_op.bind(bops.dtype, wdt) if bops.compressed else sys.matvec
+    # w = A v for a stored basis row v: a stored matrix widens an FP32 row inside its SpMV;
+    # a user's operator gets the row widened first (it is called with working vectors only)
+    if not bops.compressed:
+        matvec = sys.matvec
+    elif isinstance(sys.A_op, CallableOperator):
+        user_mv, t = sys.matvec, ws.get("vw", n, wdt)
+
+        def matvec(v, w):
+            ops.copy(v, t)                      # t = v, widened
+            user_mv(t, w)                       # w = A t
+    else:
+        matvec = sys.A_op.bind(bops.dtype, wdt)
     m = max(1, min(restart, n))
     left = psolve is not None and side == "left"
     right = psolve is not None and not left
