@@ -150,10 +150,18 @@ class Problem:
     workspace: Optional[Workspace] = None
     precond_side: str = "left"          # the side the method applies M on
     _ops_cache: dict = field(default_factory=dict)
+    #: the first residual of a zero start is ``b`` itself: checked (exact zeros) once per
+    #: solve and then no product with ``A`` -- SciPy's solvers, given an exact
+    #: preconditioner, use at most three products with ``A``, and so does mpsolve
+    _first_residual: bool = True
 
     def true_residual(self, x64, r64) -> float:
         """``r64 = b - A x64`` in FP64; returns ``||r64||_2``."""
-        self.A64.bind_residual("float64")(x64, self.b64, r64)  # r = b - A x in FP64
+        first, self._first_residual = self._first_residual, False
+        if first and self.x0_mode == "zero" and not bool(self.xp.any(x64)):
+            r64[:] = self.b64                                  # b - A 0, exactly
+        else:
+            self.A64.bind_residual("float64")(x64, self.b64, r64)  # r = b - A x in FP64
         return float(self.xp.linalg.norm(r64))
 
     def all_finite(self, x) -> bool:

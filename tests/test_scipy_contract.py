@@ -66,3 +66,46 @@ def test_zero_b_with_infinite_rtol_is_not_nan():
         xs, infos = getattr(spla, method)(A, np.zeros(12), rtol=np.inf)
         assert info == infos == 0
         np.testing.assert_array_equal(x, xs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_an_exact_preconditioner_needs_at_most_three_products_with_a(method):
+    """SciPy (``test_precond_inverse``): with ``M = A^{-1}`` given as a LinearOperator
+    the solvers converge at once, using at most three products with ``A``; the
+    first residual of a zero start is ``b`` itself (no product).  The answer is
+    certified by mpsolve's FP64 true residual all the same."""
+    A = _spd(20).tocsc()
+    b = np.arange(1.0, 21.0)
+    lu = spla.splu(A)
+    count = [0]
+
+    def matvec(x):
+        count[0] += 1
+        return A @ x
+
+    Aop = spla.LinearOperator(A.shape, matvec=matvec, dtype=np.float64)
+    M = spla.LinearOperator(A.shape, matvec=lu.solve, dtype=np.float64)
+    x, info = getattr(mpsolve, method)(Aop, b, M=M, rtol=1e-8)
+    assert info == 0 and count[0] <= 3, count[0]
+    assert np.linalg.norm(A @ x - b) <= 1e-8 * np.linalg.norm(b)
+
+
+def test_the_zero_start_shortcut_never_skips_a_nonzero_start():
+    """The shortcut applies only to an exactly zero start: with ``x0`` given (even tiny)
+    the first residual is ``b - A x0`` (one more product), and the answers agree."""
+    A = _spd(20)
+    b = np.arange(1.0, 21.0)
+    count = [0]
+
+    def matvec(x):
+        count[0] += 1
+        return A @ x
+
+    Aop = spla.LinearOperator(A.shape, matvec=matvec, dtype=np.float64)
+    x0 = np.full(20, 1e-300)
+    res0 = mpsolve.solve(Aop, b, x0=x0, method="cg", precond=None, rtol=1e-10)
+    with_x0 = count[0]
+    count[0] = 0
+    res1 = mpsolve.solve(Aop, b, method="cg", precond=None, rtol=1e-10)
+    assert res0.info == res1.info == 0 and with_x0 == count[0] + 1
+    assert res0.true_residual <= 1e-10 and res1.true_residual <= 1e-10
