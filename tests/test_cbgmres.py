@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import mpsolve
 from mpsolve import PRESETS, Precision
@@ -311,3 +312,43 @@ def test_bench_script_runs(tmp_path):
     assert [r.split("|")[3].strip() for r in rows] == ["double", "mixed", "mixed-cb"]
     assert all(r.split("|")[4].strip() == "0" for r in rows)        # info 0 each
     assert "FP32 basis ms" in text
+
+
+# ----------------------------------------------------------------- property: never a false success
+@st.composite
+def _systems(draw):
+    """Random nonsymmetric systems, from easy (diagonally dominant) to ill-conditioned
+    (weak dominance, spread diagonal), with b of any scale."""
+    n = draw(st.integers(1, 80))
+    density = draw(st.floats(0.02, 0.4))
+    seed = draw(st.integers(0, 2**31 - 1))
+    dominance = draw(st.floats(0.01, 4.0))
+    spread = 10.0 ** draw(st.integers(0, 10))
+    rng = np.random.default_rng(seed)
+    B = sp.random(n, n, density=density, random_state=rng, format="csr",
+                  data_rvs=lambda k: rng.standard_normal(k))
+    rowsum = np.asarray(abs(B).sum(axis=1)).ravel()
+    D = sp.diags(np.geomspace(1.0, 1.0 / spread, n))
+    A = (B + sp.diags(dominance * (rowsum + 1.0))) @ D
+    b = rng.standard_normal(n) * draw(st.sampled_from([1.0, 1e-8, 1e8]))
+    return A.tocsr(), b
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_systems(), st.sampled_from(["mixed-cb", "mixed-eft-cb"]),
+       st.sampled_from(["left", "right"]), st.booleans(), st.sampled_from([3, 30]))
+def test_never_a_false_success(system, policy, side, escalate, restart):
+    """``info == 0`` exactly when the FP64 true residual of the returned ``x`` meets the
+    tolerance, whatever the compressed basis did (outside the rounding band of two FP64
+    evaluations of ``b - A x``)."""
+    A, b = system
+    rtol = 1e-9
+    r = mpsolve.solve(A, b, method="gmres", precision=policy, rtol=rtol, side=side,
+                      restart=restart, escalate=escalate, maxiter=200, precond=None)
+    bn = np.linalg.norm(b)
+    true = np.linalg.norm(b - A @ r.x) / bn
+    band = 4 * A.shape[0] * np.finfo(float).eps * np.linalg.norm(abs(A) @ abs(r.x) + abs(b)) / bn
+    assert np.isfinite(r.x).all()
+    assert abs(r.true_residual - true) <= 1e-6 * true + band
+    if abs(true - rtol) > band:
+        assert (r.info == 0) == (true <= rtol), (r.status, true)
