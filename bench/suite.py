@@ -446,6 +446,12 @@ def add_arguments(p):
                         "and PETSc on the CPU, timed with CUDA events after a warm-up; writes "
                         "results_gpu.json/.md (mpsolve.bench.gpu). Needs a CUDA GPU: without "
                         "one it says so and exits with status 3")
+    p.add_argument("--coverage", action="store_true",
+                   help="the coverage table instead of the suite: mpsolve's defaults "
+                        "(method and preconditioner 'auto') against PETSc's and SciPy's best "
+                        "configuration on every matrix of the collection (--collection or the "
+                        "first folder found) and a few generated problems; writes "
+                        "--out/coverage.md (mpsolve.bench.coverage)")
     p.add_argument("--dot-size", type=_positive_int, default=10_000_000,
                    help="--device gpu: vector length of the dot benchmark (default 1e7)")
 
@@ -485,6 +491,16 @@ def main(args):
 
     if args.rebuild:
         return _rebuild(args)
+    if getattr(args, "coverage", False):
+        from .coverage import main as coverage_main
+
+        folders = [args.collection] if args.collection else [str(f) for f in find_collection()]
+        argv = ["--out", os.path.join(args.out, "coverage.md")]
+        argv += ["--collection", folders[0]] if folders else []
+        argv += ["--time-limit", str(args.time_limit)] if args.time_limit else []
+        argv += ["--only", *args.matrices] if args.matrices else []
+        os.makedirs(args.out, exist_ok=True)
+        return coverage_main(argv) or 0
     if getattr(args, "device", "cpu") == "gpu":
         from .gpu import main as gpu_main
 

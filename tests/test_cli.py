@@ -150,3 +150,20 @@ def test_bench_repeat_keeps_the_fastest_converged_run_and_never_retries_failures
 def test_bench_repeat_must_be_positive():
     p = run("bench", "--quick", "--repeat", "0", "--out", "unused")
     assert p.returncode == 2 and "positive integer" in p.stderr
+
+
+def test_bench_coverage_writes_the_coverage_table(tmp_path):
+    from conftest import COLLECTION
+
+    if not (COLLECTION / "west0479.mtx.gz").exists():
+        pytest.skip(f"no SuiteSparse collection at {COLLECTION}")
+    out = tmp_path / "cov"
+    p = run("bench", "--coverage", "--collection", str(COLLECTION), "--matrices", "west0479",
+            "nos4", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]
+    md = (out / "coverage.md").read_text()
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in md.splitlines()
+            if line.startswith("| west0479") or line.startswith("| nos4")}
+    assert set(rows) == {"west0479", "nos4"}
+    assert rows["west0479"][3] == "yes" and rows["nos4"][3] == "yes"   # auto solved both
+    assert "Solved: mpsolve auto 2 of 2" in md
