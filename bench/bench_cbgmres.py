@@ -94,13 +94,13 @@ def main(argv=None):
         a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:]))
     lines = ["# CB-GMRES: FP32 Krylov basis against FP64 (issue 14, item 1)", "",
              f"Command: `{cmd.strip()}`", "",
-             f"({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {platform.machine()}, "
-             f"{os.cpu_count()} cores, shared with other work; one run: compare the ratios "
-             f"within a row, not times across runs.)  GMRES({args.restart}), left "
-             f"preconditioning with {args.precond or 'no preconditioner'}, b = A 1, x0 = 0, "
-             f"FP64 true residual rtol {args.rtol:g}; time = best of {args.repeat} solve(s).",
-             "", "| problem | n | policy | info | iterations | iter. ratio | solve s "
-             "| ms / iter. | time/iter. ratio | basis MiB |",
+             (f"({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {platform.machine()}, "
+              f"{os.cpu_count()} cores, shared with other work; one run: compare the ratios "
+              f"within a row, not times across runs.)  GMRES({args.restart}), left "
+              f"preconditioning with {args.precond or 'no preconditioner'}, b = A 1, x0 = 0, "
+              f"FP64 true residual rtol {args.rtol:g}; time = best of {args.repeat} solve(s)."),
+             "", ("| problem | n | policy | info | iterations | iter. ratio | solve s "
+                  "| ms / iter. | time/iter. ratio | basis MiB |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     kern_rows = []
     for spec in args.problems:

@@ -134,7 +134,7 @@ class Precision:
         """This policy with GMRES's basis stored in ``basis`` (``"float32"``: CB-GMRES),
         named ``<name>-cb`` (or back to ``<name>`` without the suffix)."""
         b = np.dtype(basis).name if basis is not None else self.working
-        base = self.name[:-3] if self.name.endswith("-cb") else self.name
+        base = self.name.removesuffix("-cb")
         return replace(self, name=base + ("-cb" if b != self.working else ""), basis=b)
 
     @property
