@@ -44,6 +44,7 @@ finite, or whose condition bound ``||T_J||_inf ||X||_inf`` exceeds
 """
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -308,17 +309,26 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
 
     Returns ``(chain, fallback_rows, stats)``: ``chain(r, out)`` applies ``M``
     (``[L_isai, U_isai]`` or ``[G, G^T]``, in the order applied), the block rows that
-    took the fallback rule, and ``stats`` (pattern sizes, ``symmetric``).
+    took the fallback rule, and ``stats`` (pattern sizes, ``symmetric``, ``solve_device``
+    where the substitutions ran, ``stage_times``: seconds of the ``factor`` (BILU(0)),
+    ``pattern``, ``solve`` (block substitutions and their fallback) and ``store`` stages).
     """
     host = setup_device(device)
     sdev = setup_device(device, "block_tri_isai")   # the block substitutions
     xp = array_module(sdev)
     n = C.shape[0]
+    t0 = time.perf_counter()
     fac = bilu0_factor(C, b, host)
     indptr, indices, data, diag, dinv = fac
     nb = indptr.size - 1
+    t1 = time.perf_counter()
+    t_factor = t1 - t0
     lp, li = block_pattern(indptr, indices, nb, power, "lower")
+    t_pattern = time.perf_counter() - t1
+    t1 = time.perf_counter()
     Lx, badL = _tri_isai(sdev, lp, li, fac, True)
+    t_solve = time.perf_counter() - t1
+    t1 = time.perf_counter()                        # store: the symmetric form, demotion
     chol = None
     if symmetric is None or symmetric:
         if _symmetric(C, host, SYMMETRY_RTOL if symmetric is None else 1e-8):
@@ -343,11 +353,17 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
         stats.update(symmetric=True)
     else:
         up, ui = block_pattern(indptr, indices, nb, power, "upper")
+        t2 = time.perf_counter()
         Ux, badU = _tri_isai(sdev, up, ui, fac, False)
+        t3 = time.perf_counter()
+        t_pattern, t_solve = t_pattern + (t2 - t1), t_solve + (t3 - t2)
+        t1 = t3
         ops = [BSROperator(lp, li, Lx, n, dtype, accumulate, f"{name} of L", device=device),
                BSROperator(up, ui, Ux, n, dtype, accumulate, f"{name} of U", device=device)]
         bad = np.union1d(badL, badU)
         stats.update(symmetric=False, pattern_nnz_blocks_U=int(ui.size))
+    stats["stage_times"] = dict(factor=t_factor, pattern=t_pattern, solve=t_solve,
+                                store=time.perf_counter() - t1)
     if bad.size:
         warnings.warn(
             f"{name}: {bad.size} block triangular local system(s) ill-conditioned (block rows "

@@ -4,7 +4,8 @@ Run in its own process with ``NUMBA_ENABLE_CUDASIM=1`` (``tests/test_cuda.py`` d
 simulator must be on before numba is first imported).  Under the simulator the ``"gpu"``
 device's array module is NumPy (:func:`mpsolve.backend.array_module`) and the
 numba-cuda kernels registered for ``"gpu"`` run on those arrays: the whole GPU code
-path -- operators, preconditioners set up on the host and stored for the device, the
+path -- operators, preconditioners set up for the device (the (Block-)ISAI local solves
+on it, :mod:`mpsolve.kernels.cuda.isai_setup`; the rest on the host), the
 driver, the FP64 true residual -- runs without a GPU.
 
 Each case solves on ``"gpu"`` and on ``"cpu"`` and checks: the same ``info``; iteration
