@@ -21,6 +21,7 @@ Writes a Markdown report (``--out``; default ``bench/results/setup.md``).
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import platform
 import re
@@ -150,7 +151,7 @@ def main(argv=None):
         "" if args.problems == PROBLEMS else " --problems " + " ".join(args.problems))
     emit(f"Command: `{cmd}`")
     emit()
-    emit(f"Machine: {platform.machine()}, {__import__('os').cpu_count()} cores; "
+    emit(f"Machine: {platform.machine()}, {os.cpu_count()} cores; "
          f"numpy {np.__version__}; set-up: best of {args.repeat}, FP32 storage; "
          f"solves: precision `mixed`, FP64 true residual <= {args.rtol:g}, b = A @ 1, x0 = 0.")
     emit()

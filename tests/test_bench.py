@@ -158,3 +158,25 @@ def test_plots_show_at_most_six_series_with_distinct_styles_and_the_legend_outsi
     assert {f.split("/")[-1] for f in files} == {"convergence_a.png", "convergence_b.png",
                                                  "convergence_c.png", "profile.png"}
     assert seen and all(2 <= k <= plots.MAX_SERIES for k in seen)
+
+
+def test_bench_setup_writes_the_goal_tables(tmp_path):
+    """``python -m mpsolve.bench.bench_setup`` on tiny problems: a set-up row per
+    configuration with its ratio to ILU(0)'s, and a time-to-solution row per method."""
+    from mpsolve.bench import bench_setup
+
+    out = tmp_path / "setup.md"
+    bench_setup.main(["--problems", "poisson3d:6", "coupled2d:8", "--repeat", "1",
+                      "--out", str(out)])
+    text = out.read_text()
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    setup = [r for r in rows if len(r) == 10 and r[0] != "| problem"]
+    labels = {(r[0].strip("| "), r[3]) for r in setup}
+    assert ("poisson3d:6", "block-isai spd k=1") in labels       # symmetric: the SPD form
+    assert ("coupled2d:8", "block-isai spd k=1") not in labels     # nonsymmetric: none
+    assert all(r[5].endswith("x") for r in setup)
+    solves = [r for r in rows if len(r) == 9 and r[0] != "| problem"]
+    assert {(r[0].strip("| "), r[1]) for r in solves} == {
+        ("poisson3d:6", "cg"), ("coupled2d:8", "gmres"), ("coupled2d:8", "gmres right"),
+        ("coupled2d:8", "bicgstab")}
+    assert "(failed)" not in text and "geometric mean" in text

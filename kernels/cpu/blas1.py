@@ -367,78 +367,25 @@ def maxpy(V, k, h, w):
 
 
 # --- a compressed basis (CB-GMRES): basis rows in FP32, the working vectors in FP64 ------
-# The same chunked loops as above; each FP32 entry is widened exactly to FP64 in the
-# register it is loaded into (no FP64 copy of a row is ever made), so the basis costs
-# 4 bytes an entry to read, and every product and sum is FP64.  Dtype key: (V's, w's).
+# The chunked loops above, compiled for FP32 rows and FP64 vectors: each FP32 entry is
+# widened exactly to FP64 in the register it is loaded into (no FP64 copy of a row is
+# ever made; the sums are carried in w's dtype), so the basis costs 4 bytes an entry to
+# read, and every product and sum is FP64.  Dtype key: (V's, w's).
 
 _CB = [("float32", "float64")]
 
 
-@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
-def _cb_mdot_chunk(V, k, w, lo, hi, part):
-    ws = w[lo:hi]
-    for i in range(k):
-        vs = V[i, lo:hi]
-        s = 0.0
-        for j in range(hi - lo):
-            s += np.float64(vs[j]) * ws[j]        # FP64 product of the widened entry
-        part[i] = s
-
-
-@njit(parallel=True, **JIT)
-def _cb_mdot_par(V, k, w, out):
-    n = w.size
-    nch = (n + MCHUNK - 1) // MCHUNK
-    parts = np.empty((nch, k), dtype=np.float64)
-    for c in prange(nch):
-        lo = c * MCHUNK
-        _cb_mdot_chunk(V, k, w, lo, min(lo + MCHUNK, n), parts[c])
-    for i in range(k):
-        s = 0.0
-        for c in range(nch):
-            s += parts[c, i]
-        out[i] = s
-
-
-@njit(**JIT)
-def _cb_mdot_ser(V, k, w, out):
-    _cb_mdot_chunk(V, k, w, 0, w.size, out)
-
-
 @register("cpu", "cb_mdot", _CB, mode="native")
 def cb_mdot(V, k, w, out):
-    """``out[i] <- V[i] . w`` for ``i < k``, ``V`` FP32, ``w`` FP64, products and sums FP64."""
-    (_cb_mdot_par if w.size >= PARALLEL_MIN else _cb_mdot_ser)(V, k, w, out)
-
-
-@njit(**JIT)
-def _cb_maxpy_chunk(V, k, h, w, lo, hi):
-    ws = w[lo:hi]
-    for i in range(k):
-        a = h[i]
-        vs = V[i, lo:hi]
-        for j in range(hi - lo):
-            ws[j] -= a * np.float64(vs[j])
-
-
-@njit(parallel=True, **JIT)
-def _cb_maxpy_par(V, k, h, w):
-    n = w.size
-    nch = (n + MCHUNK - 1) // MCHUNK
-    for c in prange(nch):
-        lo = c * MCHUNK
-        _cb_maxpy_chunk(V, k, h, w, lo, min(lo + MCHUNK, n))
-
-
-@njit(**JIT)
-def _cb_maxpy_ser(V, k, h, w):
-    _cb_maxpy_chunk(V, k, h, w, 0, w.size)
+    """``out[i] <- V[i] . w`` for ``i < k``, ``V`` FP32, ``w`` FP64, products and sums FP64
+    (:func:`mdot`'s kernels: their sums are carried in ``w``'s dtype)."""
+    (_mdot_par if w.size >= PARALLEL_MIN else _mdot_ser)(V, k, w, out)
 
 
 @register("cpu", "cb_maxpy", _CB)
 def cb_maxpy(V, k, h, w):
     """``w <- w - sum_{i<k} h_i V[i]``, ``V`` FP32, ``w`` and ``h`` FP64 (FP64 arithmetic)."""
-    (_cb_maxpy_par if w.size >= PARALLEL_MIN else _cb_maxpy_ser)(V, k, h, w)
+    (_maxpy_par if w.size >= PARALLEL_MIN else _maxpy_ser)(V, k, h, w)   # (FP64 h_i * widened row)
 
 
 @njit(**JIT)
@@ -494,7 +441,7 @@ def _cb_mdot_nrm2_par(V, k, w, out):
     for c in prange(nch):
         lo = c * MCHUNK
         hi = min(lo + MCHUNK, n)
-        _cb_mdot_chunk(V, k, w, lo, hi, parts[c])
+        _mdot_chunk(V, k, w, lo, hi, parts[c])
         sq[c] = _wsq_chunk(w, lo, hi)
     for i in range(k):
         s = 0.0
@@ -509,7 +456,7 @@ def _cb_mdot_nrm2_par(V, k, w, out):
 
 @njit(**JIT)
 def _cb_mdot_nrm2_ser(V, k, w, out):
-    _cb_mdot_chunk(V, k, w, 0, w.size, out)
+    _mdot_chunk(V, k, w, 0, w.size, out)
     return _wsq_chunk(w, 0, w.size)
 
 
@@ -528,7 +475,7 @@ def _cb_maxpy_nrm2_par(V, k, h, w):
     for c in prange(nch):
         lo = c * MCHUNK
         hi = min(lo + MCHUNK, n)
-        _cb_maxpy_chunk(V, k, h, w, lo, hi)
+        _maxpy_chunk(V, k, h, w, lo, hi)
         sq[c] = _wsq_chunk(w, lo, hi)       # the updated chunk, still in cache
     s = 0.0
     for c in range(nch):
@@ -538,7 +485,7 @@ def _cb_maxpy_nrm2_par(V, k, h, w):
 
 @njit(**JIT)
 def _cb_maxpy_nrm2_ser(V, k, h, w):
-    _cb_maxpy_chunk(V, k, h, w, 0, w.size)
+    _maxpy_chunk(V, k, h, w, 0, w.size)
     return _wsq_chunk(w, 0, w.size)
 
 
