@@ -10,6 +10,7 @@ and the callback's time is taken off the solve time; SciPy's GMRES reports its o
 """
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -35,6 +36,36 @@ def petsc_available():
     except ImportError:
         return False
     return True
+
+
+def petsc_build():
+    """How the installed PETSc was compiled, for the results' header: its C optimisation
+    flags and whether debugging is on (from ``$PETSC_DIR/lib/petsc/conf/petscvariables``),
+    e.g. ``"-O3 -march=native, debugging off"``; ``"unknown"`` when that file is not found.
+    The bench compares with PETSc built as PETSc recommends for speed
+    (``--with-debugging=0 COPTFLAGS='-O3 -march=native'``, what ``.ci/setup.sh`` installs)."""
+    import os
+
+    try:
+        import petsc4py
+        conf = petsc4py.get_config()
+        path = os.path.join(conf["PETSC_DIR"], conf.get("PETSC_ARCH") or "",
+                            "lib", "petsc", "conf", "petscvariables")
+        with open(path) as f:
+            text = f.read()
+    except (ImportError, OSError, KeyError):
+        return "unknown"
+    return describe_petsc_build(text)
+
+
+def describe_petsc_build(text):
+    """:func:`petsc_build`'s summary of a ``petscvariables`` file's text."""
+    flags = re.search(r"^CC_FLAGS\s*=(.*)$", text, re.M)
+    opt = [f for f in (flags.group(1).split() if flags else [])
+           if f.startswith(("-O", "-march", "-mtune")) or f == "-g"]
+    debug = re.search(r"--with-debugging=(\S+)", text)
+    on = debug is None or debug.group(1).lower() not in ("0", "no", "false")
+    return f"{' '.join(opt) or 'no -O flags'}, debugging {'on' if on else 'off'}"
 
 
 # -------------------------------------------------------------------------- SciPy

@@ -32,7 +32,7 @@ from typing import List
 
 import numpy as np
 
-from .baselines import petsc_available, run_petsc, run_scipy
+from .baselines import petsc_available, petsc_build, run_petsc, run_scipy
 from .common import Run, TimeLimit, deadline_callback, maxiter_for, sampled
 
 __all__ = ["add_arguments", "main", "run_suite", "run_mpsolve", "Run", "DEFAULT_SUITE",
@@ -354,6 +354,7 @@ def _versions():
 
         v["petsc4py"] = petsc4py.__version__
         v["petsc"] = ".".join(map(str, PETSc.Sys.getVersion()))
+        v["petsc build"] = petsc_build()
     except Exception:
         v["petsc4py"] = "not installed"
     return v

@@ -180,3 +180,15 @@ def test_bench_setup_writes_the_goal_tables(tmp_path):
         ("poisson3d:6", "cg"), ("coupled2d:8", "gmres"), ("coupled2d:8", "gmres right"),
         ("coupled2d:8", "bicgstab")}
     assert "(failed)" not in text and "geometric mean" in text
+
+
+def test_results_header_says_how_petsc_was_built():
+    """The bench's baseline must be PETSc's optimised build; the header says which it ran."""
+    from mpsolve.bench.baselines import describe_petsc_build, petsc_build
+
+    opt = ("CC_FLAGS =  -fPIC -Wall -fvisibility=hidden -O3 -march=native\n"
+           "CONFIGURE_OPTIONS = --prefix=/x --with-debugging=0 COPTFLAGS='-O3 -march=native'\n")
+    dbg = "CC_FLAGS =  -fPIC -Wall -g -O\nCONFIGURE_OPTIONS = --prefix=/x\n"
+    assert describe_petsc_build(opt) == "-O3 -march=native, debugging off"
+    assert describe_petsc_build(dbg) == "-g -O, debugging on"       # PETSc's default: on
+    assert isinstance(petsc_build(), str) and petsc_build()
