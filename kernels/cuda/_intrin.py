@@ -62,6 +62,11 @@ in plain Python:
   times, in the same order (block-convergent).  All kernels of this package respect it:
   a thread never leaves the reduction loops early.  A lane that does not exist (a partial
   last warp) reads back its own value.
+* **Shared arrays.**  The simulator creates a block's ``cuda.shared.array`` on the first
+  thread's call with an unlocked check-then-store; with a short GIL switch interval two
+  threads can each create one, and the kernel then reads uninitialised memory (seen as a
+  rare overflow in the block Gauss-Jordan).  Importing this module under the simulator
+  replaces that method with the same one under a lock.
 * ``fma`` is :func:`mpsolve.kernels.eft.fma`: the exact product and sum as a
   :class:`fractions.Fraction`, rounded once (to FP32, correctly, when all three
   arguments are ``np.float32``).
@@ -88,9 +93,35 @@ FULL_MASK = 0xFFFFFFFF
 
 
 if SIM:
+    import sys
     import threading
 
+    from numba.cuda.simulator import kernelapi as _kapi
+
     from .. import eft as _pyeft
+
+    _SHARED_LOCK = threading.Lock()
+    _sim_shared_array = _kapi.FakeCUDAShared.array
+
+    def _shared_array(self, shape, dtype, alignment=None):
+        """``cuda.shared.array`` under the simulator, made atomic: the simulator keys a
+        block's shared array by the calling line and creates it on the first call, but
+        checks and creates without a lock, so two of the block's threads switched between
+        the check and the store get two different arrays (each then reads the other's
+        uninitialised memory).  Here the check and the store are one step under a lock."""
+        if alignment is not None or shape == 0:             # errors / dynamic shared memory
+            return _sim_shared_array(self, shape, dtype, alignment)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's own key
+        with _SHARED_LOCK:
+            res = self._allocations.get(key)
+            if res is None:
+                dt = (_kapi.numpy_support.as_dtype(dtype) if isinstance(dtype, _kapi.types.Type)
+                      else dtype)
+                res = self._allocations[key] = np.empty(shape, dt)
+        return res
+
+    _kapi.FakeCUDAShared.array = _shared_array
 
     def _exchange(value):
         """Publish ``value`` for this thread, wait at the block barrier; return the

@@ -518,3 +518,45 @@ def test_an_array_passed_twice_is_one_array():
     lookup("gpu", "axpy2", (np.float64,))(0.5, x, g, 2.0, u, g)
     lookup("reference", "axpy2", (np.float64,))(0.5, x, r, 2.0, u, r)
     assert same_bits(g, r)
+
+
+_ODD_SHAPE = (3, 5)                               # only the probe below allocates this shape
+
+
+@cuda.jit
+def _shared_probe(out):
+    S = cuda.shared.array(_ODD_SHAPE, numba.float64)
+    t = cuda.threadIdx.x
+    S[t // 5, t % 5] = t
+    cuda.syncthreads()
+    acc = 0.0
+    for i in range(15):
+        acc += S[i // 5, i % 5]
+    out[t] = acc
+
+
+def test_a_block_has_one_shared_array(monkeypatch):
+    """Every thread of a block sees the same ``cuda.shared.array``.  The simulator creates it
+    with an unlocked check-then-store, so threads switched in between got arrays of their
+    own (uninitialised: the block Gauss-Jordan's rare overflow in sim_setup); _intrin
+    replaces that method with a locked one.  A slow allocation forces the switch: the
+    simulator's own method splits the block, ours does not."""
+    real_empty = np.empty
+
+    def slow_empty(shape, dtype=float, *args, **kw):
+        if tuple(np.atleast_1d(shape)) == _ODD_SHAPE:
+            import time
+            time.sleep(0.02)                      # every thread reaches the check meanwhile
+            return np.full(shape, np.nan, dtype)
+        return real_empty(shape, dtype, *args, **kw)
+
+    monkeypatch.setattr(np, "empty", slow_empty)
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
+    out = np.zeros(15)
+    _shared_probe[1, 15](out)
+    assert np.all(out == sum(range(15))), out     # one array: every thread's sum is 105
+    monkeypatch.setattr(FakeCUDAShared, "array", I._sim_shared_array)
+    out[:] = 0.0
+    _shared_probe[1, 15](out)
+    assert np.isnan(out).any(), out               # the simulator's own: split, NaN read
