@@ -22,6 +22,7 @@ from typing import Callable, Tuple
 import numpy as np
 
 from .registry import dtype_name, lookup
+from .safenorm import safe_after, safe_dot_ratio, safe_nrm2
 
 __all__ = ["Op", "CONTRACT", "VECTOR_OPS", "BASIS_OPS", "Primitives", "BasisPrimitives",
            "bind_primitives", "bind_basis"]
@@ -216,6 +217,7 @@ class Primitives:
     maxpy: Callable            # w -= V_k h
     givens: Callable           # GMRES: next Givens rotation of the Hessenberg matrix (host FP64)
     back_substitute: Callable  # GMRES: y = R^-1 g (host FP64)
+    dot_ratio: Callable        # (x . y) / (u . w) from scaled vectors (an overflowed dot's path)
 
     def basis(self, dtype) -> "BasisPrimitives":
         """The multi-vector ops on a basis stored in ``dtype`` (:func:`bind_basis`)."""
@@ -264,8 +266,9 @@ def bind_basis(ops: Primitives, dtype) -> BasisPrimitives:
     nrm2 = ops.nrm2
 
     def fused(op, mode, compose):
-        try:
-            return lookup(ops.device, op, key, mode)
+        try:                            # the norm of w (argument 2 or 3) kept overflow-safe
+            return safe_after(lookup(ops.device, op, key, mode), nrm2,
+                              2 if op == "cb_mdot_nrm2" else 3, wdt)
         except KeyError:                # e.g. compensated: the mode's own nrm2 after the op
             return compose
 
@@ -313,7 +316,8 @@ def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:
 
     ``axpy2_nrm2`` is fused where the device has it for ``dot_mode``; elsewhere it
     is composed of ``axpy2`` and that mode's ``nrm2`` (so compensated norms stay
-    compensated).
+    compensated).  Every norm is overflow- and underflow-safe and ``dot_ratio`` forms a
+    ratio of dots from scaled vectors (:mod:`mpsolve.kernels.safenorm`).
 
     Examples
     --------
@@ -337,8 +341,13 @@ def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:
         k[name] = lookup(device, name, dt)
     for name in ("givens", "back_substitute"):  # the small host problem is always FP64
         k[name] = lookup(device, name, ("float64",))
+    # norms that neither overflow nor underflow (kernels/safenorm.py): the kernels' result
+    # where it is trustworthy, else the same kernel on x scaled by a power of two
+    k["nrm2"] = safe_nrm2(k["nrm2"], xp, dtype)
+    k["dot_ratio"] = safe_dot_ratio(k["dot"], xp)
     try:
-        k["axpy2_nrm2"] = lookup(device, "axpy2_nrm2", dt, dot_mode)
+        k["axpy2_nrm2"] = safe_after(lookup(device, "axpy2_nrm2", dt, dot_mode), k["nrm2"], 5,
+                                     dtype)
     except KeyError:
         axpy2, nrm2 = k["axpy2"], k["nrm2"]
 

@@ -88,14 +88,22 @@ def fsum_dot(x, y):
         return math.fsum((x.astype(np.float64) * y.astype(np.float64)).tolist())
     xd = x.astype(np.float64)
     yd = y.astype(np.float64)
+    if not (np.isfinite(xd).all() and np.isfinite(yd).all()):
+        with np.errstate(all="ignore"):             # NaN/inf inputs: IEEE's NaN or inf
+            return float(np.dot(xd, yd))
     ax, ay = np.abs(xd), np.abs(yd)
-    prod = ax * ay
+    with np.errstate(over="ignore"):                # an inf here picks the exact path
+        prod = ax * ay
     nz = prod != 0
     safe = (np.all(np.isfinite(prod)) and (ax.max(initial=0) < 2.0**996)
             and (ay.max(initial=0) < 2.0**996)
             and np.all(prod[nz] >= 2.0**-969))
     if not safe:
-        return float(exact_dot(x, y))
+        q = exact_dot(x, y)
+        try:
+            return float(q)
+        except OverflowError:                       # beyond FP64's range: rounds to inf
+            return math.inf if q > 0 else -math.inf
     p, e = two_prod_exact(xd, yd)
     return math.fsum(np.concatenate([p, e]).tolist())
 

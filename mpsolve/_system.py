@@ -22,6 +22,7 @@ without checking it again.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -33,6 +34,7 @@ from ._demote import demote
 from ._sparse import canonical_csr, check_matrix, dtype_check
 from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
 from .kernels.primitives import Primitives, bind_primitives
+from .kernels.safenorm import ldexp_array, norm
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision
 from .precond.base import Preconditioner
@@ -150,6 +152,10 @@ class Problem:
     workspace: Optional[Workspace] = None
     precond_side: str = "left"          # the side the method applies M on
     _ops_cache: dict = field(default_factory=dict)
+    #: ``b`` (and ``x0``, ``atol``) are held as ``2^-b_exp`` times the caller's when ``||b||``
+    #: is outside [2^-500, 2^500], so no square of a residual's norm over- or underflows;
+    #: the answer and the callback's ``x`` are scaled back (exact: powers of two)
+    b_exp: int = 0
     #: the first residual of a zero start is ``b`` itself: checked (exact zeros) once per
     #: solve and then no product with ``A`` -- SciPy's solvers, given an exact
     #: preconditioner, use at most three products with ``A``, and so does mpsolve
@@ -162,13 +168,18 @@ class Problem:
             r64[:] = self.b64                                  # b - A 0, exactly
         else:
             self.A64.bind_residual("float64")(x64, self.b64, r64)  # r = b - A x in FP64
-        return float(self.xp.linalg.norm(r64))
+        return norm(r64, self.xp)                              # overflow-safe
 
     def all_finite(self, x) -> bool:
         return bool(self.xp.isfinite(x).all())
 
+    def unscale(self, x):
+        """A solve's ``x`` in the caller's units (``2^b_exp x``; ``x`` itself if unscaled)."""
+        return ldexp_array(x, self.b_exp) if self.b_exp else x
+
     def answer(self, x64):
-        """``x64`` in the caller's dtype, on the caller's device."""
+        """``x64`` in the caller's dtype and units, on the caller's device."""
+        x64 = self.unscale(x64)
         x = x64 if x64.dtype == self.out_dtype else x64.astype(self.out_dtype)
         return to_host(x) if self.out_host else x
 
@@ -181,8 +192,13 @@ def _fp64_copy(user, checked, device, xp):
     return xp.array(to_device(src, device), dtype=np.float64).reshape(-1)
 
 
+#: ``||b||`` outside this range is scaled by a power of two (:attr:`Problem.b_exp`)
+_B_RANGE = (2.0**-500, 2.0**500)
+
+
 def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
-                 default_maxiter=lambda n: 10 * n, device=None, precond_side="left") -> Problem:
+                 default_maxiter=lambda n: 10 * n, device=None, precond_side="left",
+                 scale=True) -> Problem:
     """Validate and convert the user's arguments (SciPy's rules).
 
     ``device``: where the solve runs; ``None`` takes the device of ``A``, ``b`` and
@@ -193,7 +209,9 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     CuPy sparse ``A`` is copied there for that); the vectors the solve works on are
     FP64 copies made on the device from the caller's arrays.
     ``precond_side``: the side the method applies ``M`` on (told to a preconditioner
-    set up here).
+    set up here).  ``scale``: hold ``b`` scaled by a power of two when ``||b||`` is
+    outside :data:`_B_RANGE` (:attr:`Problem.b_exp`; off for a caller that works on the
+    problem's vectors itself in the caller's units).
     """
     device = resolve_device(device, A, b, None if isinstance(x0, str) else x0)
     xp = array_module(device)           # first: a device that cannot run says so here
@@ -241,12 +259,19 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     elif x0 is not None:
         x0_64 = _fp64_copy(x0, _check_vector(x0, n, "x0"), device, xp)
         x0_mode = "given"
-    bnrm = float(xp.linalg.norm(b64))
+    bnrm = norm(b64, xp)                # overflow-safe (kernels/safenorm.py)
+    b_exp = 0
+    if scale and bnrm and not _B_RANGE[0] <= bnrm <= _B_RANGE[1]:
+        b_exp = math.frexp(bnrm)[1]     # b = 2^b_exp b': ||b'|| in [1/2, 1), exactly
+        b64 = ldexp_array(b64, -b_exp)
+        x0_64 = None if x0_64 is None else ldexp_array(x0_64, -b_exp)
+        bnrm = norm(b64, xp)
+        atol = math.ldexp(atol, -b_exp) if atol < math.inf else atol
     return Problem(n=n, A_csr=A_csr, A_user=A, A64=A64, b64=b64, x0_64=x0_64, M_user=M,
                    bnrm=bnrm, tol=max(atol, rtol * bnrm if bnrm else 0.0), rtol=rtol, atol=atol,
                    maxiter=maxiter, out_dtype=np.dtype(data_dtype), data_dtype=np.dtype(data_dtype),
                    x0_mode=x0_mode, device=device, xp=xp, out_host=out_host,
-                   workspace=Workspace(xp), precond_side=precond_side)
+                   workspace=Workspace(xp), precond_side=precond_side, b_exp=b_exp)
 
 
 # ------------------------------------------------------------------ system

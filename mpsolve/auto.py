@@ -339,8 +339,9 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         raise TypeError(f"unexpected keyword arguments {sorted(precond_params)}: preconditioner "
                         "parameters need precond=<name>, not 'auto'")
     pinned = None if precond == "auto" else precond
-    problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=None,
-                           M=pinned if not isinstance(pinned, str) else None, device=device)
+    problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=None,   # caller's units:
+                           M=pinned if not isinstance(pinned, str) else None, device=device,
+                           scale=False)                 # its monitor works on b and x itself
     budget = DEFAULT_AUTO_MAXITER if maxiter is None else int(maxiter)
     C = problem.A_csr
     if C is not None:

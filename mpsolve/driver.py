@@ -126,6 +126,11 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
                            precond_side=precond_side)
     policy = as_precision(precision, problem.data_dtype)
     n = problem.n
+    if problem.b_exp and callback is not None:     # b was scaled: the caller's units
+        user_callback = callback
+
+        def callback(xk):
+            return user_callback(problem.unscale(xk) if hasattr(xk, "shape") else xk)
     rel_tol = problem.tol / problem.bnrm if problem.bnrm else problem.rtol
 
     def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra=""):

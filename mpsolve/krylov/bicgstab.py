@@ -33,6 +33,8 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
     n = x.size
     ws, wdt = sys.workspace, sys.dtype         # vectors allocated once per solve
     eps = float(np.finfo(wdt).eps)
+    tiny = float(np.finfo(wdt).tiny)            # dots below it are subnormal
+    ratio = ops.dot_ratio
     rhotol = eps * eps
     r0 = ws.get("r0", n, wdt)
     ops.copy(r, r0)                            # shadow residual r0^ = r
@@ -65,9 +67,14 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
             psolve(p, ph)                       # p^ = M p
         matvec(ph, v)                           # v = A p^
         r0v = dot(r0, v)
-        if r0v == 0.0 or not math.isfinite(r0v):
-            return k - 1, k - 1, (-10 if r0v == 0.0 else -14)
-        alpha = rho / r0v
+        if r0v == 0.0:
+            return k - 1, k - 1, -10
+        if tiny <= abs(r0v) < math.inf:
+            alpha = rho / r0v
+        else:                                   # overflowed or subnormal: scaled vectors
+            alpha = ratio(r0, r, r0, v)
+            if not math.isfinite(alpha):
+                return k - 1, k - 1, -14
         waxpy(-alpha, v, r, s)                  # s = r - alpha v
         snorm = nrm2(s)
         if snorm <= tol:
@@ -81,11 +88,13 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
             psolve(s, sh)                       # s^ = M s
         matvec(sh, t)                           # t = A s^
         tt = dot(t, t)
-        if not math.isfinite(tt):
-            return k - 1, k - 1, -14
-        if tt == 0.0:
-            return k - 1, k - 1, -11
-        omega = dot(t, s) / tt                  # omega = t.s / t.t
+        ts = dot(t, s)
+        if tiny <= tt < math.inf and abs(ts) < math.inf:
+            omega = ts / tt                     # omega = t.s / t.t
+        else:                                   # t = 0, or a dot overflowed or is
+            omega = ratio(t, s, t, t)           # subnormal: from scaled vectors
+            if not math.isfinite(omega):
+                return k - 1, k - 1, (-11 if tt == 0.0 else -14)
         if omega == 0.0:
             return k - 1, k - 1, -11
         axpy2(alpha, ph, x, omega, sh, x)       # x += alpha p^ + omega s^

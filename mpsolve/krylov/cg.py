@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..result import USER_STOP, wants_stop
 
 __all__ = ["cg_body"]
@@ -33,8 +35,10 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
     """
     ops, matvec_dot, psolve = sys.ops, sys.matvec_dot, sys.psolve
     dot, nrm2, axpy2_nrm2, xpay = ops.dot, ops.nrm2, ops.axpy2_nrm2, ops.xpay
+    ratio = ops.dot_ratio
     n = x.size
     ws, wdt = sys.workspace, sys.dtype         # vectors allocated once per solve
+    tiny = float(np.finfo(wdt).tiny)           # below: p.q is subnormal (or <= 0)
     q = ws.get("q", n, wdt)
     if psolve is None:
         z = r  # unpreconditioned: z aliases r
@@ -51,9 +55,12 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
         return 0, 0, (-14 if not math.isfinite(rz) else -12)
     for k in range(1, maxiter + 1):
         pq = matvec_dot(p, q)                 # q = A p; p.q (one pass where fused)
-        if not (pq > 0):
-            return k - 1, k - 1, (-14 if math.isnan(pq) else -12)
-        alpha = rz / pq
+        if tiny <= pq < math.inf:
+            alpha = rz / pq
+        else:                                 # p.q or r.z overflowed, or underflowed, or
+            alpha = ratio(r, z, p, q)         # A is not positive: from scaled vectors
+            if not (0 < alpha < math.inf):
+                return k - 1, k - 1, (-14 if math.isnan(alpha) else -12)
         rnorm = axpy2_nrm2(alpha, p, x, -alpha, q, r)  # x += alpha p; r -= alpha q; ||r||
         hist.append(rnorm)
         if callback is not None and wants_stop(callback(x)):

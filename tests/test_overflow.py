@@ -1,0 +1,159 @@
+"""Norms and Krylov coefficients that neither overflow nor underflow (issue 13, item 3).
+
+A system whose entries are near 1e300 is perfectly representable in FP64, but
+``sqrt(x . x)`` and the dots in the Krylov coefficients overflow on it; SciPy's GMRES
+and BiCGSTAB end with info 500 and -11 on ``A = 1e300 tridiag(-1, 2.5, -1)``,
+``b = ones``.  mpsolve's norms rescale by a power of two when (and only when) the fast
+kernel's result cannot be trusted (kernels/safenorm.py), the coefficients that are
+ratios of dots are formed from scaled vectors where a dot overflowed, and a right-hand
+side with ``||b||`` outside [2^-500, 2^500] is held scaled by a power of two.  Powers of
+two scale exactly, so the oracles here are exact: the scaled computation must give the
+unscaled one's bits times the power of two.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mpsolve
+from mpsolve.kernels import lookup
+from mpsolve.kernels.primitives import bind_primitives
+from mpsolve.kernels.safenorm import ldexp_array, norm, trustworthy
+
+DEVICES = ("cpu", "reference")
+MODES = ("native", "compensated")
+DTYPES = (np.float64, np.float32)
+
+
+def _tridiag(n):
+    return sp.diags([-1.0, 2.5, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_trustworthy_says_when_a_sum_of_squares_overflowed_or_underflowed(dtype):
+    fi = np.finfo(dtype)
+    n = 10
+    assert trustworthy(1.0, n, dtype) and trustworthy(math.sqrt(float(fi.max)), n, dtype)
+    assert not trustworthy(math.inf, n, dtype) and not trustworthy(math.nan, n, dtype)
+    edge = math.sqrt(2 * float(fi.tiny) * n)          # 2 n tiny: the underflow bound
+    assert trustworthy(edge * 1.001, n, dtype) and not trustworthy(edge * 0.999, n, dtype)
+    assert not trustworthy(0.0, n, dtype)             # 0: all zeros, or all underflowed
+    assert trustworthy(edge * 1.001, n // 2, np.dtype(dtype).type(0).dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nrm2_of_a_scaled_vector_is_the_scaled_norm_bit_for_bit(device, mode, dtype):
+    """``||2^k v|| = 2^k ||v||`` exactly in floating point when no entry over/underflows:
+    the guarded norm must give exactly that where the unguarded one gives inf or 0."""
+    ops = bind_primitives(device, dtype, mode, np)
+    raw = lookup(device, "nrm2", (np.dtype(dtype).name,), mode)
+    v = np.random.default_rng(3).standard_normal(257).astype(dtype)
+    ref = ops.nrm2(v)
+    assert ref == raw(v)                              # an ordinary vector: the kernel's bits
+    # 2^k v with every entry a normal number: squares that overflow, squares that
+    # underflow, and a harmless scale
+    maxexp = np.finfo(dtype).maxexp
+    big, small = maxexp - 8, -(maxexp // 2 + 8)
+    for k in (big, small, np.finfo(dtype).nmant):
+        x = ldexp_array(v, k)
+        assert np.isfinite(x).all() and np.count_nonzero(x) == v.size
+        assert ops.nrm2(x) == math.ldexp(ref, k), (k, ops.nrm2(x), raw(x))
+    if mode == "native":                              # what the guard is for (the FP64-
+        assert raw(ldexp_array(v, big)) == math.inf   # accumulated oracle may not overflow)
+    assert ops.nrm2(np.zeros(5, dtype)) == 0.0
+    bad = v.copy()
+    bad[7] = np.nan
+    assert math.isnan(ops.nrm2(bad))
+    bad[7] = np.inf
+    assert ops.nrm2(bad) == math.inf
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_update_norm_is_guarded_too(device):
+    """CG's ``axpy2_nrm2`` (x += a p; r -= a q; ||r||) on huge vectors: the norm of the
+    updated vector, as the guarded ``nrm2`` gives it."""
+    ops = bind_primitives(device, np.float64, "native", np)
+    rng = np.random.default_rng(4)
+    x, y, u, v = (ldexp_array(rng.standard_normal(300), 1000) for _ in range(4))
+    v2 = v.copy()
+    got = ops.axpy2_nrm2(0.5, x, y, -0.25, u, v)
+    ops.axpy2(0.5, x, y.copy(), -0.25, u, v2)
+    assert np.array_equal(v, v2) and got == ops.nrm2(v2) < math.inf
+
+
+def _exact_dot(x, y):
+    return sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x, y))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", MODES)
+def test_dot_ratio_against_exact_rationals(device, mode):
+    """``(x . y) / (u . w)`` with dots far outside FP64's range (and the quotient inside):
+    within a few ulps of the exact rational quotient; a zero denominator gives inf."""
+    ops = bind_primitives(device, np.float64, mode, np)
+    rng = np.random.default_rng(5)
+    x, y, u, w = (np.abs(rng.standard_normal(50)) + 0.5 for _ in range(4))
+    for ex, ey, eu, ew in ((1000, 200, 900, 300), (-1000, -100, -900, -150),
+                           (700, 700, 690, 700)):
+        xs, ys, us, ws = (ldexp_array(a, e) for a, e in ((x, ex), (y, ey), (u, eu), (w, ew)))
+        exact = _exact_dot(xs, ys) / _exact_dot(us, ws)
+        got = ops.dot_ratio(xs, ys, us, ws)
+        assert math.isfinite(got)
+        assert abs(Fraction(got) - exact) <= 8 * 2.0**-53 * abs(exact), (got, float(exact))
+    assert ops.dot_ratio(x, y, np.zeros(50), w) == math.inf
+    bad = x.copy()
+    bad[0] = np.nan
+    assert math.isnan(ops.dot_ratio(bad, y, u, w))
+
+
+@pytest.mark.parametrize("method", ["cg", "gmres", "bicgstab"])
+@pytest.mark.parametrize("precision", ["double", "mixed-eft"])
+@pytest.mark.parametrize("a_exp,b_exp", [(996, 0), (-996, 0), (0, 996), (0, -996),
+                                         (996, 500)])
+def test_extreme_scales_solve(method, precision, a_exp, b_exp):
+    """The issue's system, ``A = 2^996 tridiag(-1, 2.5, -1)`` (about 6.7e299, so powers of
+    two keep the oracle exact), ``b = 2^b_exp ones``, and its tiny twins: every method
+    converges, and the residual ``2^-b_exp (b - A x)``, computed exactly scaled, certifies
+    the answer.  (SciPy 1.16: GMRES info 500, BiCGSTAB -11 on the first of these.)"""
+    n = 100
+    T = _tridiag(n)
+    A = T * 2.0**a_exp
+    b = np.full(n, 2.0**b_exp)
+    r = mpsolve.solve(A, b, method=method, precision=precision, precond=None, rtol=1e-10)
+    assert r.info == 0, r.status
+    # b - A x = 2^b_exp (1 - T (2^(a_exp - b_exp) x)): every scaling exact
+    y = r.x * 2.0**(a_exp - b_exp) if abs(a_exp - b_exp) < 1000 else \
+        ldexp_array(r.x, a_exp - b_exp)
+    res = np.linalg.norm(1.0 - T @ y) / math.sqrt(n)
+    assert res <= 1e-10 * (1 + 1e-6), res
+    assert r.true_residual <= 1e-10
+
+
+def test_scaled_right_hand_side_keeps_the_callers_units():
+    """``||b||`` near 1e300: x0, atol and the callback's iterate are the caller's."""
+    n = 60
+    T = _tridiag(n)
+    b = np.full(n, 2.0**990)
+    xs = np.linalg.solve(T.toarray(), np.ones(n)) * 2.0**990
+    x0 = xs * 0.5
+    seen = []
+    x, info = mpsolve.cg(T, b, x0=x0, rtol=1e-12, callback=lambda xk: seen.append(xk.copy()))
+    assert info == 0 and np.allclose(x, xs, rtol=1e-10)
+    assert np.array_equal(x0, xs * 0.5)                       # x0 not modified
+    assert seen and np.allclose(seen[-1], xs, rtol=1e-9)      # the caller's units
+    # an atol in the caller's units: ||b|| 1e-10 relative is ~2^990 1e-10 * sqrt(n)
+    r = mpsolve.solve(T, b, method="gmres", precond=None, rtol=0.0,
+                      atol=1e-6 * np.linalg.norm(np.ones(n)) * 2.0**990)
+    assert r.info == 0 and r.true_residual <= 1e-6
+
+
+def test_problem_norm_is_safe():
+    v = ldexp_array(np.random.default_rng(6).standard_normal(40), 1000)
+    assert norm(v, np) == math.ldexp(float(np.linalg.norm(ldexp_array(v, -1000))), 1000)
+    assert float(np.linalg.norm(v)) == math.inf               # NumPy's own overflows
