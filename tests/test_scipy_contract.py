@@ -109,3 +109,22 @@ def test_the_zero_start_shortcut_never_skips_a_nonzero_start():
     res1 = mpsolve.solve(Aop, b, method="cg", precond=None, rtol=1e-10)
     assert res0.info == res1.info == 0 and with_x0 == count[0] + 1
     assert res0.true_residual <= 1e-10 and res1.true_residual <= 1e-10
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_gmres_with_a_singular_preconditioner_is_exact_where_it_can_be(side):
+    """SciPy's GMRES test with a singular ``M`` (``A = diag(2, 3, 4)``, ``M = diag(1, 1, 0)``,
+    ``b = (0, 1, 1)``, ``x0 = (1, 0, 0)``, rtol 1e-15) checks
+    ``assert_allclose(M @ A @ x, M @ b, rtol=1e-7)`` with no ``atol``: the entries that
+    must be exactly 0 are.  The third component is out of M's reach, so neither converges
+    (SciPy: info > 0; mpsolve: -13, M or A singular, documented in BREAKDOWNS)."""
+    A = sp.diags([2.0, 3.0, 4.0]).tocsr()
+    M = sp.diags([1.0, 1.0, 0.0]).tocsr()
+    b = np.array([0.0, 1.0, 1.0])
+    x0 = np.array([1.0, 0.0, 0.0])
+    xs, infos = spla.gmres(A, b, x0=x0, M=M, rtol=1e-15)
+    np.testing.assert_allclose(M @ (A @ xs), M @ b, rtol=1e-7)         # SciPy itself
+    x, info = mpsolve.gmres(A, b, x0=x0, M=M, rtol=1e-15, side=side)
+    assert infos != 0 and info == -13
+    np.testing.assert_allclose(M @ (A @ x), M @ b, rtol=1e-7)
+    assert np.array_equal(x0, [1.0, 0.0, 0.0])

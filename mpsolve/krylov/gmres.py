@@ -136,6 +136,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     inner = 0
     factor = 1.0                               # left: tightening of the inner target
     claimed = None                             # left, compressed: (beta, est) of the last cycle
+    last_happy = math.inf                      # true residual after the last happy breakdown
     rnorm = nrm2(r)
     if rnorm <= tol:
         return 0, 0, 0
@@ -204,6 +205,10 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             if est <= target or est <= reach * beta or inner == max_inner or stop:
                 break
         k = j_end
+        if happy and abs(H[k - 1, k - 1]) <= eps * wnorm_in:
+            # A or M singular: the last direction added nothing (A M v in the span already)
+            # and left R singular; the least-squares minimum is that of the first k-1
+            k -= 1
         ops.back_substitute(H, g, k, y)         # y = R[:k, :k]^-1 g[:k], FP64
         if right:
             ops.lincomb(Z, y, k, u)             # u = Z_k y  (= M V_k y for an exact M)
@@ -226,7 +231,13 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
         if stop:
             return cycle, inner, USER_STOP
         if happy:
-            return cycle, inner, -13
+            # the Krylov space is exhausted short of the tolerance (A or M singular); one more
+            # cycle from the true residual corrects x's rounding within the reachable space
+            # (the part of r that M or A cannot reach stays): as long as that still helps
+            if not rnorm < last_happy or inner == max_inner:
+                return cycle, inner, -13
+            last_happy = rnorm
+            continue
         if inner == max_inner:
             return cycle, inner, 1
         if est <= target:
