@@ -61,6 +61,9 @@ class Preconditioner:
     #: True when ``M`` is symmetric positive definite for SPD ``A`` (usable with CG).
     symmetric = True
     name = "preconditioner"
+    #: True when the class sets up and applies complex matrices (stored in the complex twin
+    #: of its dtype); ``method="auto"`` offers only these for a complex ``A``
+    supports_complex = False
 
     def __init__(self, dtype=None):
         self._dtype_request = None if dtype is None else dtype_name(dtype)

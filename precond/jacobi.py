@@ -39,6 +39,7 @@ class Jacobi(Preconditioner):
 
     name = "jacobi"
     symmetric = True
+    supports_complex = True
 
     def _setup(self, A, dtype):
         d = A.diagonal().astype(np.result_type(A.dtype, np.float64))  # FP64 or complex128
