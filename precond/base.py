@@ -114,7 +114,8 @@ class Preconditioner:
         device = resolve_device(device, C)
         want = self._dtype_request or (None if dtype is None else dtype_name(dtype)) or "float32"
         # a complex A is stored in the complex twin of the requested precision
-        want = in_field(real_dtype(want), C.dtype.kind == "c").name
+        if C.dtype.kind == "c":
+            want = in_field(real_dtype(want), True).name
         self.device = device
         self._setup_device = setup_device(device)
         self._op = None
