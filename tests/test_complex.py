@@ -451,3 +451,14 @@ def test_auto_picks_cg_for_hermitian_and_never_for_complex_symmetric():
         res = mpsolve.solve(A, b, rtol=1e-8)
         assert all(c.method != "cg" for c in res.choices), name
         assert res.info == 0 and _true_rel(A, b, res.x) <= 1e-8
+
+
+def test_complex_M_with_real_A_and_b_solves_in_complex():
+    """A complex ``M`` (matrix, or a preconditioner set up for a complex matrix) makes the
+    solve complex: its products with real vectors are complex."""
+    A = problem("nonsymmetric")
+    b = np.ones(A.shape[0])
+    Mc = sp.diags((1 + 0.1j) / A.diagonal()).tocsr()
+    for M in (Mc, Jacobi().setup(_BY_NAME["nonhermitian"][0])):
+        x, info = gmres(A, b, M=M, rtol=1e-10)
+        assert info == 0 and x.dtype == np.complex128 and _true_rel(A, b, x) <= 1e-10
