@@ -8,9 +8,12 @@ that the methods use as ``ops.dot(x, y)``.  :data:`CONTRACT` is the list a new
 device must implement; ``tests/test_devices.py`` checks every registered device
 against it.
 
-Conventions: vectors are 1-D arrays of one dtype (``float64`` or ``float32``)
-on the device; scalars are Python floats, cast to the vectors' dtype inside the
-kernel; results are written in place; reductions return a Python float.
+Conventions: vectors are 1-D arrays of one dtype (``float64``, ``float32``,
+``complex128`` or ``complex64``) on the device; scalars are Python floats (complex
+for complex vectors), cast to the vectors' dtype inside the kernel; results are
+written in place; reductions return a Python float, a Python complex for the
+products of complex vectors (``dot``, ``mdot``: ``x . y`` means the conjugated
+``x^H y = sum conj(x_i) y_i``, NumPy's ``vdot``; norms stay real).
 Multi-vector ops take ``V`` with one vector per row and use its first ``k`` rows.
 Matrix ops take the device's *launch plan* first (:func:`.registry.launch_plan`).
 """
@@ -30,6 +33,7 @@ __all__ = ["Op", "CONTRACT", "VECTOR_OPS", "BASIS_OPS", "Primitives", "BasisPrim
 _F = ("float32", "float64")
 _VEC = tuple((d,) for d in _F)
 _MAT = tuple((v, x, y) for v in _F for x in _F for y in _F)
+_TWIN = {"float32": "complex64", "float64": "complex128"}
 _REDUCE = ("native", "compensated")
 _CB = (("float32", "float64"),)
 
@@ -44,29 +48,47 @@ class Op:
     keys: Tuple[Tuple[str, ...], ...] = _VEC
     modes: Tuple[str, ...] = ("",)
     host: bool = False         # a set-up op on host arrays: host devices provide it
+    #: complex vectors too: the op also has the keys ``ckeys`` (every dtype of a real key
+    #: replaced by its complex twin).  A device that solves complex systems provides them
+    #: (the host devices do); one that does not is refused at set-up for complex data
+    #: (``mpsolve._system``), never inside a kernel
+    complex: bool = False
+
+    @property
+    def ckeys(self) -> Tuple[Tuple[str, ...], ...]:
+        """The complex twins of :attr:`keys` (empty for a real-only op)."""
+        if not self.complex:
+            return ()
+        return tuple(tuple(_TWIN[d] for d in k) for k in self.keys)
+
+    @property
+    def all_keys(self) -> Tuple[Tuple[str, ...], ...]:
+        return self.keys + self.ckeys
 
 
 CONTRACT = (
     # --- reductions (mode: native = in the vectors' dtype; compensated = Dot2/Sum2, ORO 2005)
-    Op("dot", "dot(x, y) -> float", "x . y", modes=_REDUCE),
-    Op("nrm2", "nrm2(x) -> float", "||x||_2", modes=_REDUCE),
+    Op("dot", "dot(x, y) -> float", "x . y  (complex: x^H y)", modes=_REDUCE, complex=True),
+    Op("nrm2", "nrm2(x) -> float", "||x||_2", modes=_REDUCE, complex=True),
     Op("sum", "sum(x) -> float", "sum_i x_i", modes=_REDUCE),
-    Op("mdot", "mdot(V, k, w, out)", "out[i] = V[i] . w, i < k  (out FP64)", modes=_REDUCE),
+    Op("mdot", "mdot(V, k, w, out)", "out[i] = V[i] . w, i < k  (out FP64, complex128 for "
+       "complex w)", modes=_REDUCE, complex=True),
     # --- updates
-    Op("axpy", "axpy(a, x, y)", "y = y + a x"),
-    Op("xpay", "xpay(x, a, y)", "y = x + a y"),
-    Op("axpby", "axpby(a, x, b, y)", "y = a x + b y"),
-    Op("waxpy", "waxpy(a, x, y, w)", "w = y + a x"),
-    Op("axpy2", "axpy2(a, x, y, b, u, v)", "y = y + a x;  v = v + b u"),
+    Op("axpy", "axpy(a, x, y)", "y = y + a x", complex=True),
+    Op("xpay", "xpay(x, a, y)", "y = x + a y", complex=True),
+    Op("axpby", "axpby(a, x, b, y)", "y = a x + b y", complex=True),
+    Op("waxpy", "waxpy(a, x, y, w)", "w = y + a x", complex=True),
+    Op("axpy2", "axpy2(a, x, y, b, u, v)", "y = y + a x;  v = v + b u", complex=True),
     Op("axpy2_nrm2", "axpy2_nrm2(a, x, y, b, u, v) -> float",
-       "y = y + a x;  v = v + b u;  return ||v||_2", modes=("native",)),
-    Op("bicg_dir", "bicg_dir(r, beta, omega, v, p)", "p = r + beta (p - omega v)"),
-    Op("scal", "scal(a, x)", "x = a x"),
+       "y = y + a x;  v = v + b u;  return ||v||_2", modes=("native",), complex=True),
+    Op("bicg_dir", "bicg_dir(r, beta, omega, v, p)", "p = r + beta (p - omega v)", complex=True),
+    Op("scal", "scal(a, x)", "x = a x", complex=True),
     Op("copy", "copy(x, out)", "out = x  (casts fused)",
-       keys=tuple((a, b) for a in _F for b in _F)),
-    Op("lincomb", "lincomb(V, y, k, out)", "out = sum_{i<k} y_i V[i]"),
-    Op("maxpy", "maxpy(V, k, h, w)", "w = w - sum_{i<k} h_i V[i]"),
-    Op("dmul", "dmul(d, x, out)", "out = diag(d) x  (dtypes d, x, out)", keys=_MAT),
+       keys=tuple((a, b) for a in _F for b in _F), complex=True),
+    Op("lincomb", "lincomb(V, y, k, out)", "out = sum_{i<k} y_i V[i]", complex=True),
+    Op("maxpy", "maxpy(V, k, h, w)", "w = w - sum_{i<k} h_i V[i]", complex=True),
+    Op("dmul", "dmul(d, x, out)", "out = diag(d) x  (dtypes d, x, out)", keys=_MAT,
+       complex=True),
     # --- a compressed Krylov basis (CB-GMRES): V stored in FP32, w, h, y, out in FP64;
     # dtype key (V's, w's).  Host devices provide them; elsewhere a compressed-basis solve
     # stops at set-up with the registry's error (bind_basis)
@@ -83,13 +105,13 @@ CONTRACT = (
     # --- sparse matrices (plan from launch_plan(device, "spmv"/"bsrmv", indptr))
     Op("spmv", "spmv(plan, indptr, indices, data, x, y)",
        "y = A x, CSR; row sums in FP64 (acc64) or FP32 (acc32); dtypes (data, x, y)",
-       keys=_MAT, modes=("acc64", "acc32")),
+       keys=_MAT, modes=("acc64", "acc32"), complex=True),
     Op("spmv_dot", "spmv_dot(plan, indptr, indices, data, x, y) -> float",
        "y = A x (FP64 row sums); return x . y in y's dtype", keys=tuple(
-           (v, d, d) for v in _F for d in _F), modes=("acc64",)),
+           (v, d, d) for v in _F for d in _F), modes=("acc64",), complex=True),
     Op("residual", "residual(plan, indptr, indices, data, x, b, r)",
        "r = b - A x, FP64 row sums; dtypes (data, x, b, r)",
-       keys=tuple((v, d, d, d) for v in _F for d in _F), modes=("acc64",)),
+       keys=tuple((v, d, d, d) for v in _F for d in _F), modes=("acc64",), complex=True),
     Op("bsrmv", "bsrmv(plan, indptr, indices, data, x, y)",
        "y = A x, BSR data (nnzb, b, b); row sums FP64/FP32; dtypes (data, x, y)",
        keys=_MAT, modes=("acc64", "acc32")),
@@ -101,12 +123,14 @@ CONTRACT = (
     # --- GMRES's small least-squares problem (host FP64 arrays, whatever the device)
     Op("givens", "givens(H, cs, sn, g, j) -> float",
        "rotate H[:, j] by rotations 0..j-1, make rotation j zeroing H[j+1, j], update g; "
-       "return |g[j+1]|", keys=(("float64",),)),
+       "return |g[j+1]| (complex: the unitary rotation [[conj c, conj s], [-s, c]], "
+       "real diagonal of R)", keys=(("float64",),), complex=True),
     Op("back_substitute", "back_substitute(H, g, k, y)",
-       "y[:k] = R^-1 g[:k], R = H[:k, :k] upper triangular", keys=(("float64",),)),
+       "y[:k] = R^-1 g[:k], R = H[:k, :k] upper triangular", keys=(("float64",),),
+       complex=True),
     Op("range_scan", "range_scan(v, big, tiny) -> (bool, bool)",
        "(any |v_i| > big, any 0 < |v_i| < tiny): can demoting v overflow or flush?",
-       host=True),
+       host=True, complex=True),
     # --- preconditioner set-up on the host, FP64 (a device without host arrays uses
     # backend.HOST_DEVICE's): ILU(0) and the (Block-)ISAI local systems
     Op("diag_positions", "diag_positions(indptr, indices) -> diag",
@@ -339,8 +363,10 @@ def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:
     for name in ("axpy", "xpay", "axpby", "waxpy", "axpy2", "bicg_dir", "scal", "lincomb",
                  "maxpy"):
         k[name] = lookup(device, name, dt)
-    for name in ("givens", "back_substitute"):  # the small host problem is always FP64
-        k[name] = lookup(device, name, ("float64",))
+    # the small host problem is always FP64 (complex128 for complex vectors)
+    host = ("complex128",) if np.dtype(dtype).kind == "c" else ("float64",)
+    for name in ("givens", "back_substitute"):
+        k[name] = lookup(device, name, host)
     # norms that neither overflow nor underflow (kernels/safenorm.py): the kernels' result
     # where it is trustworthy, else the same kernel on x scaled by a power of two
     k["nrm2"] = safe_nrm2(k["nrm2"], xp, dtype)

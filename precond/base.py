@@ -24,6 +24,7 @@ import scipy.sparse.linalg as spla
 
 from mpsolve.backend import array_module, is_host, on_host, resolve_device, to_device, to_host
 from mpsolve.kernels.registry import dtype_name
+from mpsolve.precision import in_field, real_dtype
 
 from ._util import setup_device
 
@@ -36,14 +37,16 @@ class Preconditioner:
     Parameters
     ----------
     dtype : {"float32", "float64"} or None
-        Storage and apply precision.  ``None``: the precision the solver's policy
+        Storage and apply precision (its complex twin for a complex ``A``,
+        :func:`mpsolve.precision.in_field`).  ``None``: the precision the solver's policy
         asks for (``Precision.precond``), or FP32 when set up on its own.
 
     Attributes
     ----------
     shape : tuple
     dtype : numpy.dtype
-        Always float64 for SciPy's benefit: ``matvec`` takes and returns FP64.
+        float64 (complex128 once set up for a complex ``A``) for SciPy's benefit:
+        ``matvec`` takes and returns that dtype.
     storage_dtype : numpy.dtype
         Precision the preconditioner is stored and applied in.
     device : str
@@ -58,6 +61,9 @@ class Preconditioner:
     #: True when ``M`` is symmetric positive definite for SPD ``A`` (usable with CG).
     symmetric = True
     name = "preconditioner"
+    #: True when the class sets up and applies complex matrices (stored in the complex twin
+    #: of its dtype); ``method="auto"`` offers only these for a complex ``A``
+    supports_complex = False
 
     def __init__(self, dtype=None):
         self._dtype_request = None if dtype is None else dtype_name(dtype)
@@ -107,6 +113,9 @@ class Preconditioner:
         self._side = side or "left"
         device = resolve_device(device, C)
         want = self._dtype_request or (None if dtype is None else dtype_name(dtype)) or "float32"
+        # a complex A is stored in the complex twin of the requested precision
+        if C.dtype.kind == "c":
+            want = in_field(real_dtype(want), True).name
         self.device = device
         self._setup_device = setup_device(device)
         self._op = None
@@ -116,6 +125,7 @@ class Preconditioner:
         self.setup_time = time.perf_counter() - t0
         self.shape = C.shape
         self.storage_dtype = np.dtype(want)
+        self.dtype = np.dtype(np.complex128 if C.dtype.kind == "c" else np.float64)
         return self
 
     def _setup(self, C, dtype):  # pragma: no cover - abstract
@@ -152,8 +162,10 @@ class Preconditioner:
         r = np.asarray(r)
         squeeze = r.ndim == 2
         r1 = np.ascontiguousarray(r.reshape(-1))
-        if r1.dtype not in (np.float32, np.float64):
+        if r1.dtype not in (np.float32, np.float64, np.complex64, np.complex128):
             r1 = r1.astype(np.float64)
+        if self.dtype.kind == "c" and r1.dtype.kind != "c":
+            r1 = r1.astype(self.dtype)      # a complex M applied to a real vector
         if r1.shape[0] != self.shape[0]:
             raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
         if is_host(self.device):
@@ -175,8 +187,8 @@ class Preconditioner:
     def aslinearoperator(self) -> spla.LinearOperator:
         """This preconditioner as a ``scipy.sparse.linalg.LinearOperator``."""
         self._check_ready()
-        return spla.LinearOperator(self.shape, matvec=self.matvec, rmatvec=self.matvec if self.symmetric else None,
-                                   dtype=np.float64)
+        return spla.LinearOperator(self.shape, matvec=self.matvec, rmatvec=self.matvec if self.symmetric and self.dtype.kind != "c" else None,
+                                   dtype=self.dtype)
 
     def __repr__(self):
         state = (f"{self.shape[0]}x{self.shape[1]}, {self.storage_dtype.name}, "

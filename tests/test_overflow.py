@@ -47,20 +47,23 @@ def test_trustworthy_says_when_a_sum_of_squares_overflowed_or_underflowed(dtype)
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES + (np.complex128, np.complex64))
 def test_nrm2_of_a_scaled_vector_is_the_scaled_norm_bit_for_bit(device, mode, dtype):
     """``||2^k v|| = 2^k ||v||`` exactly in floating point when no entry over/underflows:
     the guarded norm must give exactly that where the unguarded one gives inf or 0."""
     ops = bind_primitives(device, dtype, mode, np)
     raw = lookup(device, "nrm2", (np.dtype(dtype).name,), mode)
-    v = np.random.default_rng(3).standard_normal(257).astype(dtype)
+    rng = np.random.default_rng(3)
+    v = rng.standard_normal(257).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        v = v + 1j * rng.standard_normal(257).astype(v.real.dtype)
     ref = ops.nrm2(v)
     assert ref == raw(v)                              # an ordinary vector: the kernel's bits
     # 2^k v with every entry a normal number: squares that overflow, squares that
     # underflow, and a harmless scale
-    maxexp = np.finfo(dtype).maxexp
-    big, small = maxexp - 8, -(maxexp // 2 + 8)
-    for k in (big, small, np.finfo(dtype).nmant):
+    fi = np.finfo(dtype)
+    big, small = fi.maxexp - 8, -(fi.maxexp // 2 + 8)
+    for k in (big, small, fi.nmant):
         x = ldexp_array(v, k)
         assert np.isfinite(x).all() and np.count_nonzero(x) == v.size
         assert ops.nrm2(x) == math.ldexp(ref, k), (k, ops.nrm2(x), raw(x))
@@ -133,6 +136,18 @@ def test_extreme_scales_solve(method, precision, a_exp, b_exp):
     res = np.linalg.norm(1.0 - T @ y) / math.sqrt(n)
     assert res <= 1e-10 * (1 + 1e-6), res
     assert r.true_residual <= 1e-10
+
+
+@pytest.mark.parametrize("method", ["gmres", "bicgstab"])
+def test_extreme_scales_solve_complex(method):
+    """A complex non-Hermitian twin, ``2^996 (T + 0.5 i I)``, ``b = ones``."""
+    n = 80
+    T = (_tridiag(n) + 0.5j * sp.identity(n)).tocsr()
+    r = mpsolve.solve(T * 2.0**996, np.ones(n), method=method, precision="double",
+                      precond=None, rtol=1e-10)
+    assert r.info == 0, r.status
+    res = np.linalg.norm(1.0 - T @ (r.x * 2.0**996)) / math.sqrt(n)
+    assert res <= 1e-10 * (1 + 1e-6), res
 
 
 def test_scaled_right_hand_side_keeps_the_callers_units():
