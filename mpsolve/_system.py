@@ -29,7 +29,7 @@ from typing import Callable, Optional
 import numpy as np
 import scipy.sparse as sp
 
-from ._demote import demote
+from ._demote import PrecisionRangeError, demote
 from ._sparse import canonical_csr, check_matrix, dtype_check
 from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
 from .kernels.primitives import Primitives, bind_primitives
@@ -38,7 +38,7 @@ from .precision import Precision
 from .precond.base import Preconditioner
 
 __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
-           "STAGNATION"]
+           "set_rhs", "system_for", "STAGNATION"]
 
 #: A stage stops replacing residuals (or refining) once the true residual fails to
 #: shrink by this factor: it has reached the accuracy floor of its precision.
@@ -150,6 +150,11 @@ class Problem:
     workspace: Optional[Workspace] = None
     precond_side: str = "left"          # the side the method applies M on
     _ops_cache: dict = field(default_factory=dict)
+    #: :func:`system_for`'s Systems (or the range error of their set-up), one per policy
+    _systems: dict = field(default_factory=dict)
+    #: the workspace outlives the solve (a :class:`mpsolve.Solver`'s): :meth:`answer`
+    #: copies ``x`` even where no cast is needed, so the next solve cannot overwrite it
+    reused: bool = False
     #: the first residual of a zero start is ``b`` itself: checked (exact zeros) once per
     #: solve and then no product with ``A`` -- SciPy's solvers, given an exact
     #: preconditioner, use at most three products with ``A``, and so does mpsolve
@@ -169,7 +174,12 @@ class Problem:
 
     def answer(self, x64):
         """``x64`` in the caller's dtype, on the caller's device."""
-        x = x64 if x64.dtype == self.out_dtype else x64.astype(self.out_dtype)
+        if x64.dtype != self.out_dtype:
+            x = x64.astype(self.out_dtype)
+        elif self.reused:
+            x = x64.copy()
+        else:
+            x = x64
         return to_host(x) if self.out_host else x
 
 
@@ -197,7 +207,6 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     """
     device = resolve_device(device, A, b, None if isinstance(x0, str) else x0)
     xp = array_module(device)           # first: a device that cannot run says so here
-    out_host = on_host(b)
     if not on_host(A) and hasattr(A, "get"):
         A = A.get()                     # a device sparse matrix: checked on the host
     A = check_matrix(A, "A")
@@ -209,8 +218,6 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     maxiter = _check_maxiter(maxiter, default_maxiter(n))
 
     a_dtype = np.dtype(getattr(A, "dtype", None) or np.float64)
-    data_dtype = np.result_type(a_dtype if a_dtype.kind == "f" else np.float64,
-                                b.dtype if b.dtype.kind == "f" else np.float64)
     if M is not None and not isinstance(M, Preconditioner):
         M = check_matrix(M, "M")
         if M.shape != (n, n):
@@ -231,6 +238,16 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         A_csr = None
         A64 = CallableOperator(A, device)
 
+    return Problem(n=n, A_csr=A_csr, A_user=A, A64=A64, M_user=M, maxiter=maxiter,
+                   device=device, xp=xp, workspace=Workspace(xp), precond_side=precond_side,
+                   **_rhs_fields(b_user, b, x0, n, a_dtype, device, xp, rtol, atol))
+
+
+def _rhs_fields(b_user, b, x0, n, a_dtype, device, xp, rtol, atol) -> dict:
+    """The fields of a :class:`Problem` that come from the right-hand side, ``x0`` and the
+    tolerances (``b`` checked already, ``b_user`` as the caller passed it)."""
+    data_dtype = np.dtype(np.result_type(a_dtype if a_dtype.kind == "f" else np.float64,
+                                         b.dtype if b.dtype.kind == "f" else np.float64))
     b64 = _fp64_copy(b_user, b, device, xp)  # a copy: never alias the user's b
     x0_mode = "zero"
     x0_64 = None
@@ -242,11 +259,31 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         x0_64 = _fp64_copy(x0, _check_vector(x0, n, "x0"), device, xp)
         x0_mode = "given"
     bnrm = float(xp.linalg.norm(b64))
-    return Problem(n=n, A_csr=A_csr, A_user=A, A64=A64, b64=b64, x0_64=x0_64, M_user=M,
-                   bnrm=bnrm, tol=max(atol, rtol * bnrm if bnrm else 0.0), rtol=rtol, atol=atol,
-                   maxiter=maxiter, out_dtype=np.dtype(data_dtype), data_dtype=np.dtype(data_dtype),
-                   x0_mode=x0_mode, device=device, xp=xp, out_host=out_host,
-                   workspace=Workspace(xp), precond_side=precond_side)
+    return dict(b64=b64, x0_64=x0_64, x0_mode=x0_mode, bnrm=bnrm, rtol=rtol, atol=atol,
+                tol=max(atol, rtol * bnrm if bnrm else 0.0), out_dtype=data_dtype,
+                data_dtype=data_dtype, out_host=on_host(b_user))
+
+
+def set_rhs(problem: Problem, b, x0=None, *, rtol, atol, maxiter) -> Problem:
+    """Give ``problem`` a new right-hand side, start and tolerances, checked as
+    :func:`make_problem` checks them (:class:`mpsolve.Solver` calls it once per solve; the
+    operator part -- ``A``, ``M``, the device, the Systems of :func:`system_for` -- stays).
+
+    ``maxiter=None`` keeps the problem's default.  Arrays on another device than the
+    problem's are refused (:func:`mpsolve.backend.resolve_device`)."""
+    resolve_device(problem.device, b, None if isinstance(x0, str) else x0)
+    n = problem.n
+    b_checked = _check_vector(b, n, "b")
+    rtol = _check_tol(rtol, "rtol")
+    atol = _check_tol(atol, "atol")
+    if maxiter is not None:
+        problem.maxiter = _check_maxiter(maxiter, None)
+    a_dtype = np.dtype(getattr(problem.A_user, "dtype", None) or np.float64)
+    for k, v in _rhs_fields(b, b_checked, x0, n, a_dtype, problem.device, problem.xp,
+                            rtol, atol).items():
+        setattr(problem, k, v)
+    problem._first_residual = True
+    return problem
 
 
 # ------------------------------------------------------------------ system
@@ -344,3 +381,35 @@ def make_system(problem: Problem, precision: Precision) -> System:
     return System(problem=problem, precision=precision, dtype=wdt, matvec=matvec,
                   residual=residual, psolve=psolve, ops=ops, b=b, A_op=A_op,
                   M_obj=M_obj, precond_setup_time=t, matvec_dot=matvec_dot)
+
+
+def system_for(problem: Problem, precision: Precision) -> System:
+    """:func:`make_system`, made once per policy and problem and then reused.
+
+    The stored ``A``, the preconditioner and the bound kernels of a System do not depend
+    on the right-hand side: a :class:`mpsolve.Solver` that solves again (its Problem given
+    a new ``b`` by :func:`set_rhs`) finds them here, and only ``b`` in the working
+    precision is made again (range-checked: it may not fit FP32).  A policy whose set-up
+    raised :class:`PrecisionRangeError` (its FP32 ``A`` or preconditioner does not fit)
+    raises the same error again without redoing that work, so every solve escalates as
+    the first one did.  Within one solve each policy is realised once, so a fresh solve
+    behaves as with :func:`make_system`.
+    """
+    got = problem._systems.get(precision)
+    if got is None:
+        try:
+            got = make_system(problem, precision)
+        except PrecisionRangeError as err:
+            try:   # an error of b's own demotion depends on this b: not kept
+                demote(problem.b64, precision.working_dtype, "b")
+            except PrecisionRangeError:
+                raise err from None
+            problem._systems[precision] = err
+            raise
+        problem._systems[precision] = got
+        return got
+    if isinstance(got, PrecisionRangeError):
+        raise got
+    got.b = demote(problem.b64, got.dtype, "b")   # FP64 working precision: b64 itself
+    got.diverged = False
+    return got
