@@ -22,6 +22,7 @@ without checking it again.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -47,7 +48,7 @@ STAGNATION = 0.5
 
 # ------------------------------------------------------------------ checks
 def _check_vector(v, n, name):
-    arr = to_host(v)
+    arr = v if type(v) is np.ndarray else to_host(v)
     if arr.dtype == object:
         raise TypeError(f"{name} must be a numeric array, got {type(v).__name__}")
     if arr.ndim == 2 and 1 in arr.shape:
@@ -72,6 +73,8 @@ class ToleranceError(ValueError, TypeError):
 def _check_tol(value, name):
     """A tolerance as a float: real, non-negative, not NaN; ``inf`` allowed (SciPy: a
     tolerance that every residual meets returns ``x0`` at once with ``info = 0``)."""
+    if type(value) is float and value >= 0.0:  # the common case, at once (NaN fails >=)
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ToleranceError(f"{name}={value!r}: must be a real, non-negative number "
                              "(SciPy's 'legacy' and None are not accepted either)")
@@ -84,6 +87,8 @@ def _check_tol(value, name):
 def _check_maxiter(maxiter, default):
     if maxiter is None:
         return default
+    if type(maxiter) is int and maxiter > 0:    # the common case, at once
+        return maxiter
     if isinstance(maxiter, (bool, np.bool_)) or not isinstance(maxiter, numbers.Integral):
         raise TypeError(f"maxiter must be a positive integer or None, got {maxiter!r}")
     if maxiter <= 0:
@@ -155,6 +160,7 @@ class Problem:
     #: the workspace outlives the solve (a :class:`mpsolve.Solver`'s): :meth:`answer`
     #: copies ``x`` even where no cast is needed, so the next solve cannot overwrite it
     reused: bool = False
+    _residual64: Optional[Callable] = None   # A64's bound ``r = b - A x`` (made once)
     #: the first residual of a zero start is ``b`` itself: checked (exact zeros) once per
     #: solve and then no product with ``A`` -- SciPy's solvers, given an exact
     #: preconditioner, use at most three products with ``A``, and so does mpsolve
@@ -163,10 +169,13 @@ class Problem:
     def true_residual(self, x64, r64) -> float:
         """``r64 = b - A x64`` in FP64; returns ``||r64||_2``."""
         first, self._first_residual = self._first_residual, False
-        if first and self.x0_mode == "zero" and not bool(self.xp.any(x64)):
+        if first and self.x0_mode == "zero" and not bool(x64.any()):
             r64[:] = self.b64                                  # b - A 0, exactly
         else:
-            self.A64.bind_residual("float64")(x64, self.b64, r64)  # r = b - A x in FP64
+            res = self._residual64
+            if res is None:
+                res = self._residual64 = self.A64.bind_residual("float64")
+            res(x64, self.b64, r64)                            # r = b - A x in FP64
         return float(self.xp.linalg.norm(r64))
 
     def all_finite(self, x) -> bool:
@@ -271,19 +280,53 @@ def set_rhs(problem: Problem, b, x0=None, *, rtol, atol, maxiter) -> Problem:
 
     ``maxiter=None`` keeps the problem's default.  Arrays on another device than the
     problem's are refused (:func:`mpsolve.backend.resolve_device`)."""
-    resolve_device(problem.device, b, None if isinstance(x0, str) else x0)
     n = problem.n
-    b_checked = _check_vector(b, n, "b")
     rtol = _check_tol(rtol, "rtol")
     atol = _check_tol(atol, "atol")
     if maxiter is not None:
         problem.maxiter = _check_maxiter(maxiter, None)
-    a_dtype = np.dtype(getattr(problem.A_user, "dtype", None) or np.float64)
-    for k, v in _rhs_fields(b, b_checked, x0, n, a_dtype, problem.device, problem.xp,
-                            rtol, atol).items():
+    if problem.xp is np and _plain(b, n) and (x0 is None or _plain(x0, n)):
+        # the common call -- FP64 NumPy vectors on a host device -- without the general
+        # path's conversions: b (and x0) are written into the problem's private FP64
+        # copies; b's norm (sqrt(b.b), as numpy.linalg.norm computes it) and x0.x0 are
+        # the finite checks (a NaN or Inf makes them non-finite; then the usual error)
+        b64 = _private(problem, "b64", b)
+        bnrm = math.sqrt(float(b64.dot(b64)))
+        if not math.isfinite(bnrm):
+            _check_vector(b, n, "b")
+        x0_64 = None if x0 is None else _private(problem, "x0_64", x0)
+        if x0_64 is not None and not math.isfinite(float(x0_64.dot(x0_64))):
+            _check_vector(x0, n, "x0")
+        fields = dict(b64=b64, x0_64=x0_64, x0_mode="zero" if x0 is None else "given",
+                      bnrm=bnrm, rtol=rtol, atol=atol, out_dtype=_F64, data_dtype=_F64,
+                      tol=max(atol, rtol * bnrm if bnrm else 0.0), out_host=True)
+    else:
+        resolve_device(problem.device, b, None if isinstance(x0, str) else x0)
+        b_checked = _check_vector(b, n, "b")
+        a_dtype = np.dtype(getattr(problem.A_user, "dtype", None) or np.float64)
+        fields = _rhs_fields(b, b_checked, x0, n, a_dtype, problem.device, problem.xp,
+                             rtol, atol)
+    for k, v in fields.items():
         setattr(problem, k, v)
     problem._first_residual = True
     return problem
+
+
+_F64 = np.dtype(np.float64)
+
+
+def _plain(v, n) -> bool:
+    """``v`` is an FP64 NumPy vector of length ``n`` (:func:`set_rhs`'s quick path)."""
+    return type(v) is np.ndarray and v.dtype == _F64 and v.shape == (n,)
+
+
+def _private(problem, name, v):
+    """``v`` copied into the problem's own FP64 array ``name`` (made once)."""
+    own = getattr(problem, name)
+    if own is None or own.shape != v.shape or own.dtype != _F64:
+        own = np.empty(v.shape, _F64)
+    np.copyto(own, v)
+    return own
 
 
 # ------------------------------------------------------------------ system

@@ -296,6 +296,7 @@ class Solver:
         p.A_csr = C
         p.A_user = C
         p.A64 = SparseOperator(C, "float64", "float64", p.device, what="A")
+        p._residual64 = None
         M = p.M_user
         try:
             if self._owns_M:     # its set-up on the new values, as it was stored
