@@ -6,7 +6,8 @@ with fewer than ``--max-n`` rows (b = A @ 1, x0 = 0, FP64 true residual ``--rtol
 two configurations per matrix -- symmetric positive definite: CG + Jacobi and CG + IC(0)
 (mpsolve's ``ilu0`` takes its symmetric form on a symmetric matrix; PETSc ``icc``);
 otherwise GMRES(30), right-preconditioned, + Jacobi and + ILU(0) (PETSc ``ilu``) -- it
-times, each as the best mean of ``--repeat`` batches of calls:
+times, each as the best mean of ``--repeat`` batches of calls (the ways compared timed
+in turn within each round):
 
 * ``mpsolve.solve`` -- a fresh call: checks, set-up and solve;
 * ``Solver.solve`` -- on a :class:`mpsolve.Solver` set up once;
@@ -39,19 +40,30 @@ CONFIGS = {"spd": [("cg", "jacobi", "jacobi"), ("cg", "ilu0", "icc")],
 RESTART = 30
 
 
-def per_call(f, repeat=5, budget=0.05):
-    """Seconds per call of ``f()``: the best mean over ``repeat`` batches, each batch
-    about ``budget`` seconds long (at least one call)."""
-    t0 = time.perf_counter()
-    f()
-    once = max(time.perf_counter() - t0, 1e-7)
-    k = max(1, int(budget / once))
-    best = np.inf
-    for _ in range(repeat):
+#: The clock of the measurements (``--clock``): ``cpu`` -- the process's CPU time
+#: (``time.process_time``: every thread of the process, PETSc's included; on a shared
+#: machine it leaves out the time spent waiting for a core, which wall-clock time of a
+#: short call is mostly made of) -- or ``wall`` (``time.perf_counter``).
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
+def per_call(fs, repeat=5, budget=0.05):
+    """Seconds per call of each ``f()`` in ``fs``: the best mean over ``repeat`` rounds,
+    each round timing a batch of about ``budget`` seconds of every ``f`` in turn (on a
+    shared machine the ways compared then see the same load)."""
+    ks = []
+    for f in fs:
         t0 = time.perf_counter()
-        for _ in range(k):
-            f()
-        best = min(best, (time.perf_counter() - t0) / k)
+        f()
+        ks.append(max(1, int(budget / max(time.perf_counter() - t0, 1e-7))))
+    best = [np.inf] * len(fs)
+    for _ in range(repeat):
+        for i, (f, k) in enumerate(zip(fs, ks)):
+            t0 = clock()
+            for _ in range(k):
+                f()
+            best[i] = min(best[i], (clock() - t0) / k)
     return best
 
 
@@ -118,18 +130,18 @@ def measure(A, method, precond, pc, rtol, repeat):
     fresh = mpsolve.solve(A, b, **kw, maxiter=s._maxiter)
     assert fresh.iterations == r.iterations and np.array_equal(fresh.x, r.x)
     row.update(its=r.iterations, ok=r.converged, setup=s.setup_time)
-    row["fresh"] = per_call(lambda: mpsolve.solve(A, b, **kw, maxiter=s._maxiter), repeat)
-    row["solver"] = per_call(lambda: s.solve(b), repeat)
     one = np.ones(n)
     r0 = s.solve(b, x0=one)
-    row["solver0"] = per_call(lambda: s.solve(b, x0=one), repeat)
     ksp, ksolve = petsc_ksp(A, method, pc, rtol, maxit)
     x, its = ksolve(b)
     row.update(kits=its, kok=bool(np.linalg.norm(b - A @ x) <= 1.01 * rtol * bnrm))
-    row["ksp"] = per_call(lambda: ksolve(b), repeat)
     _, kits0 = ksolve(b, one)
-    row["ksp0"] = per_call(lambda: ksolve(b, one), repeat)
     row["zero_its"] = (r0.iterations, kits0)
+    row["fresh"], row["solver"], row["ksp"] = per_call(
+        [lambda: mpsolve.solve(A, b, **kw, maxiter=s._maxiter), lambda: s.solve(b),
+         lambda: ksolve(b)], repeat)
+    row["solver0"], row["ksp0"] = per_call([lambda: s.solve(b, x0=one),
+                                            lambda: ksolve(b, one)], repeat)
     return row
 
 
@@ -145,12 +157,16 @@ def report(rows, args, build, seconds):
         "# Solver.solve against KSPSolve: per-call cost on the small SuiteSparse matrices",
         "",
         f"Command: `python -m mpsolve.bench.bench_solver --max-n {args.max_n} --rtol "
-        f"{args.rtol:g} --repeat {args.repeat}` ({seconds:.0f} s; {platform.node()}, "
+        f"{args.rtol:g} --repeat {args.repeat} --clock {getattr(args, 'clock', 'cpu')}` "
+        f"({seconds:.0f} s; {platform.node()}, "
         f"{os.cpu_count()} CPUs, {platform.python_version()}; {build}).",
         "",
         "b = A @ 1, x0 = 0, FP64 (`precision='double'`), stop at an unpreconditioned residual "
         f"of {args.rtol:g} ||b||; GMRES(30) right-preconditioned in both; PETSc's IC(0) "
-        "(`icc`) against mpsolve's ILU(0) in its symmetric form.  Times are the best mean "
+        "(`icc`) against mpsolve's ILU(0) in its symmetric form.  Times ("
+        + ("process CPU time: the machine is shared, and the wall-clock time of a short "
+           "call is mostly waiting for a core" if getattr(args, "clock", "cpu") == "cpu"
+           else "wall-clock time") + ") are the best mean "
         "of the repeats, per call: `mpsolve.solve` fresh (checks, set-up, solve), "
         "`Solver.solve` on a Solver set up once, `KSPSolve` on a set-up KSP (b copied in, "
         "x copied out).  0-it: a call that needs no iteration (x0 = 1, the solution; "
@@ -194,8 +210,12 @@ def main(argv=None):
     ap.add_argument("--rtol", type=float, default=1e-8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--only", nargs="*", help="matrix names (default: all that fit)")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
+                    help="cpu: process CPU time (default; see CLOCKS), wall: wall-clock time")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "solver.md"))
     args = ap.parse_args(argv)
+    global clock
+    clock = CLOCKS[args.clock]
     from mpsolve.matrices import read_mtx
 
     folder = pathlib.Path(args.collection)

@@ -109,14 +109,19 @@ class Workspace:
     def __init__(self, xp):
         self.xp = xp
         self._arrays = {}
+        self._seen = {}         # (name, shape, dtype as passed) -> array: no np.dtype() call
         self.allocations = 0
 
     def get(self, name, shape, dtype):
+        a = self._seen.get((name, shape, dtype))
+        if a is not None:
+            return a
         key = (name, shape, np.dtype(dtype).char)
         a = self._arrays.get(key)
         if a is None:
             a = self._arrays[key] = self.xp.empty(shape, dtype=dtype)
             self.allocations += 1
+        self._seen[(name, shape, dtype)] = a
         return a
 
     def zeros(self, name, shape, dtype):
@@ -297,17 +302,19 @@ def set_rhs(problem: Problem, b, x0=None, *, rtol, atol, maxiter) -> Problem:
         x0_64 = None if x0 is None else _private(problem, "x0_64", x0)
         if x0_64 is not None and not math.isfinite(float(x0_64.dot(x0_64))):
             _check_vector(x0, n, "x0")
-        fields = dict(b64=b64, x0_64=x0_64, x0_mode="zero" if x0 is None else "given",
-                      bnrm=bnrm, rtol=rtol, atol=atol, out_dtype=_F64, data_dtype=_F64,
-                      tol=max(atol, rtol * bnrm if bnrm else 0.0), out_host=True)
+        problem.b64, problem.x0_64, problem.bnrm = b64, x0_64, bnrm
+        problem.x0_mode = "zero" if x0 is None else "given"
+        problem.rtol, problem.atol = rtol, atol
+        problem.tol = max(atol, rtol * bnrm if bnrm else 0.0)
+        problem.out_dtype = problem.data_dtype = _F64
+        problem.out_host = True
     else:
         resolve_device(problem.device, b, None if isinstance(x0, str) else x0)
         b_checked = _check_vector(b, n, "b")
         a_dtype = np.dtype(getattr(problem.A_user, "dtype", None) or np.float64)
-        fields = _rhs_fields(b, b_checked, x0, n, a_dtype, problem.device, problem.xp,
-                             rtol, atol)
-    for k, v in fields.items():
-        setattr(problem, k, v)
+        for k, v in _rhs_fields(b, b_checked, x0, n, a_dtype, problem.device, problem.xp,
+                                rtol, atol).items():
+            setattr(problem, k, v)
     problem._first_residual = True
     return problem
 
