@@ -45,6 +45,8 @@ __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "mak
 #: shrink by this factor: it has reached the accuracy floor of its precision.
 STAGNATION = 0.5
 
+_F64 = np.dtype(np.float64)
+
 
 # ------------------------------------------------------------------ checks
 def _check_vector(v, n, name):
@@ -181,9 +183,13 @@ class Problem:
             if res is None:
                 res = self._residual64 = self.A64.bind_residual("float64")
             res(x64, self.b64, r64)                            # r = b - A x in FP64
+        if self.xp is np and r64.dtype == _F64:
+            return math.sqrt(float(r64.dot(r64)))   # numpy.linalg.norm's sqrt(r.r), direct
         return float(self.xp.linalg.norm(r64))
 
     def all_finite(self, x) -> bool:
+        if self.xp is np and x.dtype == _F64 and math.isfinite(float(x.dot(x))):
+            return True        # a finite sum of squares has no NaN or Inf term (no mask made)
         return bool(self.xp.isfinite(x).all())
 
     def answer(self, x64):
@@ -318,8 +324,6 @@ def set_rhs(problem: Problem, b, x0=None, *, rtol, atol, maxiter) -> Problem:
     problem._first_residual = True
     return problem
 
-
-_F64 = np.dtype(np.float64)
 
 
 def _plain(v, n) -> bool:

@@ -9,15 +9,20 @@ primitives up (:func:`mpsolve._system.system_for`).  Each :meth:`Solver.solve` t
 checks ``b`` (and ``x0``), copies it and runs the same driver as :func:`mpsolve.solve`
 (:func:`mpsolve.driver.iterate`) on the stored Systems and the same workspace vectors:
 the same iterations and the same answer, bit for bit, as a fresh ``mpsolve.solve`` with
-the same arguments.
+the same arguments (with ``"auto"``: as long as the fresh solve's first candidate is
+the one kept here and does not hand over to the next one; the preconditioner keeps the
+storage precision of the policy it was set up for, which ``precision=None`` takes from
+``A``'s dtype -- an FP32 ``A`` solved with an FP64 ``b`` runs in FP64 with it).
 
 :meth:`Solver.update` takes a new matrix.  With the same sparsity pattern (same shape,
 ``indptr`` and ``indices`` of the canonical CSR form) only the numeric set-up is redone:
 the FP64 operator's values, the FP32 copies (the Systems are made again from the
 canonical matrix, so the range checks run again) and the preconditioner's set-up on the
-new values, which reuses what its class keeps of the pattern.  With another pattern (or
-shape, or a LinearOperator) everything is set up again as by the constructor, ``"auto"``
-choices included.  :attr:`Solver.last_update` says which happened.
+new values (whole: none of mpsolve's preconditioners keeps a separate symbolic phase
+yet).  With another pattern (or shape, or a LinearOperator), or new values that the kept
+choice cannot take (a zero pivot, values beyond its FP32 storage), everything is set up
+again as by the constructor, ``"auto"`` choices included.  :attr:`Solver.last_update`
+says which happened.
 
 A Solver is not thread-safe: its solves share one workspace.
 """
@@ -57,8 +62,10 @@ class Solver:
         not replaced by the next one: the result says so (``info``, ``status``).
     rtol, atol, maxiter
         Defaults of every :meth:`solve` (each call may override them).  ``maxiter``
-        defaults to ``10 n`` for a named method and to
-        :data:`mpsolve.auto.DEFAULT_AUTO_MAXITER` iterations with ``"auto"``.
+        counts as in :func:`mpsolve.solve` for the method run (GMRES: restart cycles);
+        default ``10 n`` for a named method, and with ``"auto"``
+        :data:`mpsolve.auto.DEFAULT_AUTO_MAXITER` iterations (for GMRES that many
+        divided by ``restart``, in cycles).
 
     Attributes
     ----------
@@ -67,7 +74,9 @@ class Solver:
     precond : str or None
         The preconditioner's name.
     precision : Precision
-        The policy solves start with (a stronger one when the set-up escalated).
+        The policy the set-up realised: the one asked for, or a stronger one where its FP32
+        copies did not fit (each solve then escalates the same way, and says so in its
+        ``escalations``, as a fresh solve does).
     setup_time : float
         Seconds the construction (or the last :meth:`update`) took.
     choices : list of mpsolve.auto.Choice
