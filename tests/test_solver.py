@@ -107,6 +107,23 @@ def test_setup_once_and_no_allocation_per_solve():
     assert _Counting.calls == 1
     assert ws.allocations == made                 # the vectors of the first solve, reused
     assert s._problem._systems == systems         # no System made again
+    b64 = s._problem.b64
+    s.solve(_rhs(n, 9), x0=_rhs(n, 8))
+    x0_64 = s._problem.x0_64
+    s.solve(_rhs(n, 7), x0=_rhs(n, 6))
+    assert s._problem.b64 is b64 and s._problem.x0_64 is x0_64   # private copies, reused
+
+
+def test_other_shapes_and_dtypes_take_the_general_path():
+    A = poisson2d(10)
+    n = A.shape[0]
+    kw = dict(method="cg", precond="ilu0", precision="mixed", rtol=1e-9)
+    s = Solver(A, **kw)
+    b = _rhs(n, 0)
+    for bb, x0 in ((b.reshape(-1, 1), None), (b.astype(np.float32), None),
+                   (list(b), None), (b, _rhs(n, 1).astype(np.float32)),
+                   (b[::-1].copy()[::-1], b[::2].repeat(2))):
+        _same(s.solve(bb, x0=x0), mpsolve.solve(A, bb, x0=x0, **kw))
 
 
 def test_per_call_overrides_then_defaults():
