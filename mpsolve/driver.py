@@ -6,7 +6,8 @@ A method is a *body* ``body(sys, x, r, maxiter, tol, callback, hist, **kw) ->
 The driver around it, written once for all methods:
 
 1. validates the input once (:func:`make_problem`) and realises it at the
-   requested :class:`Precision` (:func:`make_system`);
+   requested :class:`Precision` (:func:`make_system`, through :func:`system_for`,
+   which keeps each policy's System for a :class:`mpsolve.Solver`'s next solve);
 2. runs the body; when the body's own (recursive) residual says "converged",
    checks the FP64 true residual ``||b - A x||``: if it misses the tolerance, the
    iteration restarts from the true residual (*residual replacement*);
