@@ -10,6 +10,7 @@ import mpsolve
 from mpsolve import Solver
 from mpsolve.matrices import convection_diffusion2d, poisson2d
 from mpsolve.precond import ILU0, Jacobi
+from test_gpu_api import fake_gpu  # noqa: F401  (the fixture)
 
 
 def _rhs(n, seed):
@@ -314,3 +315,26 @@ def test_linear_operator():
     s.update(spla.aslinearoperator(2 * A))
     assert s.last_update == "full"
     assert np.allclose(s.solve(b).x, np.linalg.solve(2 * A.toarray(), b), rtol=1e-7, atol=1e-9)
+
+
+def test_device_data_flow(fake_gpu):
+    """A Solver on device data (CuPy stand-ins, the CPU's kernels registered for the GPU,
+    ``tests/test_gpu_api.py``): device b in, device x out, every vector on the device, the
+    CPU's iterations; a host b gets a host x back."""
+    from test_gpu_api import FakeCsr, FakeCupy, _dev
+
+    A = convection_diffusion2d(10)
+    b = _rhs(A.shape[0], 0)
+    kw = dict(method="gmres", precond="ilu0", precision="mixed", rtol=1e-9)
+    s = Solver(FakeCsr(A), **kw)
+    bd = _dev(b)
+    r = s.solve(bd)
+    c = mpsolve.solve(A, b, **kw)
+    assert type(r.x) is FakeCupy and r.iterations == c.iterations and r.converged
+    assert np.array_equal(bd.get(), b)
+    ws = s._problem.workspace
+    assert ws._arrays and all(type(a) is FakeCupy for a in ws._arrays.values())
+    x_first = r.x.get().copy()
+    h = s.solve(b)                                 # a host b: the answer on the host
+    assert type(h.x) is np.ndarray and h.iterations == c.iterations
+    assert np.array_equal(r.x.get(), x_first)      # not overwritten by the second solve
