@@ -195,7 +195,8 @@ def report(rows, args, build, seconds):
         "positive definite), stagnation at the accuracy floor, or (PETSc) a true residual "
         "short of the tolerance.",
         "",
-        f"Geometric means over the {len(ok)} runs both converged: Solver.solve / KSPSolve **{gm('solver', 'ksp'):.2f}**"
+        f"Geometric means over the {len(ok)} runs both converged: Solver.solve / KSPSolve "
+        f"**{gm('solver', 'ksp'):.2f}**"
         f", no iteration (per-call overhead) **{gm('solver0', 'ksp0'):.2f}**; "
         f"mpsolve.solve (fresh) / Solver.solve {gm('fresh', 'solver'):.2f}.",
     ]

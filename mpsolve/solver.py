@@ -230,7 +230,8 @@ class Solver:
     def n(self) -> int:
         return self._problem.n
 
-    def solve(self, b, x0=None, *, rtol=None, atol=None, maxiter=None, callback=None) -> SolveResult:
+    def solve(self, b, x0=None, *, rtol=None, atol=None, maxiter=None,
+              callback=None) -> SolveResult:
         """Solve ``A x = b`` with the stored set-up.
 
         Parameters
@@ -289,7 +290,8 @@ class Solver:
         t0 = time.perf_counter()
         p = self._problem
         C = None
-        if p.A_csr is not None and on_host(A_new) and getattr(A_new, "shape", None) == p.A_csr.shape:
+        if (p.A_csr is not None and on_host(A_new)
+                and getattr(A_new, "shape", None) == p.A_csr.shape):
             try:
                 C = canonical_csr(check_matrix(A_new, "A_new"))
             except TypeError:
