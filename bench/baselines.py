@@ -18,8 +18,8 @@ import scipy.sparse as sp
 
 from .common import Run, TimeLimit, deadline_callback, maxiter_for, sampled
 
-__all__ = ["run_scipy", "run_petsc", "petsc_solve", "petsc_available", "SCIPY_PRECONDS",
-           "PETSC_PRECONDS"]
+__all__ = ["run_scipy", "run_petsc", "petsc_solve", "petsc_operator", "petsc_available",
+           "SCIPY_PRECONDS", "PETSC_PRECONDS"]
 
 #: SciPy preconditioners the runner knows.
 SCIPY_PRECONDS = ["none", "jacobi", "spilu"]
@@ -190,6 +190,19 @@ def _pc_contexts():
             "mpsolve-block-jacobi": BlockJacobi}
 
 
+def petsc_operator(A, comm):
+    """PETSc's FP64 AIJ copy of the SciPy CSR matrix ``A`` and a KSP on it: ``(P, ksp)``."""
+    from petsc4py import PETSc
+
+    P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
+                                                 A.indices.astype(PETSc.IntType),
+                                                 A.data.astype(np.float64)), comm=comm)
+    P.assemble()
+    ksp = PETSc.KSP().create(comm)
+    ksp.setOperators(P)
+    return P, ksp
+
+
 def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, restart=30,
                 block_size=None, sparsity_power=None, options=None, time_limit=None):
     """Solve with PETSc's KSP (serial, FP64), for baselines and tests.
@@ -215,12 +228,7 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     comm = PETSc.COMM_SELF
     t_mat = time.perf_counter()  # building PETSc's copy of A counts as set-up (mpsolve's
     # set-up time includes building its operator from the same SciPy matrix)
-    P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
-                                                 A.indices.astype(PETSc.IntType),
-                                                 A.data.astype(np.float64)), comm=comm)
-    P.assemble()
-    ksp = PETSc.KSP().create(comm)
-    ksp.setOperators(P)
+    P, ksp = petsc_operator(A, comm)
     ksp_type = _KSP[method]
     if pc in contexts and method in ("gmres", "bicgstab"):
         # an FP32 preconditioner is not exactly linear: PETSc's right-preconditioned

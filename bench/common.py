@@ -34,6 +34,17 @@ class Run:
     #: seconds of each stage of the preconditioner's set-up, where it reports them
     #: (``SolveResult.precond_stats["stage_times"]``: pattern, solve, excess, fallback, store)
     setup_stages: Dict[str, float] = field(default_factory=dict)
+    #: bytes one iteration must move (:func:`mpsolve.bench.suite.iteration_bytes`; NaN
+    #: where the preconditioner's storage is not known)
+    bytes_per_iteration: float = float("nan")
+
+    @property
+    def bandwidth(self):
+        """Achieved memory bandwidth of the iteration, bytes per second: the bytes an
+        iteration must move over the time of one (NaN without iterations or a model)."""
+        if self.iterations <= 0 or not self.solve_time > 0:
+            return float("nan")
+        return self.bytes_per_iteration * self.iterations / self.solve_time
 
     @property
     def total_time(self):

@@ -94,6 +94,15 @@ def _summary_lines(runs, reference, bold="**"):
     return out
 
 
+def bandwidth_cells(run, stream):
+    """``"GB/s | % stream"`` of a run's iteration (``-`` where it has no model or time)."""
+    bw = getattr(run, "bandwidth", float("nan"))
+    if not math.isfinite(bw):
+        return "- | -"
+    pct = f"{100 * bw / stream:.0f}" if math.isfinite(stream) and stream > 0 else "-"
+    return f"{bw / 1e9:.1f} | {pct}"
+
+
 def write_markdown(runs, path, meta, reference=None):
     rows, _, _ = summary(runs, reference)
     out = ["# mpsolve bench results", "", f"Command: `{meta['command']}`", "",
@@ -136,15 +145,23 @@ def write_markdown(runs, path, meta, reference=None):
             ratio(mine, row.get("petsc")), *cell(pb), ratio(mine, pb)]) + " |")
     out.append("")
     out += [f"- {line}" for line in _summary_lines(runs, reference)]
+    stream = meta.get("stream_bytes_per_s", float("nan"))
     out += ["", "## Every run", "",
+            "GB/s: the bytes one iteration must move (the matrix in its storage precision "
+            "with 32-bit indices per SpMV, the preconditioner's stored bytes per application, "
+            "the method's vector traffic in the vectors' precision: "
+            "`mpsolve.bench.suite.iteration_bytes`) times the iterations, over the solve time"
+            "; % stream: that against the machine's "
+            + (f"{stream / 1e9:.1f} GB/s" if math.isfinite(stream) else "(unmeasured)")
+            + " (NumPy `a = b + c` on 64 MiB vectors, one thread per core, best of 5).", "",
             "| problem | solver | method | precond | precision | iters | setup s | solve s | "
-            "total s | true rel. res | M MiB | status |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "total s | true rel. res | M MiB | GB/s | % stream | status |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         out.append(f"| {r.problem} | {r.solver} | {r.method} | {r.precond} | {r.precision} | "
                    f"{r.iterations} | {fmt_time(r.setup_time)} | {fmt_time(r.solve_time)} | "
                    f"{fmt_time(r.total_time)} | {r.true_residual:.2e} | "
-                   f"{r.precond_nbytes / 2**20:.2f} | "
+                   f"{r.precond_nbytes / 2**20:.2f} | {bandwidth_cells(r, stream)} | "
                    f"{'ok' if r.converged else 'FAILED: '}{'' if r.converged else r.status[:80]} |")
     staged = [r for r in runs if r.setup_stages]
     if staged:

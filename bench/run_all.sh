@@ -16,3 +16,5 @@ mpsolve bench --full --out bench/results/generated
 mpsolve bench --full --collection "$COLL" --precisions double mixed --preconds jacobi ilu0 block-isai \
     --scipy-preconds spilu --petsc-preconds bjacobi --repeat 3 --time-limit 10 \
     --out bench/results/suitesparse
+# Solver.solve's per-call cost against PETSc's KSPSolve on the small SuiteSparse matrices
+python -m mpsolve.bench.bench_solver --collection "$COLL" --out bench/results/solver.md

@@ -37,7 +37,7 @@ from .common import Run, TimeLimit, deadline_callback, maxiter_for, sampled
 
 __all__ = ["add_arguments", "main", "run_suite", "run_mpsolve", "Run", "DEFAULT_SUITE",
            "FULL_SUITE", "QUICK_SUITE", "DEFAULT_MATRICES", "DEFAULT_CONFIGS",
-           "find_collection"]
+           "find_collection", "iteration_bytes", "stream_bandwidth"]
 
 # ------------------------------------------------------------------------ suites
 #: The default suite: moderate generated problems (125k unknowns for the scalar 3-D
@@ -257,6 +257,102 @@ def _warm_up(A, method, precision, precond, args):
     _WARM.add(key)
 
 
+# ------------------------------------------------------------- memory traffic
+#: Index bytes of the CSR matrices the model counts (32-bit column indices and row
+#: pointers, as mpsolve, SciPy and PETSc store these problems).
+INDEX_BYTES = 4
+
+
+def _csr_bytes(n, nnz, value_bytes):
+    """Bytes of one pass over a CSR matrix: values and column indices, row pointers."""
+    return nnz * (value_bytes + INDEX_BYTES) + (n + 1) * INDEX_BYTES
+
+
+def _precond_bytes(run):
+    """Stored bytes of the run's preconditioner, read once per application: mpsolve's and
+    SciPy's as they report them; PETSc's Jacobi (one FP64 diagonal), ILU(0) and block
+    Jacobi/ILU(0) (factors on A's pattern, FP64), SOR (a forward and a backward sweep over
+    A); NaN for what is not known (mpsolve's preconditioners inside PETSc)."""
+    n, nnz = run.n, run.nnz
+    if run.precond in (None, "none"):
+        return 0.0
+    if run.solver != "petsc":
+        return float(run.precond_nbytes)
+    return {"jacobi": 8.0 * n, "bjacobi": _csr_bytes(n, nnz, 8), "ilu": _csr_bytes(n, nnz, 8),
+            "icc": _csr_bytes(n, nnz, 8), "sor": 2.0 * _csr_bytes(n, nnz, 8)}.get(
+                run.precond, float("nan"))
+
+
+def iteration_bytes(run, restart=30):
+    """Bytes one iteration of ``run`` must move at least: the matrix (``nnz`` values in
+    the policy's storage precision with 32-bit indices, and the row pointers) per SpMV,
+    the preconditioner's stored bytes per application, and the method's vector traffic in
+    the vectors' precision -- each SpMV and each application of M reads its input and
+    writes its output (2n), and besides:
+
+    * CG: 12n (``krylov/cg.py``), 2n more with M (``r . z``); one SpMV, one M;
+    * BiCGSTAB: about 20n; two SpMVs, two M;
+    * GMRES(m): a classical Gram--Schmidt pass at inner step j reads the j + 1 basis
+      vectors twice and w three times, (2j + 4)n, so (m + 1)n basis values (in the basis
+      precision: FP32 for the ``-cb`` presets) and 2n working values a step on average
+      over a cycle; one SpMV, one M.
+
+    The ``ir`` policy counts its inner (FP32) iterations.  A lower bound: caches that
+    keep a vector between two kernels make the real traffic smaller, reorthogonalisation
+    and restarts make it larger."""
+    from mpsolve.precision import Precision
+
+    try:
+        pol = Precision.preset(run.precision)
+    except (KeyError, ValueError):
+        return float("nan")
+    if pol.inner is not None:
+        pol = pol.inner
+    n = run.n
+    w = np.dtype(pol.working).itemsize
+    a = _csr_bytes(n, run.nnz, np.dtype(pol.matrix).itemsize) + 2 * n * w
+    has_m = run.precond not in (None, "none")
+    m = (_precond_bytes(run) + 2 * n * w) if has_m else 0.0
+    if run.method == "cg":
+        return a + m + (12 + 2 * has_m) * n * w
+    if run.method == "bicgstab":
+        return 2 * a + 2 * m + 20 * n * w
+    basis = np.dtype(pol.basis or pol.working).itemsize
+    k = max(1, min(restart, n))
+    return a + m + (k + 1) * n * basis + 2 * n * w
+
+
+_STREAM = {}
+
+
+def stream_bandwidth(n=1 << 23, repeat=5):
+    """The machine's memory bandwidth, bytes per second, measured once per process: the
+    best of ``repeat`` passes of ``a = b + c`` (STREAM's Add: two reads and a write of
+    ``n`` FP64 values, 64 MiB each) by NumPy, split over one thread per core (NumPy's
+    ufuncs release the GIL)."""
+    if n in _STREAM:
+        return _STREAM[n]
+    from concurrent.futures import ThreadPoolExecutor
+
+    k = os.cpu_count() or 1
+    a, b, c = np.empty(n), np.ones(n), np.full(n, 2.0)
+    edges = np.linspace(0, n, k + 1).astype(int)
+    parts = list(zip(edges[:-1], edges[1:]))
+
+    def add(se):
+        np.add(b[se[0]:se[1]], c[se[0]:se[1]], out=a[se[0]:se[1]])
+
+    best = np.inf
+    with ThreadPoolExecutor(k) as pool:
+        list(pool.map(add, parts))                    # first touch
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            list(pool.map(add, parts))
+            best = min(best, time.perf_counter() - t0)
+    _STREAM[n] = 3 * 8 * n / best
+    return _STREAM[n]
+
+
 # ------------------------------------------------------------------------- suite
 def run_suite(args, progress=True, log=None) -> List[Run]:
     """Run every configuration on every problem; returns the runs in order."""
@@ -299,6 +395,7 @@ def run_suite(args, progress=True, log=None) -> List[Run]:
                     r = t  # the fastest of the repeats (same for every solver)
                 if not t.converged:
                     break  # a failure is not retried: it is reported as it happened
+            r.bytes_per_iteration = iteration_bytes(r, args.restart)
             runs.append(r)
             if bar:
                 bar.advance(r)
@@ -525,6 +622,7 @@ def main(args):
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
         "python": platform.python_version(), "versions": _versions(), "rtol": args.rtol,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": time.time() - t0,
+        "stream_bytes_per_s": stream_bandwidth(),
     }
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "runs": [asdict(r) for r in runs]}, f, indent=1)

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 import numpy as np
 import scipy.sparse as sp
 
-from ._demote import demote
+from ._demote import PrecisionRangeError, demote
 from ._sparse import canonical_csr, check_matrix, dtype_check
 from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
 from .kernels.primitives import Primitives, bind_primitives
@@ -41,16 +41,18 @@ from .precision import Precision, in_field
 from .precond.base import Preconditioner
 
 __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
-           "STAGNATION"]
+           "set_rhs", "system_for", "STAGNATION"]
 
 #: A stage stops replacing residuals (or refining) once the true residual fails to
 #: shrink by this factor: it has reached the accuracy floor of its precision.
 STAGNATION = 0.5
 
+_F64 = np.dtype(np.float64)
+
 
 # ------------------------------------------------------------------ checks
 def _check_vector(v, n, name):
-    arr = to_host(v)
+    arr = v if type(v) is np.ndarray else to_host(v)
     if arr.dtype == object:
         raise TypeError(f"{name} must be a numeric array, got {type(v).__name__}")
     if arr.ndim == 2 and 1 in arr.shape:
@@ -75,6 +77,8 @@ class ToleranceError(ValueError, TypeError):
 def _check_tol(value, name):
     """A tolerance as a float: real, non-negative, not NaN; ``inf`` allowed (SciPy: a
     tolerance that every residual meets returns ``x0`` at once with ``info = 0``)."""
+    if type(value) is float and value >= 0.0:  # the common case, at once (NaN fails >=)
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ToleranceError(f"{name}={value!r}: must be a real, non-negative number "
                              "(SciPy's 'legacy' and None are not accepted either)")
@@ -87,6 +91,8 @@ def _check_tol(value, name):
 def _check_maxiter(maxiter, default):
     if maxiter is None:
         return default
+    if type(maxiter) is int and maxiter > 0:    # the common case, at once
+        return maxiter
     if isinstance(maxiter, (bool, np.bool_)) or not isinstance(maxiter, numbers.Integral):
         raise TypeError(f"maxiter must be a positive integer or None, got {maxiter!r}")
     if maxiter <= 0:
@@ -107,14 +113,19 @@ class Workspace:
     def __init__(self, xp):
         self.xp = xp
         self._arrays = {}
+        self._seen = {}         # (name, shape, dtype as passed) -> array: no np.dtype() call
         self.allocations = 0
 
     def get(self, name, shape, dtype):
+        a = self._seen.get((name, shape, dtype))
+        if a is not None:
+            return a
         key = (name, shape, np.dtype(dtype).char)
         a = self._arrays.get(key)
         if a is None:
             a = self._arrays[key] = self.xp.empty(shape, dtype=dtype)
             self.allocations += 1
+        self._seen[(name, shape, dtype)] = a
         return a
 
     def zeros(self, name, shape, dtype):
@@ -157,6 +168,12 @@ class Problem:
     #: is outside [2^-500, 2^500], so no square of a residual's norm over- or underflows;
     #: the answer and the callback's ``x`` are scaled back (exact: powers of two)
     b_exp: int = 0
+    #: :func:`system_for`'s Systems (or the range error of their set-up), one per policy
+    _systems: dict = field(default_factory=dict)
+    #: the workspace outlives the solve (a :class:`mpsolve.Solver`'s): :meth:`answer`
+    #: copies ``x`` even where no cast is needed, so the next solve cannot overwrite it
+    reused: bool = False
+    _residual64: Optional[Callable] = None   # A64's bound ``r = b - A x`` (made once)
     #: the first residual of a zero start is ``b`` itself: checked (exact zeros) once per
     #: solve and then no product with ``A`` -- SciPy's solvers, given an exact
     #: preconditioner, use at most three products with ``A``, and so does mpsolve
@@ -178,10 +195,13 @@ class Problem:
     def true_residual(self, x64, r64) -> float:
         """``r64 = b - A x64`` in FP64; returns ``||r64||_2``."""
         first, self._first_residual = self._first_residual, False
-        if first and self.x0_mode == "zero" and not bool(self.xp.any(x64)):
+        if first and self.x0_mode == "zero" and not bool(x64.any()):
             r64[:] = self.b64                                  # b - A 0, exactly
         else:
-            self.A64.bind_residual(self.hp)(x64, self.b64, r64)  # r = b - A x in FP64
+            res = self._residual64
+            if res is None:
+                res = self._residual64 = self.A64.bind_residual(self.hp)
+            res(x64, self.b64, r64)                            # r = b - A x in FP64
         return norm(r64, self.xp)                              # overflow-safe
 
     def all_finite(self, x) -> bool:
@@ -194,7 +214,12 @@ class Problem:
     def answer(self, x64):
         """``x64`` in the caller's dtype and units, on the caller's device."""
         x64 = self.unscale(x64)
-        x = x64 if x64.dtype == self.out_dtype else x64.astype(self.out_dtype)
+        if x64.dtype != self.out_dtype:
+            x = x64.astype(self.out_dtype)
+        elif self.reused and not self.b_exp:
+            x = x64.copy()
+        else:
+            x = x64
         return to_host(x) if self.out_host else x
 
 
@@ -249,7 +274,6 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     """
     device = resolve_device(device, A, b, None if isinstance(x0, str) else x0)
     xp = array_module(device)           # first: a device that cannot run says so here
-    out_host = on_host(b)
     if not on_host(A) and hasattr(A, "get"):
         A = A.get()                     # a device sparse matrix: checked on the host
     A = check_matrix(A, "A")
@@ -261,8 +285,6 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     maxiter = _check_maxiter(maxiter, default_maxiter(n))
 
     a_dtype = np.dtype(getattr(A, "dtype", None) or np.float64)
-    data_dtype = np.result_type(a_dtype if a_dtype.kind in "fc" else np.float64,
-                                b.dtype if b.dtype.kind in "fc" else np.float64)
     x0_checked = None
     if x0 is not None and not isinstance(x0, str):
         x0_checked = _check_vector(x0, n, "x0")
@@ -281,7 +303,6 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
                        M.storage_dtype if isinstance(M, Preconditioner) else M)
     if cplx:
         _check_complex_device(device)
-        data_dtype = np.result_type(data_dtype, np.complex64)
     hp = in_field("float64", cplx)
 
     if sp.issparse(A):
@@ -295,6 +316,24 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         A_csr = None
         A64 = CallableOperator(A, device)
 
+    return Problem(n=n, A_csr=A_csr, A_user=A, A64=A64, M_user=M, maxiter=maxiter,
+                   device=device, xp=xp, workspace=Workspace(xp), precond_side=precond_side,
+                   is_complex=cplx,
+                   **_rhs_fields(b_user, b, x0, x0_checked, n, a_dtype, cplx, device, xp,
+                                 rtol, atol, scale))
+
+
+def _rhs_fields(b_user, b, x0, x0_checked, n, a_dtype, cplx, device, xp, rtol, atol,
+                scale) -> dict:
+    """The fields of a :class:`Problem` that come from the right-hand side, ``x0`` and the
+    tolerances (``b`` and ``x0`` checked already, ``b_user`` as the caller passed it;
+    ``cplx``: the problem is complex)."""
+    data_dtype = np.result_type(a_dtype if a_dtype.kind in "fc" else np.float64,
+                                b.dtype if b.dtype.kind in "fc" else np.float64)
+    if cplx:
+        data_dtype = np.result_type(data_dtype, np.complex64)
+    data_dtype = np.dtype(data_dtype)
+    hp = in_field("float64", cplx)
     b64 = _fp64_copy(b_user, b, device, xp, hp)  # a copy: never alias the user's b
     x0_mode = "zero"
     x0_64 = None
@@ -313,12 +352,76 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         x0_64 = None if x0_64 is None else ldexp_array(x0_64, -b_exp)
         bnrm = norm(b64, xp)
         atol = math.ldexp(atol, -b_exp) if atol < math.inf else atol
-    return Problem(n=n, A_csr=A_csr, A_user=A, A64=A64, b64=b64, x0_64=x0_64, M_user=M,
-                   bnrm=bnrm, tol=max(atol, rtol * bnrm if bnrm else 0.0), rtol=rtol, atol=atol,
-                   maxiter=maxiter, out_dtype=np.dtype(data_dtype), data_dtype=np.dtype(data_dtype),
-                   x0_mode=x0_mode, device=device, xp=xp, out_host=out_host,
-                   workspace=Workspace(xp), precond_side=precond_side, b_exp=b_exp,
-                   is_complex=cplx)
+    return dict(b64=b64, x0_64=x0_64, x0_mode=x0_mode, bnrm=bnrm, rtol=rtol, atol=atol,
+                tol=max(atol, rtol * bnrm if bnrm else 0.0), out_dtype=data_dtype,
+                data_dtype=data_dtype, out_host=on_host(b_user), b_exp=b_exp)
+
+
+def set_rhs(problem: Problem, b, x0=None, *, rtol, atol, maxiter) -> Problem:
+    """Give ``problem`` a new right-hand side, start and tolerances, checked as
+    :func:`make_problem` checks them (:class:`mpsolve.Solver` calls it once per solve; the
+    operator part -- ``A``, ``M``, the device, the Systems of :func:`system_for` -- stays).
+
+    ``maxiter=None`` keeps the problem's default.  Arrays on another device than the
+    problem's are refused (:func:`mpsolve.backend.resolve_device`); so is complex data
+    for a problem set up real (its operators and kernels are real)."""
+    n = problem.n
+    rtol = _check_tol(rtol, "rtol")
+    atol = _check_tol(atol, "atol")
+    if maxiter is not None:
+        problem.maxiter = _check_maxiter(maxiter, None)
+    quick = (problem.xp is np and not problem.is_complex and _plain(b, n)
+             and (x0 is None or _plain(x0, n)))
+    if quick:
+        # the common call -- FP64 NumPy vectors on a host device -- without the general
+        # path's conversions: b (and x0) are written into the problem's private FP64
+        # copies; b's norm (as make_problem takes it) and x0.x0 are the finite checks (a
+        # NaN or Inf makes them non-finite); a b that needs scaling (or holds a NaN or
+        # Inf: then the usual error) takes the general path
+        b64 = _private(problem, "b64", b)
+        bnrm = norm(b64, np)
+        quick = bnrm == 0.0 or _B_RANGE[0] <= bnrm <= _B_RANGE[1]
+    if quick:
+        x0_64 = None if x0 is None else _private(problem, "x0_64", x0)
+        if x0_64 is not None and not math.isfinite(float(x0_64.dot(x0_64))):
+            _check_vector(x0, n, "x0")
+        problem.b64, problem.x0_64, problem.bnrm, problem.b_exp = b64, x0_64, bnrm, 0
+        problem.x0_mode = "zero" if x0 is None else "given"
+        problem.rtol, problem.atol = rtol, atol
+        problem.tol = max(atol, rtol * bnrm if bnrm else 0.0)
+        problem.out_dtype = problem.data_dtype = _F64
+        problem.out_host = True
+    else:
+        resolve_device(problem.device, b, None if isinstance(x0, str) else x0)
+        b_checked = _check_vector(b, n, "b")
+        x0_checked = None
+        if x0 is not None and not isinstance(x0, str):
+            x0_checked = _check_vector(x0, n, "x0")
+        if _is_complex(b_checked, x0_checked) and not problem.is_complex:
+            raise TypeError(
+                "b (or x0) is complex, but this solver was set up for a real system: "
+                "create it with a complex A (or a complex preconditioner) to solve complex "
+                "right-hand sides")
+        a_dtype = np.dtype(getattr(problem.A_user, "dtype", None) or np.float64)
+        for k, v in _rhs_fields(b, b_checked, x0, x0_checked, n, a_dtype, problem.is_complex,
+                                problem.device, problem.xp, rtol, atol, scale=True).items():
+            setattr(problem, k, v)
+    problem._first_residual = True
+    return problem
+
+
+def _plain(v, n) -> bool:
+    """``v`` is an FP64 NumPy vector of length ``n`` (:func:`set_rhs`'s quick path)."""
+    return type(v) is np.ndarray and v.dtype == _F64 and v.shape == (n,)
+
+
+def _private(problem, name, v):
+    """``v`` copied into the problem's own FP64 array ``name`` (made once)."""
+    own = getattr(problem, name)
+    if own is None or own.shape != v.shape or own.dtype != _F64:
+        own = np.empty(v.shape, _F64)
+    np.copyto(own, v)
+    return own
 
 
 # ------------------------------------------------------------------ system
@@ -427,3 +530,35 @@ def make_system(problem: Problem, precision: Precision) -> System:
                   residual=residual, psolve=psolve, ops=ops, b=b, A_op=A_op,
                   M_obj=M_obj, precond_setup_time=t, matvec_dot=matvec_dot,
                   basis=problem.realise(precision.basis))
+
+
+def system_for(problem: Problem, precision: Precision) -> System:
+    """:func:`make_system`, made once per policy and problem and then reused.
+
+    The stored ``A``, the preconditioner and the bound kernels of a System do not depend
+    on the right-hand side: a :class:`mpsolve.Solver` that solves again (its Problem given
+    a new ``b`` by :func:`set_rhs`) finds them here, and only ``b`` in the working
+    precision is made again (range-checked: it may not fit FP32).  A policy whose set-up
+    raised :class:`PrecisionRangeError` (its FP32 ``A`` or preconditioner does not fit)
+    raises the same error again without redoing that work, so every solve escalates as
+    the first one did.  Within one solve each policy is realised once, so a fresh solve
+    behaves as with :func:`make_system`.
+    """
+    got = problem._systems.get(precision)
+    if got is None:
+        try:
+            got = make_system(problem, precision)
+        except PrecisionRangeError as err:
+            try:   # an error of b's own demotion depends on this b: not kept
+                demote(problem.b64, precision.working_dtype, "b")
+            except PrecisionRangeError:
+                raise err from None
+            problem._systems[precision] = err
+            raise
+        problem._systems[precision] = got
+        return got
+    if isinstance(got, PrecisionRangeError):
+        raise got
+    got.b = demote(problem.b64, got.dtype, "b")   # FP64 working precision: b64 itself
+    got.diverged = False
+    return got

@@ -226,8 +226,6 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     >>> res.converged, res.method, res.choices[0].precond
     (True, 'cg', 'ilu0')
     """
-    from .precond import make_preconditioner
-
     if method == "auto" or (isinstance(precond, str) and precond == "auto"):
         from .auto import auto_solve
 
@@ -237,23 +235,40 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
                           rtol=rtol, atol=atol, maxiter=maxiter, restart=restart,
                           callback=callback, escalate=escalate, side=side, device=device,
                           **precond_params)
+    body_kw, M, name, m_side = configure(method, precond, restart, side, precond_params)
+    return run(method, BODIES[method], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
+               callback=callback, precision=precision, escalate=escalate, body_kw=body_kw,
+               precond_name=name, device=device, precond_side=m_side)
+
+
+def configure(method, precond, restart=None, side=None, precond_params=None, stacklevel=3):
+    """:func:`solve`'s named ``method`` and ``precond`` as ``(body_kw, M, precond_name,
+    precond_side)``: the Krylov body's options (GMRES: ``restart``, default 20, and
+    ``side``, default left), the preconditioner made from its name (not set up yet) or
+    ``precond`` itself, and the side the method applies it on.  Shared with
+    :class:`mpsolve.Solver`."""
+    from .precond import make_preconditioner
+
     if method not in BODIES:
         raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
     name = None
     M = precond
     if isinstance(precond, str):
-        M = make_preconditioner(precond, **precond_params)
+        M = make_preconditioner(precond, **(precond_params or {}))
         name = getattr(M, "name", precond) if M is not None else precond
     elif precond_params:
         raise TypeError(f"unexpected keyword arguments {sorted(precond_params)} "
                         "(preconditioner parameters need precond=<name>)")
     if method == "gmres":
-        return _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter,
-                             M=M, callback=callback, callback_type="x" if callback else None,
-                             precision=precision, escalate=escalate, precond_name=name,
-                             side=side or "left", device=device)
+        from .krylov.gmres import SIDES
+
+        _gmres_maxiter(restart, None, "x")              # checks restart
+        side = side or "left"
+        if side not in SIDES:
+            raise ValueError(f"side={side!r}: preconditioning side must be 'left' or 'right'")
+        return ({"restart": 20 if restart is None else int(restart), "callback_type": "x",
+                 "side": side}, M, name, side)
     if restart is not None:
-        warnings.warn(f"restart is a GMRES option; ignored by method={method!r}", stacklevel=2)
-    return run(method, BODIES[method], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
-               callback=callback, precision=precision, escalate=escalate, precond_name=name,
-               device=device, precond_side="right" if method == "bicgstab" else "left")
+        warnings.warn(f"restart is a GMRES option; ignored by method={method!r}",
+                      stacklevel=stacklevel)
+    return {}, M, name, "right" if method == "bicgstab" else "left"

@@ -60,7 +60,8 @@ from .backend import to_host
 from .precision import as_precision
 from .result import AUTO_FAILED, BREAKDOWNS, USER_STOP, SolveResult, status_text, wants_stop
 
-__all__ = ["Analysis", "Choice", "analyse", "candidates", "auto_solve", "DEFAULT_AUTO_MAXITER"]
+__all__ = ["Analysis", "Choice", "analyse", "candidates", "auto_solve", "plan", "candidate_side",
+           "set_up_candidate", "DEFAULT_AUTO_MAXITER"]
 
 #: Iteration budget of ``method="auto"`` when the caller gives none: Krylov iterations of
 #: all candidates together (the budget of the coverage table and of PETSc's comparisons).
@@ -369,8 +370,6 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
     that imports it).  The inputs are validated once, first (the usual errors, naming the
     argument); only a preconditioner's own set-up failure moves on to the next candidate.
     """
-    from .precond import make_preconditioner
-
     t0 = time.perf_counter()
     if isinstance(maxiter, (bool, np.bool_)) or (maxiter is not None and (
             not isinstance(maxiter, (int, np.integer)) or maxiter <= 0)):
@@ -385,20 +384,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
                            scale=False)                 # its monitor works on b and x itself
     budget = DEFAULT_AUTO_MAXITER if maxiter is None else int(maxiter)
     C = problem.A_csr
-    if C is not None:
-        an = analyse(C)
-        cands = candidates(an, method, precond)
-    else:                                       # a LinearOperator: nothing to analyse
-        an = None
-        m = "gmres" if method == "auto" else method
-        cands = [Choice(m, None, {}, "A is an operator without entries: no analysis, no "
-                        "preconditioner built from A")]
-    if isinstance(pinned, str) and (precond_params.get("reorder") or pinned == "ilut"):
-        # a reordered (or pivoted) M is not symmetric: CG cannot use it
-        cands = [c for c in cands if c.method != "cg"] or cands
-    if pinned is not None:
-        for c in cands:
-            c.precond = pinned if isinstance(pinned, str) else type(pinned).__name__
+    an, cands = plan(C, method, precond, precond_params)
     bh = to_host(problem.b64)
     analysis_time = time.perf_counter() - t0
 
@@ -415,24 +401,16 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         ts = time.perf_counter()
         policy = as_precision(precision or c.precision, problem.data_dtype)
         c.precision = policy.name
-        m_side = (side or "right") if c.method == "gmres" else \
-            ("right" if c.method == "bicgstab" else "left")
-        M = pinned if not isinstance(pinned, str) else None
-        name = pinned if isinstance(pinned, str) else c.precond
-        if isinstance(name, str) and name != "none":
-            params = dict(c.params) if pinned is None else {}
-            params.update(precond_params)
-            try:
-                M, note = _set_up(make_preconditioner, name, params, C, policy, problem.device,
-                                  m_side, escalate, reorderings)
-            except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
-                c.outcome = f"set-up failed: {type(err).__name__}: {err}"
-                c.seconds = c.setup_seconds = time.perf_counter() - ts
-                continue
-            finally:
-                c.setup_seconds = time.perf_counter() - ts
-            if note:
-                c.reason += f"; {note}"
+        m_side = candidate_side(c.method, side)
+        try:
+            M = set_up_candidate(c, pinned, precond_params, C, policy, problem.device, m_side,
+                                 escalate, reorderings)
+        except SETUP_ERRORS as err:
+            c.outcome = f"set-up failed: {type(err).__name__}: {err}"
+            c.seconds = c.setup_seconds = time.perf_counter() - ts
+            continue
+        finally:
+            c.setup_seconds = time.perf_counter() - ts
         m_restart = min(restart if restart is not None else AUTO_RESTART, share)
         per_call = m_restart if c.method == "gmres" else 1
         every = 1 if c.method == "gmres" else CHECK_EVERY
@@ -466,6 +444,59 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             c.outcome = "iteration budget spent"
     return _combine(cands, results, an, analysis_time, b, x0, problem,
                     time.perf_counter() - t0)
+
+
+#: A candidate whose preconditioner's set-up raises one of these is left for the next one.
+SETUP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError)
+
+
+def plan(C, method="auto", precond="auto", precond_params=None):
+    """``(analysis, candidates)`` for the checked canonical CSR ``C`` (``None``: ``A`` is an
+    operator without entries, nothing to analyse), with ``method``/``precond`` pinned where
+    they are not ``"auto"`` (``precond`` a name or an object)."""
+    precond_params = precond_params or {}
+    pinned = None if precond == "auto" else precond
+    if C is not None:
+        an = analyse(C)
+        cands = candidates(an, method, precond)
+    else:                                       # a LinearOperator: nothing to analyse
+        an = None
+        m = "gmres" if method == "auto" else method
+        cands = [Choice(m, None, {}, "A is an operator without entries: no analysis, no "
+                        "preconditioner built from A")]
+    if isinstance(pinned, str) and (precond_params.get("reorder") or pinned == "ilut"):
+        # a reordered (or pivoted) M is not symmetric: CG cannot use it
+        cands = [c for c in cands if c.method != "cg"] or cands
+    if pinned is not None:
+        for c in cands:
+            c.precond = pinned if isinstance(pinned, str) else type(pinned).__name__
+    return an, cands
+
+
+def candidate_side(method, side=None):
+    """The side a candidate's method applies ``M`` on: GMRES ``side`` (right by default,
+    see the module docstring), BiCGSTAB right, CG left."""
+    if method == "gmres":
+        return side or "right"
+    return "right" if method == "bicgstab" else "left"
+
+
+def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalate, cache):
+    """Candidate ``c``'s preconditioner, set up on ``C`` for ``policy`` (or the ``pinned``
+    object itself; ``None`` for no preconditioner); a ``note`` of the set-up is added to
+    ``c.reason``.  Raises the set-up's error (:data:`SETUP_ERRORS`: try the next one)."""
+    from .precond import make_preconditioner
+
+    M = pinned if not isinstance(pinned, str) else None
+    name = pinned if isinstance(pinned, str) else c.precond
+    if isinstance(name, str) and name != "none":
+        params = dict(c.params) if pinned is None else {}
+        params.update(precond_params)
+        M, note = _set_up(make_preconditioner, name, params, C, policy, device, side, escalate,
+                          cache)
+        if note:
+            c.reason += f"; {note}"
+    return M
 
 
 def _set_up(make, name, params, C, policy, device, side, escalate, cache):

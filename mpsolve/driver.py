@@ -6,7 +6,8 @@ A method is a *body* ``body(sys, x, r, maxiter, tol, callback, hist, **kw) ->
 The driver around it, written once for all methods:
 
 1. validates the input once (:func:`make_problem`) and realises it at the
-   requested :class:`Precision` (:func:`make_system`);
+   requested :class:`Precision` (:func:`make_system`, through :func:`system_for`,
+   which keeps each policy's System for a :class:`mpsolve.Solver`'s next solve);
 2. runs the body; when the body's own (recursive) residual says "converged",
    checks the FP64 true residual ``||b - A x||``: if it misses the tolerance, the
    iteration restarts from the true residual (*residual replacement*);
@@ -37,13 +38,13 @@ from typing import Callable
 import numpy as np
 
 from ._demote import PrecisionRangeError
-from ._system import STAGNATION, make_problem, make_system
+from ._system import STAGNATION, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
 from .refine import refine_stage
 from .result import USER_STOP, Escalation, SolveResult, status_text
 
-__all__ = ["run"]
+__all__ = ["run", "iterate", "report_fields"]
 
 
 def _describe(M):
@@ -120,11 +121,34 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
     handed to a preconditioner set up here (its ``variant="auto"`` may depend on it).
     """
     t0 = time.perf_counter()
-    body_kw = body_kw or {}
     problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
                            default_maxiter=default_maxiter, device=device,
                            precond_side=precond_side)
-    policy = as_precision(precision, problem.data_dtype)
+    return iterate(method, body, problem, as_precision(precision, problem.data_dtype),
+                   callback=callback, escalate=escalate, body_kw=body_kw or {},
+                   precond_name=precond_name, t0=t0)
+
+
+def report_fields(problem, method, precond_name=None) -> dict:
+    """The :class:`SolveResult` fields that describe the set-up rather than the solve:
+    the method and the preconditioner (its name, memory, description and set-up stats)."""
+    Mobj = problem.M_user
+    return dict(method=method,
+                precond=precond_name or (getattr(Mobj, "name", None) or
+                                         (type(Mobj).__name__ if Mobj is not None else None)),
+                precond_nbytes=int(getattr(Mobj, "nbytes", 0) or 0) if Mobj is not None else 0,
+                precond_detail=_describe(Mobj),
+                precond_stats=dict(getattr(Mobj, "stats", None) or {}))
+
+
+def iterate(method: str, body: Callable, problem, policy, *, callback, escalate, body_kw,
+            precond_name=None, t0=None, report=None) -> SolveResult:
+    """Realise ``policy`` for the checked ``problem`` and solve: iterate, escalate, judge
+    (the module docstring's steps 2-4).  :func:`run` calls it on a fresh Problem,
+    :class:`mpsolve.Solver` on its own, whose Systems (:func:`system_for`) are already
+    made.  ``t0``: when the call began (set-up time is counted from it); ``report``: the
+    :func:`report_fields` when the caller has them already (else made at the end)."""
+    t0 = time.perf_counter() if t0 is None else t0
     n = problem.n
     if problem.b_exp and callback is not None:     # b was scaled: the caller's units
         user_callback = callback
@@ -136,20 +160,15 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
     def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra=""):
         x = problem.answer(x64)
         rel = true / problem.bnrm if problem.bnrm else true
-        Mobj = problem.M_user
+        fields = report_fields(problem, method, precond_name) if report is None else \
+            dict(report, precond_stats=dict(report["precond_stats"]))
         return SolveResult(
             x=x, info=int(info), iterations=int(iters),
             residuals=np.asarray(hist, dtype=np.float64) / (problem.bnrm or 1.0),
             true_residual=float(rel), tolerance=float(rel_tol), setup_time=setup,
             solve_time=solve, status=status_text(info, iters, rel, rel_tol, extra),
-            method=method, precision=pol.name, escalations=escalations,
-            precond=precond_name or (getattr(Mobj, "name", None) or
-                                     (type(Mobj).__name__ if Mobj is not None else None)),
-            precond_nbytes=int(getattr(Mobj, "nbytes", 0) or 0) if Mobj is not None else 0,
-            precond_detail=_describe(Mobj),
-            precond_stats=dict(getattr(Mobj, "stats", None) or {}),
-            restarts=max(0, int(count) - 1) if method == "gmres" else 0,
-        )
+            precision=pol.name, escalations=escalations,
+            restarts=max(0, int(count) - 1) if method == "gmres" else 0, **fields)
 
     if n == 0 or problem.bnrm == 0.0:
         # SciPy: a zero right-hand side (or an empty system) has the solution 0
@@ -163,7 +182,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
         for the first stronger policy whose data do."""
         while True:
             try:
-                return policy, make_system(problem, policy)
+                return policy, system_for(problem, policy)
             except PrecisionRangeError as err:
                 nxt = policy.stronger() if escalate else None
                 if nxt is None:

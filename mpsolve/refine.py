@@ -21,7 +21,7 @@ The user's ``callback`` is called with the FP64 iterate after each outer step.
 """
 from __future__ import annotations
 
-from ._system import STAGNATION, make_system
+from ._system import STAGNATION, system_for
 
 from .result import USER_STOP, wants_stop
 
@@ -38,7 +38,7 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
     """Refine ``x64`` in place until the FP64 true residual meets the tolerance, the
     budget is spent or a step stagnates.  Returns ``(count, iterations, flag, true)``
     like :func:`mpsolve.driver.krylov_stage`."""
-    inner = make_system(problem, policy.inner)
+    inner = system_for(problem, policy.inner)
     wdt = inner.dtype
     tol = problem.tol
     n = problem.n

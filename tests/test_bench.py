@@ -192,3 +192,73 @@ def test_results_header_says_how_petsc_was_built():
     assert describe_petsc_build(opt) == "-O3 -march=native, debugging off"
     assert describe_petsc_build(dbg) == "-g -O, debugging on"       # PETSc's default: on
     assert isinstance(petsc_build(), str) and petsc_build()
+
+
+# ---------------------------------------------------------------- memory traffic (issue 14)
+def test_iteration_bytes_model():
+    """The bytes an iteration must move, counted by hand for small cases."""
+    import math
+
+    from mpsolve.bench.suite import iteration_bytes
+
+    n, nnz = 100, 500
+    r = _run("p", "mpsolve", "cg", "jacobi", "mixed", 1.0)
+    r.precond_nbytes = 400                              # FP32 inverse diagonal
+    a = nnz * (8 + 4) + (n + 1) * 4 + 2 * n * 8         # FP64 A, its x in and y out
+    m = 400 + 2 * n * 8                                 # M's storage, r in and z out
+    assert iteration_bytes(r) == a + m + 14 * n * 8
+    r = _run("p", "mpsolve", "bicgstab", "none", "single", 1.0)
+    a = nnz * (4 + 4) + (n + 1) * 4 + 2 * n * 4
+    assert iteration_bytes(r) == 2 * a + 20 * n * 4
+    g = _run("p", "mpsolve", "gmres", "none", "mixed", 1.0)
+    cb = _run("p", "mpsolve", "gmres", "none", "mixed-cb", 1.0)
+    assert iteration_bytes(g, restart=30) - iteration_bytes(cb, restart=30) == 31 * n * 4
+    ir = _run("p", "mpsolve", "cg", "none", "ir", 1.0)  # the inner FP32 iterations
+    assert iteration_bytes(ir) == nnz * 8 + (n + 1) * 4 + 2 * n * 4 + 12 * n * 4
+    sor = _run("p", "petsc", "cg", "sor", "double", 1.0)
+    assert iteration_bytes(sor) == (3 * (nnz * 12 + (n + 1) * 4) + 2 * 2 * n * 8
+                                    + 14 * n * 8)
+    assert math.isnan(iteration_bytes(_run("p", "petsc", "cg", "mpsolve", "double", 1.0)))
+
+
+def test_bandwidth_columns_in_results_md(tmp_path):
+    from mpsolve.bench.report import write_markdown
+    from mpsolve.bench.suite import iteration_bytes
+
+    r = _run("p", "mpsolve", "cg", "none", "double", 0.5)
+    r.bytes_per_iteration = iteration_bytes(r)
+    q = _run("p", "petsc", "cg", "mpsolve", "double", 0.5)      # storage unknown
+    q.bytes_per_iteration = iteration_bytes(q)
+    meta = dict(command="x", machine="m", python="3", versions={}, rtol=1e-8,
+                stream_bytes_per_s=1e9)
+    write_markdown([r, q], tmp_path / "r.md", meta)
+    text = (tmp_path / "r.md").read_text()
+    assert "| GB/s | % stream |" in text and "1.0 GB/s" in text
+    gbs = r.bytes_per_iteration * 10 / 0.5 / 1e9          # 10 iterations in 0.5 s
+    assert f"| {gbs:.1f} | {100 * gbs:.0f} |" in text
+    assert "| - | - |" in text
+
+
+def test_stream_bandwidth_measured_once():
+    from mpsolve.bench import suite
+
+    bw = suite.stream_bandwidth(n=1 << 16, repeat=2)
+    assert 1e8 < bw < 1e13
+    assert suite.stream_bandwidth(n=1 << 16, repeat=2) is bw    # cached for the run
+
+
+def test_bench_solver_report_table():
+    import argparse as ap
+
+    from mpsolve.bench.bench_solver import report
+
+    row = dict(name="m", n=10, nnz=28, method="cg", precond="jacobi", pc="jacobi", its=5,
+               kits=5, ok=True, kok=True, fresh=4e-3, solver=2e-3, ksp=1e-3, solver0=5e-5,
+               ksp0=2.5e-5)
+    bad = dict(name="w", n=10, nnz=28, method="gmres", precond="ilu0", pc="ilu",
+               error="ZeroPivotError: ...")
+    args = ap.Namespace(max_n=2000, rtol=1e-8, repeat=5)
+    text = report([row, bad], args, "PETSc x", 1.0)
+    assert "| m | 10 | 28 | cg + jacobi (jacobi) | 5 / 5 | 4.000 | 2.000 | 1.000 | 2.00 | " \
+           "2.00 | 50.0 | 25.0 | 2.00 |" in text
+    assert "Solver.solve / KSPSolve **2.00**" in text and "ZeroPivotError" in text

@@ -311,7 +311,7 @@ _LAYERS = [
     ("precond", ["precond"]),
     ("solve", ["mpsolve/_system.py", "mpsolve/driver.py", "mpsolve/refine.py",
                "mpsolve/krylov", "mpsolve/result.py", "mpsolve/api.py", "mpsolve/__init__.py",
-               "mpsolve/auto.py"]),
+               "mpsolve/auto.py", "mpsolve/solver.py"]),
     ("face", ["mpsolve/cli.py", "mpsolve/petsc.py", "mpsolve/__main__.py", "bench"]),
 ]
 

@@ -1,0 +1,332 @@
+"""A reusable solver: the set-up once, then ``solve(b)`` as often as needed.
+
+``s = Solver(A, method=..., precond=..., precision=...)`` does everything that does not
+depend on the right-hand side, once: it checks ``A`` (and ``M``), puts ``A`` in canonical
+CSR form on the solve's device, resolves ``method``/``precond`` ``"auto"`` (the analysis
+of :mod:`mpsolve.auto`), sets the preconditioner up, stores ``A`` and ``M`` at the
+policy's precisions (FP32 copies included), binds their kernels and looks the vector
+primitives up (:func:`mpsolve._system.system_for`).  Each :meth:`Solver.solve` then
+checks ``b`` (and ``x0``), copies it and runs the same driver as :func:`mpsolve.solve`
+(:func:`mpsolve.driver.iterate`) on the stored Systems and the same workspace vectors:
+the same iterations and the same answer, bit for bit, as a fresh ``mpsolve.solve`` with
+the same arguments (with ``"auto"``: as long as the fresh solve's first candidate is
+the one kept here and does not hand over to the next one; the preconditioner keeps the
+storage precision of the policy it was set up for, which ``precision=None`` takes from
+``A``'s dtype -- an FP32 ``A`` solved with an FP64 ``b`` runs in FP64 with it).
+
+:meth:`Solver.update` takes a new matrix.  With the same sparsity pattern (same shape,
+``indptr`` and ``indices`` of the canonical CSR form) only the numeric set-up is redone:
+the FP64 operator's values, the FP32 copies (the Systems are made again from the
+canonical matrix, so the range checks run again) and the preconditioner's set-up on the
+new values (whole: none of mpsolve's preconditioners keeps a separate symbolic phase
+yet).  With another pattern (or shape, or a LinearOperator), or new values that the kept
+choice cannot take (a zero pivot, values beyond its FP32 storage), everything is set up
+again as by the constructor, ``"auto"`` choices included.  :attr:`Solver.last_update`
+says which happened.
+
+A Solver is not thread-safe: its solves share one workspace.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ._demote import PrecisionRangeError
+from ._sparse import canonical_csr, check_matrix
+from ._system import make_problem, set_rhs, system_for
+from .api import configure
+from .backend import on_host, resolve_device
+from .driver import iterate, report_fields
+from .krylov import BODIES
+from .operator import SparseOperator
+from .precision import as_precision
+from .precond.base import Preconditioner
+from .result import SolveResult
+
+__all__ = ["Solver"]
+
+
+class Solver:
+    """``A x = b`` set up once for many right-hand sides.
+
+    Parameters
+    ----------
+    A : sparse matrix/array (any format), ndarray or LinearOperator
+        The ``n x n`` real system matrix (never modified).
+    method, precond, precision, restart, side, escalate, device, **precond_params
+        As in :func:`mpsolve.solve`.  ``"auto"`` is resolved here, once: the analysis of
+        ``A`` orders the candidates (:func:`mpsolve.auto.candidates`) and the first whose
+        preconditioner sets up is kept (``choices`` lists them).  Unlike
+        :func:`mpsolve.solve`, a kept candidate that breaks down or stagnates in a solve is
+        not replaced by the next one: the result says so (``info``, ``status``).
+    rtol, atol, maxiter
+        Defaults of every :meth:`solve` (each call may override them).  ``maxiter``
+        counts as in :func:`mpsolve.solve` for the method run (GMRES: restart cycles);
+        default ``10 n`` for a named method, and with ``"auto"``
+        :data:`mpsolve.auto.DEFAULT_AUTO_MAXITER` iterations (for GMRES that many
+        divided by ``restart``, in cycles).
+
+    Attributes
+    ----------
+    method : str
+        The method solves run (``"auto"`` resolved).
+    precond : str or None
+        The preconditioner's name.
+    precision : Precision
+        The policy the set-up realised: the one asked for, or a stronger one where its FP32
+        copies did not fit (each solve then escalates the same way, and says so in its
+        ``escalations``, as a fresh solve does).
+    setup_time : float
+        Seconds the construction (or the last :meth:`update`) took.
+    choices : list of mpsolve.auto.Choice
+        ``"auto"``: the candidates considered, the kept one marked ``"chosen"``.
+    analysis : dict
+        ``"auto"``: what the analysis of ``A`` found.
+    last_update : {None, "numeric", "full"}
+        What the last :meth:`update` redid.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mpsolve
+    >>> from mpsolve.matrices import poisson2d
+    >>> A = poisson2d(16)
+    >>> s = mpsolve.Solver(A, method="cg", precond="ilu0", precision="mixed", rtol=1e-10)
+    >>> r1 = s.solve(A @ np.ones(A.shape[0]))
+    >>> r2 = s.solve(A @ np.arange(A.shape[0], dtype=float))
+    >>> r1.converged, r2.converged, s.precond
+    (True, True, 'ilu0')
+    >>> r3 = mpsolve.solve(A, A @ np.ones(A.shape[0]), method="cg", precond="ilu0",
+    ...                    precision="mixed", rtol=1e-10)
+    >>> r3.iterations == r1.iterations and bool((r3.x == r1.x).all())
+    True
+    >>> s.update(2.0 * A).last_update
+    'numeric'
+    >>> bool(np.allclose(s.solve(A @ np.ones(A.shape[0])).x, 0.5, rtol=1e-8))
+    True
+    """
+
+    def __init__(self, A, *, method="auto", precond="auto", precision=None, rtol=1e-5,
+                 atol=0.0, maxiter=None, restart=None, side=None, escalate=True, device=None,
+                 **precond_params):
+        self._args = dict(method=method, precond=precond, precision=precision, rtol=rtol,
+                          atol=atol, maxiter=maxiter, restart=restart, side=side,
+                          escalate=escalate, device=device, precond_params=precond_params)
+        self.last_update = None
+        self._build(A, stacklevel=4)
+
+    # ------------------------------------------------------------------ set-up
+    def _build(self, A, stacklevel):
+        """Everything the constructor does (and :meth:`update` with another pattern)."""
+        t0 = time.perf_counter()
+        a = self._args
+        method, precond, precision = a["method"], a["precond"], a["precision"]
+        self.escalate = bool(a["escalate"])
+        auto = method == "auto" or (isinstance(precond, str) and precond == "auto")
+        if method not in ("auto",) + tuple(BODIES):
+            raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
+        device = resolve_device(a["device"], A)
+        if not on_host(A) and hasattr(A, "get"):
+            A = A.get()                             # a device sparse matrix: checked on the host
+        A = check_matrix(A, "A")
+        n = A.shape[0]
+        a_dtype = np.dtype(getattr(A, "dtype", None) or np.float64)
+        b0 = np.zeros(n, a_dtype if a_dtype.kind == "f" else np.float64)  # until a solve
+        self.choices, self.analysis = [], {}
+        M_was_setup = isinstance(precond, Preconditioner) and precond.is_setup
+        restart, side = a["restart"], a["side"]
+        if auto:
+            from .auto import (AUTO_RESTART, DEFAULT_AUTO_MAXITER, candidate_side, plan,
+                               SETUP_ERRORS, set_up_candidate)
+
+            if a["precond_params"] and precond == "auto":
+                raise TypeError(f"unexpected keyword arguments {sorted(a['precond_params'])}: "
+                                "preconditioner parameters need precond=<name>, not 'auto'")
+            pinned = None if precond == "auto" else precond
+            problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], device=device,
+                                   M=pinned if not isinstance(pinned, str) else None)
+            an, cands = plan(problem.A_csr, method, precond, a["precond_params"])
+            chosen = M = policy = None
+            for c in cands:
+                policy = as_precision(precision or c.precision, problem.data_dtype)
+                c.precision = policy.name
+                m_side = candidate_side(c.method, side)
+                ts = time.perf_counter()
+                try:
+                    M = set_up_candidate(c, pinned, a["precond_params"], problem.A_csr, policy,
+                                         device, m_side, self.escalate, {})
+                except SETUP_ERRORS as err:
+                    c.outcome = f"set-up failed: {type(err).__name__}: {err}"
+                    continue
+                finally:
+                    c.setup_seconds = c.seconds = time.perf_counter() - ts
+                c.outcome = "chosen"
+                chosen = c
+                break
+            self.choices = cands
+            self.analysis = an.as_dict() if an is not None else {}
+            if chosen is None:
+                raise ValueError("method/precond 'auto': no candidate could be set up: "
+                                 + "; ".join(f"{c.label} ({c.outcome})" for c in cands))
+            method = chosen.method
+            if method == "gmres":
+                restart, side = (AUTO_RESTART if restart is None else restart), m_side
+            else:
+                restart = None
+            # as auto_solve hands its candidate to solve(): the set-up object, no name
+            body_kw, _, name, m_side = configure(method, M, restart, side, None, stacklevel)
+            default_maxiter = DEFAULT_AUTO_MAXITER
+            if method == "gmres":
+                default_maxiter = max(1, -(-DEFAULT_AUTO_MAXITER // body_kw["restart"]))
+            problem.M_user, problem.precond_side = M, m_side
+        else:
+            body_kw, M, name, m_side = configure(method, precond, restart, side,
+                                                 a["precond_params"], stacklevel)
+            problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], M=M, device=device,
+                                   precond_side=m_side)
+            policy = as_precision(precision, problem.data_dtype)
+            default_maxiter = 10 * n
+        self._problem = problem
+        problem.reused = True
+        self._maxiter = default_maxiter if a["maxiter"] is None else a["maxiter"]
+        problem.maxiter = self._maxiter
+        set_rhs(problem, b0, rtol=a["rtol"], atol=a["atol"], maxiter=self._maxiter)  # checks
+        self.method = method
+        self._body, self._body_kw = BODIES[method], body_kw
+        self._start = policy if auto else precision
+        self._policies = {}
+        # a preconditioner passed already set up (or as a matrix/operator) is the caller's:
+        # update() leaves it alone; one made or set up here is set up again there
+        self._owns_M = isinstance(M, Preconditioner) and not M_was_setup
+        self.precision = self._realise(policy)      # the preconditioner is set up here
+        self._name = name
+        self._report = report_fields(problem, method, name)
+        if auto:
+            self._report.update(choices=self.choices, analysis=self.analysis)
+        self.precond = self._report["precond"]
+        self.setup_time = time.perf_counter() - t0
+
+    def _realise(self, policy):
+        """The first policy (from ``policy`` on, stronger when the FP32 copies of ``A`` or
+        the preconditioner do not fit) whose System can be made; each solve then meets
+        the same range errors in :func:`system_for`'s cache and escalates the same way."""
+        while True:
+            try:
+                system_for(self._problem, policy)
+                return policy
+            except PrecisionRangeError:
+                nxt = policy.stronger() if self.escalate else None
+                if nxt is None:
+                    raise
+                policy = nxt
+
+    # ------------------------------------------------------------------ use
+    @property
+    def shape(self):
+        return (self._problem.n, self._problem.n)
+
+    @property
+    def n(self) -> int:
+        return self._problem.n
+
+    def solve(self, b, x0=None, *, rtol=None, atol=None, maxiter=None,
+              callback=None) -> SolveResult:
+        """Solve ``A x = b`` with the stored set-up.
+
+        Parameters
+        ----------
+        b : ndarray, shape (n,) or (n, 1)
+            Never modified (it is checked and copied).
+        x0 : ndarray, ``'Mb'`` or None
+            As in :func:`mpsolve.solve`.
+        rtol, atol, maxiter : optional
+            This call's values (default: the constructor's).
+        callback : callable, optional
+            As in :func:`mpsolve.solve`.
+
+        Returns
+        -------
+        SolveResult
+            As :func:`mpsolve.solve` returns it; ``setup_time`` is this call's checks and
+            copies only (the stored set-up took :attr:`setup_time`).
+        """
+        t0 = time.perf_counter()
+        a = self._args
+        problem = set_rhs(self._problem, b, x0, rtol=a["rtol"] if rtol is None else rtol,
+                          atol=a["atol"] if atol is None else atol,
+                          maxiter=self._maxiter if maxiter is None else maxiter)
+        dt = problem.data_dtype
+        policy = self._policies.get(dt)
+        if policy is None:   # the policy a fresh solve starts from (the data's dtype decides
+            # with precision=None: an FP32 A with an FP64 b runs in FP64); the Systems'
+            # cached range errors then escalate it as in the constructor
+            policy = self._policies[dt] = as_precision(self._start, dt)
+        return iterate(self.method, self._body, problem, policy, callback=callback,
+                       escalate=self.escalate, body_kw=self._body_kw, t0=t0,
+                       report=self._report)
+
+    def _a_dtype(self):
+        a = np.dtype(getattr(self._problem.A_user, "dtype", None) or np.float64)
+        return a if a.kind == "f" else np.dtype(np.float64)
+
+    def __matmul__(self, b):
+        """``s @ b``: the solution ``x`` of ``A x = b`` (``s.solve(b).x``), so that a
+        Solver reads as ``A^-1``."""
+        return self.solve(b).x
+
+    # ------------------------------------------------------------------ update
+    def update(self, A_new) -> "Solver":
+        """Take a new matrix; returns ``self``.
+
+        Same shape and sparsity pattern as the current ``A`` (canonical CSR ``indptr`` and
+        ``indices``): only the numeric set-up is redone (``last_update = "numeric"``) --
+        the FP64 operator and the FP32 copies of the values, the preconditioner's set-up
+        on them; the choice of method and preconditioner, the kernels and the workspace
+        stay.  A preconditioner the caller passed already set up (or as a matrix or
+        operator) is the caller's and stays as it is.  Otherwise (``last_update =
+        "full"``): everything is set up again as by the constructor.
+        """
+        t0 = time.perf_counter()
+        p = self._problem
+        C = None
+        if (p.A_csr is not None and on_host(A_new)
+                and getattr(A_new, "shape", None) == p.A_csr.shape):
+            try:
+                C = canonical_csr(check_matrix(A_new, "A_new"))
+            except TypeError:
+                C = None
+        old = p.A_csr
+        if C is None or C.nnz != old.nnz or not (np.array_equal(C.indptr, old.indptr)
+                                                and np.array_equal(C.indices, old.indices)):
+            self._build(A_new, stacklevel=4)
+            self.last_update = "full"
+            return self
+        if C.dtype.kind != "f":
+            C = C.astype(np.float64)
+        p.A_csr = C
+        p.A_user = C
+        p.A64 = SparseOperator(C, "float64", "float64", p.device, what="A")
+        p._residual64 = None
+        M = p.M_user
+        try:
+            if self._owns_M:     # its set-up on the new values, as it was stored
+                M.setup_canonical(C, dtype=M.storage_dtype, device=M.device, side=M._side)
+            p._systems.clear()   # the stored (FP32) copies of A, made again and range-checked
+            self._policies.clear()
+            self.precision = self._realise(as_precision(self._start, self._a_dtype()))
+        except Exception:
+            # the new values do not fit the kept choice (a zero pivot, an FP32 range the
+            # first policy does not reach): set everything up as the constructor does
+            self._build(A_new, stacklevel=4)
+            self.last_update = "full"
+            return self
+        self._report.update(report_fields(p, self.method, self._name))
+        self.setup_time = time.perf_counter() - t0
+        self.last_update = "numeric"
+        return self
+
+    def __repr__(self):
+        return (f"<Solver {self.n}x{self.n}: {self.method}"
+                + (f" + {self.precond}" if self.precond else "")
+                + f", {self.precision.name}>")

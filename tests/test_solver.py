@@ -1,0 +1,378 @@
+"""mpsolve.Solver: the set-up once, the same answers as mpsolve.solve, update()."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import mpsolve
+from mpsolve import Solver
+from mpsolve.matrices import convection_diffusion2d, poisson2d
+from mpsolve.precond import ILU0, Jacobi
+from test_gpu_api import fake_gpu  # noqa: F401  (the fixture)
+
+
+def _rhs(n, seed):
+    return np.random.default_rng(seed).standard_normal(n)
+
+
+def _same(r, q, detail=True):
+    """Two SolveResults of the same solve: bitwise the same answer and history."""
+    assert r.iterations == q.iterations
+    assert r.info == q.info
+    assert r.precision == q.precision
+    assert np.array_equal(r.x, q.x)
+    assert r.x.dtype == q.x.dtype
+    assert np.array_equal(r.residuals, q.residuals)
+    assert r.true_residual == q.true_residual
+    assert r.status == q.status
+    assert [str(e) for e in r.escalations] == [str(e) for e in q.escalations]
+    assert r.precond == q.precond
+    assert r.precond_detail == q.precond_detail or not detail
+
+
+CASES = [
+    ("cg", "jacobi", "double"), ("cg", "ilu0", "mixed"), ("cg", "isai", "mixed-eft"),
+    ("cg", None, "eft"), ("cg", "ilu0", "ir"), ("cg", "jacobi", "single"),
+    ("gmres", "ilu0", "mixed"), ("gmres", "isai", "double"), ("gmres", "jacobi", "mixed-cb"),
+    ("gmres", None, "mixed-eft"), ("bicgstab", "ilu0", "mixed"), ("bicgstab", "jacobi", "single"),
+]
+
+
+@pytest.mark.parametrize("method,precond,precision", CASES,
+                         ids=[f"{m}-{p}-{q}" for m, p, q in CASES])
+def test_bitwise_as_a_fresh_solve(method, precond, precision):
+    """Interleaved right-hand sides (and starts) give what a fresh mpsolve.solve gives."""
+    A = poisson2d(14) if method == "cg" else convection_diffusion2d(14)
+    n = A.shape[0]
+    kw = dict(method=method, precond=precond, precision=precision, rtol=1e-9)
+    s = Solver(A, **kw)
+    bs = [A @ np.ones(n), _rhs(n, 1), A @ np.ones(n)]
+    x0 = _rhs(n, 2)
+    got = [s.solve(b) for b in bs] + [s.solve(bs[1], x0=x0), s.solve(bs[1], x0="Mb")]
+    want = [mpsolve.solve(A, b, **kw) for b in bs] + [
+        mpsolve.solve(A, bs[1], x0=x0, **kw), mpsolve.solve(A, bs[1], x0="Mb", **kw)]
+    for r, q in zip(got, want):
+        _same(r, q)
+        assert r.converged
+    for r, b in zip(got[:3], bs):  # FP64 true residual within the tolerance
+        assert np.linalg.norm(b - A @ r.x) <= 1e-9 * np.linalg.norm(b) * (1 + 1e-6)
+
+
+def test_reference_device_bitwise():
+    A = convection_diffusion2d(8)
+    n = A.shape[0]
+    kw = dict(method="gmres", precond="ilu0", precision="mixed", rtol=1e-8, device="reference")
+    s = Solver(A, **kw)
+    for seed in (0, 1):
+        _same(s.solve(_rhs(n, seed)), mpsolve.solve(A, _rhs(n, seed), **kw))
+
+
+def test_results_do_not_share_memory_and_inputs_untouched():
+    A = poisson2d(12)
+    n = A.shape[0]
+    A0 = A.copy()
+    b1, b2, x0 = _rhs(n, 0), _rhs(n, 1), _rhs(n, 2)
+    keep = b1.copy(), b2.copy(), x0.copy()
+    s = Solver(A, method="cg", precond="ilu0", precision="mixed", rtol=1e-10)
+    r1 = s.solve(b1, x0=x0)
+    x1 = r1.x.copy()
+    s.solve(b2)
+    assert np.array_equal(r1.x, x1)               # the second solve did not overwrite it
+    for a, k in zip((b1, b2, x0), keep):
+        assert np.array_equal(a, k)
+    assert (A != A0).nnz == 0
+    assert np.array_equal((s @ b2), s.solve(b2).x)
+
+
+class _Counting(Jacobi):
+    calls = 0
+
+    def _setup(self, A, dtype):
+        type(self).calls += 1
+        super()._setup(A, dtype)
+
+
+def test_setup_once_and_no_allocation_per_solve():
+    A = poisson2d(12)
+    n = A.shape[0]
+    _Counting.calls = 0
+    s = Solver(A, method="cg", precond=_Counting(), precision="mixed", rtol=1e-8)
+    assert _Counting.calls == 1
+    ws = s._problem.workspace
+    s.solve(_rhs(n, 0))
+    made, systems = ws.allocations, dict(s._problem._systems)
+    for seed in range(1, 4):
+        assert s.solve(_rhs(n, seed)).converged
+    assert _Counting.calls == 1
+    assert ws.allocations == made                 # the vectors of the first solve, reused
+    assert s._problem._systems == systems         # no System made again
+    b64 = s._problem.b64
+    s.solve(_rhs(n, 9), x0=_rhs(n, 8))
+    x0_64 = s._problem.x0_64
+    s.solve(_rhs(n, 7), x0=_rhs(n, 6))
+    assert s._problem.b64 is b64 and s._problem.x0_64 is x0_64   # private copies, reused
+
+
+def test_other_shapes_and_dtypes_take_the_general_path():
+    A = poisson2d(10)
+    n = A.shape[0]
+    kw = dict(method="cg", precond="ilu0", precision="mixed", rtol=1e-9)
+    s = Solver(A, **kw)
+    b = _rhs(n, 0)
+    for bb, x0 in ((b.reshape(-1, 1), None), (b.astype(np.float32), None),
+                   (list(b), None), (b, _rhs(n, 1).astype(np.float32)),
+                   (b[::-1].copy()[::-1], b[::2].repeat(2))):
+        _same(s.solve(bb, x0=x0), mpsolve.solve(A, bb, x0=x0, **kw))
+
+
+def test_per_call_overrides_then_defaults():
+    A = convection_diffusion2d(12)
+    n = A.shape[0]
+    b = _rhs(n, 0)
+    kw = dict(method="bicgstab", precond="jacobi", precision="double")
+    s = Solver(A, rtol=1e-6, **kw)
+    _same(s.solve(b, rtol=1e-11), mpsolve.solve(A, b, rtol=1e-11, **kw))
+    _same(s.solve(b, maxiter=3), mpsolve.solve(A, b, rtol=1e-6, maxiter=3, **kw))
+    _same(s.solve(b, atol=1e-3), mpsolve.solve(A, b, rtol=1e-6, atol=1e-3, **kw))
+    _same(s.solve(b), mpsolve.solve(A, b, rtol=1e-6, **kw))   # the defaults again
+    assert s.solve(b, maxiter=3).info == 3
+
+
+def test_zero_rhs_and_callback():
+    A = poisson2d(10)
+    s = Solver(A, method="cg", precond="jacobi", rtol=1e-8)
+    r = s.solve(np.zeros(A.shape[0]))
+    assert r.converged and not r.x.any() and r.iterations == 0
+    seen = []
+    r = s.solve(np.ones(A.shape[0]), callback=lambda xk: seen.append(1) or len(seen) >= 3)
+    assert len(seen) == 3 and r.iterations == 3 and r.info == mpsolve.result.USER_STOP
+
+
+def test_errors_name_the_argument():
+    A = poisson2d(6)
+    s = Solver(A, method="cg", precond="jacobi")
+    with pytest.raises(ValueError, match="b has shape"):
+        s.solve(np.ones(5))
+    with pytest.raises(ValueError, match="b contains 1 NaN"):
+        s.solve(np.r_[np.nan, np.ones(35)])
+    with pytest.raises(ValueError, match="rtol"):
+        s.solve(np.ones(36), rtol=-1.0)
+    with pytest.raises(TypeError, match="maxiter"):
+        s.solve(np.ones(36), maxiter=2.5)
+    with pytest.raises(ValueError, match="x0"):
+        s.solve(np.ones(36), x0=np.ones(3))
+    with pytest.raises(ValueError, match="method='lu'"):
+        Solver(A, method="lu")
+    with pytest.raises(ValueError, match="unknown preconditioner"):
+        Solver(A, method="cg", precond="amg")
+    with pytest.raises(ValueError, match="A must be square|square"):
+        Solver(sp.random(4, 5, density=0.5, format="csr"), method="cg", precond=None)
+    assert s.solve(np.ones(36)).converged       # a refused call leaves the Solver usable
+
+
+def test_float32_data_policy_follows_b():
+    """precision=None: FP32 A and FP32 b run 'single'; an FP64 b runs 'double' -- as
+    mpsolve.solve decides from the data.  (The preconditioner keeps the storage of the
+    construction's policy, FP32 here: its 1/4 diagonal is exact in both.)"""
+    A = poisson2d(10).astype(np.float32)
+    n = A.shape[0]
+    s = Solver(A, method="cg", precond="jacobi", rtol=1e-5)
+    for b in (np.ones(n, np.float32), np.ones(n)):
+        r, q = s.solve(b), mpsolve.solve(A, b, method="cg", precond="jacobi", rtol=1e-5)
+        _same(r, q, detail=b.dtype == np.float32)
+    assert s.solve(np.ones(n, np.float32)).precision == "single"
+    assert s.solve(np.ones(n)).precision == "double"
+
+
+def test_range_escalation_replayed_every_solve():
+    """A matrix beyond FP32's range: the FP32 preconditioner's set-up fails, the policy
+    escalates -- in every solve, with the same record as a fresh solve, set up once."""
+    A = poisson2d(8) * 1e46          # ILU(0)'s inverse pivots 2.5e-47 underflow in FP32
+    n = A.shape[0]
+    kw = dict(method="cg", precond="ilu0", precision="mixed", rtol=1e-8)
+    s = Solver(A, **kw)
+    for seed in (0, 1):
+        b = A @ _rhs(n, seed)
+        r, q = s.solve(b), mpsolve.solve(A, b, **kw)
+        _same(r, q)
+        assert r.escalations and r.converged
+    with pytest.raises(mpsolve.PrecisionRangeError):
+        Solver(A, escalate=False, **kw)
+
+
+def test_update_same_pattern_is_numeric_and_matches_fresh():
+    A = convection_diffusion2d(12)
+    n = A.shape[0]
+    A2 = A.copy()
+    A2.data = A2.data * (1.0 + 0.1 * np.random.default_rng(0).random(A2.nnz))
+    keep = A2.copy()
+    kw = dict(method="gmres", precond="ilu0", precision="mixed", rtol=1e-10)
+    s = Solver(A, **kw)
+    b = _rhs(n, 3)
+    s.solve(b)
+    M = s._problem.M_user
+    assert s.update(A2) is s and s.last_update == "numeric"
+    assert s._problem.M_user is M                 # the same preconditioner, set up again
+    r = s.solve(b)
+    _same(r, mpsolve.solve(A2, b, **kw))
+    assert np.linalg.norm(b - A2 @ r.x) <= 1e-10 * np.linalg.norm(b) * (1 + 1e-6)
+    assert (A2 != keep).nnz == 0                  # A_new untouched
+
+
+def test_update_other_pattern_or_shape_is_full():
+    A = poisson2d(10)
+    kw = dict(method="cg", precond="ilu0", precision="double", rtol=1e-10)
+    s = Solver(A, **kw)
+    B = (A + sp.eye(A.shape[0], k=3) * -0.01 + sp.eye(A.shape[0], k=-3) * -0.01).tocsr()
+    s.update(B)
+    assert s.last_update == "full"
+    b = _rhs(A.shape[0], 0)
+    _same(s.solve(b), mpsolve.solve(B, b, **kw))
+    C = poisson2d(11)
+    s.update(C)
+    assert s.last_update == "full" and s.n == C.shape[0]
+    b = _rhs(C.shape[0], 1)
+    _same(s.solve(b), mpsolve.solve(C, b, **kw))
+
+
+def test_update_beyond_fp32_escalates_like_fresh():
+    A = poisson2d(8)
+    kw = dict(method="cg", precond="ilu0", precision="mixed", rtol=1e-8)
+    s = Solver(A, **kw)
+    big = A * 1e46
+    s.update(big)
+    assert s.last_update == "full"                # the kept FP32 storage no longer fits
+    b = big @ np.ones(A.shape[0])
+    r = s.solve(b)
+    _same(r, mpsolve.solve(big, b, **kw))
+    assert r.escalations
+
+
+def test_update_leaves_a_callers_set_up_preconditioner():
+    A = poisson2d(8)
+    M = ILU0(dtype="float64").setup(A)
+    s = Solver(A, method="cg", precond=M, rtol=1e-10)
+    before = M.setup_time
+    s.update(2 * A)
+    assert s.last_update == "numeric" and M.setup_time == before
+    r = s.solve(A @ np.ones(A.shape[0]))          # M (of A) preconditions 2A: still converges
+    assert r.converged and np.allclose(r.x, 0.5, rtol=1e-8)
+
+
+def test_auto_resolved_once():
+    A = poisson2d(12)
+    n = A.shape[0]
+    s = Solver(A, rtol=1e-10)
+    assert (s.method, s.precond) == ("cg", "ilu0")
+    assert s.choices[0].outcome == "chosen" and s.analysis["symmetric"]
+    for seed in (0, 1):
+        b = _rhs(n, seed)
+        r, q = s.solve(b), mpsolve.solve(A, b, rtol=1e-10)
+        assert r.iterations == q.iterations and np.array_equal(r.x, q.x)
+        assert r.choices[0].label == q.choices[0].label
+    B = convection_diffusion2d(12)
+    s = Solver(B, rtol=1e-10)
+    assert (s.method, s.precond) == ("gmres", "ilu0")
+    b = _rhs(B.shape[0], 0)
+    r, q = s.solve(b), mpsolve.solve(B, b, rtol=1e-10)
+    assert r.iterations == q.iterations and np.array_equal(r.x, q.x)
+
+
+def test_auto_skips_a_candidate_that_cannot_be_set_up():
+    """ILU(0) meets a zero pivot (u_22 = 4 - 2 * 2): the next candidate is kept, the
+    failure recorded, and the answer is the fresh automatic solve's."""
+    blk = np.array([[1.0, 2.0, 0.0], [2.0, 4.0, 1.0], [0.0, 3.0, 1.0]])
+    A = sp.csr_matrix(sp.kron(sp.eye(4), blk))
+    s = Solver(A, rtol=1e-10)
+    assert s.choices[0].outcome.startswith("set-up failed: ZeroPivotError")
+    assert (s.method, s.precond) == ("gmres", "isai")
+    b = np.arange(1.0, 13.0)
+    r, q = s.solve(b), mpsolve.solve(A, b, rtol=1e-10)
+    assert r.converged and q.converged
+    assert r.iterations == q.iterations and np.array_equal(r.x, q.x)
+    with pytest.raises(ValueError, match="pivot"):
+        Solver(A, method="gmres", precond="ilu0")
+
+
+def test_matches_scipy():
+    A = convection_diffusion2d(16)
+    b = np.arange(A.shape[0], dtype=float)
+    s = Solver(A, method="gmres", precond="isai", precision="mixed", rtol=1e-12, restart=30)
+    x = s.solve(b).x
+    xs = spla.spsolve(A.tocsc(), b)
+    cond = np.linalg.cond(A.toarray())
+    assert np.linalg.norm(x - xs) <= 10 * cond * 1e-12 * np.linalg.norm(xs)
+
+
+def test_linear_operator():
+    A = poisson2d(8)
+    L = spla.aslinearoperator(A)
+    b = _rhs(A.shape[0], 0)
+    s = Solver(L, method="gmres", precond=None, rtol=1e-10)
+    _same(s.solve(b), mpsolve.solve(L, b, method="gmres", precond=None, rtol=1e-10))
+    s.update(spla.aslinearoperator(2 * A))
+    assert s.last_update == "full"
+    assert np.allclose(s.solve(b).x, np.linalg.solve(2 * A.toarray(), b), rtol=1e-7, atol=1e-9)
+
+
+def test_device_data_flow(fake_gpu):
+    """A Solver on device data (CuPy stand-ins, the CPU's kernels registered for the GPU,
+    ``tests/test_gpu_api.py``): device b in, device x out, every vector on the device, the
+    CPU's iterations; a host b gets a host x back."""
+    from test_gpu_api import FakeCsr, FakeCupy, _dev
+
+    A = convection_diffusion2d(10)
+    b = _rhs(A.shape[0], 0)
+    kw = dict(method="gmres", precond="ilu0", precision="mixed", rtol=1e-9)
+    s = Solver(FakeCsr(A), **kw)
+    bd = _dev(b)
+    r = s.solve(bd)
+    c = mpsolve.solve(A, b, **kw)
+    assert type(r.x) is FakeCupy and r.iterations == c.iterations and r.converged
+    assert np.array_equal(bd.get(), b)
+    ws = s._problem.workspace
+    assert ws._arrays and all(type(a) is FakeCupy for a in ws._arrays.values())
+    x_first = r.x.get().copy()
+    h = s.solve(b)                                 # a host b: the answer on the host
+    assert type(h.x) is np.ndarray and h.iterations == c.iterations
+    assert np.array_equal(r.x.get(), x_first)      # not overwritten by the second solve
+
+
+@pytest.mark.parametrize("scale", [2.0**600, 2.0**-600, 1e300])
+def test_extreme_right_hand_sides_as_fresh(scale):
+    """A b of huge or tiny norm (held scaled by a power of two by the overflow-safe
+    driver of main's f9a4674, which this branch predates: skipped here) gives what a fresh
+    solve gives, and the next ordinary b is unaffected."""
+    from mpsolve._system import Problem
+
+    if "b_exp" not in Problem.__dataclass_fields__:
+        pytest.skip("needs the overflow-safe driver (main's f9a4674)")
+    A = poisson2d(10)
+    n = A.shape[0]
+    kw = dict(method="cg", precond="jacobi", precision="double", rtol=1e-8)
+    s = Solver(A, **kw)
+    b = _rhs(n, 0) * scale
+    r = s.solve(b)
+    _same(r, mpsolve.solve(A, b, **kw))
+    assert r.converged and np.isfinite(r.true_residual) and r.iterations > 0
+    _same(s.solve(b, x0=b / 4), mpsolve.solve(A, b, x0=b / 4, **kw))
+    _same(s.solve(_rhs(n, 1)), mpsolve.solve(A, _rhs(n, 1), **kw))
+
+
+def test_a_complex_solver_and_a_real_one_given_complex_data():
+    """A Solver set up for a complex A solves real and complex right-hand sides (and a
+    scaled one) as fresh solves do; a real one refuses a complex b by name."""
+    n = 50
+    T = sp.diags([-1.0, 2.5, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+    C = (T + 0.3j * sp.identity(n, format="csr")).tocsr()
+    s = mpsolve.Solver(C, method="gmres", precond="jacobi", rtol=1e-10)
+    for b in (np.ones(n), np.full(n, 1 + 2j), np.full(n, 2.0**990)):
+        r = s.solve(b)
+        f = mpsolve.solve(C, b, method="gmres", precond="jacobi", rtol=1e-10)
+        assert r.info == f.info == 0 and r.iterations == f.iterations
+        assert np.array_equal(r.x, f.x) and r.x.dtype == np.complex128
+    real = mpsolve.Solver(T, method="cg", precond="jacobi", rtol=1e-10)
+    with pytest.raises(TypeError, match="complex"):
+        real.solve(np.full(n, 1j))
