@@ -79,9 +79,10 @@ def summary(runs, reference=None):
 
 
 def _summary_lines(runs, reference, bold="**"):
-    """The geometric-mean sentences, for the reference runs and the best runs."""
+    """The geometric-mean sentences: best against best first (the headline), then
+    against the named reference runs."""
     out = []
-    for ref in (reference, None):
+    for ref in (None, reference):
         _, gm, ratios = summary(runs, ref)
         for s, g in gm.items():
             finite = [x for x in ratios[s] if math.isfinite(x)]

@@ -75,12 +75,13 @@ def test_default_configurations_are_the_reduced_set_and_full_is_every_combinatio
     assert suite.mpsolve_configs(args) == suite.DEFAULT_CONFIGS
     assert suite._methods_for(True, args) == ["cg"]
     assert suite._methods_for(False, args) == ["gmres", "bicgstab"]
-    assert suite._baseline_preconds(args) == (["jacobi", "spilu"], ["bjacobi", "jacobi"])
+    assert suite._baseline_preconds(args) == (["jacobi", "spilu"],
+                                              ["bjacobi", "jacobi", "sor", "icc"])
 
     suite, args = _args("--full")
     assert len(suite.mpsolve_configs(args)) == 9
     assert suite._methods_for(True, args) == ["cg", "gmres"]
-    assert suite._baseline_preconds(args)[1] == ["jacobi", "bjacobi", "sor", "mpsolve"]
+    assert suite._baseline_preconds(args)[1] == ["jacobi", "bjacobi", "sor", "icc", "mpsolve"]
 
     # an option given alone keeps its former meaning: a product with the other's full list
     suite, args = _args("--preconds", "ilu0")
