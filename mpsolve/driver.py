@@ -40,7 +40,7 @@ from ._demote import PrecisionRangeError
 from ._system import STAGNATION, make_problem, make_system
 from .precision import as_precision
 from .precond.base import Preconditioner
-from .refine import refine_stage
+from .refine import dd_stage, dd_supported, refine_stage
 from .result import USER_STOP, Escalation, SolveResult, status_text
 
 __all__ = ["run"]
@@ -128,8 +128,13 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
     n = problem.n
     rel_tol = problem.tol / problem.bnrm if problem.bnrm else problem.rtol
 
-    def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra=""):
+    def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra="",
+               x_lo=None):
         x = problem.answer(x64)
+        if x_lo is not None and x.dtype == np.float64:
+            x_lo = problem.answer(x_lo).copy()
+        else:
+            x_lo = None
         rel = true / problem.bnrm if problem.bnrm else true
         Mobj = problem.M_user
         return SolveResult(
@@ -143,7 +148,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
             precond_nbytes=int(getattr(Mobj, "nbytes", 0) or 0) if Mobj is not None else 0,
             precond_detail=_describe(Mobj),
             precond_stats=dict(getattr(Mobj, "stats", None) or {}),
-            restarts=max(0, int(count) - 1) if method == "gmres" else 0,
+            restarts=max(0, int(count) - 1) if method == "gmres" else 0, x_lo=x_lo,
         )
 
     if n == 0 or problem.bnrm == 0.0:
@@ -189,6 +194,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
     count = iters = 0
     budget = problem.maxiter
     flag, true = 1, np.inf
+    x_lo = None
     while True:
         # a policy that cannot reach the tolerance even in exact arithmetic is skipped
         if escalate and rel_tol < policy.floor and policy.stronger() is not None:
@@ -201,10 +207,16 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
             policy, sys = realise(nxt, iters)
             continue
         range_error = None
+        x_lo = None                            # the low part of a double-double x
         try:
             if policy.inner is not None:
                 c, it, flag, true = refine_stage(body, problem, policy, x64, budget - count,
                                                  callback, hist, body_kw, r64)
+            elif policy.residual == "dd" and dd_supported(problem):
+                # x double-double, residual by Dot2: refinement in three precisions
+                c, it, flag, true = dd_stage(body, sys, x64, budget - count, callback, hist,
+                                             body_kw, r64)
+                x_lo = ws.get("dd_xl", n, np.float64)
             else:
                 c, it, flag, true = krylov_stage(body, sys, x64, budget - count, callback, hist,
                                                  body_kw, r64)
@@ -243,4 +255,4 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
         extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
                  + ("" if escalate else "; escalate=True would switch to a stronger policy"))
     return finish(x64, info, count, iters, hist, true, setup_time,
-                  solve_time, escalations, policy, extra)
+                  solve_time, escalations, policy, extra, x_lo=x_lo)
