@@ -173,7 +173,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         def cb(v):                              # the body's iterate is d: hand on x
             if getattr(v, "shape", None) == (n,):
                 xp.add(xh, v, out=xt)
-                xt += xl                        # x = x_hi + x_lo + d
+                xp.add(xt, xl, out=xt)          # x = x_hi + x_lo + d
                 return callback(xt)
             return callback(v)                  # GMRES's residual-norm callbacks
 
