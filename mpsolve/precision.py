@@ -170,8 +170,13 @@ class Precision:
         the conditioning part is left to the stagnation test).  The storage
         precision of ``A`` sets no floor of its own: the driver's residual
         replacement recomputes ``r = b - A x`` in FP64 with the exact matrix, so an
-        FP32 ``A`` costs iterations, not accuracy.  Refinement has the FP64 floor.
+        FP32 ``A`` costs iterations, not accuracy.  Refinement has the FP64 floor; a
+        policy with ``residual="dd"`` carries ``x`` and ``r`` in double-double, so its
+        floor is that of the pair (``10 eps^2``): no stronger policy would get further,
+        though the FP64-rounded answer's own residual stays near ``eps ||A|| ||x||``.
         """
+        if self.inner is None and self.residual == "dd":
+            return 10.0 * float(np.finfo(np.float64).eps) ** 2
         if self.inner is not None:
             return 10.0 * float(np.finfo(np.float64).eps)
         return 10.0 * float(np.finfo(self.working).eps)

@@ -330,3 +330,17 @@ def test_double_and_mixed_are_unchanged_by_the_dd_path(jump_problem):
         assert calls
     finally:
         driver.dd_stage = orig
+
+
+def test_a_tolerance_below_fp64s_floor_escalates_double_to_eft(jump_problem):
+    """``double``'s floor (10 eps) is above rtol = 1e-16: with escalate=True the solve
+    starts as ``eft``, whose double-double floor is below it, and gains its accuracy;
+    ``mixed-eft`` stays itself (refinement with an FP32 preconditioner gets as far)."""
+    A, xs, b = jump_problem
+    r = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="double", rtol=1e-16)
+    assert r.precision == "eft" and "floor" in r.escalations[0].reason
+    assert forward_error(r.x, xs) <= 10 * U
+    m = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="mixed-eft", rtol=1e-16)
+    assert m.precision == "mixed-eft" and not m.escalations
+    assert forward_error(m.x, xs) <= 10 * U
+    assert Precision.preset("eft").floor < 1e-30 < Precision.preset("double").floor
