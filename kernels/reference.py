@@ -1079,6 +1079,13 @@ def ref_residual_dd(plan, indptr, indices, data, xh, xl, b, r, rl):
     for i in range(indptr.size - 1):
         lo, hi = int(indptr[i]), int(indptr[i + 1])
         if th is None or tl is None:        # exact in Fractions, then rounded
+            cs = cols[lo:hi]
+            if not (np.isfinite(b[i]) and np.isfinite(data[lo:hi]).all()
+                    and np.isfinite(xh[cs]).all() and np.isfinite(xl[cs]).all()):
+                with np.errstate(all="ignore"):   # inf/nan propagate as in FP64
+                    r[i] = b[i] - np.sum(data[lo:hi] * xh[cs]) - np.sum(data[lo:hi] * xl[cs])
+                rl[i] = 0.0
+                continue
             q = Fraction(float(b[i])) - sum(
                 (Fraction(float(data[k])) * (Fraction(float(xh[cols[k]]))
                                              + Fraction(float(xl[cols[k]])))
@@ -1099,6 +1106,12 @@ def ref_dd_axpy(a, x, yh, yl):
     pe = _exact_terms(np.full(x.size, float(a)), np.asarray(x, dtype=np.float64))
     for i in range(x.size):
         if pe is None:
+            if not (np.isfinite(yh[i]) and np.isfinite(yl[i]) and np.isfinite(x[i])
+                    and math.isfinite(a)):
+                with np.errstate(all="ignore"):
+                    yh[i] = yh[i] + yl[i] + a * x[i]
+                yl[i] = 0.0
+                continue
             q = Fraction(float(yh[i])) + Fraction(float(yl[i])) + Fraction(float(a)) * \
                 Fraction(float(x[i]))
             yh[i] = float(q)

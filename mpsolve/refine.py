@@ -33,7 +33,10 @@ recursive residual meets the target (the body's convergence), not their ``sqrt(e
 drop test inside the iteration, so a replacement restarts the Krylov space; with
 tolerances above the FP64 floor there is only the one solve, and nothing is restarted.
 The first step asks the body for the requested tolerance itself (the same iteration as
-a plain solve); later steps for ``max(tol, DD_ETA ||r||)``.
+a plain solve), or for the working precision's floor ``10 eps ||b||`` if the tolerance
+is below it; later steps for ``max(tol, DD_ETA ||r||)``, and once the pair meets the
+tolerance but its FP64 rounding cannot (a tolerance below ``u ||A|| ||x||``) for
+``DD_ETA ||r||``, until a correction no longer moves the rounded ``x``.
 
 Stagnation: if one refinement step does not halve the true residual, the
 inner precision cannot make progress on this matrix (its condition number is
@@ -187,6 +190,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         residual_dd(xh, xl, problem.b64, r64, rl)   # r + rl = b - A (x_hi + x_lo)
     true = float(xp.linalg.norm(r64))
     eps = float(np.finfo(f64).eps)
+    wfloor = 10.0 * float(np.finfo(wdt).eps) * problem.bnrm
     count = iters = 0
     flag = 0 if true <= tol else 1
     first = True
@@ -202,7 +206,10 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         r[:] = rhs
         d.fill(0)
         if first:
-            target = tol                        # the plain solve's own target
+            # the plain solve's own target -- or, below the working precision's floor
+            # (10 eps ||b||: a GMRES cycle's recomputed residual never gets under it), that
+            # floor: the refinement steps take it from there
+            target = max(tol, wfloor)
         elif accuracy:
             target = DD_ETA * true
         else:

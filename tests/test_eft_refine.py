@@ -344,3 +344,19 @@ def test_a_tolerance_below_fp64s_floor_escalates_double_to_eft(jump_problem):
     assert m.precision == "mixed-eft" and not m.escalations
     assert forward_error(m.x, xs) <= 10 * U
     assert Precision.preset("eft").floor < 1e-30 < Precision.preset("double").floor
+
+
+def test_dd_kernels_propagate_non_finite_values():
+    A = sp.csr_matrix(np.array([[1.0, 2.0], [0.0, 3.0]]))
+    ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    xh, xl, b = np.array([np.inf, 1.0]), np.zeros(2), np.ones(2)
+    for device in ("cpu", "reference"):
+        r, rl = np.empty(2), np.empty(2)
+        with np.errstate(all="ignore"):
+            lookup(device, "residual_dd", ("float64",))(launch_plan(device, "spmv", ip), ip,
+                                                        ix, A.data, xh, xl, b, r, rl)
+        assert not np.isfinite(r[0]) and r[1] == -2.0
+        yh, yl = np.array([1.0, 2.0]), np.zeros(2)
+        with np.errstate(all="ignore"):
+            lookup(device, "dd_axpy", ("float64",))(1.0, np.array([np.nan, 1.0]), yh, yl)
+        assert np.isnan(yh[0]) and yh[1] == 3.0
