@@ -360,3 +360,44 @@ def test_dd_kernels_propagate_non_finite_values():
         with np.errstate(all="ignore"):
             lookup(device, "dd_axpy", ("float64",))(1.0, np.array([np.nan, 1.0]), yh, yl)
         assert np.isnan(yh[0]) and yh[1] == 3.0
+
+
+# ----------------------------------------------------------------- the accuracy bench's oracles
+def _fraction_solve(A, b):
+    """Gaussian elimination in exact rational arithmetic."""
+    n = A.shape[0]
+    M = [[Fraction(float(v)) for v in row] + [Fraction(float(bi))]
+         for row, bi in zip(A.toarray(), b)]
+    for k in range(n):
+        p = next(i for i in range(k, n) if M[i][k] != 0)
+        M[k], M[p] = M[p], M[k]
+        for i in range(k + 1, n):
+            f = M[i][k] / M[k][k]
+            M[i] = [a - f * c for a, c in zip(M[i], M[k])]
+    x = [Fraction(0)] * n
+    for i in reversed(range(n)):
+        x[i] = (M[i][n] - sum(M[i][j] * x[j] for j in range(i + 1, n))) / M[i][i]
+    return x
+
+
+def test_bench_reference_solution_is_exact_to_double_double():
+    """The accuracy bench's x* for SuiteSparse matrices: dense LU refined with exactly
+    rounded residuals; against exact rational elimination on an ill-conditioned system."""
+    from mpsolve.bench.bench_accuracy import exact_rhs, reference_solution
+
+    n = 12
+    rng = np.random.default_rng(3)
+    H = np.array([[1.0 / (i + j + 1) for j in range(n)] for i in range(n)])   # Hilbert
+    A = sp.csr_matrix(H + np.diag(rng.uniform(0, 1e-8, n)))      # cond ~ 1e9
+    xi = rng.integers(-9, 10, n).astype(np.float64)
+    b = exact_rhs(A, xi)
+    assert np.array_equal(b, [float(q) for q in
+                              (sum((Fraction(float(a)) * Fraction(float(x))
+                                    for a, x in zip(row, xi)), Fraction(0))
+                               for row in A.toarray())])       # each row rounded once
+    xh, xl = reference_solution(A, b)
+    exact = _fraction_solve(A, b)
+    err = max(abs(float(Fraction(float(h)) + Fraction(float(lo)) - q))
+              for h, lo, q in zip(xh, xl, exact))
+    assert err <= 1e-25 * max(abs(float(q)) for q in exact)
+    assert all(h == float(q) for h, q in zip(xh, exact))        # x* rounded correctly
