@@ -77,7 +77,7 @@ class Precision:
         How ``x`` and the true residual ``b - A x`` are kept between Krylov stages:
         FP64, or ``"dd"``: ``x`` as a double-double pair, the residual by Dot2 per row
         with FP64 ``A`` and ``b``, each stage a correction solve (iterative refinement;
-        :mod:`mpsolve.refine`).  ``"dd"`` needs the matrix entries (an ``A`` given as a
+        :mod:`mpsolve.refine`).  ``"dd"`` needs ``working="float64"``, the matrix entries (an ``A`` given as a
         ``LinearOperator`` runs the ``"fp64"`` way) and a device with the ``residual_dd``
         kernel; it is ignored by a policy with ``inner`` set.
 
@@ -135,6 +135,11 @@ class Precision:
         if self.residual not in _RESIDUAL_MODES:
             raise ValueError(f"Precision.residual={self.residual!r}; use one of "
                              f"{_RESIDUAL_MODES}")
+        if self.residual == "dd" and self.working != "float64":
+            raise ValueError(f"Precision.residual='dd' needs working='float64' (got "
+                             f"{self.working!r}): the correction solves take the FP64 "
+                             "residual as it is; use residual='fp64' or an FP64 working "
+                             "precision")
         if self.dot not in _DOT_MODES:
             raise ValueError(f"Precision.dot={self.dot!r}; use one of {_DOT_MODES}")
         if self.inner is not None and self.inner.inner is not None:

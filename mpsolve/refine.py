@@ -170,7 +170,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     rhs = ws.get("dd_rhs", n, wdt)              # the correction equation's right-hand side
     d = ws.get("dd_d", n, wdt)                  # the correction (the body's iterate)
     r = ws.get("dd_r", n, wdt)                  # its recursive residual
-    d64 = d if wdt == f64 else ws.get("dd_d64", n, f64)
+    d64 = d                                     # FP64: Precision refuses 'dd' otherwise
     corr = replace(sys, b=rhs)                  # A d = rhs, same operator and M
     cb = None
     if callback is not None:
@@ -221,8 +221,6 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         if not problem.all_finite(d):
             flag = -14
             break
-        if d64 is not d:
-            d64[:] = d
         keep_h[:] = xh
         keep_l[:] = xl
         dd_axpy(1.0, d64, xh, xl)               # x_hi + x_lo += d  (double-double)

@@ -206,6 +206,8 @@ def test_eft_presets_carry_x_in_double_double():
         assert Precision.preset(name).residual == "fp64"
     with pytest.raises(ValueError, match="residual"):
         Precision(residual="quad")
+    with pytest.raises(ValueError, match="working='float64'"):
+        Precision(working="float32", matrix="float32", residual="dd")
     assert "double-double" in Precision.preset("eft").describe()
 
 
