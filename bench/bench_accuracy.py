@@ -54,6 +54,8 @@ from mpsolve import Precision, solve
 from mpsolve.kernels import lookup
 from mpsolve.matrices import anisotropic3d, poisson3d
 
+from .bench_setup import best_of
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 POLICIES = ["double", "mixed", "eft", "mixed-eft"]
 U = 2.0 ** -53
@@ -255,11 +257,7 @@ def cond1(A):
 
 def _best(f, repeat):
     """``f()``'s result and its best wall time over ``repeat`` calls."""
-    best, out = math.inf, None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = f()
-        best = min(best, time.perf_counter() - t)
+    best, out = best_of(f, repeat)
     return out, best
 
 

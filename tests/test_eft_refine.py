@@ -18,45 +18,12 @@ from mpsolve import Precision
 from mpsolve.kernels import lookup
 from mpsolve.kernels.reference import gamma
 from mpsolve.kernels.registry import launch_plan
+from mpsolve.bench.bench_accuracy import int_convdiff, int_jump3d
 
 U = 2.0 ** -53
 
 
 # ----------------------------------------------------------------- problems
-def int_jump3d(m, jump, seed=0):
-    """3-D 7-point diffusion with integer face coefficients 1 or ``jump`` (the smaller of
-    the two cells'), Dirichlet faces: an integer SPD M-matrix, condition growing with
-    ``jump``."""
-    rng = np.random.default_rng(seed)
-    k = np.where(rng.random((m, m, m)) < 0.5, 1, int(jump)).astype(np.int64)
-    idx = np.arange(m ** 3).reshape(m, m, m)
-    rows, cols, vals = [], [], []
-    diag = np.zeros(m ** 3, dtype=np.int64)
-    for ax in range(3):
-        lo = [slice(None)] * 3
-        hi = [slice(None)] * 3
-        lo[ax], hi[ax] = slice(0, m - 1), slice(1, m)
-        kf = np.minimum(k[tuple(lo)], k[tuple(hi)]).ravel()
-        i0, i1 = idx[tuple(lo)].ravel(), idx[tuple(hi)].ravel()
-        rows += [i0, i1]
-        cols += [i1, i0]
-        vals += [-kf, -kf]
-        np.add.at(diag, i0, kf)
-        np.add.at(diag, i1, kf)
-        for s in (0, m - 1):                    # the boundary faces
-            sl = [slice(None)] * 3
-            sl[ax] = s
-            np.add.at(diag, idx[tuple(sl)].ravel(), k[tuple(sl)].ravel())
-    rows.append(np.arange(m ** 3))
-    cols.append(np.arange(m ** 3))
-    vals.append(diag)
-    A = sp.csr_matrix((np.concatenate(vals).astype(np.float64),
-                       (np.concatenate(rows), np.concatenate(cols))), shape=(m ** 3,) * 2)
-    A.sum_duplicates()
-    A.sort_indices()
-    return A
-
-
 def exact_problem(A, seed=1, scale=100):
     rng = np.random.default_rng(seed)
     xs = rng.integers(-scale, scale + 1, A.shape[0]).astype(np.float64)
@@ -241,11 +208,7 @@ def test_forward_error_gain_on_an_exact_ill_conditioned_problem(jump_problem, pr
 @pytest.mark.parametrize("method", ["gmres", "bicgstab"])
 def test_forward_error_gain_nonsymmetric(method):
     """A nonsymmetric integer problem (upwind convection on top of the jumps)."""
-    A0 = int_jump3d(8, 1e7, seed=3)
-    n = A0.shape[0]
-    C = sp.diags([np.full(n - 1, -3.0)], [-1], shape=(n, n))      # integer upwinding
-    A = sp.csr_matrix(A0 + C + sp.diags(np.full(n, 3.0)))
-    A.sort_indices()
+    A = int_convdiff(8, 1e7)                   # jumps plus integer upwinding
     xs, b = exact_problem(A, seed=4)
     kw = dict(method=method, precond="jacobi", rtol=1e-16, escalate=False, maxiter=20000)
     d = mpsolve.solve(A, b, precision="double", **kw)
