@@ -30,7 +30,8 @@ preconditioner at the same ``rtol`` (their own stopping rules).
 A second table: iterations of ``double`` against ``eft`` (and ``eft`` with native
 reductions, to see which part moves them) at ``rtol = 1e-10``, where one Krylov solve
 is enough for every policy: the issue's iteration goal; on the same systems and on
-larger ones (n = 60^3), whose time per iteration is the iterations' own cost.
+larger ones (n = 60^3, 40^3 for GMRES), whose time per iteration is the iterations' own
+cost (the policies' runs interleaved, best of ``--repeat``).
 
 Times are the best of ``--repeat`` runs (default 3) after a warm-up; the machine may be
 shared: compare ratios within a row.
@@ -292,13 +293,15 @@ def iteration_rows(problems, rtol, log, repeat):
     for name, A, method, pc in problems:
         b = A @ _x_int(A.shape[0])
         out = dict(problem=name, method=method, n=A.shape[0])
-        for pol in ("double", "eft", eft_native):
-            res, t = _best(lambda: solve(A, b, method=method, precond=pc, precision=pol,
-                                         rtol=rtol, escalate=False,
-                                         maxiter=40 * A.shape[0] if method != "gmres" else 250,
-                                         **_kw(method)), repeat)
-            key = pol if isinstance(pol, str) else pol.name
-            out[key] = (res.iterations, res.info, t)
+        for _ in range(repeat):         # interleaved, so a busy spell hits every policy
+            for pol in ("double", "eft", eft_native):
+                res, t = _best(lambda: solve(A, b, method=method, precond=pc, precision=pol,
+                                             rtol=rtol, escalate=False,
+                                             maxiter=(40 * A.shape[0] if method != "gmres"
+                                                      else 250), **_kw(method)), 1)
+                key = pol if isinstance(pol, str) else pol.name
+                if key not in out or t < out[key][2]:
+                    out[key] = (res.iterations, res.info, t)
         rows.append(out)
         log(out)
     return rows
@@ -310,7 +313,7 @@ def large(quick):
     yield f"jump3d-int m={m} J=1e8", int_jump3d(m, 1e8), "cg", "jacobi"
     yield f"aniso3d-int m={m}", int_aniso3d(m), "cg", "jacobi"
     yield f"convdiff-int m={m} J=1e4", int_convdiff(m, 1e4), "bicgstab", "jacobi"
-    yield f"convdiff-int m={m} J=1e4", int_convdiff(m, 1e4), "gmres", "jacobi"
+    yield f"convdiff-int m={m * 2 // 3} J=1e4", int_convdiff(m * 2 // 3, 1e4), "gmres", "jacobi"
 
 
 # ------------------------------------------------------------------ report
