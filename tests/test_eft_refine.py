@@ -366,3 +366,12 @@ def test_bench_reference_solution_is_exact_to_double_double():
               for h, lo, q in zip(xh, xl, exact))
     assert err <= 1e-25 * max(abs(float(q)) for q in exact)
     assert all(h == float(q) for h, q in zip(xh, exact))        # x* rounded correctly
+
+
+def test_dd_kernel_docstring_examples_run():
+    import doctest
+    import importlib
+
+    mod = importlib.import_module("mpsolve.kernels.cpu.dd")
+    res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE, verbose=False)
+    assert res.attempted >= 2 and res.failed == 0
