@@ -112,6 +112,11 @@ CONTRACT = (
     Op("residual", "residual(plan, indptr, indices, data, x, b, r)",
        "r = b - A x, FP64 row sums; dtypes (data, x, b, r)",
        keys=tuple((v, d, d, d) for v in _F for d in _F), modes=("acc64",), complex=True),
+    Op("residual_dd", "residual_dd(plan, indptr, indices, data, xh, xl, b, r, rl)",
+       "r + rl = b - A (xh + xl): Dot2 per row (TwoProd by FMA, TwoSum), x a double-double "
+       "pair; r the pair rounded to FP64, rl the rest; all FP64", keys=(("float64",),)),
+    Op("dd_axpy", "dd_axpy(a, x, yh, yl)", "(yh, yl) = (yh + yl) + a x in double-double "
+       "(TwoProd, TwoSum; error O(u^2)); yh = the pair rounded", keys=(("float64",),)),
     Op("bsrmv", "bsrmv(plan, indptr, indices, data, x, y)",
        "y = A x, BSR data (nnzb, b, b); row sums FP64/FP32; dtypes (data, x, y)",
        keys=_MAT, modes=("acc64", "acc32")),

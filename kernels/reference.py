@@ -1147,3 +1147,77 @@ def ref_block_capacity(indptr, indices, ncols, b, max_excess=-1):
     cap = int((width[keys // nbc] * width[keys % nbc]).sum())
     nnz = int(indptr[m])
     return nnz + max_excess + 1 if 0 <= max_excess < cap - nnz else cap
+
+
+# --- double-double x and the compensated residual (mpsolve.refine's dd stage) ---------------
+def _exact_terms(a, x):
+    """The products ``a_k x_k`` as exact pairs (Dekker), with a fallback to Fractions
+    where the split could be inexact (huge, tiny or non-finite products)."""
+    p, e = two_prod_exact(a, x)
+    ax, xx = np.abs(a), np.abs(x)
+    prod = ax * xx
+    nz = prod != 0
+    if not (np.all(np.isfinite(prod)) and ax.max(initial=0) < 2.0**996
+            and xx.max(initial=0) < 2.0**996 and np.all(prod[nz] >= 2.0**-969)):
+        return None
+    return p, e
+
+
+def _round_rest(terms):
+    """``(fl(sum), fl(sum - fl(sum)))`` of exactly represented terms: the best pair."""
+    hi = math.fsum(terms)
+    if not math.isfinite(hi):
+        return hi, 0.0
+    return hi, math.fsum(terms + [-hi])
+
+
+@_register("reference", "residual_dd", [("float64",)])
+def ref_residual_dd(plan, indptr, indices, data, xh, xl, b, r, rl):
+    """``r + rl = b - A (xh + xl)``: each row's exact residual rounded to FP64 (``r``)
+    and the rest rounded (``rl``) -- within the Dot2 bound of the CPU kernel."""
+    data = np.asarray(data, dtype=np.float64)
+    cols = np.asarray(indices, dtype=np.int64)
+    th, tl = _exact_terms(data, xh[cols]), _exact_terms(data, xl[cols])
+    for i in range(indptr.size - 1):
+        lo, hi = int(indptr[i]), int(indptr[i + 1])
+        if th is None or tl is None:        # exact in Fractions, then rounded
+            cs = cols[lo:hi]
+            if not (np.isfinite(b[i]) and np.isfinite(data[lo:hi]).all()
+                    and np.isfinite(xh[cs]).all() and np.isfinite(xl[cs]).all()):
+                with np.errstate(all="ignore"):   # inf/nan propagate as in FP64
+                    r[i] = b[i] - np.sum(data[lo:hi] * xh[cs]) - np.sum(data[lo:hi] * xl[cs])
+                rl[i] = 0.0
+                continue
+            q = Fraction(float(b[i])) - sum(
+                (Fraction(float(data[k])) * (Fraction(float(xh[cols[k]]))
+                                             + Fraction(float(xl[cols[k]])))
+                 for k in range(lo, hi)), Fraction(0))
+            r[i] = float(q)
+            rl[i] = float(q - Fraction(r[i]))
+            continue
+        terms = [float(b[i])]
+        for p, e in (th, tl):
+            terms += (-p[lo:hi]).tolist() + (-e[lo:hi]).tolist()
+        r[i], rl[i] = _round_rest(terms)
+
+
+@_register("reference", "dd_axpy", [("float64",)])
+def ref_dd_axpy(a, x, yh, yl):
+    """``(yh, yl) = (yh + yl) + a x`` exactly, rounded to the best pair: ``yh`` the
+    nearest FP64 value, ``yl`` the rest rounded."""
+    pe = _exact_terms(np.full(x.size, float(a)), np.asarray(x, dtype=np.float64))
+    for i in range(x.size):
+        if pe is None:
+            if not (np.isfinite(yh[i]) and np.isfinite(yl[i]) and np.isfinite(x[i])
+                    and math.isfinite(a)):
+                with np.errstate(all="ignore"):
+                    yh[i] = yh[i] + yl[i] + a * x[i]
+                yl[i] = 0.0
+                continue
+            q = Fraction(float(yh[i])) + Fraction(float(yl[i])) + Fraction(float(a)) * \
+                Fraction(float(x[i]))
+            yh[i] = float(q)
+            yl[i] = float(q - Fraction(yh[i]))
+        else:
+            yh[i], yl[i] = _round_rest([float(yh[i]), float(yl[i]), float(pe[0][i]),
+                                        float(pe[1][i])])

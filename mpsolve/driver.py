@@ -41,7 +41,7 @@ from ._demote import PrecisionRangeError
 from ._system import STAGNATION, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
-from .refine import refine_stage
+from .refine import dd_stage, dd_supported, refine_stage
 from .result import USER_STOP, Escalation, SolveResult, status_text
 
 __all__ = ["run", "iterate", "report_fields"]
@@ -157,8 +157,13 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             return user_callback(problem.unscale(xk) if hasattr(xk, "shape") else xk)
     rel_tol = problem.tol / problem.bnrm if problem.bnrm else problem.rtol
 
-    def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra=""):
+    def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra="",
+               x_lo=None):
         x = problem.answer(x64)
+        if x_lo is not None and x.dtype == np.float64:
+            x_lo = problem.answer(x_lo).copy()
+        else:
+            x_lo = None
         rel = true / problem.bnrm if problem.bnrm else true
         fields = report_fields(problem, method, precond_name) if report is None else \
             dict(report, precond_stats=dict(report["precond_stats"]))
@@ -168,7 +173,8 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             true_residual=float(rel), tolerance=float(rel_tol), setup_time=setup,
             solve_time=solve, status=status_text(info, iters, rel, rel_tol, extra),
             precision=pol.name, escalations=escalations,
-            restarts=max(0, int(count) - 1) if method == "gmres" else 0, **fields)
+            restarts=max(0, int(count) - 1) if method == "gmres" else 0, x_lo=x_lo,
+            **fields)
 
     if n == 0 or problem.bnrm == 0.0:
         # SciPy: a zero right-hand side (or an empty system) has the solution 0
@@ -213,6 +219,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
     count = iters = 0
     budget = problem.maxiter
     flag, true = 1, np.inf
+    x_lo = None
     while True:
         # a policy that cannot reach the tolerance even in exact arithmetic is skipped
         if escalate and rel_tol < policy.floor and policy.stronger() is not None:
@@ -225,10 +232,16 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             policy, sys = realise(nxt, iters)
             continue
         range_error = None
+        x_lo = None                            # the low part of a double-double x
         try:
             if policy.inner is not None:
                 c, it, flag, true = refine_stage(body, problem, policy, x64, budget - count,
                                                  callback, hist, body_kw, r64)
+            elif policy.residual == "dd" and dd_supported(problem):
+                # x double-double, residual by Dot2: refinement in three precisions
+                c, it, flag, true = dd_stage(body, sys, x64, budget - count, callback, hist,
+                                             body_kw, r64)
+                x_lo = ws.get("dd_xl", n, np.float64)
             else:
                 c, it, flag, true = krylov_stage(body, sys, x64, budget - count, callback, hist,
                                                  body_kw, r64)
@@ -267,4 +280,4 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
                  + ("" if escalate else "; escalate=True would switch to a stronger policy"))
     return finish(x64, info, count, iters, hist, true, setup_time,
-                  solve_time, escalations, policy, extra)
+                  solve_time, escalations, policy, extra, x_lo=x_lo)

@@ -156,6 +156,18 @@ class SparseOperator(_Stored):
 
         return f
 
+    def bind_residual_dd(self):
+        """Kernel ``f(xh, xl, b, r, rl)`` computing ``r + rl <- b - A (xh + xl)`` with Dot2
+        per row (FP64 values only; the device's ``residual_dd``: a ``KeyError`` naming what
+        exists where it has none)."""
+        kern = lookup(self.device, "residual_dd", (self.dtype,))
+        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
+
+        def f(xh, xl, b, r, rl):
+            kern(parts, ip, ix, d, xh, xl, b, r, rl)  # r + rl = b - A (xh + xl)
+
+        return f
+
     def to_scipy(self):
         """The stored matrix as a SciPy CSR matrix with FP64 values (on the host)."""
         return sp.csr_matrix((to_host(self.data).astype(np.float64), to_host(self.indices),

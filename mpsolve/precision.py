@@ -18,6 +18,14 @@ mixed-cb      fp64             fp64         fp32            fp64        native
 mixed-eft-cb  fp64             fp64         fp32            fp64        compensated
 ============  ===============  ===========  ==============  ==========  ============
 
+The ``eft`` presets (``eft``, ``mixed-eft`` and ``mixed-eft-cb``) also set
+``residual="dd"``: ``x`` is carried as a double-double pair and the true residual
+``b - A x`` is computed with Dot2 per row, so the Krylov solve becomes iterative
+refinement in three precisions (Carson & Higham 2018): the preconditioner in its own
+precision (FP32 for ``mixed-eft``), the Krylov vectors in FP64, the residual and ``x`` in
+double-double (:mod:`mpsolve.refine`).  The answer is the pair rounded to FP64; the low
+part is :attr:`SolveResult.x_lo <mpsolve.SolveResult>`.
+
 The ``-cb`` presets store GMRES's Krylov basis in FP32 (the ``basis`` field:
 compressed-basis GMRES, Aliaga, Anzt, Gruetzmacher, Quintana-Orti & Tomas 2022,
 doi:10.1177/10943420211036432); arithmetic, the Hessenberg matrix and ``x`` stay FP64.
@@ -48,6 +56,7 @@ COMPLEX_OF = {"float64": "complex128", "float32": "complex64"}
 _REAL_OF = {c: r for r, c in COMPLEX_OF.items()}
 
 _DOT_MODES = ("native", "compensated")
+_RESIDUAL_MODES = ("fp64", "dd")
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,13 @@ class Precision:
         ``"float32"`` under an FP64 working precision is compressed-basis GMRES: each
         new vector is orthogonalised and normalised in FP64 against the FP32-stored
         basis, then rounded to FP32 once.  The other methods keep no basis and ignore it.
+    residual : {"fp64", "dd"}
+        How ``x`` and the true residual ``b - A x`` are kept between Krylov stages:
+        FP64, or ``"dd"``: ``x`` as a double-double pair, the residual by Dot2 per row
+        with FP64 ``A`` and ``b``, each stage a correction solve (iterative refinement;
+        :mod:`mpsolve.refine`).  ``"dd"`` needs ``working="float64"``, the matrix entries (an ``A`` given as a
+        ``LinearOperator`` runs the ``"fp64"`` way) and a device with the ``residual_dd``
+        kernel; it is ignored by a policy with ``inner`` set.
 
     Examples
     --------
@@ -99,6 +115,7 @@ class Precision:
     dot: str = "native"
     inner: Optional["Precision"] = field(default=None, compare=True)
     basis: Optional[str] = None
+    residual: str = "fp64"
 
     def __post_init__(self):
         for f in ("working", "matrix", "precond", "accumulate"):
@@ -127,6 +144,14 @@ class Precision:
                                  f"{self.working!r}: a basis is stored at most in the "
                                  "working precision")
             object.__setattr__(self, "basis", b)
+        if self.residual not in _RESIDUAL_MODES:
+            raise ValueError(f"Precision.residual={self.residual!r}; use one of "
+                             f"{_RESIDUAL_MODES}")
+        if self.residual == "dd" and self.working != "float64":
+            raise ValueError(f"Precision.residual='dd' needs working='float64' (got "
+                             f"{self.working!r}): the correction solves take the FP64 "
+                             "residual as it is; use residual='fp64' or an FP64 working "
+                             "precision")
         if self.dot not in _DOT_MODES:
             raise ValueError(f"Precision.dot={self.dot!r}; use one of {_DOT_MODES}")
         if self.inner is not None and self.inner.inner is not None:
@@ -162,8 +187,13 @@ class Precision:
         the conditioning part is left to the stagnation test).  The storage
         precision of ``A`` sets no floor of its own: the driver's residual
         replacement recomputes ``r = b - A x`` in FP64 with the exact matrix, so an
-        FP32 ``A`` costs iterations, not accuracy.  Refinement has the FP64 floor.
+        FP32 ``A`` costs iterations, not accuracy.  Refinement has the FP64 floor; a
+        policy with ``residual="dd"`` carries ``x`` and ``r`` in double-double, so its
+        floor is that of the pair (``10 eps^2``): no stronger policy would get further,
+        though the FP64-rounded answer's own residual stays near ``eps ||A|| ||x||``.
         """
+        if self.inner is None and self.residual == "dd":
+            return 10.0 * float(np.finfo(np.float64).eps) ** 2
         if self.inner is not None:
             return 10.0 * float(np.finfo(np.float64).eps)
         return 10.0 * float(np.finfo(self.working).eps)
@@ -212,6 +242,8 @@ class Precision:
             s += f"; inner solve [{self.inner.describe()}]"
         if self.compressed:
             s += f"; GMRES basis {self.basis}"
+        if self.residual == "dd" and self.inner is None:
+            s += "; x and residual double-double (refinement)"
         return s
 
 
@@ -220,8 +252,8 @@ PRESETS = {
     "double": Precision("double", _f8, _f8, _f8, _f8, "native"),
     "single": Precision("single", _f4, _f4, _f4, _f4, "native"),
     "mixed": Precision("mixed", _f8, _f8, _f4, _f8, "native"),
-    "eft": Precision("eft", _f8, _f8, _f8, _f8, "compensated"),
-    "mixed-eft": Precision("mixed-eft", _f8, _f8, _f4, _f8, "compensated"),
+    "eft": Precision("eft", _f8, _f8, _f8, _f8, "compensated", residual="dd"),
+    "mixed-eft": Precision("mixed-eft", _f8, _f8, _f4, _f8, "compensated", residual="dd"),
 }
 PRESETS["ir"] = Precision("ir", _f8, _f8, _f4, _f8, "native",
                           inner=replace(PRESETS["single"], name="ir-inner",

@@ -94,6 +94,11 @@ class SolveResult:
         ``"auto"``: what the analysis of ``A`` found (:class:`mpsolve.auto.Analysis`).
     analysis_time : float
         Seconds the analysis took (included in ``setup_time``).
+    x_lo : ndarray or None
+        The low part of the double-double solution of a policy with
+        ``residual="dd"`` (the ``eft`` presets, :mod:`mpsolve.refine`): ``x + x_lo`` is
+        the refined solution to about twice FP64's precision, ``x`` is that pair rounded
+        to FP64.  ``None`` for the other policies (and for FP32 results).
     """
 
     x: np.ndarray
@@ -116,6 +121,7 @@ class SolveResult:
     choices: list = field(default_factory=list)
     analysis: dict = field(default_factory=dict)
     analysis_time: float = 0.0
+    x_lo: Optional[np.ndarray] = None
 
     @property
     def converged(self) -> bool:

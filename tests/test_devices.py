@@ -522,7 +522,9 @@ _STRUCTURED = {"ilu_sweeps", "diag_positions", "ilu0_factor", "symmetric_mirror"
                # (Block-)ISAI set-up: tests/test_precond.py (test_isai_pattern_kernels_agree,
                # test_local_solve_kernels_agree)
                "bsr_from_csr", "pattern_power", "pattern_truncate", "bsr_transpose",
-               "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity"}
+               "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
+               # double-double x and residual: tests/test_eft_refine.py (exact oracles)
+               "residual_dd", "dd_axpy"}
 
 
 def _contract_cases():

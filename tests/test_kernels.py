@@ -44,7 +44,9 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps",
               # against the reference device: tests/test_precond.py
               "bsr_from_csr", "pattern_power", "pattern_truncate", "bsr_transpose",
-              "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity"}
+              "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
+              # against exact oracles and the reference device: tests/test_eft_refine.py
+              "residual_dd", "dd_axpy"}
 
 
 def test_every_registered_cpu_op_is_tested():

@@ -3,4 +3,5 @@ from . import blas1, bsr, hessenberg, spmv  # noqa: F401
 from . import gather, ilu  # noqa: F401  (preconditioner set-up and apply kernels)
 from . import bilu  # noqa: F401  (block ILU(0): set-up, sweeps, ISAI of its factors)
 from . import eft  # noqa: F401  (the compensated reductions)
+from . import dd  # noqa: F401  (double-double x and the compensated residual)
 from . import localsolve, pattern  # noqa: F401  ((Block-)ISAI set-up: patterns, local solves)

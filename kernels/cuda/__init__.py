@@ -55,5 +55,6 @@ from . import blas1, reduce, host  # noqa: F401  (BLAS-1 updates, reductions, ho
 
 # --- SpMV kernels (kernels/cuda/spmv.py, bsr.py, fused.py): add their imports here ------
 from . import spmv, bsr, fused  # noqa: F401  (CSR/BSR SpMV, residual, fused spmv_dot)
+from . import dd  # noqa: F401  (double-double x and the compensated residual)
 from . import localsolve, dmma  # noqa: F401  (warp local solves of the ISAI set-up; FP64 DMMA block GEMM)
 from . import isai_setup  # noqa: F401  (the (Block-)ISAI set-up ops on the device: gather, solves, check)
