@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -447,3 +448,35 @@ def test_registered_like_the_cpu():
         gpu = {(k[2], k[3]) for k in available("gpu") if k[1] == op}
         cpu = {(k[2], k[3]) for k in available("cpu") if k[1] == op}
         assert gpu == cpu, op
+
+
+# --- double-double residual and update (issue 15; kernels/cuda/dd.py) --------------------
+def test_residual_dd_and_dd_axpy_give_the_cpu_bits():
+    """``r + rl = b - A (xh + xl)`` (Dot2 per row) and ``(yh, yl) += a x``: one thread a
+    row/entry with the shared EFTs, so the same operations in the same order as the CPU
+    kernels -- the same bits (empty rows and long rows included)."""
+    indptr, indices, data = csr_matrix(n=60, seed=9)
+    n = indptr.size - 1
+    xh, xl, b = vec(n, np.float64, 10), vec(n, np.float64, 11) * 1e-17, vec(n, np.float64, 12)
+    out = {}
+    for dev in ("gpu", "cpu"):
+        plan = launch_plan(dev, "spmv", indptr)
+        r, rl = np.full(n, np.nan), np.full(n, np.nan)
+        lookup(dev, "residual_dd", ("float64",))(plan, indptr, indices, data, xh, xl, b, r, rl)
+        yh, yl = xh.copy(), xl.copy()
+        lookup(dev, "dd_axpy", ("float64",))(0.3, b, yh, yl)
+        out[dev] = (r, rl, yh, yl)
+    for g, c in zip(out["gpu"], out["cpu"]):
+        assert np.array_equal(g, c)
+    # and against the exact residual: the pair within the Dot2 bound of the row
+    r, rl = out["gpu"][:2]
+    for i in range(n):
+        lo, hi = indptr[i], indptr[i + 1]
+        exact = Fraction(float(b[i])) - sum(
+            Fraction(float(a)) * (Fraction(float(xh[j])) + Fraction(float(xl[j])))
+            for a, j in zip(data[lo:hi], indices[lo:hi]))
+        mag = sum(abs(float(a)) * (abs(float(xh[j])) + abs(float(xl[j])))
+                  for a, j in zip(data[lo:hi], indices[lo:hi])) + abs(float(b[i]))
+        got = Fraction(float(r[i])) + Fraction(float(rl[i]))
+        gamma2 = (4 * (hi - lo) + 4) ** 2 * 2.0**-106            # a generous gamma_2m^2
+        assert abs(got - exact) <= gamma2 * mag + 2.0**-53 * abs(exact)
