@@ -24,8 +24,10 @@ fi
 # PETSc as PETSc recommends building it for speed (the bench's baseline must be its best):
 # debugging off, -O3 -march=native.  An installed PETSc built otherwise (e.g. an older
 # `-g -O` build, or one from a wheel cache) is rebuilt once, bypassing pip's cache.
+# (PETSc's setup.py splits this with shlex and then runs configure through a shell
+# command line: the inner single quotes keep each flag list one argument there)
 export PETSC_CONFIGURE_OPTIONS="--with-cuda=0 --with-fc=0 --with-x=0 --with-debugging=0 \
-COPTFLAGS='-O3 -march=native' CXXOPTFLAGS='-O3 -march=native'"
+COPTFLAGS=\"'-O3 -march=native'\" CXXOPTFLAGS=\"'-O3 -march=native'\""
 petsc_optimised() {
   $PY - <<'PY' >/dev/null 2>&1
 import os, re, sys
