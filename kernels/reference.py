@@ -322,8 +322,10 @@ def ref_residual(plan, indptr, indices, data, x, b, r):
 def _ref_bsrmv(mode):
     def bsrmv(plan, indptr, indices, data, x, y):
         """``y = A x`` for BSR ``A`` (a trailing partial block: rows/columns past the
-        vectors' length are dropped)."""
+        vectors' length are dropped); complex blocks sum in the complex accumulator."""
         acc = _acc(mode)
+        if data.dtype.kind == "c":
+            acc = np.result_type(acc, np.complex64)
         nbr = indptr.size - 1
         b = data.shape[1]
         nbc = int(indices.max()) + 1 if indices.size else 0
@@ -336,8 +338,10 @@ def _ref_bsrmv(mode):
     return bsrmv
 
 
-_register("reference", "bsrmv", _MAT, mode="acc64")(_ref_bsrmv("acc64"))
-_register("reference", "bsrmv", _MAT, mode="acc32")(_ref_bsrmv("acc32"))
+_BSR_C = [(v, x, y) for v in ("complex64", "complex128") for x in ("complex64", "complex128")
+          for y in ("complex64", "complex128")]
+_register("reference", "bsrmv", _MAT + _BSR_C, mode="acc64")(_ref_bsrmv("acc64"))
+_register("reference", "bsrmv", _MAT + _BSR_C, mode="acc32")(_ref_bsrmv("acc32"))
 
 
 @_register("reference", "range_scan", _VEC)
@@ -380,8 +384,10 @@ def ref_back_substitute(H, g, k, y):
 from .registry import register as _reg_pc, register_plan as _reg_plan_pc  # noqa: E402
 
 _PC_F = ("float32", "float64")
-_PC_MAT = [(v, x, y) for v in _PC_F for x in _PC_F for y in _PC_F]
-_PC_SETUP = [("float64",)]
+_PC_C = ("complex64", "complex128")
+_PC_MAT = [(v, x, y) for v in _PC_F for x in _PC_F for y in _PC_F] + \
+    [(v, x, y) for v in _PC_C for x in _PC_C for y in _PC_C]
+_PC_SETUP = [("float64",), ("complex128",)]   # complex data: the set-up in complex128
 
 
 @_reg_pc("reference", "ilu0_factor", _PC_SETUP)
@@ -391,8 +397,8 @@ def ref_ilu0_factor(indptr, indices, data, diag):
     strict upper part of row ``k``.  Returns -1, or the first row with a zero,
     non-finite or missing pivot."""
     n = indptr.size - 1
-    w = np.zeros(n)
-    inv = np.empty(n)
+    w = np.zeros(n, dtype=data.dtype)
+    inv = np.empty(n, dtype=data.dtype)
     for i in range(n):
         s, e = int(indptr[i]), int(indptr[i + 1])
         cols = indices[s:e]
@@ -428,7 +434,7 @@ def ref_diag_positions(indptr, indices):
 
 @_reg_pc("reference", "symmetric_mirror", _PC_SETUP)
 def ref_symmetric_mirror(indptr, indices, data, rtol, mirror):
-    """Symmetric pattern and ``|a_ij - a_ji| <= rtol max(|a_ij|, |a_ji|)``?  Then
+    """Symmetric pattern and ``|a_ij - conj(a_ji)| <= rtol max(|a_ij|, |a_ji|)``?  Then
     ``mirror[k]`` = position of entry ``k``'s transpose (canonical CSR: the keys
     ``i n + j`` are sorted, so the transpose is found by a binary search)."""
     n = indptr.size - 1
@@ -442,7 +448,7 @@ def ref_symmetric_mirror(indptr, indices, data, rtol, mirror):
     if not np.array_equal(key[pos], tkey):
         return False
     a, b = data, data[pos]
-    if np.any(np.abs(a - b) > rtol * np.maximum(np.abs(a), np.abs(b))):
+    if np.any(np.abs(a - np.conj(b)) > rtol * np.maximum(np.abs(a), np.abs(b))):
         return False
     mirror[:] = pos
     return True
@@ -454,7 +460,7 @@ def ref_ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lp
     """The combined factors laid out for the sweeps: ``L`` (strict lower part, rows in
     order), ``U' = D^{-1} U`` (strict upper part, rows reversed, columns descending --
     the reverse of CSR order), ``dinv = 1 / diag(U)``; ``symmetric``: ``U'`` takes the
-    values of ``L^T`` (``mirror``)."""
+    values of ``L^H`` (``mirror``; ``L^T`` for real data)."""
     n = indptr.size - 1
     at = np.arange(indices.size)
     rows = np.repeat(np.arange(n), np.diff(indptr))
@@ -466,7 +472,7 @@ def ref_ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lp
     dinv[:] = 1.0 / data[diag]
     ku = np.flatnonzero(at > diag[rows])[::-1]       # rows and columns descending
     uind[:] = indices[ku]
-    uval[:] = data[mirror[ku]] if symmetric else data[ku] / data[diag[rows[ku]]]
+    uval[:] = np.conj(data[mirror[ku]]) if symmetric else data[ku] / data[diag[rows[ku]]]
     uptr[0] = 0
     np.cumsum((indptr[1:] - diag - 1)[::-1], out=uptr[1:])
 
@@ -501,16 +507,20 @@ def ref_ilu_blocks(indptr, nblocks, min_rows):
 @_reg_pc("reference", "ilu_sweeps", _PC_MAT)
 def ref_ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y):
     """``y = U'^{-1} D^{-1} L^{-1} x`` per diagonal block, row by row in Python floats
-    (FP64): forward ``z_i = x_i - sum_k l_ik z_k``, backward
-    ``y_i = dinv_i z_i - sum_k u'_ik y_k``, each rounded once to ``y``'s dtype.  The
-    nearest previous row (``i - 1`` forward, ``i + 1`` backward) enters unrounded, as
-    the FP64 value its output was rounded from (as on the CPU)."""
+    (FP64; Python complex numbers, complex128, for complex data): forward
+    ``z_i = x_i - sum_k l_ik z_k``, backward ``y_i = dinv_i z_i - sum_k u'_ik y_k``, each
+    rounded once to ``y``'s dtype.  The nearest previous row (``i - 1`` forward,
+    ``i + 1`` backward) enters unrounded, as the wide value its output was rounded from
+    (as on the CPU)."""
     n = y.size
-    f32 = y.dtype == np.float32
-    lp, li, lv = lptr.tolist(), lind.tolist(), lval.astype(np.float64).tolist()
-    up, ui, uv = uptr.tolist(), uind.tolist(), uval.astype(np.float64).tolist()
-    di = dinv.astype(np.float64).tolist()
-    xs = x.astype(np.float64).tolist()
+    wide = np.complex128 if y.dtype.kind == "c" else np.float64
+    low = y.dtype in (np.float32, np.complex64)
+    rnd = (lambda v: complex(y.dtype.type(v))) if wide is np.complex128 else \
+        (lambda v: float(y.dtype.type(v)))
+    lp, li, lv = lptr.tolist(), lind.tolist(), lval.astype(wide).tolist()
+    up, ui, uv = uptr.tolist(), uind.tolist(), uval.astype(wide).tolist()
+    di = dinv.astype(wide).tolist()
+    xs = x.astype(wide).tolist()
     o = [0.0] * n
     b = bounds.tolist()
     for t in range(len(b) - 1):
@@ -526,7 +536,7 @@ def ref_ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y):
             for k in range(s, e):
                 acc -= lv[k] * o[li[k]]
             acc -= near * prev
-            o[i] = float(np.float32(acc)) if f32 else acc
+            o[i] = rnd(acc) if low else acc
             prev = acc
         prev = 0.0
         for p in range(n - hi, n - lo):              # backward: D U' y = z
@@ -540,7 +550,7 @@ def ref_ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y):
             for k in range(s, e):
                 acc -= uv[k] * o[ui[k]]
             acc -= near * prev
-            o[i] = float(np.float32(acc)) if f32 else acc
+            o[i] = rnd(acc) if low else acc
             prev = acc
     y[:] = o
 

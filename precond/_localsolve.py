@@ -447,7 +447,7 @@ def block_inverse_checked(D, rowmax, spd=False):
     nblk, b, _ = D.shape
     with np.errstate(all="ignore"):
         if spd:
-            Ds = 0.5 * (D + np.swapaxes(D, 1, 2))
+            Ds = 0.5 * (D + np.swapaxes(D, 1, 2).conj())     # Hermitian part
             w = np.linalg.eigvalsh(Ds)
             bad = ~(w[:, 0] > 0) | ~(w[:, 0] * COND_LIMIT >= w[:, -1])
             L = np.linalg.cholesky(np.where(bad[:, None, None], np.eye(b), Ds))
@@ -461,7 +461,7 @@ def block_inverse_checked(D, rowmax, spd=False):
         rm = rowmax[bad]
         base = np.where(d != 0, np.abs(d) if spd else d, np.where(rm > 0, rm, 1.0))
         diag = 1.0 / np.sqrt(base) if spd else 1.0 / base
-        fb = np.zeros((int(bad.sum()), b, b))
+        fb = np.zeros((int(bad.sum()), b, b), dtype=inv.dtype)
         fb[:, np.arange(b), np.arange(b)] = diag
         inv[bad] = fb
     if not np.isfinite(inv).all():  # pragma: no cover
