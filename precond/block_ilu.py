@@ -98,6 +98,10 @@ def bilu0_factor(C, b, device=HOST_DEVICE):
         If a pivot block ``U_ii`` is singular (a zero pivot in Gauss-Jordan with partial
         pivoting) or not finite; the message names the block row and its rows.
     """
+    if C.dtype.kind == "c":
+        raise TypeError("BILU(0) (BlockILU0, BlockISAI(variant='bilu')) runs on real A only; "
+                        "for complex A use ILU0, BlockJacobi, ISAI or BlockISAI with variant "
+                        "'auto', 'general', 'right' or 'spd'")
     n = C.shape[0]
     indptr, indices, data = to_bsr(_pad(C, b), b)      # every diagonal block stored
     nb = indptr.size - 1
