@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["spmv", "residual", "dot", "nrm2", "exact_sum", "exact_dot", "two_prod_exact",
-           "fsum_dot", "fsum_sum", "gamma"]
+           "fsum_dot", "fsum_sum", "gamma", "exact_cdot", "fsum_cdot"]
 
 
 def spmv(indptr, indices, data, x, out_dtype=np.float64):
@@ -121,8 +121,12 @@ def gamma(n, u):
 from .registry import register as _register  # noqa: E402
 
 _F = ("float32", "float64")
+_C = ("complex64", "complex128")
 _VEC = [(d,) for d in _F]
+_CVEC = [(d,) for d in _C]
+_ALLVEC = _VEC + _CVEC
 _MAT = [(v, x, y) for v in _F for x in _F for y in _F]
+_CMAT = [(v, x, y) for v in _C for x in _C for y in _C]
 
 
 def _t(x):
@@ -181,55 +185,118 @@ def ref_axpy2_nrm2(a, x, y, b, u, v):
     return ref_nrm2(v)
 
 
+# --- complex reductions: x . y is the conjugated x^H y (NumPy's vdot) ---------------------
+def _rview(x):
+    return x.view(x.real.dtype)        # the 2n interleaved real parts (no copy)
+
+
+def exact_cdot(x, y):
+    """``x^H y`` exactly: a pair of :class:`fractions.Fraction` (real, imaginary)."""
+    x = np.asarray(x).ravel()
+    y = np.asarray(y).ravel()
+    xr, xi, yr, yi = x.real, x.imag, y.real, y.imag
+    return (exact_dot(xr, yr) + exact_dot(xi, yi), exact_dot(xr, yi) - exact_dot(xi, yr))
+
+
+def fsum_cdot(x, y):
+    """``x^H y`` with each part correctly rounded to FP64 (:func:`fsum_dot` of the parts)."""
+    xr, xi, yr, yi = x.real, x.imag, y.real, y.imag
+    re = fsum_dot(np.concatenate([xr, xi]), np.concatenate([yr, yi]))
+    im = fsum_dot(np.concatenate([xr, -xi]), np.concatenate([yi, yr]))
+    return complex(re, im)
+
+
+@_register("reference", "dot", _CVEC, mode="native")
+def ref_cdot(x, y):
+    """``x^H y`` in the vectors' precision."""
+    return complex(np.vdot(x, y))
+
+
+@_register("reference", "dot", _CVEC, mode="compensated")
+def ref_cdot_compensated(x, y):
+    """``x^H y``, each part correctly rounded to FP64, then to the vectors' precision."""
+    z = fsum_cdot(x, y)
+    t = _t(_rview(x))
+    return complex(float(t(z.real)), float(t(z.imag)))
+
+
+@_register("reference", "nrm2", _CVEC, mode="native")
+def ref_cnrm2(x):
+    return ref_nrm2(_rview(x))
+
+
+@_register("reference", "nrm2", _CVEC, mode="compensated")
+def ref_cnrm2_compensated(x):
+    return ref_nrm2_compensated(_rview(x))
+
+
+@_register("reference", "mdot", _CVEC, mode="native")
+def ref_cmdot(V, k, w, out):
+    """``out[i] = V[i]^H w`` for ``i < k``."""
+    out[:k] = V[:k].conj() @ w
+
+
+@_register("reference", "mdot", _CVEC, mode="compensated")
+def ref_cmdot_compensated(V, k, w, out):
+    for i in range(k):
+        out[i] = ref_cdot_compensated(V[i], w)
+
+
+@_register("reference", "axpy2_nrm2", _CVEC, mode="native")
+def ref_caxpy2_nrm2(a, x, y, b, u, v):
+    ref_axpy2(a, x, y, b, u, v)
+    return ref_cnrm2(v)
+
+
 # --- updates -----------------------------------------------------------------------------
-@_register("reference", "axpy", _VEC)
+@_register("reference", "axpy", _ALLVEC)
 def ref_axpy(a, x, y):
     y += _t(x)(a) * x
 
 
-@_register("reference", "xpay", _VEC)
+@_register("reference", "xpay", _ALLVEC)
 def ref_xpay(x, a, y):
     y[:] = x + _t(x)(a) * y
 
 
-@_register("reference", "axpby", _VEC)
+@_register("reference", "axpby", _ALLVEC)
 def ref_axpby(a, x, b, y):
     y[:] = _t(x)(a) * x + _t(x)(b) * y
 
 
-@_register("reference", "waxpy", _VEC)
+@_register("reference", "waxpy", _ALLVEC)
 def ref_waxpy(a, x, y, w):
     w[:] = y + _t(x)(a) * x
 
 
-@_register("reference", "axpy2", _VEC)
+@_register("reference", "axpy2", _ALLVEC)
 def ref_axpy2(a, x, y, b, u, v):
     y += _t(x)(a) * x
     v += _t(x)(b) * u
 
 
-@_register("reference", "bicg_dir", _VEC)
+@_register("reference", "bicg_dir", _ALLVEC)
 def ref_bicg_dir(r, beta, omega, v, p):
     t = _t(r)
     p[:] = r + t(beta) * (p - t(omega) * v)
 
 
-@_register("reference", "scal", _VEC)
+@_register("reference", "scal", _ALLVEC)
 def ref_scal(a, x):
     x *= _t(x)(a)
 
 
-@_register("reference", "copy", [(a, b) for a in _F for b in _F])
+@_register("reference", "copy", [(a, b) for f in (_F, _C) for a in f for b in f])
 def ref_copy(x, out):
     out[:] = x
 
 
-@_register("reference", "lincomb", _VEC)
+@_register("reference", "lincomb", _ALLVEC)
 def ref_lincomb(V, y, k, out):
     out[:] = np.asarray(y[:k], dtype=V.dtype) @ V[:k]
 
 
-@_register("reference", "maxpy", _VEC)
+@_register("reference", "maxpy", _ALLVEC)
 def ref_maxpy(V, k, h, w):
     w -= np.asarray(h[:k], dtype=w.dtype) @ V[:k]
 
@@ -277,7 +344,7 @@ def ref_cb_store(a, x, out):
     out[:] = (np.float64(a) * x).astype(np.float32)   # scaled in FP64, rounded once
 
 
-@_register("reference", "dmul", _MAT)
+@_register("reference", "dmul", _MAT + _CMAT)
 def ref_dmul(d, x, out):
     out[:] = d * x                     # NumPy promotes a mixed pair to FP64
 
@@ -288,20 +355,22 @@ def _csr(indptr, indices, data, ncols, dtype):
                          shape=(indptr.size - 1, ncols))
 
 
-def _acc(mode):
+def _acc(mode, dtype=np.float64):
+    if np.dtype(dtype).kind == "c":
+        return np.complex128 if mode == "acc64" else np.complex64
     return np.float64 if mode == "acc64" else np.float32
 
 
 def _ref_spmv(mode):
     def spmv(plan, indptr, indices, data, x, y):
         """``y = A x``, products and row sums in the accumulator's precision."""
-        acc = _acc(mode)
+        acc = _acc(mode, y.dtype)
         y[:] = _csr(indptr, indices, data, x.size, acc) @ x.astype(acc)
     return spmv
 
 
-_register("reference", "spmv", _MAT, mode="acc64")(_ref_spmv("acc64"))
-_register("reference", "spmv", _MAT, mode="acc32")(_ref_spmv("acc32"))
+_register("reference", "spmv", _MAT + _CMAT, mode="acc64")(_ref_spmv("acc64"))
+_register("reference", "spmv", _MAT + _CMAT, mode="acc32")(_ref_spmv("acc32"))
 
 
 @_register("reference", "spmv_dot", [(v, d, d) for v in _F for d in _F], mode="acc64")
@@ -311,21 +380,26 @@ def ref_spmv_dot(plan, indptr, indices, data, x, y):
     return float(np.dot(x, y))
 
 
+@_register("reference", "spmv_dot", [(v, d, d) for v in _C for d in _C], mode="acc64")
+def ref_cspmv_dot(plan, indptr, indices, data, x, y):
+    """``y = A x`` (complex128 row sums), then ``x^H y`` in ``y``'s precision."""
+    _ref_spmv("acc64")(plan, indptr, indices, data, x, y)
+    return complex(np.vdot(x, y))
+
+
 @_register("reference", "residual",
-           [(v, d, d, d) for v in _F for d in _F], mode="acc64")
+           [(v, d, d, d) for f in (_F, _C) for v in f for d in f], mode="acc64")
 def ref_residual(plan, indptr, indices, data, x, b, r):
-    """``r = b - A x``, FP64 row sums, rounded once."""
-    r[:] = b.astype(np.float64) - _csr(indptr, indices, data, x.size, np.float64) @ \
-        x.astype(np.float64)
+    """``r = b - A x``, FP64 (complex128) row sums, rounded once."""
+    acc = _acc("acc64", r.dtype)
+    r[:] = b.astype(acc) - _csr(indptr, indices, data, x.size, acc) @ x.astype(acc)
 
 
 def _ref_bsrmv(mode):
     def bsrmv(plan, indptr, indices, data, x, y):
         """``y = A x`` for BSR ``A`` (a trailing partial block: rows/columns past the
         vectors' length are dropped); complex blocks sum in the complex accumulator."""
-        acc = _acc(mode)
-        if data.dtype.kind == "c":
-            acc = np.result_type(acc, np.complex64)
+        acc = _acc(mode, data.dtype)
         nbr = indptr.size - 1
         b = data.shape[1]
         nbc = int(indices.max()) + 1 if indices.size else 0
@@ -338,13 +412,11 @@ def _ref_bsrmv(mode):
     return bsrmv
 
 
-_BSR_C = [(v, x, y) for v in ("complex64", "complex128") for x in ("complex64", "complex128")
-          for y in ("complex64", "complex128")]
-_register("reference", "bsrmv", _MAT + _BSR_C, mode="acc64")(_ref_bsrmv("acc64"))
-_register("reference", "bsrmv", _MAT + _BSR_C, mode="acc32")(_ref_bsrmv("acc32"))
+_register("reference", "bsrmv", _MAT + _CMAT, mode="acc64")(_ref_bsrmv("acc64"))
+_register("reference", "bsrmv", _MAT + _CMAT, mode="acc32")(_ref_bsrmv("acc32"))
 
 
-@_register("reference", "range_scan", _VEC)
+@_register("reference", "range_scan", _ALLVEC)
 def ref_range_scan(v, big, tiny):
     a = np.abs(v)
     return bool((a > big).any()), bool(((a < tiny) & (a > 0)).any())
@@ -353,6 +425,7 @@ def ref_range_scan(v, big, tiny):
 # --- GMRES's host-side least-squares problem ---------------------------------------------
 @_register("reference", "givens", [("float64",)])
 def ref_givens(H, cs, sn, g, j):
+    """Real Givens rotations (complex: :func:`ref_givens_complex`)."""
     for i in range(j):
         hi, hi1 = H[i, j], H[i + 1, j]
         H[i, j] = cs[i] * hi + sn[i] * hi1
@@ -366,7 +439,24 @@ def ref_givens(H, cs, sn, g, j):
     return abs(g[j + 1])
 
 
-@_register("reference", "back_substitute", [("float64",)])
+@_register("reference", "givens", [("complex128",)])
+def ref_givens_complex(H, cs, sn, g, j):
+    """Complex Givens rotations ``G = [[conj c, conj s], [-s, c]]``, ``c = h_jj / d``,
+    ``s = h_j+1,j / d``, ``d = sqrt(|h_jj|^2 + |h_j+1,j|^2)``: unitary, ``G h = (d, 0)``."""
+    for i in range(j):
+        hi, hi1 = H[i, j], H[i + 1, j]
+        H[i, j] = np.conj(cs[i]) * hi + np.conj(sn[i]) * hi1
+        H[i + 1, j] = -sn[i] * hi + cs[i] * hi1
+    den = math.hypot(abs(H[j, j]), abs(H[j + 1, j]))
+    cs[j], sn[j] = (1.0, 0.0) if den == 0.0 else (H[j, j] / den, H[j + 1, j] / den)
+    H[j, j] = den
+    H[j + 1, j] = 0.0
+    g[j + 1] = -sn[j] * g[j]
+    g[j] = np.conj(cs[j]) * g[j]
+    return abs(g[j + 1])
+
+
+@_register("reference", "back_substitute", [("float64",), ("complex128",)])
 def ref_back_substitute(H, g, k, y):
     for i in range(k - 1, -1, -1):
         acc = g[i] - H[i, i + 1:k] @ y[i + 1:k]
@@ -384,9 +474,8 @@ def ref_back_substitute(H, g, k, y):
 from .registry import register as _reg_pc, register_plan as _reg_plan_pc  # noqa: E402
 
 _PC_F = ("float32", "float64")
-_PC_C = ("complex64", "complex128")
 _PC_MAT = [(v, x, y) for v in _PC_F for x in _PC_F for y in _PC_F]
-_PC_MAT_C = _PC_MAT + [(v, x, y) for v in _PC_C for x in _PC_C for y in _PC_C]
+_PC_MAT_C = _PC_MAT + _CMAT
 _PC_SETUP = [("float64",)]
 _PC_SETUP_C = [("float64",), ("complex128",)]   # complex data: the set-up in complex128
 

@@ -17,15 +17,17 @@ __all__ = ["check_matrix", "canonical_csr", "dtype_check"]
 
 
 def dtype_check(dtype, name):
+    """``dtype`` if mpsolve accepts it for ``name``: boolean, integer, float, or complex64 /
+    complex128 (a complex problem runs in the complex twins of its policy's dtypes,
+    :func:`mpsolve.precision.in_field`); anything else is a ``TypeError`` naming ``name``."""
     dtype = np.dtype(dtype)
-    if dtype.kind == "c":
+    if dtype.kind == "c" and dtype not in (np.complex64, np.complex128):
         raise TypeError(
-            f"{name} is complex ({dtype}); mpsolve solves real systems only -- "
-            f"split into real and imaginary parts (a 2n x 2n real system) or use "
-            f"scipy.sparse.linalg for complex data"
+            f"{name} has dtype {dtype}; complex data must be complex64 or complex128 "
+            f"(convert with {name}.astype(np.complex128))"
         )
-    if dtype.kind not in "biuf":
-        raise TypeError(f"{name} has dtype {dtype}; expected a real numeric dtype")
+    if dtype.kind not in "biufc":
+        raise TypeError(f"{name} has dtype {dtype}; expected a numeric dtype")
     return dtype
 
 
@@ -33,8 +35,8 @@ def check_matrix(A, name="A"):
     """Validate a matrix argument; return a SciPy sparse matrix or a LinearOperator.
 
     Dense arrays become CSR.  Integer/boolean data is accepted (converted to
-    FP64 later, as SciPy does); complex data, non-square shapes and non-finite
-    values are rejected.
+    FP64 later, as SciPy does), and complex64/complex128 data; other complex dtypes,
+    non-square shapes and non-finite values are rejected.
     """
     if sp.issparse(A):
         M = A
@@ -63,7 +65,7 @@ def check_matrix(A, name="A"):
         )
     dtype_check(M.dtype, name)
     data = M.data if hasattr(M, "data") else M.tocsr().data
-    if data.dtype.kind == "f" and not np.isfinite(data).all():
+    if data.dtype.kind in "fc" and not np.isfinite(data).all():
         bad = int((~np.isfinite(data)).sum())
         raise ValueError(f"{name} contains {bad} NaN or Inf value(s); clean the matrix first")
     return M

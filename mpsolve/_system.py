@@ -33,8 +33,9 @@ from ._demote import demote
 from ._sparse import canonical_csr, check_matrix, dtype_check
 from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
 from .kernels.primitives import Primitives, bind_primitives
+from .kernels.registry import provides
 from .operator import CallableOperator, SparseOperator
-from .precision import Precision
+from .precision import Precision, in_field
 from .precond.base import Preconditioner
 
 __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
@@ -58,7 +59,7 @@ def _check_vector(v, n, name):
             f"shape ({n},) or ({n}, 1)"
         )
     dtype_check(arr.dtype, name)
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+    if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
         bad = int((~np.isfinite(arr)).sum())
         raise ValueError(f"{name} contains {bad} NaN or Inf value(s)")
     return arr
@@ -142,7 +143,7 @@ class Problem:
     atol: float
     maxiter: int
     out_dtype: np.dtype                 # dtype of the x returned to the user
-    data_dtype: np.dtype                # float dtype of the user's A/b
+    data_dtype: np.dtype                # float (or complex) dtype of the user's A/b
     x0_mode: str = "given"              # "zero", "given" or "Mb"
     device: str = DEFAULT_DEVICE        # where the solve runs
     xp: object = np                     # that device's array module
@@ -154,6 +155,19 @@ class Problem:
     #: solve and then no product with ``A`` -- SciPy's solvers, given an exact
     #: preconditioner, use at most three products with ``A``, and so does mpsolve
     _first_residual: bool = True
+    #: a complex problem: every dtype of its policies is realised as the complex twin
+    #: (:func:`mpsolve.precision.in_field`); ``hp`` is FP64 or complex128, the dtype of the
+    #: private copies ``b64``/``x0_64``, the iterate ``x64`` and the true residual
+    is_complex: bool = False
+
+    @property
+    def hp(self) -> np.dtype:
+        """The FP64 dtype of this problem's field: float64, or complex128."""
+        return in_field("float64", self.is_complex)
+
+    def realise(self, dtype) -> np.dtype:
+        """A policy's real dtype name in this problem's field (complex twin or itself)."""
+        return in_field(dtype, self.is_complex)
 
     def true_residual(self, x64, r64) -> float:
         """``r64 = b - A x64`` in FP64; returns ``||r64||_2``."""
@@ -161,7 +175,7 @@ class Problem:
         if first and self.x0_mode == "zero" and not bool(self.xp.any(x64)):
             r64[:] = self.b64                                  # b - A 0, exactly
         else:
-            self.A64.bind_residual("float64")(x64, self.b64, r64)  # r = b - A x in FP64
+            self.A64.bind_residual(self.hp)(x64, self.b64, r64)  # r = b - A x in FP64
         return float(self.xp.linalg.norm(r64))
 
     def all_finite(self, x) -> bool:
@@ -173,12 +187,29 @@ class Problem:
         return to_host(x) if self.out_host else x
 
 
-def _fp64_copy(user, checked, device, xp):
-    """A private FP64 copy of a vector on ``device``: from the caller's own array when
-    it already lives on a device (a CuPy ``b`` is checked on a host copy but not sent
-    back and forth), else from the checked host array."""
+def _fp64_copy(user, checked, device, xp, dtype=np.float64):
+    """A private FP64 (``dtype``: complex128 for a complex problem) copy of a vector on
+    ``device``: from the caller's own array when it already lives on a device (a CuPy
+    ``b`` is checked on a host copy but not sent back and forth), else from the checked
+    host array."""
     src = checked if on_host(user) else user
-    return xp.array(to_device(src, device), dtype=np.float64).reshape(-1)
+    return xp.array(to_device(src, device), dtype=dtype).reshape(-1)
+
+
+def _is_complex(*objs) -> bool:
+    """Whether any of the (checked) arguments holds complex data: then the whole solve
+    is complex (SciPy's rule: real ``A`` with complex ``b`` solves in complex)."""
+    return any(np.dtype(getattr(o, "dtype", None) or np.float64).kind == "c"
+               for o in objs if o is not None and not isinstance(o, str))
+
+
+def _check_complex_device(device):
+    """A complex solve needs complex kernels: a device without them says so at set-up."""
+    if not provides(device, "dot", ("complex128",), "native"):
+        raise TypeError(
+            f"the {device!r} device has no complex kernels: this complex system can be "
+            "solved on device='cpu' (or 'reference'); pass NumPy/SciPy arrays or "
+            "device='cpu'")
 
 
 def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
@@ -209,8 +240,16 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     maxiter = _check_maxiter(maxiter, default_maxiter(n))
 
     a_dtype = np.dtype(getattr(A, "dtype", None) or np.float64)
-    data_dtype = np.result_type(a_dtype if a_dtype.kind == "f" else np.float64,
-                                b.dtype if b.dtype.kind == "f" else np.float64)
+    data_dtype = np.result_type(a_dtype if a_dtype.kind in "fc" else np.float64,
+                                b.dtype if b.dtype.kind in "fc" else np.float64)
+    x0_checked = None
+    if x0 is not None and not isinstance(x0, str):
+        x0_checked = _check_vector(x0, n, "x0")
+    cplx = _is_complex(A, b, x0_checked)
+    if cplx:
+        _check_complex_device(device)
+        data_dtype = np.result_type(data_dtype, np.complex64)
+    hp = in_field("float64", cplx)
     if M is not None and not isinstance(M, Preconditioner):
         M = check_matrix(M, "M")
         if M.shape != (n, n):
@@ -223,15 +262,16 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
 
     if sp.issparse(A):
         A_csr = canonical_csr(A)
-        if A_csr.dtype.kind != "f":
-            A_csr = sp.csr_matrix((A_csr.data.astype(np.float64), A_csr.indices, A_csr.indptr),
+        if A_csr.dtype.kind not in "fc" or (cplx and A_csr.dtype.kind != "c"):
+            # integer data as FP64 (SciPy's rule); a real A of a complex problem in complex128
+            A_csr = sp.csr_matrix((A_csr.data.astype(hp), A_csr.indices, A_csr.indptr),
                                   shape=A_csr.shape)
-        A64 = SparseOperator(A_csr, "float64", "float64", device, what="A")
+        A64 = SparseOperator(A_csr, hp, "float64", device, what="A")
     else:
         A_csr = None
         A64 = CallableOperator(A, device)
 
-    b64 = _fp64_copy(b_user, b, device, xp)  # a copy: never alias the user's b
+    b64 = _fp64_copy(b_user, b, device, xp, hp)  # a copy: never alias the user's b
     x0_mode = "zero"
     x0_64 = None
     if isinstance(x0, str):
@@ -239,14 +279,14 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
             raise ValueError(f"x0={x0!r}: the only string accepted is 'Mb' (start from M @ b)")
         x0_mode = "Mb"
     elif x0 is not None:
-        x0_64 = _fp64_copy(x0, _check_vector(x0, n, "x0"), device, xp)
+        x0_64 = _fp64_copy(x0, x0_checked, device, xp, hp)
         x0_mode = "given"
     bnrm = float(xp.linalg.norm(b64))
     return Problem(n=n, A_csr=A_csr, A_user=A, A64=A64, b64=b64, x0_64=x0_64, M_user=M,
                    bnrm=bnrm, tol=max(atol, rtol * bnrm if bnrm else 0.0), rtol=rtol, atol=atol,
                    maxiter=maxiter, out_dtype=np.dtype(data_dtype), data_dtype=np.dtype(data_dtype),
                    x0_mode=x0_mode, device=device, xp=xp, out_host=out_host,
-                   workspace=Workspace(xp), precond_side=precond_side)
+                   workspace=Workspace(xp), precond_side=precond_side, is_complex=cplx)
 
 
 # ------------------------------------------------------------------ system
@@ -272,6 +312,7 @@ class System:
     precond_setup_time: float = 0.0
     diverged: bool = False                    # a stage ended worse than it started
     matvec_dot: Optional[Callable] = None     # f(x, y) -> x . y after y = A x (fused or not)
+    basis: Optional[np.dtype] = None          # GMRES's basis dtype (precision.basis realised)
 
     @property
     def workspace(self) -> Workspace:
@@ -291,8 +332,8 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
                     f"M={type(M).__name__} needs the matrix entries of A, but A is a "
                     "LinearOperator; pass A as a sparse matrix, or M as an operator"
                 )
-            M.setup_canonical(problem.A_csr, dtype=precision.precond, device=device,
-                              side=problem.precond_side)
+            M.setup_canonical(problem.A_csr, dtype=problem.realise(precision.precond),
+                              device=device, side=problem.precond_side)
             t = M.setup_time
         elif M.device != device:
             raise ValueError(
@@ -304,8 +345,11 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
 
         return psolve, M, t
     if sp.issparse(M):
-        op = SparseOperator(canonical_csr(M), precision.precond, precision.accumulate, device,
-                            what="M")
+        C = canonical_csr(M)
+        if C.dtype.kind not in "fc" or (problem.is_complex and C.dtype.kind != "c"):
+            C = sp.csr_matrix((C.data.astype(problem.hp), C.indices, C.indptr), shape=C.shape)
+        op = SparseOperator(C, problem.realise(precision.precond), precision.accumulate,
+                            device, what="M")
     else:
         op = CallableOperator(M, device)
     return op.bind(wdt, wdt), op, 0.0
@@ -314,12 +358,18 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
 def make_system(problem: Problem, precision: Precision) -> System:
     """Store ``A`` and ``M`` at ``precision`` on the problem's device and look up the kernels."""
     device = problem.device
-    wdt = precision.working_dtype
+    wdt = problem.realise(precision.working)
+    if problem.is_complex and precision.compressed:
+        raise ValueError(
+            f"precision={precision.name!r} stores GMRES's basis in {precision.basis} "
+            "(CB-GMRES), which supports real systems only; for this complex system use "
+            f"precision={precision.name.removesuffix('-cb')!r}")
     if problem.A_csr is not None:
         if precision.matrix == "float64" and problem.A64 is not None:
             A_op = problem.A64
         else:
-            A_op = SparseOperator(problem.A_csr, precision.matrix, precision.accumulate, device, "A")
+            A_op = SparseOperator(problem.A_csr, problem.realise(precision.matrix),
+                                  precision.accumulate, device, "A")
     else:
         A_op = problem.A64
     matvec = A_op.bind(wdt, wdt)
@@ -343,4 +393,5 @@ def make_system(problem: Problem, precision: Precision) -> System:
 
     return System(problem=problem, precision=precision, dtype=wdt, matvec=matvec,
                   residual=residual, psolve=psolve, ops=ops, b=b, A_op=A_op,
-                  M_obj=M_obj, precond_setup_time=t, matvec_dot=matvec_dot)
+                  M_obj=M_obj, precond_setup_time=t, matvec_dot=matvec_dot,
+                  basis=problem.realise(precision.basis))

@@ -73,7 +73,7 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     else:
         x = ws.get("x", n, wdt)
         x[:] = x64                              # x = x64, rounded once
-    backup = ws.get("x_start", n, np.float64)
+    backup = ws.get("x_start", n, problem.hp)
     backup[:] = x64
     true = start_true = problem.true_residual(x64, r64)
     r = r64 if same else ws.get("r", n, wdt)
@@ -148,7 +148,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
 
     if n == 0 or problem.bnrm == 0.0:
         # SciPy: a zero right-hand side (or an empty system) has the solution 0
-        return finish(problem.xp.zeros(n), 0, 0, 0, [], 0.0, time.perf_counter() - t0, 0.0, [], policy,
+        return finish(problem.xp.zeros(n, problem.hp), 0, 0, 0, [], 0.0, time.perf_counter() - t0, 0.0, [], policy,
                       "zero right-hand side" if n else "empty system")
 
     escalations = []
@@ -172,7 +172,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
 
     t1 = time.perf_counter()
     ws = problem.workspace
-    x64 = ws.get("x64", n, np.float64)
+    x64 = ws.get("x64", n, problem.hp)
     if problem.x0_mode == "given":
         x64[:] = problem.x0_64
     elif problem.x0_mode == "Mb":
@@ -184,7 +184,7 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
             x64[:] = z
     else:
         x64.fill(0)
-    r64 = ws.get("r64", n, np.float64)
+    r64 = ws.get("r64", n, problem.hp)
     hist = []
     count = iters = 0
     budget = problem.maxiter

@@ -157,8 +157,10 @@ class SparseOperator(_Stored):
         return f
 
     def to_scipy(self):
-        """The stored matrix as a SciPy CSR matrix with FP64 values (on the host)."""
-        return sp.csr_matrix((to_host(self.data).astype(np.float64), to_host(self.indices),
+        """The stored matrix as a SciPy CSR matrix with FP64 (complex128) values (on the
+        host)."""
+        return sp.csr_matrix((to_host(self.data).astype(np.result_type(self.dtype, np.float64)),
+                              to_host(self.indices),
                               to_host(self.indptr)), shape=self.shape)
 
 
@@ -217,11 +219,14 @@ class BSROperator(_Stored):
 
 
 class DiagonalOperator(_Stored):
-    """``diag(d)`` stored in ``dtype`` on ``device`` (``d`` given in FP64 on the host)."""
+    """``diag(d)`` stored in ``dtype`` on ``device`` (``d`` given in FP64 or complex128 on
+    the host)."""
 
     def __init__(self, d, dtype, what="diagonal", device=DEFAULT_DEVICE):
         self.device = device
-        d = demote(np.ascontiguousarray(d, dtype=np.float64), dtype, what, device=device)
+        d = np.asarray(d)   # FP64, or complex128 for a complex diagonal
+        d = demote(np.ascontiguousarray(d, dtype=np.result_type(d.dtype, np.float64)), dtype,
+                   what, device=device)
         self.dtype = d.dtype
         self.d = to_device(d, device)
         self.shape = (d.size, d.size)
@@ -241,7 +246,8 @@ class DiagonalOperator(_Stored):
         return f
 
     def to_scipy(self):
-        return sp.diags(to_host(self.d).astype(np.float64), format="csr")
+        d = to_host(self.d)
+        return sp.diags(d.astype(np.result_type(d.dtype, np.float64)), format="csr")
 
 
 class TriangularSweeps(_Stored):

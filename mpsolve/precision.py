@@ -33,7 +33,13 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["Precision", "PRESETS", "as_precision"]
+__all__ = ["Precision", "PRESETS", "as_precision", "complex_dtype", "real_dtype", "in_field",
+           "COMPLEX_OF"]
+
+#: The complex twin of each real float dtype a policy may name (and back): a policy is
+#: written in real terms, and a complex problem runs every part of it in the twin.
+COMPLEX_OF = {"float64": "complex128", "float32": "complex64"}
+_REAL_OF = {c: r for r, c in COMPLEX_OF.items()}
 
 _DOT_MODES = ("native", "compensated")
 
@@ -218,14 +224,57 @@ PRESETS["mixed-cb"] = PRESETS["mixed"].with_basis(_f4)
 PRESETS["mixed-eft-cb"] = PRESETS["mixed-eft"].with_basis(_f4)
 
 
+def complex_dtype(dtype) -> np.dtype:
+    """The complex twin of a real float dtype (``float64 -> complex128``, ``float32 ->
+    complex64``); a complex128/complex64 dtype is returned as it is.
+
+    >>> complex_dtype("float32"), complex_dtype(np.float64)
+    (dtype('complex64'), dtype('complex128'))
+    """
+    name = np.dtype(dtype).name
+    if name in _REAL_OF:
+        return np.dtype(name)
+    try:
+        return np.dtype(COMPLEX_OF[name])
+    except KeyError:
+        raise TypeError(f"dtype {name} has no complex twin; use float32 or float64") from None
+
+
+def real_dtype(dtype) -> np.dtype:
+    """The real float dtype of the same precision (``complex64 -> float32``); a real
+    float32/float64 dtype is returned as it is.
+
+    >>> real_dtype("complex64"), real_dtype("float64")
+    (dtype('float32'), dtype('float64'))
+    """
+    name = np.dtype(dtype).name
+    if name in COMPLEX_OF:
+        return np.dtype(name)
+    try:
+        return np.dtype(_REAL_OF[name])
+    except KeyError:
+        raise TypeError(f"dtype {name} is neither float32/64 nor complex64/128") from None
+
+
+def in_field(dtype, is_complex: bool) -> np.dtype:
+    """``dtype`` (a policy's real float dtype) realised for a real or a complex problem:
+    itself, or its complex twin.  The one place the policy's ``"float32"`` /
+    ``"float64"`` become ``complex64`` / ``complex128``.
+
+    >>> in_field("float32", True), in_field("float64", False)
+    (dtype('complex64'), dtype('float64'))
+    """
+    return complex_dtype(dtype) if is_complex else np.dtype(dtype)
+
+
 def as_precision(precision, dtype=None) -> Precision:
     """Normalise the ``precision=`` argument.
 
     ``None`` keeps SciPy's behaviour: everything in the problem's dtype
-    (``double`` for FP64 data, ``single`` for FP32 data).
+    (``double`` for FP64/complex128 data, ``single`` for FP32/complex64 data).
     """
     if precision is None:
-        if dtype is not None and np.dtype(dtype) == np.float32:
+        if dtype is not None and np.dtype(dtype) in (np.float32, np.complex64):
             return PRESETS["single"]
         return PRESETS["double"]
     if isinstance(precision, Precision):

@@ -24,23 +24,11 @@ import scipy.sparse.linalg as spla
 
 from mpsolve.backend import array_module, is_host, on_host, resolve_device, to_device, to_host
 from mpsolve.kernels.registry import dtype_name
+from mpsolve.precision import in_field, real_dtype
 
 from ._util import setup_device
 
-__all__ = ["Preconditioner", "field_dtype"]
-
-
-def _real_name(dtype) -> str:
-    """A storage request as the real precision it names (``complex64 -> float32``)."""
-    name = dtype_name(dtype)
-    return {"complex64": "float32", "complex128": "float64"}.get(name, name)
-
-
-def field_dtype(real, like) -> np.dtype:
-    """The real precision ``real`` (``"float32"``/``"float64"``) in the field of the
-    dtype ``like``: itself for real data, its complex twin for complex data."""
-    real = np.dtype(real)
-    return np.result_type(real, np.complex64) if np.dtype(like).kind == "c" else real
+__all__ = ["Preconditioner"]
 
 
 class Preconditioner:
@@ -49,18 +37,16 @@ class Preconditioner:
     Parameters
     ----------
     dtype : {"float32", "float64"} or None
-        Storage and apply precision.  ``None``: the precision the solver's policy
-        asks for (``Precision.precond``), or FP32 when set up on its own.  For a
-        complex ``A`` it names the precision of the complex twin: ``"float32"``
-        stores complex64, ``"float64"`` complex128 (``"complex64"`` and
-        ``"complex128"`` are accepted as the same requests).
+        Storage and apply precision (its complex twin for a complex ``A``,
+        :func:`mpsolve.precision.in_field`).  ``None``: the precision the solver's policy
+        asks for (``Precision.precond``), or FP32 when set up on its own.
 
     Attributes
     ----------
     shape : tuple
     dtype : numpy.dtype
-        For SciPy's benefit: float64, or complex128 when set up for a complex ``A``
-        (``matvec`` takes and returns that).
+        float64 (complex128 once set up for a complex ``A``) for SciPy's benefit:
+        ``matvec`` takes and returns that dtype.
     storage_dtype : numpy.dtype
         Precision the preconditioner is stored and applied in (complex64 or
         complex128 for a complex ``A``: the set-up runs in complex128).
@@ -78,10 +64,9 @@ class Preconditioner:
     name = "preconditioner"
 
     def __init__(self, dtype=None):
-        self._dtype_request = None if dtype is None else _real_name(dtype)
+        self._dtype_request = None if dtype is None else dtype_name(dtype)
         if self._dtype_request not in (None, "float32", "float64"):
-            raise ValueError(f"dtype={dtype!r}: use 'float32' or 'float64' (complex64 / "
-                             "complex128 for the same precisions)")
+            raise ValueError(f"dtype={dtype!r}: use 'float32' or 'float64'")
         self.shape = None
         self.storage_dtype = None
         self.setup_time = 0.0
@@ -125,30 +110,29 @@ class Preconditioner:
             raise ValueError(f"side={side!r}: use 'left', 'right' or None (left)")
         self._side = side or "left"
         device = resolve_device(device, C)
-        want = self._dtype_request or (None if dtype is None else _real_name(dtype)) or "float32"
-        want = field_dtype(want, C.dtype)     # complex A: the complex twin
+        want = self._dtype_request or (None if dtype is None else dtype_name(dtype)) or "float32"
+        # a complex A is stored in the complex twin of the requested precision
+        want = in_field(real_dtype(want), C.dtype.kind == "c").name
         self.device = device
         self._setup_device = setup_device(device)
         self._op = None
         self._bound = {}
         t0 = time.perf_counter()
-        self._setup(C, want)
+        self._setup(C, np.dtype(want))
         self.setup_time = time.perf_counter() - t0
         self.shape = C.shape
-        self.storage_dtype = want
-        self.dtype = np.dtype(np.complex128 if want.kind == "c" else np.float64)
+        self.storage_dtype = np.dtype(want)
+        self.dtype = np.dtype(np.complex128 if C.dtype.kind == "c" else np.float64)
         return self
 
     def _setup(self, C, dtype):  # pragma: no cover - abstract
-        """Build the stored operator(s) for canonical CSR ``C`` (FP64 set-up, complex128
-        for complex ``C``; store in ``dtype`` -- complex64/128 for complex ``C`` -- on
-        ``self.device``, set-up kernels from ``self._setup_device``).
+        """Build the stored operator(s) for canonical CSR ``C`` (FP64 set-up; store in
+        ``dtype`` on ``self.device``, set-up kernels from ``self._setup_device``).
         Subclasses with a single operator set ``self._op`` (anything with ``bind``)."""
         raise NotImplementedError
 
     def apply(self, r, out):
-        """``out <- M r``; ``r`` and ``out`` are 1-D FP32 or FP64 arrays of the device
-        (complex64 or complex128 for a complex preconditioner).
+        """``out <- M r``; ``r`` and ``out`` are 1-D FP32 or FP64 arrays of the device.
 
         The operator's kernel is bound once per pair of dtypes (cached)."""
         key = (r.dtype, out.dtype)
@@ -178,7 +162,7 @@ class Preconditioner:
         if r1.dtype not in (np.float32, np.float64, np.complex64, np.complex128):
             r1 = r1.astype(np.float64)
         if self.dtype.kind == "c" and r1.dtype.kind != "c":
-            r1 = r1.astype(self.dtype)     # a real vector times a complex M
+            r1 = r1.astype(self.dtype)      # a complex M applied to a real vector
         elif self.dtype.kind != "c" and r1.dtype.kind == "c":
             raise TypeError(f"{type(self).__name__} was set up for a real A; it cannot "
                             f"apply to the complex vector r (set it up for a complex A)")
@@ -203,8 +187,7 @@ class Preconditioner:
     def aslinearoperator(self) -> spla.LinearOperator:
         """This preconditioner as a ``scipy.sparse.linalg.LinearOperator``."""
         self._check_ready()
-        return spla.LinearOperator(self.shape, matvec=self.matvec,
-                                   rmatvec=self.matvec if self.symmetric else None,
+        return spla.LinearOperator(self.shape, matvec=self.matvec, rmatvec=self.matvec if self.symmetric and self.dtype.kind != "c" else None,
                                    dtype=self.dtype)
 
     def __repr__(self):

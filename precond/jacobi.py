@@ -14,7 +14,8 @@ __all__ = ["Jacobi"]
 class Jacobi(Preconditioner):
     """Point Jacobi preconditioner ``M = diag(A)^{-1}``.
 
-    The inverse diagonal is formed in FP64 and stored in ``dtype`` (FP32 by
+    The inverse diagonal is formed in FP64 (complex128 for a complex ``A``) and stored in
+    ``dtype`` (its complex twin for a complex ``A``) (FP32 by
     default when set up on its own) as a :class:`~mpsolve.operator.DiagonalOperator`
     on the device it is set up for; ``apply`` is one fused ``out = d * r`` (the ``dmul`` kernel).
 
@@ -31,13 +32,16 @@ class Jacobi(Preconditioner):
     >>> M = Jacobi(dtype="float64").setup(A)
     >>> M.matvec(np.ones(3))
     array([0.25 , 0.5  , 0.125])
+    >>> Mc = Jacobi(dtype="float32").setup(sp.diags([2j, 4.0, 1 + 1j]).tocsr())
+    >>> Mc.storage_dtype, Mc.matvec(np.ones(3, complex))
+    (dtype('complex64'), array([0. -0.5j, 0.25+0.j , 0.5-0.5j]))
     """
 
     name = "jacobi"
     symmetric = True
 
     def _setup(self, A, dtype):
-        d = A.diagonal().astype(np.float64)
+        d = A.diagonal().astype(np.result_type(A.dtype, np.float64))  # FP64 or complex128
         zero = np.flatnonzero(d == 0)
         if zero.size:
             raise ValueError(

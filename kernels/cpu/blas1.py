@@ -1,7 +1,9 @@
 """Level-1 vector kernels on the CPU (Numba).
 
 Every kernel takes raw 1-D arrays and scalars and writes its result in place
-(house rules 6 and 7).  Each public function dispatches once on the length:
+(house rules 6 and 7).  The same kernels serve complex vectors: products in the
+reductions are conjugated (``x^H y``) through :mod:`.field`, which compiles to the
+plain real expressions for real arrays (so the real kernels are unchanged).  Each public function dispatches once on the length:
 the parallel form (``prange``, both cores) for long vectors, the serial form
 below :data:`PARALLEL_MIN`.  Vectors of one call share one dtype; the scalar
 arguments are Python floats and are cast to that dtype inside the kernel.
@@ -14,9 +16,14 @@ import numpy as np
 from numba import njit, prange
 
 from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN
+from .field import abs2, cmul
 from ..registry import register
 
 _VEC = [("float64",), ("float32",)]
+_CVEC = [("complex128",), ("complex64",)]
+#: The kernels written once for both fields (``field.cmul``/``abs2`` are ``x y``/``x x``
+#: for reals, ``conj(x) y``/``|x|^2`` for complex numbers, resolved at compile time).
+_ALLVEC = _VEC + _CVEC
 
 
 # --- reductions -----------------------------------------------------------------
@@ -25,7 +32,7 @@ _VEC = [("float64",), ("float32",)]
 def _dot_ser(x, y):
     s = x.dtype.type(0.0)  # accumulate in the vectors' dtype
     for i in range(x.size):
-        s += x[i] * y[i]
+        s += cmul(x[i], y[i])  # conj(x_i) y_i
     return s
 
 
@@ -33,7 +40,7 @@ def _dot_ser(x, y):
 def _dot_par(x, y):
     s = x.dtype.type(0.0)
     for i in prange(x.size):
-        s += x[i] * y[i]
+        s += cmul(x[i], y[i])
     return s
 
 
@@ -49,6 +56,25 @@ def dot(x, y):
 def nrm2(x):
     """``||x||_2`` as ``sqrt(x . x)`` (no overflow scaling; inputs are checked finite)."""
     return float(np.sqrt(dot(x, x)))
+
+
+@register("cpu", "dot", _CVEC, mode="native")
+def cdot(x, y):
+    """``x^H y`` (NumPy's ``vdot``) accumulated in the vectors' precision; a Python complex."""
+    if x.size >= PARALLEL_MIN:
+        return complex(_dot_par(x, y))
+    return complex(_dot_ser(x, y))
+
+
+def real_view(x):
+    """A complex vector as the real vector of its interleaved parts (no copy)."""
+    return x.view(x.real.dtype)
+
+
+@register("cpu", "nrm2", _CVEC, mode="native")
+def cnrm2(x):
+    """``||x||_2`` of a complex vector: the real norm of its ``2n`` parts."""
+    return nrm2(real_view(x))
 
 
 # --- updates ----------------------------------------------------------------------
@@ -67,7 +93,7 @@ def _axpy_par(a, x, y):
         y[i] += a * x[i]
 
 
-@register("cpu", "axpy", _VEC)
+@register("cpu", "axpy", _ALLVEC)
 def axpy(a, x, y):
     """``y <- a x + y``."""
     (_axpy_par if x.size >= PARALLEL_MIN else _axpy_ser)(a, x, y)
@@ -87,7 +113,7 @@ def _xpay_par(x, a, y):
         y[i] = x[i] + a * y[i]
 
 
-@register("cpu", "xpay", _VEC)
+@register("cpu", "xpay", _ALLVEC)
 def xpay(x, a, y):
     """``y <- x + a y`` (CG's direction update ``p <- z + beta p``)."""
     (_xpay_par if x.size >= PARALLEL_MIN else _xpay_ser)(x, a, y)
@@ -109,7 +135,7 @@ def _axpby_par(a, x, b, y):
         y[i] = a * x[i] + b * y[i]
 
 
-@register("cpu", "axpby", _VEC)
+@register("cpu", "axpby", _ALLVEC)
 def axpby(a, x, b, y):
     """``y <- a x + b y``."""
     (_axpby_par if x.size >= PARALLEL_MIN else _axpby_ser)(a, x, b, y)
@@ -129,7 +155,7 @@ def _waxpy_par(a, x, y, w):
         w[i] = y[i] + a * x[i]
 
 
-@register("cpu", "waxpy", _VEC)
+@register("cpu", "waxpy", _ALLVEC)
 def waxpy(a, x, y, w):
     """``w <- a x + y`` (BiCGSTAB's ``s <- r - alpha v``)."""
     (_waxpy_par if x.size >= PARALLEL_MIN else _waxpy_ser)(a, x, y, w)
@@ -141,12 +167,12 @@ def waxpy(a, x, y, w):
 def _axpy2_nrm2_ser(a, x, y, b, u, v):
     a = x.dtype.type(a)
     b = x.dtype.type(b)
-    s = v.dtype.type(0.0)
+    s = abs2(v.dtype.type(0.0))      # real zero of v's precision
     for i in range(x.size):
         y[i] += a * x[i]
         t = v[i] + b * u[i]
         v[i] = t
-        s += t * t
+        s += abs2(t)
     return s
 
 
@@ -154,16 +180,16 @@ def _axpy2_nrm2_ser(a, x, y, b, u, v):
 def _axpy2_nrm2_par(a, x, y, b, u, v):
     a = x.dtype.type(a)
     b = x.dtype.type(b)
-    s = v.dtype.type(0.0)
+    s = abs2(v.dtype.type(0.0))
     for i in prange(x.size):
         y[i] += a * x[i]
         t = v[i] + b * u[i]
         v[i] = t
-        s += t * t
+        s += abs2(t)
     return s
 
 
-@register("cpu", "axpy2_nrm2", _VEC, mode="native")
+@register("cpu", "axpy2_nrm2", _ALLVEC, mode="native")
 def axpy2_nrm2(a, x, y, b, u, v):
     """``axpy2`` and then ``||v||_2`` of the updated ``v``, in one pass over the vectors
     (CG: ``x += alpha p; r -= alpha q; return ||r||``).  The norm as :func:`nrm2`."""
@@ -189,7 +215,7 @@ def _axpy2_par(a, x, y, b, u, v):
         v[i] += b * u[i]
 
 
-@register("cpu", "axpy2", _VEC)
+@register("cpu", "axpy2", _ALLVEC)
 def axpy2(a, x, y, b, u, v):
     """Two fused updates in one pass: ``y <- y + a x``; ``v <- v + b u``.
 
@@ -214,7 +240,7 @@ def _bicg_dir_par(r, beta, omega, v, p):
         p[i] = r[i] + beta * (p[i] - omega * v[i])
 
 
-@register("cpu", "bicg_dir", _VEC)
+@register("cpu", "bicg_dir", _ALLVEC)
 def bicg_dir(r, beta, omega, v, p):
     """BiCGSTAB's direction update ``p <- r + beta (p - omega v)`` in one pass."""
     (_bicg_dir_par if r.size >= PARALLEL_MIN else _bicg_dir_ser)(r, beta, omega, v, p)
@@ -233,7 +259,9 @@ def _copy_par(x, out):
 
 
 @register("cpu", "copy", [("float64", "float64"), ("float32", "float32"),
-                          ("float64", "float32"), ("float32", "float64")])
+                          ("float64", "float32"), ("float32", "float64"),
+                          ("complex128", "complex128"), ("complex64", "complex64"),
+                          ("complex128", "complex64"), ("complex64", "complex128")])
 def copy(x, out):
     """``out <- x`` with the cast to ``out``'s dtype fused into the copy."""
     (_copy_par if x.size >= PARALLEL_MIN else _copy_ser)(x, out)
@@ -253,7 +281,7 @@ def _scal_par(a, x):
         x[i] *= a
 
 
-@register("cpu", "scal", _VEC)
+@register("cpu", "scal", _ALLVEC)
 def scal(a, x):
     """``x <- a x`` (its own loop: ``axpby(0, x, a, x)`` gave ``0 * inf = nan``)."""
     (_scal_par if x.size >= PARALLEL_MIN else _scal_ser)(a, x)
@@ -271,14 +299,15 @@ def _dmul_par(d, x, out):
         out[i] = d[i] * x[i]
 
 
-@register("cpu", "dmul", [(dd, xx, oo) for dd in ("float32", "float64")
-                          for xx in ("float32", "float64") for oo in ("float32", "float64")])
+@register("cpu", "dmul", [(dd, xx, oo) for f in (("float32", "float64"),
+                                                  ("complex64", "complex128"))
+                          for dd in f for xx in f for oo in f])
 def dmul(d, x, out):
     """``out <- diag(d) x``, the casts fused (point Jacobi's apply).  Dtypes key ``(d, x, out)``."""
     (_dmul_par if x.size >= PARALLEL_MIN else _dmul_ser)(d, x, out)
 
 
-@register("cpu", "lincomb", _VEC)
+@register("cpu", "lincomb", _ALLVEC)
 def lincomb(V, y, k, out):
     """``out <- sum_{i<k} y_i V[i]`` (GMRES's update ``V_k y``); ``V`` holds one vector a row.
 
@@ -303,7 +332,7 @@ def _mdot_chunk(V, k, w, lo, hi, part):
         vs = V[i, lo:hi]
         s = w.dtype.type(0.0)
         for j in range(hi - lo):
-            s += vs[j] * ws[j]
+            s += cmul(vs[j], ws[j])    # conj(v_j) w_j
         part[i] = s
 
 
@@ -327,11 +356,12 @@ def _mdot_ser(V, k, w, out):
     _mdot_chunk(V, k, w, 0, w.size, out)
 
 
-@register("cpu", "mdot", _VEC, mode="native")
+@register("cpu", "mdot", _ALLVEC, mode="native")
 def mdot(V, k, w, out):
     """``out[i] <- V[i] . w`` for ``i < k`` (classical Gram-Schmidt's coefficients).
 
-    ``out`` is an FP64 array of length >= ``k``; the sums are carried in ``w``'s dtype.
+    ``out`` is an FP64 (complex128 for complex ``w``: ``V[i]^H w``) array of length >= ``k``;
+    the sums are carried in ``w``'s dtype.
     """
     (_mdot_par if w.size >= PARALLEL_MIN else _mdot_ser)(V, k, w, out)
 
@@ -360,7 +390,7 @@ def _maxpy_ser(V, k, h, w):
     _maxpy_chunk(V, k, h, w, 0, w.size)
 
 
-@register("cpu", "maxpy", _VEC)
+@register("cpu", "maxpy", _ALLVEC)
 def maxpy(V, k, h, w):
     """``w <- w - sum_{i<k} h_i V[i]`` (the projection step of classical Gram-Schmidt)."""
     (_maxpy_par if w.size >= PARALLEL_MIN else _maxpy_ser)(V, k, h, w)
@@ -529,7 +559,7 @@ def _range_scan(v, big, tiny):
     return has_big, has_tiny
 
 
-@register("cpu", "range_scan", _VEC)
+@register("cpu", "range_scan", _ALLVEC)
 def range_scan(v, big, tiny):
     """``(any |v_i| > big, any 0 < |v_i| < tiny)`` in one pass (NaN counts as neither):
     whether demoting ``v`` could overflow or flush a nonzero to zero."""

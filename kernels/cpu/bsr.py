@@ -173,8 +173,7 @@ def _dispatch(mode, parts, indptr, indices, data, x, y):
 
 _F = ("float32", "float64")
 _C = ("complex64", "complex128")
-_ALL = ([(v, xi, yo) for v in _F for xi in _F for yo in _F]
-        + [(v, xi, yo) for v in _C for xi in _C for yo in _C])
+_ALL = [(v, xi, yo) for f in (_F, _C) for v in f for xi in f for yo in f]
 
 
 @register("cpu", "bsrmv", _ALL, mode="acc64")

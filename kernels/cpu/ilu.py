@@ -28,7 +28,8 @@ from ..registry import register, register_plan
 from ._config import JIT, NATIVE_REDUCTION_MATH
 from .spmv import partition_rows
 
-from .intrin import madd, wide_zero, widen  # the one intrinsics module of the CPU kernels
+from .field import conj, wide
+from .intrin import madd, wide_zero  # the one intrinsics module of the CPU kernels
 
 _F = ("float32", "float64")
 _C = ("complex64", "complex128")
@@ -111,7 +112,7 @@ def symmetric_mirror(indptr, indices, data, rtol, mirror):
                 return False
             cursor[j] = m + 1
             a, b = data[k], data[m]
-            if abs(a - np.conj(b)) > rtol * max(abs(a), abs(b)):
+            if abs(a - conj(b)) > rtol * max(abs(a), abs(b)):
                 return False
             mirror[k] = m
     return True
@@ -149,7 +150,7 @@ def ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lptr, 
         for k in range(indptr[i + 1] - 1, diag[i], -1):
             j = indices[k]
             if symmetric:
-                uval[q] = np.conj(data[mirror[k]])  # conj(l_ji)
+                uval[q] = conj(data[mirror[k]])  # conj(l_ji)
             else:
                 uval[q] = data[k] / d
             uind[q] = j
@@ -220,10 +221,10 @@ def _sweeps(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, r, out):
         near = zero
         if e > s and lind[e - 1] == i - 1:
             e -= 1
-            near = widen(lval[e])
-        acc = widen(r[i])
+            near = wide(lval[e])
+        acc = wide(r[i])
         for k in range(s, e):
-            acc -= widen(lval[k]) * widen(out[lind[k]])
+            acc -= wide(lval[k]) * wide(out[lind[k]])
         acc = madd(-near, prev, acc)
         out[i] = acc
         prev = acc
@@ -234,10 +235,10 @@ def _sweeps(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, r, out):
         near = zero
         if e > s and uind[e - 1] == i + 1:
             e -= 1
-            near = widen(uval[e])
-        acc = widen(out[i]) * widen(dinv[i])
+            near = wide(uval[e])
+        acc = wide(out[i]) * wide(dinv[i])
         for k in range(s, e):
-            acc -= widen(uval[k]) * widen(out[uind[k]])
+            acc -= wide(uval[k]) * wide(out[uind[k]])
         acc = madd(-near, prev, acc)
         out[i] = acc
         prev = acc

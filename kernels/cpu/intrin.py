@@ -18,10 +18,10 @@ names from its own intrinsics module (``numba.cuda.fma`` and libdevice's
   and inlined (``inline="always"``) into its callers: no cost over writing the
   operator.
 
-For kernels written once for real and complex data: ``widen(v)`` (``v`` in FP64, or
-complex128 for a complex ``v``), ``wide_zero(a)`` (the zero of ``a``'s widened dtype) and
-``madd(a, b, c)`` (``a*b + c``: the fused ``fma`` for real operands, the plain complex
-operations otherwise -- there is no complex FMA).
+For kernels written once for real and complex data (with :mod:`.field`'s ``wide``,
+``conj``, ...): ``wide_zero(a)`` (the zero of ``a``'s widened dtype) and ``madd(a, b, c)``
+(``a*b + c``: the fused ``fma`` for real operands, the plain complex operations otherwise
+-- there is no complex FMA).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from numba.extending import intrinsic, overload
 
 from ._config import JIT
 
-__all__ = ["fma", "add_rn", "sub_rn", "mul_rn", "widen", "wide_zero", "madd"]
+__all__ = ["fma", "add_rn", "sub_rn", "mul_rn", "wide_zero", "madd"]
 
 # Explicit: a primitive of the EFTs must never get fastmath, whatever JIT grows into.
 _PRIM_JIT = dict(JIT, fastmath=False, inline="always")
@@ -123,11 +123,6 @@ def mul_rn(a, b):
 
 
 # --- real and complex data in one kernel ------------------------------------------------
-def widen(v):
-    """``v`` as float64, or as complex128 when ``v`` is complex (inside Numba kernels)."""
-    return np.complex128(v) if np.iscomplexobj(v) else np.float64(v)
-
-
 def wide_zero(a):
     """The zero of the widened dtype of array ``a``'s elements (inside Numba kernels)."""
     return np.complex128(0) if np.iscomplexobj(a) else np.float64(0)
@@ -136,15 +131,6 @@ def wide_zero(a):
 def madd(a, b, c):
     """``a*b + c``: :func:`fma` for real operands, plain complex arithmetic otherwise."""
     return a * b + c
-
-
-@overload(widen, inline="always")
-def _widen(v):
-    if isinstance(v, types.Complex):
-        return lambda v: np.complex128(v)
-    if isinstance(v, (types.Float, types.Integer)):
-        return lambda v: np.float64(v)
-    return None
 
 
 @overload(wide_zero, inline="always")

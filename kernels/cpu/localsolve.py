@@ -36,6 +36,7 @@ from numba import get_num_threads, njit, prange
 
 from ..registry import register
 from ._config import JIT
+from .field import conj
 
 _JIT = dict(JIT, error_model="numpy")   # x / 0 -> inf (flagged by the check), no exception
 #: Cholesky (which reads the lower triangle) is used where ``A_J`` is symmetric to this,
@@ -207,7 +208,7 @@ def _chol_lanes(a, ok, ng):
             u = a[r, c]
             lo = a[c, r]
             for g in range(ng):
-                if abs(u[g] - np.conj(lo[g])) > SYM_RTOL * max(abs(u[g]), abs(lo[g])):
+                if abs(u[g] - conj(lo[g])) > SYM_RTOL * max(abs(u[g]), abs(lo[g])):
                     ok[g] = 0
     for j in range(s):
         aj = a[j]
@@ -215,7 +216,7 @@ def _chol_lanes(a, ok, ng):
         for k in range(j):
             ljk = aj[k]
             for g in range(ng):
-                dj[g] -= ljk[g] * np.conj(ljk[g])
+                dj[g] -= ljk[g] * conj(ljk[g])
         for g in range(ng):
             d = dj[g].real
             if not (d > 0.0 and d < np.inf):
@@ -228,7 +229,7 @@ def _chol_lanes(a, ok, ng):
                 aik = ai[k]
                 ajk = aj[k]
                 for g in range(ng):
-                    aij[g] -= aik[g] * np.conj(ajk[g])
+                    aij[g] -= aik[g] * conj(ajk[g])
             for g in range(ng):
                 aij[g] = aij[g] / dj[g]
 
@@ -256,7 +257,7 @@ def _chol_solve_lanes(a, x, ng):
                 lcr = a[c, r]
                 xc = x[c, j]
                 for g in range(ng):
-                    xr[g] -= np.conj(lcr[g]) * xc[g]
+                    xr[g] -= conj(lcr[g]) * xc[g]
             d = a[r, r]
             for g in range(ng):
                 xr[g] = xr[g] / d[g]
@@ -349,9 +350,9 @@ def _chol_one(a):
     ok = 1
     for r in range(s):
         for c in range(r + 1, s):
-            if abs(a[r, c] - np.conj(a[c, r])) > SYM_RTOL * max(abs(a[r, c]), abs(a[c, r])):
+            if abs(a[r, c] - conj(a[c, r])) > SYM_RTOL * max(abs(a[r, c]), abs(a[c, r])):
                 ok = 0
-            a[r, c] = np.conj(a[c, r])                     # the lower triangle, as in lock step
+            a[r, c] = conj(a[c, r])                     # the lower triangle, as in lock step
     for k in range(s):
         d = a[k, k].real
         if not (d > 0.0 and d < np.inf):
@@ -365,7 +366,7 @@ def _chol_one(a):
             uki = uk[i]
             ai = a[i, i:]
             ui = uk[i:]
-            cki = np.conj(uki)
+            cki = conj(uki)
             for j in range(ai.size):
                 ai[j] -= ui[j] * cki                       # a_ij -= u_kj conj(u_ki)
     return ok
@@ -380,7 +381,7 @@ def _chol_solve_one(a, x):
         for r in range(s):                                 # L y = e: l_rc = conj(u_cr)
             acc = x[r, j, 0]
             for c in range(r):
-                acc -= np.conj(a[c, r]) * x[c, j, 0]
+                acc -= conj(a[c, r]) * x[c, j, 0]
             x[r, j, 0] = acc / a[r, r]
         for r in range(s - 1, -1, -1):                     # L^H z = y: (L^H)_rc = u_rc
             acc = x[r, j, 0]
@@ -522,7 +523,7 @@ def _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out):
             d = np.sqrt(0.5 * (z + z))
             o = out[pptr[rows[t0 + g]]:pptr[rows[t0 + g]] + m, 0, 0]
             for c in range(s):
-                o[c] = np.conj(x[c, 0, g]) / d
+                o[c] = conj(x[c, 0, g]) / d
         return
     zl = np.empty((b, b), dtype=x.dtype)
     lt = np.empty((b, b), dtype=x.dtype)
@@ -532,7 +533,7 @@ def _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out):
             continue
         for u in range(b):
             for v in range(b):
-                zl[u, v] = 0.5 * (x[s - b + u, v, g] + np.conj(x[s - b + v, u, g]))
+                zl[u, v] = 0.5 * (x[s - b + u, v, g] + conj(x[s - b + v, u, g]))
         if b == 1:
             w0 = zl[0, 0].real
             w1 = w0
@@ -546,17 +547,17 @@ def _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out):
         for j in range(b):                                 # Z_last = L L^H
             d = zl[j, j]
             for k in range(j):
-                d -= lt[j, k] * np.conj(lt[j, k])
+                d -= lt[j, k] * conj(lt[j, k])
             d = np.sqrt(d.real)
             lt[j, j] = d
             for i in range(j + 1, b):
                 acc = zl[i, j]
                 for k in range(j):
-                    acc -= lt[i, k] * np.conj(lt[j, k])
+                    acc -= lt[i, k] * conj(lt[j, k])
                 lt[i, j] = acc / d
         for u in range(b):                                 # G = L^-1 Z^H
             for c in range(s):
-                acc = np.conj(x[c, u, g])
+                acc = conj(x[c, u, g])
                 for v in range(u):
                     acc -= lt[u, v] * gi[v, c]
                 gi[u, c] = acc / lt[u, u]

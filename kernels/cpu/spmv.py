@@ -1,7 +1,8 @@
 """CSR sparse matrix-vector products on the CPU (Numba).
 
 ``y = A x`` with ``A`` in CSR form (``indptr``, ``indices``, ``data``).  The
-values, the input and the output may each be FP32 or FP64; the casts are fused
+values, the input and the output may each be FP32 or FP64 (or each complex64 or
+complex128: the same kernels, with complex accumulators); the casts are fused
 into the loop (no temporary copy of ``x`` or ``y``).  The accumulator is a
 separate choice:
 
@@ -24,6 +25,7 @@ import numpy as np
 from numba import njit, prange, get_num_threads
 
 from ._config import JIT, PARALLEL_MIN
+from .field import cmul, narrow, wide
 from ..registry import register, register_plan
 
 #: Below this many ``nnz + rows`` the SpMV runs serially.
@@ -58,27 +60,27 @@ def partition_rows(indptr, nparts=None):
 @njit(inline="always", **JIT)
 def _rows_acc64(lo, hi, indptr, indices, data, x, y):
     for i in range(lo, hi):
-        acc = 0.0  # float64
+        acc = wide(y.dtype.type(0.0))  # float64 (complex128)
         for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
-            acc += np.float64(data[k]) * np.float64(x[np.uint64(indices[k])])
+            acc += wide(data[k]) * wide(x[np.uint64(indices[k])])
         y[i] = acc  # rounded once to y's dtype
 
 
 @njit(inline="always", **JIT)
 def _rows_acc32(lo, hi, indptr, indices, data, x, y):
     for i in range(lo, hi):
-        acc = np.float32(0.0)
+        acc = narrow(y.dtype.type(0.0))  # float32 (complex64)
         for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
-            acc += np.float32(data[k]) * np.float32(x[np.uint64(indices[k])])
+            acc += narrow(data[k]) * narrow(x[np.uint64(indices[k])])
         y[i] = acc
 
 
 @njit(inline="always", **JIT)
 def _rows_residual(lo, hi, indptr, indices, data, x, b, r):
     for i in range(lo, hi):
-        acc = np.float64(b[i])
+        acc = wide(b[i])
         for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
-            acc -= np.float64(data[k]) * np.float64(x[np.uint64(indices[k])])
+            acc -= wide(data[k]) * wide(x[np.uint64(indices[k])])
         r[i] = acc
 
 
@@ -86,12 +88,12 @@ def _rows_residual(lo, hi, indptr, indices, data, x, b, r):
 def _rows_acc64_dot(lo, hi, indptr, indices, data, x, y):
     s = y.dtype.type(0.0)
     for i in range(lo, hi):
-        acc = 0.0  # float64
+        acc = wide(y.dtype.type(0.0))  # float64 (complex128)
         for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
-            acc += np.float64(data[k]) * np.float64(x[np.uint64(indices[k])])
+            acc += wide(data[k]) * wide(x[np.uint64(indices[k])])
         yi = y.dtype.type(acc)
         y[i] = yi
-        s += y.dtype.type(x[i]) * yi
+        s += cmul(y.dtype.type(x[i]), yi)  # conj(x_i) y_i
     return s
 
 
@@ -151,7 +153,11 @@ def _csr_residual_ser(parts, indptr, indices, data, x, b, r):
 
 
 _F = ("float32", "float64")
-_ALL = [(v, xi, yo) for v in _F for xi in _F for yo in _F]
+_C = ("complex64", "complex128")
+# the same kernels for complex values and vectors (field.wide/narrow/cmul: complex128 /
+# complex64 accumulators, conjugated dot); one field per call
+_ALL = [(v, xi, yo) for f in (_F, _C) for v in f for xi in f for yo in f]
+_SQ = [(v, d, d) for f in (_F, _C) for v in f for d in f]
 
 
 @register("cpu", "spmv", _ALL, mode="acc64")
@@ -160,7 +166,7 @@ def csr_spmv_acc64(parts, indptr, indices, data, x, y):
     (_csr_acc64_par if parts.size > 2 else _csr_acc64_ser)(parts, indptr, indices, data, x, y)
 
 
-@register("cpu", "spmv_dot", [(v, d, d) for v in _F for d in _F], mode="acc64")
+@register("cpu", "spmv_dot", [k for k in _SQ if k[0] in _F], mode="acc64")
 def csr_spmv_dot_acc64(parts, indptr, indices, data, x, y):
     """``y <- A x`` (row sums in FP64) and return ``x . y`` accumulated in ``y``'s dtype,
     in one pass (CG's ``q = A p; p . q``: ``p`` and ``q`` are not read again).
@@ -169,14 +175,21 @@ def csr_spmv_dot_acc64(parts, indptr, indices, data, x, y):
     return float(f(parts, indptr, indices, data, x, y))
 
 
+@register("cpu", "spmv_dot", [k for k in _SQ if k[0] in _C], mode="acc64")
+def csr_spmv_dot_acc64_complex(parts, indptr, indices, data, x, y):
+    """:func:`csr_spmv_dot_acc64` for complex ``A``, ``x``, ``y``: returns ``x^H y``, a
+    Python complex."""
+    f = _csr_acc64_dot_par if parts.size > 2 else _csr_acc64_dot_ser
+    return complex(f(parts, indptr, indices, data, x, y))
+
+
 @register("cpu", "spmv", _ALL, mode="acc32")
 def csr_spmv_acc32(parts, indptr, indices, data, x, y):
     """``y <- A x``, row sums in FP32.  Dtypes key: ``(data, x, y)``."""
     (_csr_acc32_par if parts.size > 2 else _csr_acc32_ser)(parts, indptr, indices, data, x, y)
 
 
-@register("cpu", "residual", [(v, "float64", "float64", "float64") for v in _F]
-          + [(v, "float32", "float32", "float32") for v in _F], mode="acc64")
+@register("cpu", "residual", [(v, d, d, d) for v, d, _ in _SQ], mode="acc64")
 def csr_residual(parts, indptr, indices, data, x, b, r):
     """``r <- b - A x`` in one pass, row sums in FP64.  Dtypes key: ``(data, x, b, r)``."""
     (_csr_residual_par if parts.size > 2 else _csr_residual_ser)(parts, indptr, indices, data,

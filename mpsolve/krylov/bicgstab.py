@@ -10,10 +10,15 @@ Breakdown codes are SciPy's: -10 when ``rho = r0.r`` vanishes (relative to
 ``||r0|| ||r||``), -11 when ``omega`` vanishes.  The half step is checked: if
 ``||s||`` already meets the tolerance the iteration stops after ``x += alpha p``.
 
+Complex systems: the dots are conjugated (``rho = r0^H r``, ``omega = t^H s / t^H t``,
+SciPy's ``vdot``); the finiteness checks use :func:`cmath.isfinite`, which takes
+real and complex scalars alike.
+
 Memory traffic per iteration: 2 SpMV + 2 M + about 20n values.
 """
 from __future__ import annotations
 
+import cmath
 import math
 
 import numpy as np
@@ -51,8 +56,8 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
         return 0, 0, 0
     rho_old = alpha = omega = 1.0
     for k in range(1, maxiter + 1):
-        rho = dot(r0, r)                        # rho = r0^.r
-        if not math.isfinite(rho):
+        rho = dot(r0, r)                        # rho = r0^H r
+        if not cmath.isfinite(rho):
             return k - 1, k - 1, -14
         if abs(rho) <= rhotol * r0nrm * rnorm:
             return k - 1, k - 1, -10
@@ -64,8 +69,8 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
         if psolve is not None:
             psolve(p, ph)                       # p^ = M p
         matvec(ph, v)                           # v = A p^
-        r0v = dot(r0, v)
-        if r0v == 0.0 or not math.isfinite(r0v):
+        r0v = dot(r0, v)                        # r0^H v
+        if r0v == 0.0 or not cmath.isfinite(r0v):
             return k - 1, k - 1, (-10 if r0v == 0.0 else -14)
         alpha = rho / r0v
         waxpy(-alpha, v, r, s)                  # s = r - alpha v
@@ -80,12 +85,12 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
         if psolve is not None:
             psolve(s, sh)                       # s^ = M s
         matvec(sh, t)                           # t = A s^
-        tt = dot(t, t)
+        tt = dot(t, t).real                     # t^H t (real)
         if not math.isfinite(tt):
             return k - 1, k - 1, -14
         if tt == 0.0:
             return k - 1, k - 1, -11
-        omega = dot(t, s) / tt                  # omega = t.s / t.t
+        omega = dot(t, s) / tt                  # omega = t^H s / t^H t
         if omega == 0.0:
             return k - 1, k - 1, -11
         axpy2(alpha, ph, x, omega, sh, x)       # x += alpha p^ + omega s^

@@ -11,6 +11,11 @@ true residual and, if the recursive one has drifted, restarts from the true
 residual (residual replacement).  Without a preconditioner ``z`` aliases ``r``
 and ``r.z`` is the squared norm already computed for the stopping test.
 
+Complex systems: CG for Hermitian positive definite ``A`` (and ``M``), with the
+conjugated dots ``x^H y``.  ``r^H z`` and ``p^H A p`` are then real in exact arithmetic;
+their rounding-level imaginary parts are dropped (``.real``, a no-op for real data),
+so ``alpha`` and ``beta`` are real, as in the Hermitian theory.
+
 Memory traffic per iteration (n-vectors, without M): SpMV + 2 reads (p.q) +
 6 (fused x, r update) + 1 (||r||) + 3 (p update) = SpMV + 12n values.
 """
@@ -44,13 +49,13 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
     p = ws.get("p", n, wdt)
     ops.copy(z, p)                            # p = z
     rnorm = nrm2(r)
-    rz = rnorm * rnorm if psolve is None else dot(r, z)
+    rz = rnorm * rnorm if psolve is None else dot(r, z).real    # r^H z, real for HPD M
     if rnorm <= tol:
         return 0, 0, 0
     if not (rz > 0 and math.isfinite(rz)):
         return 0, 0, (-14 if not math.isfinite(rz) else -12)
     for k in range(1, maxiter + 1):
-        pq = matvec_dot(p, q)                 # q = A p; p.q (one pass where fused)
+        pq = matvec_dot(p, q).real            # q = A p; p^H q (one pass where fused)
         if not (pq > 0):
             return k - 1, k - 1, (-14 if math.isnan(pq) else -12)
         alpha = rz / pq
@@ -66,7 +71,7 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
             rz_new = rnorm * rnorm            # r.z = r.r
         else:
             psolve(r, z)                      # z = M r
-            rz_new = dot(r, z)                # r.z
+            rz_new = dot(r, z).real           # r^H z
             if not (rz_new > 0):
                 return k, k, (-14 if math.isnan(rz_new) else -12)
         beta = rz_new / rz

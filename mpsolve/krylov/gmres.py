@@ -55,6 +55,11 @@ an FP64 basis (``Precision.stronger``).  Deviation from the paper: no FP16/fixed
 formats, and with right preconditioning ``Z`` stays in the working precision (flexible
 GMRES, as above) while ``V`` is compressed.
 
+Complex systems: the basis, ``w`` and the coefficients ``h_ij = v_i^H w`` are complex
+(``ops.mdot`` conjugates), the Hessenberg matrix, rotations and ``g`` are complex128
+(``np.result_type(working, float64)``: FP64 for real data) and the rotations are the
+unitary complex ones of the ``givens`` kernel.  A compressed basis is real-only.
+
 Memory traffic per inner step j: SpMV + M + about (2j + 4) n values (one CGS pass);
 with an FP32 basis the basis reads cost half (``(j + 1)`` values of 4 bytes twice).
 Memory: ``restart + 1`` basis vectors (``2 restart + 1`` with right preconditioning);
@@ -93,7 +98,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     nrm2, axpy = ops.nrm2, ops.axpy
     n = x.size
     ws, wdt = sys.workspace, sys.dtype         # vectors allocated once per solve
-    bops = ops.basis(sys.precision.basis)      # the basis' kernels, looked up once
+    bops = ops.basis(sys.basis)                # the basis' kernels, looked up once
     mdot, store = bops.mdot, bops.store
     mdot_nrm2, maxpy_nrm2 = bops.mdot_nrm2, bops.maxpy_nrm2
     # w = A v for a stored basis row v: a stored matrix widens an FP32 row inside its SpMV;
@@ -126,12 +131,13 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     # Arnoldi relation was built from (add20 + FP32 ISAI: 5e-5 instead of 1e-8)
     Z = ws.get("Z", (m, n), wdt) if right else None
     u = ws.get("u", n, wdt)
-    H = np.zeros((m + 1, m), dtype=np.float64)
-    cs = np.zeros(m)
-    sn = np.zeros(m)
-    g = np.zeros(m + 1)
-    y = np.zeros(m)
-    hcol = np.zeros(m + 1)                     # Gram-Schmidt coefficients of one column
+    hdt = np.result_type(wdt, np.float64)      # the small problem: FP64 (complex128)
+    H = np.zeros((m + 1, m), dtype=hdt)
+    cs = np.zeros(m, dtype=hdt)
+    sn = np.zeros(m, dtype=hdt)
+    g = np.zeros(m + 1, dtype=hdt)
+    y = np.zeros(m, dtype=hdt)
+    hcol = np.zeros(m + 1, dtype=hdt)          # Gram-Schmidt coefficients of one column
     bnrm = sys.problem.bnrm or 1.0
     inner = 0
     factor = 1.0                               # left: tightening of the inner target
