@@ -184,10 +184,9 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     comm = PETSc.COMM_SELF
     t_mat = time.perf_counter()  # building PETSc's copy of A counts as set-up (mpsolve's
     # set-up time includes building its operator from the same SciPy matrix)
-    P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
-                                                 A.indices.astype(PETSc.IntType),
-                                                 A.data.astype(np.float64)), comm=comm)
-    P.assemble()
+    from mpsolve.petsc import petsc_mat
+
+    P = petsc_mat(A, comm)   # PETSc's scalar type; a complex A on a real PETSc: TypeError
     ksp = PETSc.KSP().create(comm)
     ksp.setOperators(P)
     ksp_type = _KSP[method]
