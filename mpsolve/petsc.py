@@ -118,13 +118,7 @@ def petsc_mat(A, comm=None):
 
 def petsc_vec(x, comm=None):
     """A sequential PETSc Vec holding a copy of the 1-D array ``x``, in PETSc's scalar
-    type.
-
-    Raises
-    ------
-    TypeError
-        ``x`` is complex and the installed PETSc is real (the message says so).
-    """
+    type; a complex ``x`` on a real PETSc is refused as in :func:`petsc_mat`."""
     from petsc4py import PETSc
 
     x = np.asarray(x)
