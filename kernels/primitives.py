@@ -29,16 +29,10 @@ from .registry import dtype_name, lookup
 __all__ = ["Op", "CONTRACT", "VECTOR_OPS", "BASIS_OPS", "Primitives", "BasisPrimitives",
            "bind_primitives", "bind_basis"]
 
-_R = ("float32", "float64")
-_C = ("complex64", "complex128")
-_F = _R + _C
+_F = ("float32", "float64")
 _VEC = tuple((d,) for d in _F)
-# one field per call: real values with real vectors, complex with complex (a complex problem
-# stores A, M and its vectors in the complex twins of its policy's dtypes)
-_MAT = tuple((v, x, y) for f in (_R, _C) for v in f for x in f for y in f)
-_MAT_R = tuple(k for k in _MAT if k[0] in _R)
-# GMRES's small problem, and the preconditioners' set-up (complex data: in complex128)
-_HOST = (("float64",), ("complex128",))
+_MAT = tuple((v, x, y) for v in _F for x in _F for y in _F)
+_TWIN = {"float32": "complex64", "float64": "complex128"}
 _REDUCE = ("native", "compensated")
 _CB = (("float32", "float64"),)
 
@@ -53,30 +47,47 @@ class Op:
     keys: Tuple[Tuple[str, ...], ...] = _VEC
     modes: Tuple[str, ...] = ("",)
     host: bool = False         # a set-up op on host arrays: host devices provide it
+    #: complex vectors too: the op also has the keys ``ckeys`` (every dtype of a real key
+    #: replaced by its complex twin).  A device that solves complex systems provides them
+    #: (the host devices do); one that does not is refused at set-up for complex data
+    #: (``mpsolve._system``), never inside a kernel
+    complex: bool = False
+
+    @property
+    def ckeys(self) -> Tuple[Tuple[str, ...], ...]:
+        """The complex twins of :attr:`keys` (empty for a real-only op)."""
+        if not self.complex:
+            return ()
+        return tuple(tuple(_TWIN[d] for d in k) for k in self.keys)
+
+    @property
+    def all_keys(self) -> Tuple[Tuple[str, ...], ...]:
+        return self.keys + self.ckeys
 
 
 CONTRACT = (
     # --- reductions (mode: native = in the vectors' dtype; compensated = Dot2/Sum2, ORO 2005)
-    Op("dot", "dot(x, y) -> float", "x . y", modes=_REDUCE),
-    Op("nrm2", "nrm2(x) -> float", "||x||_2", modes=_REDUCE),
-    Op("sum", "sum(x) -> float", "sum_i x_i", keys=tuple((d,) for d in _R), modes=_REDUCE),
+    Op("dot", "dot(x, y) -> float", "x . y  (complex: x^H y)", modes=_REDUCE, complex=True),
+    Op("nrm2", "nrm2(x) -> float", "||x||_2", modes=_REDUCE, complex=True),
+    Op("sum", "sum(x) -> float", "sum_i x_i", modes=_REDUCE),
     Op("mdot", "mdot(V, k, w, out)", "out[i] = V[i] . w, i < k  (out FP64, complex128 for "
-       "complex w)", modes=_REDUCE),
+       "complex w)", modes=_REDUCE, complex=True),
     # --- updates
-    Op("axpy", "axpy(a, x, y)", "y = y + a x"),
-    Op("xpay", "xpay(x, a, y)", "y = x + a y"),
-    Op("axpby", "axpby(a, x, b, y)", "y = a x + b y"),
-    Op("waxpy", "waxpy(a, x, y, w)", "w = y + a x"),
-    Op("axpy2", "axpy2(a, x, y, b, u, v)", "y = y + a x;  v = v + b u"),
+    Op("axpy", "axpy(a, x, y)", "y = y + a x", complex=True),
+    Op("xpay", "xpay(x, a, y)", "y = x + a y", complex=True),
+    Op("axpby", "axpby(a, x, b, y)", "y = a x + b y", complex=True),
+    Op("waxpy", "waxpy(a, x, y, w)", "w = y + a x", complex=True),
+    Op("axpy2", "axpy2(a, x, y, b, u, v)", "y = y + a x;  v = v + b u", complex=True),
     Op("axpy2_nrm2", "axpy2_nrm2(a, x, y, b, u, v) -> float",
-       "y = y + a x;  v = v + b u;  return ||v||_2", modes=("native",)),
-    Op("bicg_dir", "bicg_dir(r, beta, omega, v, p)", "p = r + beta (p - omega v)"),
-    Op("scal", "scal(a, x)", "x = a x"),
+       "y = y + a x;  v = v + b u;  return ||v||_2", modes=("native",), complex=True),
+    Op("bicg_dir", "bicg_dir(r, beta, omega, v, p)", "p = r + beta (p - omega v)", complex=True),
+    Op("scal", "scal(a, x)", "x = a x", complex=True),
     Op("copy", "copy(x, out)", "out = x  (casts fused)",
-       keys=tuple((a, b) for f in (_R, _C) for a in f for b in f)),
-    Op("lincomb", "lincomb(V, y, k, out)", "out = sum_{i<k} y_i V[i]"),
-    Op("maxpy", "maxpy(V, k, h, w)", "w = w - sum_{i<k} h_i V[i]"),
-    Op("dmul", "dmul(d, x, out)", "out = diag(d) x  (dtypes d, x, out)", keys=_MAT),
+       keys=tuple((a, b) for a in _F for b in _F), complex=True),
+    Op("lincomb", "lincomb(V, y, k, out)", "out = sum_{i<k} y_i V[i]", complex=True),
+    Op("maxpy", "maxpy(V, k, h, w)", "w = w - sum_{i<k} h_i V[i]", complex=True),
+    Op("dmul", "dmul(d, x, out)", "out = diag(d) x  (dtypes d, x, out)", keys=_MAT,
+       complex=True),
     # --- a compressed Krylov basis (CB-GMRES): V stored in FP32, w, h, y, out in FP64;
     # dtype key (V's, w's).  Host devices provide them; elsewhere a compressed-basis solve
     # stops at set-up with the registry's error (bind_basis)
@@ -93,52 +104,53 @@ CONTRACT = (
     # --- sparse matrices (plan from launch_plan(device, "spmv"/"bsrmv", indptr))
     Op("spmv", "spmv(plan, indptr, indices, data, x, y)",
        "y = A x, CSR; row sums in FP64 (acc64) or FP32 (acc32); dtypes (data, x, y)",
-       keys=_MAT, modes=("acc64", "acc32")),
+       keys=_MAT, modes=("acc64", "acc32"), complex=True),
     Op("spmv_dot", "spmv_dot(plan, indptr, indices, data, x, y) -> float",
        "y = A x (FP64 row sums); return x . y in y's dtype", keys=tuple(
-           (v, d, d) for f in (_R, _C) for v in f for d in f), modes=("acc64",)),
+           (v, d, d) for v in _F for d in _F), modes=("acc64",), complex=True),
     Op("residual", "residual(plan, indptr, indices, data, x, b, r)",
        "r = b - A x, FP64 row sums; dtypes (data, x, b, r)",
-       keys=tuple((v, d, d, d) for f in (_R, _C) for v in f for d in f), modes=("acc64",)),
+       keys=tuple((v, d, d, d) for v in _F for d in _F), modes=("acc64",), complex=True),
     Op("bsrmv", "bsrmv(plan, indptr, indices, data, x, y)",
        "y = A x, BSR data (nnzb, b, b); row sums FP64/FP32 (complex128/complex64 for complex "
-       "data); dtypes (data, x, y)", keys=_MAT, modes=("acc64", "acc32")),
+       "data); dtypes (data, x, y)", keys=_MAT, modes=("acc64", "acc32"), complex=True),
     # --- preconditioner apply and set-up
     Op("ilu_sweeps", "ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y)",
        "y = U'^-1 D^-1 L^-1 x per diagonal block [bounds[t], bounds[t+1]) (ILU(0) layout of "
        "mpsolve.precond.ilu: L forward, D^-1 U rows reversed); FP64 (complex128) row sums; "
-       "dtypes (values, x, y)", keys=_MAT),
+       "dtypes (values, x, y)", keys=_MAT, complex=True),
     # --- GMRES's small least-squares problem (host FP64 arrays, whatever the device)
     Op("givens", "givens(H, cs, sn, g, j) -> float",
        "rotate H[:, j] by rotations 0..j-1, make rotation j zeroing H[j+1, j], update g; "
        "return |g[j+1]| (complex: the unitary rotation [[conj c, conj s], [-s, c]], "
-       "real diagonal of R)", keys=_HOST),
+       "real diagonal of R)", keys=(("float64",),), complex=True),
     Op("back_substitute", "back_substitute(H, g, k, y)",
-       "y[:k] = R^-1 g[:k], R = H[:k, :k] upper triangular", keys=_HOST),
+       "y[:k] = R^-1 g[:k], R = H[:k, :k] upper triangular", keys=(("float64",),),
+       complex=True),
     Op("range_scan", "range_scan(v, big, tiny) -> (bool, bool)",
        "(any |v_i| > big, any 0 < |v_i| < tiny): can demoting v overflow or flush?",
-       host=True),
+       host=True, complex=True),
     # --- preconditioner set-up on the host, FP64 (a device without host arrays uses
     # backend.HOST_DEVICE's): ILU(0) and the (Block-)ISAI local systems
     Op("diag_positions", "diag_positions(indptr, indices) -> diag",
-       "diag[i] = position of a_ii in sorted CSR, -1 if not stored", keys=_HOST,
-       host=True),
+       "diag[i] = position of a_ii in sorted CSR, -1 if not stored", keys=(("float64",),),
+       host=True, complex=True),
     Op("ilu0_factor", "ilu0_factor(indptr, indices, data, diag) -> int",
        "A = L U on the pattern of A, in place on data (Saad Alg. 10.4, IKJ); -1 or the "
-       "first row with a bad pivot", keys=_HOST, host=True),
+       "first row with a bad pivot", keys=(("float64",),), host=True, complex=True),
     Op("symmetric_mirror", "symmetric_mirror(indptr, indices, data, rtol, mirror) -> bool",
        "is A symmetric (complex: Hermitian) to rtol? mirror[k] = position of entry k's "
        "transpose",
-       keys=_HOST, host=True),
+       keys=(("float64",),), host=True, complex=True),
     Op("ilu_split", "ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, "
        "lptr, uval, uind, uptr, dinv)", "lay the ILU(0) factors out for ilu_sweeps",
-       keys=_HOST, host=True),
+       keys=(("float64",),), host=True, complex=True),
     Op("drop_coupling", "drop_coupling(indptr, indices, data, bounds) -> (ip, ix, dv)",
-       "the block-diagonal part of A for the row blocks bounds", keys=_HOST,
-       host=True),
+       "the block-diagonal part of A for the row blocks bounds", keys=(("float64",),),
+       host=True, complex=True),
     Op("gather_local", "gather_local(rows, pptr, pind, aptr, aind, adata, out)",
        "out[t] = A[J_i, J_i] for i = rows[t], J_i = pind[pptr[i]:pptr[i+1]] (BSR blocks)",
-       keys=_HOST, host=True),
+       keys=(("float64",),), host=True, complex=True),
     # --- block ILU(0) (mpsolve.precond.block_ilu): set-up on the host, FP64, BSR blocks
     # (data (nnzb, b, b)); the apply on the device
     Op("bilu0_factor", "bilu0_factor(indptr, indices, data, diag, dinv) -> int",
@@ -155,7 +167,7 @@ CONTRACT = (
        "not finite or ||T_J|| ||X|| > cond_limit", keys=(("float64",),), host=True),
     Op("bilu_sweeps", "bilu_sweeps(lptr, lind, lval, uptr, uind, uval, dinv, x, y)",
        "y = U'^-1 D^-1 L^-1 x by block sweeps (BILU(0) layout of bilu_split, blocks "
-       "(nnzb, b, b)); each block row's sums in FP64; dtypes (values, x, y)", keys=_MAT_R),
+       "(nnzb, b, b)); each block row's sums in FP64; dtypes (values, x, y)", keys=_MAT),
     # --- (Block-)ISAI set-up (mpsolve.precond._pattern, ._localsolve): host, FP64, int64
     # patterns, BSR blocks (nnzb, b, b).  The local solves take block rows in any order
     # (grouped by |J_i| inside), gather, solve, check (backward error, ||Mat|| ||X||) and
@@ -166,7 +178,7 @@ CONTRACT = (
     # array module, bad on the host; precond then runs them there (precond._util.setup_device)
     Op("bsr_from_csr", "bsr_from_csr(indptr, indices, data, b) -> (aptr, aind, adata)",
        "canonical BSR of canonical CSR A, every diagonal block stored, explicit zeros kept",
-       keys=_HOST, host=True),
+       keys=(("float64",),), host=True, complex=True),
     Op("pattern_power", "pattern_power(sptr, sind, power, part) -> (pptr, pind)",
        "pattern of (S + I)^power, part 0 all / 1 tril / 2 triu, canonical",
        keys=(("float64",),), host=True),
@@ -175,18 +187,18 @@ CONTRACT = (
        "heaviest columns of row i of W^power (ties: lower column)", keys=(("float64",),),
        host=True),
     Op("bsr_transpose", "bsr_transpose(pptr, pind, data) -> (tptr, tind, tdata)",
-       "canonical BSR of the transpose, blocks transposed", keys=_HOST, host=True),
+       "canonical BSR of the transpose, blocks transposed", keys=(("float64",),), host=True, complex=True),
     Op("local_lu_solve", "local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, "
        "bwd_tol, cond_limit, out, bad)", "LU with partial pivoting: A_J^T X = E_pos, "
        "M[i, J] = X^T; spd: A_J Z = E_pos, G[i, J] = L^-1 Z^H with Z_last = L L^H",
-       keys=_HOST, host=True),
+       keys=(("float64",),), host=True, complex=True),
     Op("local_chol_solve", "local_chol_solve(rows, pos, pptr, pind, aptr, aind, adata, "
        "bwd_tol, cond_limit, out, bad)", "A_J = L L^H, A_J Z = E_pos, G[i, J] = L_z^-1 Z^H "
        "(FSAI); bad[t] = 2 where A_J is not SPD or the check fails (LU decides those)",
-       keys=_HOST, host=True),
+       keys=(("float64",),), host=True, complex=True),
     Op("local_tri_solve", "local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, "
        "bwd_tol, cond_limit, out, bad)", "A triangular: A_J^T X = E_pos by substitution, "
-       "M[i, J] = X^T", keys=_HOST, host=True),
+       "M[i, J] = X^T", keys=(("float64",),), host=True, complex=True),
     Op("block_capacity", "block_capacity(indptr, indices, ncols, b, max_excess=-1) -> int",
        "sum over the b x b blocks holding a stored entry of their places (a partial last "
        "block ncols % b wide): nnz / capacity = fill (block size detection); with "

@@ -197,10 +197,13 @@ def _fp64_copy(user, checked, device, xp, dtype=np.float64):
 
 
 def _is_complex(*objs) -> bool:
-    """Whether any of the (checked) arguments holds complex data: then the whole solve
-    is complex (SciPy's rule: real ``A`` with complex ``b`` solves in complex)."""
-    return any(np.dtype(getattr(o, "dtype", None) or np.float64).kind == "c"
-               for o in objs if o is not None and not isinstance(o, str))
+    """Whether any of the (checked) arguments -- arrays, matrices, operators, or dtypes --
+    holds complex data: then the whole solve is complex (SciPy's rule: a real ``A`` with a
+    complex ``b`` solves in complex)."""
+    def kind(o):
+        d = o if isinstance(o, np.dtype) else getattr(o, "dtype", None)
+        return np.dtype(d).kind if d is not None else "f"
+    return any(kind(o) == "c" for o in objs if o is not None and not isinstance(o, str))
 
 
 def _check_complex_device(device):
@@ -245,11 +248,6 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     x0_checked = None
     if x0 is not None and not isinstance(x0, str):
         x0_checked = _check_vector(x0, n, "x0")
-    cplx = _is_complex(A, b, x0_checked)
-    if cplx:
-        _check_complex_device(device)
-        data_dtype = np.result_type(data_dtype, np.complex64)
-    hp = in_field("float64", cplx)
     if M is not None and not isinstance(M, Preconditioner):
         M = check_matrix(M, "M")
         if M.shape != (n, n):
@@ -259,6 +257,14 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
             f"M was set up for a {M.shape[0]}x{M.shape[1]} matrix, but A is {n}x{n}; "
             "call M.setup(A) again or pass a fresh preconditioner"
         )
+    # a complex M (a matrix or operator, or a preconditioner set up for a complex matrix)
+    # makes the solve complex as well: its products with real vectors are complex
+    cplx = _is_complex(A, b, x0_checked,
+                       M.storage_dtype if isinstance(M, Preconditioner) else M)
+    if cplx:
+        _check_complex_device(device)
+        data_dtype = np.result_type(data_dtype, np.complex64)
+    hp = in_field("float64", cplx)
 
     if sp.issparse(A):
         A_csr = canonical_csr(A)

@@ -92,6 +92,9 @@ class Analysis:
     value_range: float               # log10(max |a_ij| / min |a_ij|) over the nonzeros
     fits_float32: bool               # every nonzero is a normal FP32 number
     time: float = 0.0
+    #: complex ``A``: ``symmetric`` then means Hermitian (``A == A^H``, what CG needs; a
+    #: complex-symmetric ``A == A^T`` is not) and ``positive_diagonal`` a real positive one
+    is_complex: bool = False
 
     @property
     def weak_diagonal(self) -> bool:
@@ -164,9 +167,10 @@ def analyse(A) -> Analysis:
     t0 = time.perf_counter()
     C = canonical_csr(check_matrix(A, "A"))      # no copy when A is canonical already
     n = C.shape[0]
-    data = np.abs(C.data.astype(np.float64))
-    d = C.diagonal().astype(np.float64)
-    ad = np.abs(d)
+    cplx = C.dtype.kind == "c"
+    data = np.abs(C.data).astype(np.float64)
+    d = C.diagonal()
+    ad = np.abs(d).astype(np.float64)
     lengths = np.diff(C.indptr)
     full = lengths > 0
     rowmax = np.zeros(n)
@@ -178,13 +182,19 @@ def analyse(A) -> Analysis:
     nz = data[data > 0]
     # the symmetry test of ILU(0)'s symmetric form (same kernel, same tolerance): when auto
     # calls A symmetric, IC(0) is symmetric too and CG may use it
-    mirror = np.empty(C.nnz, np.int32 if C.nnz < 2**31 else np.int64)
-    symmetric = bool(lookup(HOST_DEVICE, "symmetric_mirror", ("float64",))(
-        C.indptr, C.indices, C.data.astype(np.float64, copy=False), SYMMETRY_RTOL, mirror))
+    if cplx:                                     # Hermitian, to the same relative tolerance
+        D = C - C.conj().T
+        symmetric = bool(D.nnz == 0 or np.abs(D.data).max() <= SYMMETRY_RTOL * data.max())
+        d_pos = bool(n and ((d.real > 0) & (d.imag == 0)).all())
+    else:
+        mirror = np.empty(C.nnz, np.int32 if C.nnz < 2**31 else np.int64)
+        symmetric = bool(lookup(HOST_DEVICE, "symmetric_mirror", ("float64",))(
+            C.indptr, C.indices, C.data.astype(np.float64, copy=False), SYMMETRY_RTOL, mirror))
+        d_pos = bool(n and (d > 0).all())
     f32 = np.finfo(np.float32)
     an = Analysis(
         n=n, nnz=int(C.nnz), symmetric=symmetric,
-        positive_diagonal=bool(n and (d > 0).all()),
+        positive_diagonal=d_pos, is_complex=cplx,
         zero_diagonal=int((ad == 0).sum()),
         tiny_diagonal=int(((ad > 0) & (ad <= TINY * rowmax)).sum()),
         # |a_ii| >= sum_{j != i} |a_ij|, up to the rounding of the row sum (rows that are
@@ -230,6 +240,34 @@ def _direct(an: Analysis) -> List[Choice]:
                    "matrix, in FP64, GMRES on top", precision="double")]
 
 
+def _supports_complex(name) -> bool:
+    from .precond import REGISTRY
+    return name in (None, "none") or bool(getattr(REGISTRY.get(name), "supports_complex", False))
+
+
+def _complex_candidates(an: Analysis, out: List[Choice]) -> List[Choice]:
+    """A complex ``A``: the real list's candidates whose preconditioner handles complex
+    matrices (``Preconditioner.supports_complex``; no MC64 reordering), then point Jacobi
+    (zero-free diagonal) and no preconditioner.  CG only for Hermitian ``A`` with a real
+    positive diagonal (``spd_like``): never for a complex-symmetric, non-Hermitian one."""
+    kept = [c for c in out if _supports_complex(c.precond) and not c.params.get("reorder")]
+    first = "cg" if an.spd_like else "gmres"
+    if not an.zero_diagonal:
+        kept.append(Choice(first, "jacobi", {}, "complex A: point Jacobi"
+                           + (" (Hermitian with a positive diagonal: CG)" if an.spd_like
+                              else "")))
+    if an.spd_like:
+        kept.append(Choice("gmres", "jacobi" if not an.zero_diagonal else None, {},
+                           "CG failed: A is not positive definite"))
+    kept.append(Choice("gmres", None, {}, "complex A: GMRES without a preconditioner"))
+    seen, uniq = set(), []
+    for c in kept:
+        if (c.method, c.precond) not in seen:
+            seen.add((c.method, c.precond))
+            uniq.append(c)
+    return uniq
+
+
 def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     """The ordered candidates for ``an`` (see module docstring); ``method`` or ``precond``
     other than ``"auto"`` pins that part of the choice."""
@@ -263,6 +301,8 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                        "inverse (best on circuit matrices)"),
                 Choice("gmres", *ilut_mc64, "both failed: pivoting ILUT after MC64"),
                 *_direct(an)]
+    if an.is_complex:
+        out = _complex_candidates(an, out)
     if method != "auto":
         kept = [c for c in out if c.method == method]
         if not kept:   # e.g. method="cg" on a nonsymmetric A: the user knows best
@@ -307,7 +347,8 @@ class _Monitor:
             return True
         if self.calls % self.every:
             return False
-        x = to_host(xk).astype(np.float64)
+        x = to_host(xk)
+        x = x.astype(np.result_type(x.dtype, np.float64))   # FP64 or complex128
         res = float(np.linalg.norm(self.b - self.A @ x))
         self.best = min(self.best, res)
         self.marks.append((it, self.best))

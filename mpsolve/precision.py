@@ -224,6 +224,18 @@ PRESETS["mixed-cb"] = PRESETS["mixed"].with_basis(_f4)
 PRESETS["mixed-eft-cb"] = PRESETS["mixed-eft"].with_basis(_f4)
 
 
+def _twin(dtype, table, keep) -> np.dtype:
+    """``dtype`` mapped by ``table`` (real -> complex or back); a dtype of ``keep`` as is."""
+    name = np.dtype(dtype).name
+    if name in keep:
+        return np.dtype(name)
+    try:
+        return np.dtype(table[name])
+    except KeyError:
+        raise TypeError(f"dtype {name} is neither float32/float64 nor complex64/complex128"
+                        ) from None
+
+
 def complex_dtype(dtype) -> np.dtype:
     """The complex twin of a real float dtype (``float64 -> complex128``, ``float32 ->
     complex64``); a complex128/complex64 dtype is returned as it is.
@@ -231,13 +243,7 @@ def complex_dtype(dtype) -> np.dtype:
     >>> complex_dtype("float32"), complex_dtype(np.float64)
     (dtype('complex64'), dtype('complex128'))
     """
-    name = np.dtype(dtype).name
-    if name in _REAL_OF:
-        return np.dtype(name)
-    try:
-        return np.dtype(COMPLEX_OF[name])
-    except KeyError:
-        raise TypeError(f"dtype {name} has no complex twin; use float32 or float64") from None
+    return _twin(dtype, COMPLEX_OF, _REAL_OF)
 
 
 def real_dtype(dtype) -> np.dtype:
@@ -247,13 +253,7 @@ def real_dtype(dtype) -> np.dtype:
     >>> real_dtype("complex64"), real_dtype("float64")
     (dtype('float32'), dtype('float64'))
     """
-    name = np.dtype(dtype).name
-    if name in COMPLEX_OF:
-        return np.dtype(name)
-    try:
-        return np.dtype(_REAL_OF[name])
-    except KeyError:
-        raise TypeError(f"dtype {name} is neither float32/64 nor complex64/128") from None
+    return _twin(dtype, _REAL_OF, COMPLEX_OF)
 
 
 def in_field(dtype, is_complex: bool) -> np.dtype:

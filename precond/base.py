@@ -62,6 +62,9 @@ class Preconditioner:
     #: True when ``M`` is symmetric positive definite for SPD ``A`` (usable with CG).
     symmetric = True
     name = "preconditioner"
+    #: True when the class sets up and applies complex matrices (stored in the complex twin
+    #: of its dtype); ``method="auto"`` offers only these for a complex ``A``
+    supports_complex = False
 
     def __init__(self, dtype=None):
         self._dtype_request = None if dtype is None else dtype_name(dtype)
@@ -112,7 +115,8 @@ class Preconditioner:
         device = resolve_device(device, C)
         want = self._dtype_request or (None if dtype is None else dtype_name(dtype)) or "float32"
         # a complex A is stored in the complex twin of the requested precision
-        want = in_field(real_dtype(want), C.dtype.kind == "c").name
+        if C.dtype.kind == "c":
+            want = in_field(real_dtype(want), True).name
         self.device = device
         self._setup_device = setup_device(device)
         self._op = None

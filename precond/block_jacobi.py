@@ -56,6 +56,7 @@ class BlockJacobi(Preconditioner):
 
     name = "block-jacobi"
     symmetric = True
+    supports_complex = True
 
     def __init__(self, block_size=None, dtype=None):
         super().__init__(dtype)

@@ -163,6 +163,7 @@ class ILU0(Preconditioner):
 
     name = "ilu0"
     symmetric = False
+    supports_complex = True
 
     def __init__(self, dtype=None, symmetric=None, blocks=1):
         super().__init__(dtype)

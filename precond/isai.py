@@ -190,6 +190,7 @@ class _ISAIBase(Preconditioner):
 
     symmetric = False
     _variants = VARIANTS
+    supports_complex = True
     _storage = "csr"
 
     def __init__(self, variant="auto", sparsity_power=None, dtype=None,

@@ -34,11 +34,12 @@ class Jacobi(Preconditioner):
     array([0.25 , 0.5  , 0.125])
     >>> Mc = Jacobi(dtype="float32").setup(sp.diags([2j, 4.0, 1 + 1j]).tocsr())
     >>> Mc.storage_dtype, Mc.matvec(np.ones(3, complex))
-    (dtype('complex64'), array([0. -0.5j, 0.25+0.j , 0.5-0.5j]))
+    (dtype('complex64'), array([0.  -0.5j, 0.25+0.j , 0.5 -0.5j]))
     """
 
     name = "jacobi"
     symmetric = True
+    supports_complex = True
 
     def _setup(self, A, dtype):
         d = A.diagonal().astype(np.result_type(A.dtype, np.float64))  # FP64 or complex128

@@ -32,10 +32,11 @@ HOST_DEVICES = ("cpu", "reference")
 @pytest.mark.parametrize("device", HOST_DEVICES)
 def test_every_contract_op_is_registered(device):
     """A host device provides every op of the contract (a device without host arrays
-    may leave the ``host`` set-up ops to ``backend.HOST_DEVICE``)."""
+    may leave the ``host`` set-up ops to ``backend.HOST_DEVICE``), and the complex keys of
+    the ops marked ``complex`` (a host device solves complex systems)."""
     have = set(available(device))
-    missing = [(op.name, key, mode) for op in CONTRACT for key in op.keys for mode in op.modes
-               if (device, op.name, key, mode) not in have]
+    missing = [(op.name, key, mode) for op in CONTRACT for key in op.all_keys
+               for mode in op.modes if (device, op.name, key, mode) not in have]
     assert not missing, f"{device} lacks {missing[:10]}"
 
 
@@ -426,7 +427,16 @@ def _kernel_inputs(op, key, rng, n=300):
     from mpsolve.kernels.registry import launch_plan
 
     dt = [np.dtype(k) for k in key]
-    vec = lambda d=dt[0]: rng.standard_normal(n).astype(d)  # noqa: E731
+    cplx = dt[0].kind == "c"                 # complex keys: complex data and scalars
+
+    def rand(shape, d=dt[0]):
+        v = rng.standard_normal(shape)
+        if np.dtype(d).kind == "c":
+            v = v + 1j * rng.standard_normal(shape)
+        return v.astype(d)
+
+    vec = lambda d=dt[0]: rand(n, d)  # noqa: E731
+    hdt = np.complex128 if cplx else np.float64     # mdot's out, GMRES's small problem
     if op in ("dot", "nrm2", "sum"):
         return [vec(), vec()][: {"dot": 2, "nrm2": 1, "sum": 1}[op]]
     if op.startswith("cb_") and op != "cb_store":        # key (V's dtype, w's dtype)
@@ -440,25 +450,25 @@ def _kernel_inputs(op, key, rng, n=300):
     if op == "cb_store":
         return [float(rng.standard_normal()), vec(dt[0]), np.empty(n, dt[1])]
     if op in ("mdot", "maxpy", "lincomb"):
-        V = rng.standard_normal((6, n)).astype(dt[0])
+        V = rand((6, n))
         if op == "mdot":
-            return [V, 5, vec(), np.zeros(6)]
+            return [V, 5, vec(), np.zeros(6, hdt)]
         if op == "maxpy":
-            return [V, 5, rng.standard_normal(6), vec()]
-        return [V, rng.standard_normal(6), 5, vec()]
-    scal = float(rng.standard_normal())
+            return [V, 5, rand(6, hdt), vec()]
+        return [V, rand(6, hdt), 5, vec()]
+    scal = complex(rand(1, hdt)[0]) if cplx else float(rng.standard_normal())
     if op == "axpy":
         return [scal, vec(), vec()]
     if op == "xpay":
         return [vec(), scal, vec()]
     if op == "axpby":
-        return [scal, vec(), 0.5, vec()]
+        return [scal, vec(), 0.5 - 0.25j if cplx else 0.5, vec()]
     if op == "waxpy":
         return [scal, vec(), vec(), vec()]
     if op in ("axpy2", "axpy2_nrm2"):
         return [scal, vec(), vec(), -0.25, vec(), vec()]
     if op == "bicg_dir":
-        return [vec(), 0.7, 0.3, vec(), vec()]
+        return [vec(), 0.7 + 0.1j if cplx else 0.7, 0.3 - 0.2j if cplx else 0.3, vec(), vec()]
     if op == "scal":
         return [scal, vec()]
     if op == "copy":
@@ -467,10 +477,13 @@ def _kernel_inputs(op, key, rng, n=300):
         return [vec(dt[0]), vec(dt[1]), np.empty(n, dt[2])]
     if op == "range_scan":
         v = vec()
-        v[5] = 1e-300 if dt[0] == np.float64 else 1e-40
-        return [v, 1e30, 1e-200 if dt[0] == np.float64 else 1e-39]
+        wide = dt[0] in (np.float64, np.complex128)
+        v[5] = 1e-300 if wide else 1e-40
+        return [v, 1e30, 1e-200 if wide else 1e-39]
     if op in ("spmv", "spmv_dot", "residual"):
         A = sp.random(n, n, density=0.03, random_state=rng, format="csr") + sp.eye(n)
+        if cplx:
+            A = A + 1j * sp.random(n, n, density=0.03, random_state=rng, format="csr")
         A = sp.csr_matrix(A)
         A.sort_indices()
         ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
@@ -489,12 +502,13 @@ def _kernel_inputs(op, key, rng, n=300):
                 np.empty(n, dt[2])]
     if op == "givens":
         m = 6
-        H = rng.standard_normal((m + 1, m))
-        return [H, rng.random(m), rng.random(m), rng.standard_normal(m + 1), 3]
+        H = rand((m + 1, m), hdt)
+        cs, sn = rand(m, hdt), rand(m, hdt)
+        return [H, cs, sn, rand(m + 1, hdt), 3]
     if op == "back_substitute":
         m = 6
-        H = np.triu(rng.standard_normal((m + 1, m))) + 3 * np.eye(m + 1, m)
-        return [H, rng.standard_normal(m + 1), 5, np.zeros(m)]
+        H = np.triu(rand((m + 1, m), hdt)) + 3 * np.eye(m + 1, m)
+        return [H, rand(m + 1, hdt), 5, np.zeros(m, hdt)]
     return None
 
 
@@ -515,7 +529,7 @@ def _contract_cases():
     for op in CONTRACT:
         if op.name in _STRUCTURED:
             continue
-        for key in op.keys:
+        for key in op.all_keys:
             for mode in op.modes:
                 yield pytest.param(op.name, key, mode, id=f"{op.name}-{'-'.join(key)}-{mode}")
 
@@ -535,12 +549,12 @@ def test_cpu_kernel_matches_reference(op, key, mode):
         a_ref[0] = None                                   # the reference needs no plan
     r_cpu = lookup("cpu", op, key, mode)(*a_cpu)
     r_ref = lookup("reference", op, key, mode)(*a_ref)
-    low = np.float32 in [np.dtype(k) for k in key] or mode == "acc32"
+    low = any(np.dtype(k) in (np.float32, np.complex64) for k in key) or mode == "acc32"
     rtol = 1e-4 if low else 1e-11
     if isinstance(r_cpu, tuple):
         assert r_cpu == r_ref
     elif r_cpu is not None:
         assert np.isclose(r_cpu, r_ref, rtol=rtol, atol=rtol)
     for x, y in zip(a_cpu, a_ref):
-        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        if isinstance(x, np.ndarray) and x.dtype.kind in "fc":
             np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * max(1.0, np.abs(y).max()))

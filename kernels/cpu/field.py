@@ -11,7 +11,14 @@ arrays and the conjugated form for complex64/complex128 ones:
 * ``wide(x)``     -- ``x`` in FP64 / complex128 (FP64 accumulation of an SpMV row);
 * ``narrow(x)``   -- ``x`` in FP32 / complex64 (FP32 accumulation).
 
-Used inside ``@njit`` kernels only (called from Python they raise).
+Used inside ``@njit`` kernels only (called from Python they raise).  Each overload is
+inlined into the caller's Numba IR (``inline="always"``), so the caller's ``fastmath``
+flags apply to it as to the expression it replaces: the native reductions keep their
+contraction of ``s += x*y`` into an FMA bit for bit (a separately compiled helper would not
+be contracted, and BiCGSTAB's iteration counts moved with that).
+
+Numba's on-disk cache of a kernel is keyed on the kernel's own file: after editing this
+module, clear ``kernels/cpu/__pycache__`` (Numba does not track the dependency).
 """
 from numba import types
 from numba.extending import overload
@@ -30,35 +37,35 @@ def _stub(name):
 cmul, abs2, conj, wide, narrow = (_stub(n) for n in __all__)
 
 
-@overload(cmul, jit_options={"fastmath": False})
+@overload(cmul, inline="always")
 def _cmul(x, y):
     if isinstance(x, types.Complex) or isinstance(y, types.Complex):
         return lambda x, y: x.conjugate() * y
     return lambda x, y: x * y
 
 
-@overload(abs2, jit_options={"fastmath": False})
+@overload(abs2, inline="always")
 def _abs2(x):
     if isinstance(x, types.Complex):
         return lambda x: x.real * x.real + x.imag * x.imag
     return lambda x: x * x
 
 
-@overload(conj, jit_options={"fastmath": False})
+@overload(conj, inline="always")
 def _conj(x):
     if isinstance(x, types.Complex):
         return lambda x: x.conjugate()
     return lambda x: x
 
 
-@overload(wide, jit_options={"fastmath": False})
+@overload(wide, inline="always")
 def _wide(x):
     if isinstance(x, types.Complex):
         return lambda x: np.complex128(x)
     return lambda x: np.float64(x)
 
 
-@overload(narrow, jit_options={"fastmath": False})
+@overload(narrow, inline="always")
 def _narrow(x):
     if isinstance(x, types.Complex):
         return lambda x: np.complex64(x)
