@@ -682,3 +682,13 @@ def test_magnetic2d_zero_flux_is_poisson():
     assert abs(A - poisson2d(5)).max() == 0
     with pytest.raises(ValueError, match="argument shift"):
         magnetic2d(4, shift=-1.0)
+
+
+def test_matrix_info_tells_hermitian_from_complex_symmetric():
+    h = matrix_info(helmholtz2d(5, k=10.0, eps=0.5))
+    assert h["symmetric"] and not h["hermitian"] and h["dtype"] == "complex128"
+    assert not h["positive_diagonal"]                       # complex diagonal
+    m = matrix_info(magnetic2d(5, flux=0.3))
+    assert m["hermitian"] and not m["symmetric"] and m["positive_diagonal"]
+    p = matrix_info(poisson2d(4))
+    assert p["hermitian"] == p["symmetric"] is True and p["dtype"] == "float64"
