@@ -15,12 +15,15 @@ _COMMON_DOC = """
     Parameters
     ----------
     A : sparse matrix/array (any format), ndarray or LinearOperator
-        The ``n x n`` real system matrix.  Integer data is converted to FP64.
+        The ``n x n`` system matrix: real (integer data is converted to FP64) or
+        complex64/complex128.  If any of ``A``, ``b``, ``x0``, ``M`` is complex the solve
+        is complex, with SciPy's conjugated dots (CG: Hermitian positive definite ``A``).
     b : ndarray, shape (n,) or (n, 1)
     x0 : ndarray, ``'Mb'`` or None
         Starting guess (never modified); ``'Mb'`` starts from ``M @ b``.
     rtol, atol : float, keyword-only
-        Stop when ``||b - A x|| <= max(atol, rtol * ||b||)`` (FP64 true residual).
+        Stop when ``||b - A x|| <= max(atol, rtol * ||b||)`` (FP64 true residual;
+        complex128 for a complex system).
     maxiter : int, optional
         Iteration limit{maxiter_note}.
     M : sparse matrix, ndarray, LinearOperator or mpsolve preconditioner

@@ -25,6 +25,12 @@ Every other policy keeps the basis in its working precision; any policy can be g
 FP32 basis with :meth:`Precision.with_basis`.
 
 Whatever the policy, the returned ``x`` is judged by an FP64 true residual.
+
+Complex systems: a policy names real dtypes, and a complex problem realises each of them
+as its complex twin (:func:`in_field`: ``float64 -> complex128``, ``float32 ->
+complex64``), so ``mixed`` is complex128 vectors and ``A`` with a complex64
+preconditioner, and the true residual is computed in complex128.  The ``-cb`` presets
+are real-only.
 """
 from __future__ import annotations
 

@@ -462,3 +462,65 @@ def test_complex_M_with_real_A_and_b_solves_in_complex():
     for M in (Mc, Jacobi().setup(_BY_NAME["nonhermitian"][0])):
         x, info = gmres(A, b, M=M, rtol=1e-10)
         assert info == 0 and x.dtype == np.complex128 and _true_rel(A, b, x) <= 1e-10
+
+
+# ----------------------------------------------------------------- properties (hypothesis)
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_SETTINGS = settings(max_examples=25, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def _complex_systems(draw, hermitian):
+    """Random complex systems: Hermitian positive definite (``B B^H + shift I``) or
+    diagonally dominant non-Hermitian, values over twelve decades."""
+    n = draw(st.integers(1, 50))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    density = draw(st.floats(0.02, 0.4))
+    B = sp.random(n, n, density=density, random_state=rng, format="csr") \
+        + 1j * sp.random(n, n, density=density, random_state=rng, format="csr")
+    if hermitian:
+        A = B @ B.conj().T + draw(st.floats(1e-3, 10.0)) * sp.eye(n)
+    else:
+        rowsum = np.asarray(abs(B).sum(axis=1)).ravel()
+        A = B + sp.diags(draw(st.floats(0.5, 4.0)) * (rowsum + 1.0)
+                         * np.exp(2j * np.pi * rng.random(n)))
+    A = _canonical(A * 10.0 ** draw(st.integers(-6, 6)))
+    b = rng.standard_normal(n) + 1j * rng.standard_normal(n)
+    return A, b
+
+
+def _truthful(A, b, r, rtol):
+    """``info == 0`` exactly when the complex128 true residual meets the tolerance, outside
+    the band in which two evaluations of ``b - A x`` differ by rounding."""
+    bn = np.linalg.norm(b)
+    true = np.linalg.norm(b - A @ r.x) / bn
+    band = 8 * A.shape[0] * np.finfo(float).eps * np.linalg.norm(abs(A) @ abs(r.x) + abs(b)) / bn
+    assert np.isfinite(r.x).all()
+    if abs(true - rtol) > band:
+        assert (r.info == 0) == (true <= rtol), (r.status, true)
+
+
+@_SETTINGS
+@given(_complex_systems(hermitian=True), st.sampled_from(["double", "mixed-eft", "ir", "single"]))
+def test_cg_on_random_hpd_converges_truthfully(system, precision):
+    A, b = system
+    b0 = b.copy()
+    r = mpsolve.solve(A, b, method="cg", precond="jacobi", precision=precision, rtol=1e-8,
+                      maxiter=20 * A.shape[0] + 50)
+    assert np.array_equal(b, b0)
+    _truthful(A, b, r, 1e-8)
+    assert r.converged
+
+
+@_SETTINGS
+@given(_complex_systems(hermitian=False), st.sampled_from(["gmres", "bicgstab"]),
+       st.sampled_from(["double", "mixed", "eft"]))
+def test_non_hermitian_dominant_converges_truthfully(system, method, precision):
+    A, b = system
+    r = mpsolve.solve(A, b, method=method, precond="jacobi", precision=precision, rtol=1e-9,
+                      maxiter=500)
+    _truthful(A, b, r, 1e-9)
+    assert r.converged

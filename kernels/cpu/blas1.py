@@ -1,9 +1,10 @@
 """Level-1 vector kernels on the CPU (Numba).
 
 Every kernel takes raw 1-D arrays and scalars and writes its result in place
-(house rules 6 and 7).  The same kernels serve complex vectors: products in the
-reductions are conjugated (``x^H y``) through :mod:`.field`, which compiles to the
-plain real expressions for real arrays (so the real kernels are unchanged).  Each public function dispatches once on the length:
+(house rules 6 and 7).  The same kernels serve complex vectors (the updates as they
+are, the fused norm through :mod:`.field`, which compiles to the plain real expression
+for real arrays); the complex dots ``x^H y`` keep their real and imaginary sums apart
+(:func:`cdot`, :func:`cmdot`).  Each public function dispatches once on the length:
 the parallel form (``prange``, both cores) for long vectors, the serial form
 below :data:`PARALLEL_MIN`.  Vectors of one call share one dtype; the scalar
 arguments are Python floats and are cast to that dtype inside the kernel.
@@ -16,13 +17,13 @@ import numpy as np
 from numba import njit, prange
 
 from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN
-from .field import abs2, cmul
+from .field import abs2
 from ..registry import register
 
 _VEC = [("float64",), ("float32",)]
 _CVEC = [("complex128",), ("complex64",)]
-#: The kernels written once for both fields (``field.cmul``/``abs2`` are ``x y``/``x x``
-#: for reals, ``conj(x) y``/``|x|^2`` for complex numbers, resolved at compile time).
+#: The kernels written once for both fields (``field.abs2`` is ``x x`` for reals, ``|x|^2``
+#: for complex numbers, resolved at compile time; the updates need nothing).
 _ALLVEC = _VEC + _CVEC
 
 
@@ -32,7 +33,7 @@ _ALLVEC = _VEC + _CVEC
 def _dot_ser(x, y):
     s = x.dtype.type(0.0)  # accumulate in the vectors' dtype
     for i in range(x.size):
-        s += cmul(x[i], y[i])  # conj(x_i) y_i
+        s += x[i] * y[i]
     return s
 
 
@@ -40,7 +41,7 @@ def _dot_ser(x, y):
 def _dot_par(x, y):
     s = x.dtype.type(0.0)
     for i in prange(x.size):
-        s += cmul(x[i], y[i])
+        s += x[i] * y[i]
     return s
 
 
@@ -58,12 +59,45 @@ def nrm2(x):
     return float(np.sqrt(dot(x, x)))
 
 
+# Complex x^H y keeps its real and imaginary sums in two real accumulators: a complex
+# accumulator is not vectorised by LLVM (measured: 4.1 ms against 0.75 ms on 1M complex128
+# entries, NumPy's vdot 0.7 ms), two real ones are.
+#   conj(x_i) y_i = (xr yr + xi yi) + i (xr yi - xi yr)
+
+@njit(inline="always", **JIT)
+def _cdot_range(x, y, lo, hi):
+    sr = x.real.dtype.type(0.0)          # the vectors' precision
+    si = sr
+    for i in range(lo, hi):
+        a = x[i]
+        b = y[i]
+        sr += a.real * b.real + a.imag * b.imag
+        si += a.real * b.imag - a.imag * b.real
+    return sr, si
+
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _cdot_ser(x, y):
+    return _cdot_range(x, y, 0, x.size)
+
+
+@njit(parallel=True, fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _cdot_par(x, y):
+    sr = x.real.dtype.type(0.0)
+    si = sr
+    for i in prange(x.size):
+        a = x[i]
+        b = y[i]
+        sr += a.real * b.real + a.imag * b.imag
+        si += a.real * b.imag - a.imag * b.real
+    return sr, si
+
+
 @register("cpu", "dot", _CVEC, mode="native")
 def cdot(x, y):
     """``x^H y`` (NumPy's ``vdot``) accumulated in the vectors' precision; a Python complex."""
-    if x.size >= PARALLEL_MIN:
-        return complex(_dot_par(x, y))
-    return complex(_dot_ser(x, y))
+    sr, si = (_cdot_par if x.size >= PARALLEL_MIN else _cdot_ser)(x, y)
+    return complex(float(sr), float(si))
 
 
 def real_view(x):
@@ -332,8 +366,44 @@ def _mdot_chunk(V, k, w, lo, hi, part):
         vs = V[i, lo:hi]
         s = w.dtype.type(0.0)
         for j in range(hi - lo):
-            s += cmul(vs[j], ws[j])    # conj(v_j) w_j
+            s += vs[j] * ws[j]
         part[i] = s
+
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _cmdot_chunk(V, k, w, lo, hi, part):
+    """:func:`_mdot_chunk` for complex rows: real and imaginary sums kept apart (see
+    :func:`_cdot_range`), ``part[i] = V[i, lo:hi]^H w[lo:hi]``."""
+    for i in range(k):
+        sr, si = _cdot_range(V[i], w, lo, hi)
+        part[i] = sr + 1j * si
+
+
+@njit(parallel=True, **JIT)
+def _cmdot_par(V, k, w, out):
+    n = w.size
+    nch = (n + MCHUNK - 1) // MCHUNK
+    parts = np.empty((nch, k), dtype=w.dtype)
+    for c in prange(nch):
+        lo = c * MCHUNK
+        _cmdot_chunk(V, k, w, lo, min(lo + MCHUNK, n), parts[c])
+    for i in range(k):
+        s = w.dtype.type(0.0)
+        for c in range(nch):
+            s += parts[c, i]
+        out[i] = s
+
+
+@njit(**JIT)
+def _cmdot_ser(V, k, w, out):
+    _cmdot_chunk(V, k, w, 0, w.size, out)
+
+
+@register("cpu", "mdot", _CVEC, mode="native")
+def cmdot(V, k, w, out):
+    """``out[i] <- V[i]^H w`` for ``i < k``, complex: :func:`mdot`'s chunking, the real and
+    imaginary sums kept apart (vectorised); ``out`` complex128."""
+    (_cmdot_par if w.size >= PARALLEL_MIN else _cmdot_ser)(V, k, w, out)
 
 
 @njit(parallel=True, **JIT)
@@ -356,12 +426,12 @@ def _mdot_ser(V, k, w, out):
     _mdot_chunk(V, k, w, 0, w.size, out)
 
 
-@register("cpu", "mdot", _ALLVEC, mode="native")
+@register("cpu", "mdot", _VEC, mode="native")
 def mdot(V, k, w, out):
     """``out[i] <- V[i] . w`` for ``i < k`` (classical Gram-Schmidt's coefficients).
 
-    ``out`` is an FP64 (complex128 for complex ``w``: ``V[i]^H w``) array of length >= ``k``;
-    the sums are carried in ``w``'s dtype.
+    ``out`` is an FP64 array of length >= ``k``; the sums are carried in ``w``'s dtype
+    (complex vectors: :func:`cmdot`).
     """
     (_mdot_par if w.size >= PARALLEL_MIN else _mdot_ser)(V, k, w, out)
 
