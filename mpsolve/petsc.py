@@ -296,7 +296,12 @@ class _MpsolvePC:
         if not getattr(self.M, "symmetric", False):
             raise NotImplementedError(f"{type(self).__name__}: transpose apply of a "
                                       "nonsymmetric preconditioner is not available")
-        self.apply(pc, x, y)
+        xa, ya = x.array_r, y.array
+        if np.iscomplexobj(ya):          # Hermitian M: M^T x = conj(M conj(x))
+            self._apply(np.conj(xa), ya)
+            np.conjugate(ya, out=ya)
+            return
+        self._apply(xa, ya)              # symmetric M: M^T = M
 
     def view(self, pc, viewer):
         lines = [f"mpsolve {type(self).__name__} preconditioner"]
