@@ -203,6 +203,11 @@ def test_spd_isai_is_hermitian_fsai(device, cls, b):
     G, GH = M.operators()
     assert (G != GH.conj().T).nnz == 0                       # M = G^H G exactly
     assert sp.triu(G, b).nnz == 0                            # lower (block) triangular
+    # each row solves its local system: (G A)[r, J] vanishes off r's own diagonal block
+    GA = (G @ A).toarray()
+    for r, J in enumerate(_pattern_rows(G)):
+        off = J // b != r // b
+        np.testing.assert_allclose(GA[r, J[off]], 0, atol=1e-12)
     GAG = (G @ A @ G.conj().T).toarray()
     n = A.shape[0]
     for k in range(0, n, b):                                 # blockdiag(G A G^H) = I
