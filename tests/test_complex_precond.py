@@ -422,3 +422,16 @@ def test_no_false_success(method, precond):
         if maxiter == 2:                                     # 2 steps cannot reach 1e-10
             assert r.info != 0 and res > rtol
     assert r.info == 0                                       # the last one converges
+
+
+def test_auto_offers_the_complex_preconditioners():
+    # supports_complex: method/precond 'auto' may take ILU(0) and ISAI for complex A;
+    # CG (with a Hermitian M) only for the Hermitian problem
+    for A, hermitian in ((helmholtz2d(16, k=15.0, eps=0.1), False),
+                         (magnetic2d(16, flux=0.1), True)):
+        b = A @ np.ones(A.shape[0], dtype=np.complex128)
+        r = mpsolve.solve(A, b, rtol=1e-9)
+        assert r.info == 0 and _true_rel_residual(A, r.x, b) <= 1e-9
+        assert {c.precond for c in r.choices} >= {"ilu0", "isai"}
+        assert (r.method == "cg") == hermitian
+        assert all(c.method != "cg" for c in r.choices) or hermitian
