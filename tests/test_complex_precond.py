@@ -435,3 +435,17 @@ def test_auto_offers_the_complex_preconditioners():
         assert {c.precond for c in r.choices} >= {"ilu0", "isai"}
         assert (r.method == "cg") == hermitian
         assert all(c.method != "cg" for c in r.choices) or hermitian
+
+
+@pytest.mark.parametrize("dt,tol", [("float64", 1e3 * EPS64), ("float32", 1e3 * EPS32)])
+def test_ilut_complex_is_scipys_spilu(dt, tol):
+    from mpsolve.precond import ILUT
+
+    A = _helm()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no complex -> real cast anywhere
+        M = ILUT(drop_tol=1e-2, fill_factor=5, dtype=dt).setup(A)
+    assert M.storage_dtype == (np.complex64 if dt == "float32" else np.complex128)
+    r = _rand_vec(A.shape[0], 11)
+    want = spla.spilu(sp.csc_matrix(A), drop_tol=1e-2, fill_factor=5).solve(r)
+    assert np.linalg.norm(M.matvec(r) - want) <= tol * np.linalg.norm(want)
