@@ -449,3 +449,33 @@ def test_ilut_complex_is_scipys_spilu(dt, tol):
     r = _rand_vec(A.shape[0], 11)
     want = spla.spilu(sp.csc_matrix(A), drop_tol=1e-2, fill_factor=5).solve(r)
     assert np.linalg.norm(M.matvec(r) - want) <= tol * np.linalg.norm(want)
+
+
+def test_mc64_reordering_of_a_complex_matrix():
+    from mpsolve.precond import Reordered
+
+    # a zero diagonal: ILU(0) alone has no pivot, ILU(0) of the MC64-permuted matrix has
+    rng = np.random.default_rng(12)
+    n = 30
+    A = sp.random(n, n, density=0.15, random_state=rng, format="csr")
+    A.data = A.data + 1j * rng.standard_normal(A.nnz)
+    P = sp.csr_matrix((np.full(n, 3.0 - 1.0j), (np.arange(n), np.roll(np.arange(n), 1))))
+    A = sp.csr_matrix(A - sp.diags(A.diagonal()) + P)        # the large entries off-diagonal
+    with pytest.raises(ValueError):
+        ILU0(dtype="float64").setup(A)
+    M = Reordered(ILU0(dtype="float64")).setup(A)
+    R = M.reordering
+    B = R.matrix.toarray()
+    assert B.dtype == np.complex128                            # imaginary parts kept
+    want_B = np.diag(R.row_scale[R.perm]) @ A.toarray()[R.perm] @ np.diag(R.col_scale)
+    np.testing.assert_allclose(np.abs(np.diag(B)), 1.0, rtol=1e-14)
+    np.testing.assert_allclose(B, want_B, rtol=1e-12, atol=1e-12 * np.abs(B).max())
+    L, U = M.inner.factors()                                   # M = Dc (L U)^-1 Dr P
+    x = _rand_vec(n, 13)
+    want = R.col_scale * np.linalg.solve((L @ U).toarray(), x[R.perm] * R.row_scale[R.perm])
+    y = M.matvec(x)
+    assert y.dtype == np.complex128
+    assert np.linalg.norm(y - want) <= 1e-10 * np.linalg.norm(want)
+    b = A @ x
+    r = mpsolve.solve(A, b, method="gmres", precond="ilu0", reorder="mc64", rtol=1e-10)
+    assert r.info == 0 and _true_rel_residual(A, r.x, b) <= 1e-10
