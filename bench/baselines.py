@@ -191,13 +191,13 @@ def _pc_contexts():
 
 
 def petsc_operator(A, comm):
-    """PETSc's FP64 AIJ copy of the SciPy CSR matrix ``A`` and a KSP on it: ``(P, ksp)``."""
+    """PETSc's AIJ copy of the SciPy CSR matrix ``A`` (in PETSc's scalar type; a complex
+    ``A`` on a real PETSc is a ``TypeError`` saying so) and a KSP on it: ``(P, ksp)``."""
     from petsc4py import PETSc
 
-    P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
-                                                 A.indices.astype(PETSc.IntType),
-                                                 A.data.astype(np.float64)), comm=comm)
-    P.assemble()
+    from mpsolve.petsc import petsc_mat
+
+    P = petsc_mat(A, comm)
     ksp = PETSc.KSP().create(comm)
     ksp.setOperators(P)
     return P, ksp

@@ -146,7 +146,8 @@ def _load_problems(args, log=None):
     for spec in specs:
         A = generate(spec)
         name = spec.split(":")[0]
-        spd = name.startswith(("poisson", "anisotropic", "elasticity", "laplacian"))
+        # SPD, or Hermitian positive definite (magnetic2d): CG applies
+        spd = name.startswith(("poisson", "anisotropic", "elasticity", "laplacian", "magnetic"))
         out.append((spec, A, spd))
     if args.problems is None and not (args.collection or args.quick or args.full):
         found, folders = _default_matrices()

@@ -118,13 +118,13 @@ CONTRACT = (
     Op("dd_axpy", "dd_axpy(a, x, yh, yl)", "(yh, yl) = (yh + yl) + a x in double-double "
        "(TwoProd, TwoSum; error O(u^2)); yh = the pair rounded", keys=(("float64",),)),
     Op("bsrmv", "bsrmv(plan, indptr, indices, data, x, y)",
-       "y = A x, BSR data (nnzb, b, b); row sums FP64/FP32; dtypes (data, x, y)",
-       keys=_MAT, modes=("acc64", "acc32")),
+       "y = A x, BSR data (nnzb, b, b); row sums FP64/FP32 (complex128/complex64 for complex "
+       "data); dtypes (data, x, y)", keys=_MAT, modes=("acc64", "acc32"), complex=True),
     # --- preconditioner apply and set-up
     Op("ilu_sweeps", "ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y)",
        "y = U'^-1 D^-1 L^-1 x per diagonal block [bounds[t], bounds[t+1]) (ILU(0) layout of "
-       "mpsolve.precond.ilu: L forward, D^-1 U rows reversed); FP64 row sums; "
-       "dtypes (values, x, y)", keys=_MAT),
+       "mpsolve.precond.ilu: L forward, D^-1 U rows reversed); FP64 (complex128) row sums; "
+       "dtypes (values, x, y)", keys=_MAT, complex=True),
     # --- GMRES's small least-squares problem (host FP64 arrays, whatever the device)
     Op("givens", "givens(H, cs, sn, g, j) -> float",
        "rotate H[:, j] by rotations 0..j-1, make rotation j zeroing H[j+1, j], update g; "
@@ -140,22 +140,23 @@ CONTRACT = (
     # backend.HOST_DEVICE's): ILU(0) and the (Block-)ISAI local systems
     Op("diag_positions", "diag_positions(indptr, indices) -> diag",
        "diag[i] = position of a_ii in sorted CSR, -1 if not stored", keys=(("float64",),),
-       host=True),
+       host=True, complex=True),
     Op("ilu0_factor", "ilu0_factor(indptr, indices, data, diag) -> int",
        "A = L U on the pattern of A, in place on data (Saad Alg. 10.4, IKJ); -1 or the "
-       "first row with a bad pivot", keys=(("float64",),), host=True),
+       "first row with a bad pivot", keys=(("float64",),), host=True, complex=True),
     Op("symmetric_mirror", "symmetric_mirror(indptr, indices, data, rtol, mirror) -> bool",
-       "is A symmetric to rtol? mirror[k] = position of entry k's transpose",
-       keys=(("float64",),), host=True),
+       "is A symmetric (complex: Hermitian) to rtol? mirror[k] = position of entry k's "
+       "transpose",
+       keys=(("float64",),), host=True, complex=True),
     Op("ilu_split", "ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, "
        "lptr, uval, uind, uptr, dinv)", "lay the ILU(0) factors out for ilu_sweeps",
-       keys=(("float64",),), host=True),
+       keys=(("float64",),), host=True, complex=True),
     Op("drop_coupling", "drop_coupling(indptr, indices, data, bounds) -> (ip, ix, dv)",
        "the block-diagonal part of A for the row blocks bounds", keys=(("float64",),),
-       host=True),
+       host=True, complex=True),
     Op("gather_local", "gather_local(rows, pptr, pind, aptr, aind, adata, out)",
        "out[t] = A[J_i, J_i] for i = rows[t], J_i = pind[pptr[i]:pptr[i+1]] (BSR blocks)",
-       keys=(("float64",),), host=True),
+       keys=(("float64",),), host=True, complex=True),
     # --- block ILU(0) (mpsolve.precond.block_ilu): set-up on the host, FP64, BSR blocks
     # (data (nnzb, b, b)); the apply on the device
     Op("bilu0_factor", "bilu0_factor(indptr, indices, data, diag, dinv) -> int",
@@ -183,7 +184,7 @@ CONTRACT = (
     # array module, bad on the host; precond then runs them there (precond._util.setup_device)
     Op("bsr_from_csr", "bsr_from_csr(indptr, indices, data, b) -> (aptr, aind, adata)",
        "canonical BSR of canonical CSR A, every diagonal block stored, explicit zeros kept",
-       keys=(("float64",),), host=True),
+       keys=(("float64",),), host=True, complex=True),
     Op("pattern_power", "pattern_power(sptr, sind, power, part) -> (pptr, pind)",
        "pattern of (S + I)^power, part 0 all / 1 tril / 2 triu, canonical",
        keys=(("float64",),), host=True),
@@ -192,18 +193,18 @@ CONTRACT = (
        "heaviest columns of row i of W^power (ties: lower column)", keys=(("float64",),),
        host=True),
     Op("bsr_transpose", "bsr_transpose(pptr, pind, data) -> (tptr, tind, tdata)",
-       "canonical BSR of the transpose, blocks transposed", keys=(("float64",),), host=True),
+       "canonical BSR of the transpose, blocks transposed", keys=(("float64",),), host=True, complex=True),
     Op("local_lu_solve", "local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, "
        "bwd_tol, cond_limit, out, bad)", "LU with partial pivoting: A_J^T X = E_pos, "
-       "M[i, J] = X^T; spd: A_J Z = E_pos, G[i, J] = L^-1 Z^T with Z_last = L L^T",
-       keys=(("float64",),), host=True),
+       "M[i, J] = X^T; spd: A_J Z = E_pos, G[i, J] = L^-1 Z^H with Z_last = L L^H",
+       keys=(("float64",),), host=True, complex=True),
     Op("local_chol_solve", "local_chol_solve(rows, pos, pptr, pind, aptr, aind, adata, "
-       "bwd_tol, cond_limit, out, bad)", "A_J = L L^T, A_J Z = E_pos, G[i, J] = L_z^-1 Z^T "
+       "bwd_tol, cond_limit, out, bad)", "A_J = L L^H, A_J Z = E_pos, G[i, J] = L_z^-1 Z^H "
        "(FSAI); bad[t] = 2 where A_J is not SPD or the check fails (LU decides those)",
-       keys=(("float64",),), host=True),
+       keys=(("float64",),), host=True, complex=True),
     Op("local_tri_solve", "local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, "
        "bwd_tol, cond_limit, out, bad)", "A triangular: A_J^T X = E_pos by substitution, "
-       "M[i, J] = X^T", keys=(("float64",),), host=True),
+       "M[i, J] = X^T", keys=(("float64",),), host=True, complex=True),
     Op("block_capacity", "block_capacity(indptr, indices, ncols, b, max_excess=-1) -> int",
        "sum over the b x b blocks holding a stored entry of their places (a partial last "
        "block ncols % b wide): nnz / capacity = fill (block size detection); with "

@@ -406,8 +406,8 @@ def ref_residual(plan, indptr, indices, data, x, b, r):
 def _ref_bsrmv(mode):
     def bsrmv(plan, indptr, indices, data, x, y):
         """``y = A x`` for BSR ``A`` (a trailing partial block: rows/columns past the
-        vectors' length are dropped)."""
-        acc = _acc(mode)
+        vectors' length are dropped); complex blocks sum in the complex accumulator."""
+        acc = _acc(mode, data.dtype)
         nbr = indptr.size - 1
         b = data.shape[1]
         nbc = int(indices.max()) + 1 if indices.size else 0
@@ -420,8 +420,8 @@ def _ref_bsrmv(mode):
     return bsrmv
 
 
-_register("reference", "bsrmv", _MAT, mode="acc64")(_ref_bsrmv("acc64"))
-_register("reference", "bsrmv", _MAT, mode="acc32")(_ref_bsrmv("acc32"))
+_register("reference", "bsrmv", _MAT + _CMAT, mode="acc64")(_ref_bsrmv("acc64"))
+_register("reference", "bsrmv", _MAT + _CMAT, mode="acc32")(_ref_bsrmv("acc32"))
 
 
 @_register("reference", "range_scan", _ALLVEC)
@@ -483,18 +483,20 @@ from .registry import register as _reg_pc, register_plan as _reg_plan_pc  # noqa
 
 _PC_F = ("float32", "float64")
 _PC_MAT = [(v, x, y) for v in _PC_F for x in _PC_F for y in _PC_F]
+_PC_MAT_C = _PC_MAT + _CMAT
 _PC_SETUP = [("float64",)]
+_PC_SETUP_C = [("float64",), ("complex128",)]   # complex data: the set-up in complex128
 
 
-@_reg_pc("reference", "ilu0_factor", _PC_SETUP)
+@_reg_pc("reference", "ilu0_factor", _PC_SETUP_C)
 def ref_ilu0_factor(indptr, indices, data, diag):
     """ILU(0) in place on sorted CSR (Saad Alg. 10.4, IKJ, dense work row ``w``):
     for each ``k < i`` of row ``i``: ``l_ik = w_k / u_kk``, ``w_j -= l_ik u_kj`` over the
     strict upper part of row ``k``.  Returns -1, or the first row with a zero,
     non-finite or missing pivot."""
     n = indptr.size - 1
-    w = np.zeros(n)
-    inv = np.empty(n)
+    w = np.zeros(n, dtype=data.dtype)
+    inv = np.empty(n, dtype=data.dtype)
     for i in range(n):
         s, e = int(indptr[i]), int(indptr[i + 1])
         cols = indices[s:e]
@@ -517,7 +519,7 @@ def ref_ilu0_factor(indptr, indices, data, diag):
     return -1
 
 
-@_reg_pc("reference", "diag_positions", _PC_SETUP)
+@_reg_pc("reference", "diag_positions", _PC_SETUP_C)
 def ref_diag_positions(indptr, indices):
     """``diag[i]``: position of ``a_ii`` in sorted CSR (-1 where it is not stored)."""
     n = indptr.size - 1
@@ -528,9 +530,9 @@ def ref_diag_positions(indptr, indices):
     return diag
 
 
-@_reg_pc("reference", "symmetric_mirror", _PC_SETUP)
+@_reg_pc("reference", "symmetric_mirror", _PC_SETUP_C)
 def ref_symmetric_mirror(indptr, indices, data, rtol, mirror):
-    """Symmetric pattern and ``|a_ij - a_ji| <= rtol max(|a_ij|, |a_ji|)``?  Then
+    """Symmetric pattern and ``|a_ij - conj(a_ji)| <= rtol max(|a_ij|, |a_ji|)``?  Then
     ``mirror[k]`` = position of entry ``k``'s transpose (canonical CSR: the keys
     ``i n + j`` are sorted, so the transpose is found by a binary search)."""
     n = indptr.size - 1
@@ -544,19 +546,19 @@ def ref_symmetric_mirror(indptr, indices, data, rtol, mirror):
     if not np.array_equal(key[pos], tkey):
         return False
     a, b = data, data[pos]
-    if np.any(np.abs(a - b) > rtol * np.maximum(np.abs(a), np.abs(b))):
+    if np.any(np.abs(a - np.conj(b)) > rtol * np.maximum(np.abs(a), np.abs(b))):
         return False
     mirror[:] = pos
     return True
 
 
-@_reg_pc("reference", "ilu_split", _PC_SETUP)
+@_reg_pc("reference", "ilu_split", _PC_SETUP_C)
 def ref_ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lptr, uval,
                   uind, uptr, dinv):
     """The combined factors laid out for the sweeps: ``L`` (strict lower part, rows in
     order), ``U' = D^{-1} U`` (strict upper part, rows reversed, columns descending --
     the reverse of CSR order), ``dinv = 1 / diag(U)``; ``symmetric``: ``U'`` takes the
-    values of ``L^T`` (``mirror``)."""
+    values of ``L^H`` (``mirror``; ``L^T`` for real data)."""
     n = indptr.size - 1
     at = np.arange(indices.size)
     rows = np.repeat(np.arange(n), np.diff(indptr))
@@ -568,12 +570,12 @@ def ref_ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lp
     dinv[:] = 1.0 / data[diag]
     ku = np.flatnonzero(at > diag[rows])[::-1]       # rows and columns descending
     uind[:] = indices[ku]
-    uval[:] = data[mirror[ku]] if symmetric else data[ku] / data[diag[rows[ku]]]
+    uval[:] = np.conj(data[mirror[ku]]) if symmetric else data[ku] / data[diag[rows[ku]]]
     uptr[0] = 0
     np.cumsum((indptr[1:] - diag - 1)[::-1], out=uptr[1:])
 
 
-@_reg_pc("reference", "drop_coupling", _PC_SETUP)
+@_reg_pc("reference", "drop_coupling", _PC_SETUP_C)
 def ref_drop_coupling(indptr, indices, data, bounds):
     """Entries of CSR ``A`` whose column lies in their row's block (``bounds``)."""
     n = indptr.size - 1
@@ -600,19 +602,23 @@ def ref_ilu_blocks(indptr, nblocks, min_rows):
     return np.maximum.accumulate(bounds)
 
 
-@_reg_pc("reference", "ilu_sweeps", _PC_MAT)
+@_reg_pc("reference", "ilu_sweeps", _PC_MAT_C)
 def ref_ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y):
     """``y = U'^{-1} D^{-1} L^{-1} x`` per diagonal block, row by row in Python floats
-    (FP64): forward ``z_i = x_i - sum_k l_ik z_k``, backward
-    ``y_i = dinv_i z_i - sum_k u'_ik y_k``, each rounded once to ``y``'s dtype.  The
-    nearest previous row (``i - 1`` forward, ``i + 1`` backward) enters unrounded, as
-    the FP64 value its output was rounded from (as on the CPU)."""
+    (FP64; Python complex numbers, complex128, for complex data): forward
+    ``z_i = x_i - sum_k l_ik z_k``, backward ``y_i = dinv_i z_i - sum_k u'_ik y_k``, each
+    rounded once to ``y``'s dtype.  The nearest previous row (``i - 1`` forward,
+    ``i + 1`` backward) enters unrounded, as the wide value its output was rounded from
+    (as on the CPU)."""
     n = y.size
-    f32 = y.dtype == np.float32
-    lp, li, lv = lptr.tolist(), lind.tolist(), lval.astype(np.float64).tolist()
-    up, ui, uv = uptr.tolist(), uind.tolist(), uval.astype(np.float64).tolist()
-    di = dinv.astype(np.float64).tolist()
-    xs = x.astype(np.float64).tolist()
+    wide = np.complex128 if y.dtype.kind == "c" else np.float64
+    low = y.dtype in (np.float32, np.complex64)
+    rnd = (lambda v: complex(y.dtype.type(v))) if wide is np.complex128 else \
+        (lambda v: float(y.dtype.type(v)))
+    lp, li, lv = lptr.tolist(), lind.tolist(), lval.astype(wide).tolist()
+    up, ui, uv = uptr.tolist(), uind.tolist(), uval.astype(wide).tolist()
+    di = dinv.astype(wide).tolist()
+    xs = x.astype(wide).tolist()
     o = [0.0] * n
     b = bounds.tolist()
     for t in range(len(b) - 1):
@@ -628,7 +634,7 @@ def ref_ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y):
             for k in range(s, e):
                 acc -= lv[k] * o[li[k]]
             acc -= near * prev
-            o[i] = float(np.float32(acc)) if f32 else acc
+            o[i] = rnd(acc) if low else acc
             prev = acc
         prev = 0.0
         for p in range(n - hi, n - lo):              # backward: D U' y = z
@@ -642,12 +648,12 @@ def ref_ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y):
             for k in range(s, e):
                 acc -= uv[k] * o[ui[k]]
             acc -= near * prev
-            o[i] = float(np.float32(acc)) if f32 else acc
+            o[i] = rnd(acc) if low else acc
             prev = acc
     y[:] = o
 
 
-@_reg_pc("reference", "gather_local", _PC_SETUP)
+@_reg_pc("reference", "gather_local", _PC_SETUP_C)
 def ref_gather_local(rows, pptr, pind, aptr, aind, adata, out):
     """``out[t] = A[J_i, J_i]`` for ``i = rows[t]``, ``J_i = pind[pptr[i]:pptr[i+1]]``
     (BSR ``A``, ``b x b`` blocks; ``out`` zeroed by the caller)."""
@@ -827,13 +833,14 @@ import scipy.sparse as _sp  # noqa: E402
 _SYM_RTOL = 64 * np.finfo(np.float64).eps   # the CPU's localsolve.SYM_RTOL
 
 
-@_reg_pc("reference", "bsr_from_csr", _PC_SETUP)
+@_reg_pc("reference", "bsr_from_csr", _PC_SETUP_C)
 def ref_bsr_from_csr(indptr, indices, data, b):
     """Canonical BSR of canonical CSR ``A`` with every diagonal block stored (explicit
     zeros kept): SciPy's union with zero diagonal blocks, then ``tobsr``."""
     n = indptr.size - 1
     nb = n // b
-    C = _sp.csr_matrix((np.asarray(data, np.float64), indices, indptr), shape=(n, n)).tocoo()
+    wide = np.complex128 if np.iscomplexobj(data) else np.float64
+    C = _sp.csr_matrix((np.asarray(data, wide), indices, indptr), shape=(n, n)).tocoo()
     r = np.repeat(np.arange(n), b)
     c = np.repeat(np.arange(nb) * b, b * b) + np.tile(np.arange(b), n)
     S = _sp.csr_matrix((np.concatenate([C.data, np.zeros(n * b)]),
@@ -843,7 +850,7 @@ def ref_bsr_from_csr(indptr, indices, data, b):
     B = _sp.bsr_matrix(S, blocksize=(b, b))
     B.sort_indices()
     return (B.indptr.astype(np.int64), B.indices.astype(np.int64),
-            np.ascontiguousarray(B.data, dtype=np.float64))
+            np.ascontiguousarray(B.data, dtype=wide))
 
 
 @_reg_pc("reference", "pattern_power", _PC_SETUP)
@@ -900,7 +907,7 @@ def ref_pattern_truncate(pptr, pind, wptr, wind, wdata, power, keep):
     return out_ptr, out_ind, int(wide.size)
 
 
-@_reg_pc("reference", "bsr_transpose", _PC_SETUP)
+@_reg_pc("reference", "bsr_transpose", _PC_SETUP_C)
 def ref_bsr_transpose(pptr, pind, data):
     """Canonical BSR of the (block) transpose, by SciPy."""
     nb = pptr.size - 1
@@ -915,13 +922,13 @@ def _ref_local_stack(rows, pptr, pind, aptr, aind, adata, transpose):
     """The local matrices of a size group, ``(len(rows), s, s)`` (``A_J`` or ``A_J^T``)."""
     b = adata.shape[1]
     m = int(pptr[rows[0] + 1] - pptr[rows[0]])
-    a = np.zeros((rows.size, m * b, m * b))
+    a = np.zeros((rows.size, m * b, m * b), dtype=adata.dtype)
     ref_gather_local(rows, pptr, pind, aptr, aind, adata, a)
     return np.ascontiguousarray(np.swapaxes(a, 1, 2)) if transpose else a
 
 
-def _ref_rhs(pos, s, b):
-    x = np.zeros((pos.size, s, b))
+def _ref_rhs(pos, s, b, dtype=np.float64):
+    x = np.zeros((pos.size, s, b), dtype=dtype)
     for j in range(b):
         x[np.arange(pos.size), pos * b + j, j] = 1.0
     return x
@@ -962,19 +969,20 @@ def _ref_lu_solve(a, piv, x):
 
 
 def _ref_chol(a):
-    """``A = L L^T`` in place (left-looking); returns the mask where it applies."""
+    """``A = L L^H`` in place (left-looking; ``L L^T`` for real data); returns the mask
+    where it applies."""
     B, s, _ = a.shape
     iu = np.triu_indices(s, 1)
     up, lo = a[:, iu[0], iu[1]], a[:, iu[1], iu[0]]
-    ok = ~(np.abs(up - lo) > _SYM_RTOL * np.maximum(np.abs(up), np.abs(lo))).any(axis=1)
+    ok = ~(np.abs(up - np.conj(lo)) > _SYM_RTOL * np.maximum(np.abs(up), np.abs(lo))).any(axis=1)
     for j in range(s):
         for k in range(j):
-            a[:, j, j] -= a[:, j, k] * a[:, j, k]
-        d = a[:, j, j]
+            a[:, j, j] -= a[:, j, k] * np.conj(a[:, j, k])
+        d = a[:, j, j].real
         ok &= (d > 0.0) & (d < np.inf)
         a[:, j, j] = np.sqrt(d)
         for k in range(j):
-            a[:, j + 1:, j] -= a[:, j + 1:, k] * a[:, j, k, None]
+            a[:, j + 1:, j] -= a[:, j + 1:, k] * np.conj(a[:, j, k, None])
         a[:, j + 1:, j] = a[:, j + 1:, j] / a[:, j, j, None]
     return ok
 
@@ -987,7 +995,7 @@ def _ref_chol_solve(a, x):
         x[:, r, :] = x[:, r, :] / a[:, r, r, None]
     for r in range(s - 1, -1, -1):
         for c in range(r + 1, s):
-            x[:, r, :] -= a[:, c, r, None] * x[:, c, :]
+            x[:, r, :] -= np.conj(a[:, c, r, None]) * x[:, c, :]
         x[:, r, :] = x[:, r, :] / a[:, r, r, None]
 
 
@@ -1004,7 +1012,7 @@ def _ref_check(a0, x, pos, b, bwd_tol, cond_limit, bad):
     """``bad = 1`` where the solution is rejected (the rule of precond._localsolve)."""
     B, s, _ = a0.shape
     sa = np.zeros((B, s))
-    R = np.zeros((B, s, b))
+    R = np.zeros((B, s, b), dtype=x.dtype)
     for c in range(s):
         sa += np.abs(a0[:, :, c])
         R += a0[:, :, c, None] * x[:, c, None, :]
@@ -1033,26 +1041,26 @@ def _ref_spd_finish_store(x, rows, pptr, cond_limit, bad, out):
     m = s // b
     for t in np.flatnonzero(bad == 0):
         z = x[t]
-        zl = 0.5 * (z[s - b:, :] + z[s - b:, :].T)
-        w = np.linalg.eigvalsh(zl) if b > 1 else zl[0]
+        zl = 0.5 * (z[s - b:, :] + z[s - b:, :].T.conj())       # Hermitian part
+        w = np.linalg.eigvalsh(zl) if b > 1 else zl[0].real
         if not (w[0] > 0.0) or not (w[0] * cond_limit >= w[-1]):
             bad[t] = 1
             continue
-        lt = np.zeros((b, b))
+        lt = np.zeros((b, b), dtype=z.dtype)                    # Z_last = L L^H
         for j in range(b):
             d = zl[j, j]
             for k in range(j):
-                d -= lt[j, k] * lt[j, k]
-            d = np.sqrt(d)
+                d -= lt[j, k] * np.conj(lt[j, k])
+            d = np.sqrt(d.real)
             lt[j, j] = d
             for i in range(j + 1, b):
                 acc = zl[i, j]
                 for k in range(j):
-                    acc -= lt[i, k] * lt[j, k]
+                    acc -= lt[i, k] * np.conj(lt[j, k])
                 lt[i, j] = acc / d
-        gi = np.empty((b, s))
+        gi = np.empty((b, s), dtype=z.dtype)                    # G_i = L^-1 Z^H
         for u in range(b):
-            acc = z[:, u].copy()
+            acc = np.conj(z[:, u])
             for v in range(u):
                 acc -= lt[u, v] * gi[v]
             gi[u] = acc / lt[u, u]
@@ -1075,7 +1083,7 @@ def _ref_by_size(solve):
     return run
 
 
-@_reg_pc("reference", "local_lu_solve", _PC_SETUP)
+@_reg_pc("reference", "local_lu_solve", _PC_SETUP_C)
 @_ref_by_size
 def ref_local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, bwd_tol, cond_limit, out,
                        bad):
@@ -1085,7 +1093,7 @@ def ref_local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, bwd_tol, c
         a = _ref_local_stack(rows, pptr, pind, aptr, aind, adata, not spd)
         a0 = a.copy()
         piv = _ref_lu(a)
-        x = _ref_rhs(pos, a.shape[1], b)
+        x = _ref_rhs(pos, a.shape[1], b, a.dtype)
         _ref_lu_solve(a, piv, x)
         _ref_check(a0, x, pos, b, bwd_tol, cond_limit, bad)
         if spd:
@@ -1102,21 +1110,21 @@ def _ref_chol_group(rows, pos, pptr, pind, aptr, aind, adata, _flag, bwd_tol, co
         a = _ref_local_stack(rows, pptr, pind, aptr, aind, adata, False)
         a0 = a.copy()
         ok = _ref_chol(a)
-        x = _ref_rhs(pos, a.shape[1], b)
+        x = _ref_rhs(pos, a.shape[1], b, a.dtype)
         _ref_chol_solve(a, x)
         _ref_check(a0, x, pos, b, bwd_tol, cond_limit, bad)
         bad[~ok | (bad != 0)] = 2
         _ref_spd_finish_store(x, rows, pptr, cond_limit, bad, out)
 
 
-@_reg_pc("reference", "local_chol_solve", _PC_SETUP)
+@_reg_pc("reference", "local_chol_solve", _PC_SETUP_C)
 def ref_local_chol_solve(rows, pos, pptr, pind, aptr, aind, adata, bwd_tol, cond_limit, out,
                          bad):
     """The CPU's ``local_chol_solve`` on the stack of each size group."""
     _ref_chol_group(rows, pos, pptr, pind, aptr, aind, adata, None, bwd_tol, cond_limit, out, bad)
 
 
-@_reg_pc("reference", "local_tri_solve", _PC_SETUP)
+@_reg_pc("reference", "local_tri_solve", _PC_SETUP_C)
 @_ref_by_size
 def ref_local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, bwd_tol, cond_limit,
                         out, bad):
@@ -1124,7 +1132,7 @@ def ref_local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, bwd_tol
     b = adata.shape[1]
     with np.errstate(all="ignore"):
         a = _ref_local_stack(rows, pptr, pind, aptr, aind, adata, True)
-        x = _ref_rhs(pos, a.shape[1], b)
+        x = _ref_rhs(pos, a.shape[1], b, a.dtype)
         _ref_tri_solve(a, x, bool(lower))
         _ref_check(a, x, pos, b, bwd_tol, cond_limit, bad)
         _ref_store(x, rows, pptr, bad, out)

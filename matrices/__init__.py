@@ -29,8 +29,11 @@ from .generators import (
     coupled_convdiff2d,
     elasticity3d,
     generate,
+    helmholtz2d,
+    helmholtz3d,
     jump3d,
     laplacian_1d,
+    magnetic2d,
     poisson2d,
     poisson3d,
 )
@@ -42,7 +45,7 @@ __all__ = [
     # generators
     "laplacian_1d", "poisson2d", "poisson3d", "anisotropic2d", "anisotropic3d",
     "convection_diffusion2d", "convection_diffusion3d", "elasticity3d", "jump3d",
-    "coupled_convdiff2d", "GENERATORS", "generate",
+    "coupled_convdiff2d", "helmholtz2d", "helmholtz3d", "magnetic2d", "GENERATORS", "generate",
     # collection
     "MatrixEntry", "CollectionError", "load", "find", "list_collection", "download",
     "search_path", "get_cache_dir", "DEFAULT_BASE_URL",

@@ -103,8 +103,10 @@ def matrix_info(A, sym_rtol=None):
     dict
         ``rows``, ``cols``, ``n`` (rows), ``nnz`` (stored entries), ``nnz_per_row_min`` /
         ``_mean`` / ``_max``, ``structurally_symmetric``, ``symmetric`` (numerically, see
-        ``sym_rtol``; False for non-square), ``max_abs``, ``positive_diagonal`` (every diagonal
-        entry > 0), ``zero_diagonals`` (diagonal entries that are zero or not stored),
+        ``sym_rtol``; False for non-square; ``A == A^T``, also for complex data),
+        ``hermitian`` (``A == A^H`` to the same tolerance; equal to ``symmetric`` for real
+        data), ``dtype``, ``max_abs``, ``positive_diagonal`` (every diagonal entry real
+        and > 0), ``zero_diagonals`` (diagonal entries that are zero or not stored),
         ``diag_dominant_strict`` / ``diag_dominant_weak`` (fraction of rows with
         ``|a_ii| >`` resp. ``>= sum_{j != i} |a_ij|``), ``block_size``
         (:func:`detect_block_size`).
@@ -134,8 +136,13 @@ def matrix_info(A, sym_rtol=None):
         diff = A - A.T.tocsr()
         dmax = float(abs(diff).max()) if diff.nnz else 0.0
         num_sym = dmax <= sym_rtol * max_abs
+        num_herm = num_sym
+        if np.iscomplexobj(A.data):
+            diff = A - A.T.conj().tocsr()
+            hmax = float(abs(diff).max()) if diff.nnz else 0.0
+            num_herm = hmax <= sym_rtol * max_abs
     else:
-        struct_sym = num_sym = False
+        struct_sym = num_sym = num_herm = False
     k = min(rows, cols)
     diag = A.diagonal()
     absdiag = np.abs(diag)
@@ -157,8 +164,10 @@ def matrix_info(A, sym_rtol=None):
         "nnz_per_row_max": int(per_row.max()) if rows else 0,
         "structurally_symmetric": bool(struct_sym),
         "symmetric": bool(num_sym),
+        "hermitian": bool(num_herm),
+        "dtype": A.dtype.name,
         "max_abs": max_abs,
-        "positive_diagonal": bool(k > 0 and np.all(diag > 0)),
+        "positive_diagonal": bool(k > 0 and np.all(diag.real > 0) and np.all(diag.imag == 0)),
         "zero_diagonals": int(np.count_nonzero(diag == 0)),
         "diag_dominant_strict": strict,
         "diag_dominant_weak": weak,

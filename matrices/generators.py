@@ -1,7 +1,8 @@
-"""Generated test problems: Poisson, anisotropic diffusion, convection-diffusion, elasticity.
+"""Generated test problems: Poisson, anisotropic diffusion, convection-diffusion, elasticity,
+and two complex ones (a damped Helmholtz operator, a magnetic Laplacian).
 
-Every generator returns a canonical ``scipy.sparse.csr_matrix`` (float64, sorted indices, no
-duplicates) built with vectorised Kronecker products, so a million-row problem takes about a
+Every generator returns a canonical ``scipy.sparse.csr_matrix`` (float64, or complex128 for
+the complex problems; sorted indices, no duplicates) built with vectorised Kronecker products, so a million-row problem takes about a
 second. Grids are ``n`` points per direction with homogeneous Dirichlet boundary conditions
 eliminated; the unknown at grid point ``(i, j, k)`` (``i`` along x, fastest) has index
 ``i + n*j + n*n*k``. Stencils are *unscaled*: the matrices are ``h**2`` (or ``h`` for the
@@ -23,7 +24,8 @@ import scipy.sparse as sp
 __all__ = [
     "laplacian_1d", "poisson2d", "poisson3d", "anisotropic2d", "anisotropic3d",
     "convection_diffusion2d", "convection_diffusion3d", "elasticity3d", "jump3d",
-    "coupled_convdiff2d", "GENERATORS", "generate",
+    "coupled_convdiff2d", "helmholtz2d", "helmholtz3d", "magnetic2d", "GENERATORS",
+    "generate",
 ]
 
 
@@ -35,8 +37,8 @@ def _check_n(n, name="n", minimum=1):
     return int(n)
 
 
-def _canonical(A):
-    A = sp.csr_matrix(A, dtype=np.float64)
+def _canonical(A, dtype=np.float64):
+    A = sp.csr_matrix(A, dtype=dtype)
     A.sum_duplicates()
     A.eliminate_zeros()
     A.sort_indices()
@@ -551,6 +553,127 @@ def coupled_convdiff2d(n, peclet=10.0, coupling=1.0, components=3):
     return _canonical(A)
 
 
+def _helmholtz(n, dim, k, eps):
+    n = _check_n(n)
+    k, eps = float(k), float(eps)
+    if not math.isfinite(k) or k < 0:
+        raise ValueError(f"argument k must be a finite wavenumber >= 0, got {k}")
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"argument eps must be a finite damping >= 0, got {eps}")
+    L = poisson2d(n) if dim == 2 else poisson3d(n)
+    h = 1.0 / (n + 1)
+    shift = (k * h) ** 2 * complex(1.0, eps)
+    return _canonical(L - shift * sp.identity(L.shape[0], format="csr"), np.complex128)
+
+
+def helmholtz2d(n, k=10.0, eps=0.5):
+    """Damped Helmholtz operator ``-Laplace(u) - k**2 (1 + i eps) u`` on the unit square.
+
+    The 5-point Laplacian of :func:`poisson2d` minus the complex shift ``(k h)**2 (1 + i eps)``
+    on the diagonal (``h = 1/(n+1)``, Dirichlet boundary; the matrix is ``h**2`` times the
+    operator). Complex-symmetric (``A == A.T``) but not Hermitian when ``eps > 0``. Every
+    eigenvalue is ``lambda_j - (k h)**2 (1 + i eps)`` with ``lambda_j`` one of the Laplacian's
+    (real, in ``(0, 8)``): the real parts turn negative for ``k > ~pi sqrt(2)`` (indefinite;
+    harder for Krylov methods as ``k`` grows), the imaginary parts are all ``-(k h)**2 eps``
+    (the damping keeps the matrix away from singular; small ``eps`` is harder, ``eps = 0``
+    is the real, possibly singular, Helmholtz matrix).
+
+    Parameters
+    ----------
+    n : int
+        Grid points per direction (order ``n**2``).
+    k : float, optional
+        Wavenumber (default 10: about ``2 pi (n+1) / k`` grid points per wavelength).
+    eps : float, optional
+        Relative damping ``>= 0`` (default 0.5, the shifted-Laplacian choice; a physical
+        absorption is often 0.01--0.1).
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix
+        complex128.
+
+    Examples
+    --------
+    >>> from mpsolve.matrices import helmholtz2d
+    >>> A = helmholtz2d(9, k=10.0, eps=0.5)
+    >>> A.shape, A.dtype, abs(A - A.T).max(), A[0, 0]
+    ((81, 81), dtype('complex128'), np.float64(0.0), np.complex128(3-0.5j))
+    """
+    return _helmholtz(n, 2, k, eps)
+
+
+def helmholtz3d(n, k=10.0, eps=0.5):
+    """Damped Helmholtz operator ``-Laplace(u) - k**2 (1 + i eps) u`` on the unit cube.
+
+    The 7-point Laplacian of :func:`poisson3d` minus ``(k h)**2 (1 + i eps)`` on the diagonal;
+    see :func:`helmholtz2d` for the parameters and the spectrum (Laplacian eigenvalues in
+    ``(0, 12)`` here). Complex-symmetric, non-Hermitian for ``eps > 0``, order ``n**3``.
+
+    Examples
+    --------
+    >>> from mpsolve.matrices import helmholtz3d
+    >>> A = helmholtz3d(4, k=5.0, eps=0.1)
+    >>> A.shape, A.nnz, A[0, 0]
+    ((64, 64), 352, np.complex128(5-0.1j))
+    """
+    return _helmholtz(n, 3, k, eps)
+
+
+def magnetic2d(n, flux=0.1, shift=0.0):
+    """Magnetic Laplacian on an ``n x n`` grid: Hermitian positive definite, complex.
+
+    The 5-point Laplacian of a charged particle in a uniform magnetic field, in the Landau
+    gauge: the coupling between neighbours ``p`` and ``q`` is ``-exp(i theta_pq)`` with
+    ``theta = 0`` along x and ``theta = 2 pi flux * i`` from ``(i, j)`` to ``(i, j+1)``, so
+    every grid cell carries the flux ``2 pi flux``; ``A[q, p] = conj(A[p, q])``. Diagonal
+    ``4 + shift``. With the Dirichlet boundary the matrix is positive definite for every
+    flux (``x^H A x >= |x|^T L |x|`` with ``L`` the ordinary Laplacian), its smallest
+    eigenvalue growing with the flux; ``flux = 0`` gives :func:`poisson2d`. Integer fluxes
+    give a gauge-equivalent of the Laplacian, so choose ``0 < flux < 1``.
+
+    Parameters
+    ----------
+    n : int
+        Grid points per direction (order ``n**2``).
+    flux : float, optional
+        Flux per cell in units of the flux quantum (default 0.1).
+    shift : float, optional
+        Added to the diagonal (default 0), ``>= 0``.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix
+        complex128, Hermitian (``A == A.conj().T``), not complex-symmetric for ``flux`` not
+        a multiple of 1/2.
+
+    Examples
+    --------
+    >>> from mpsolve.matrices import magnetic2d
+    >>> A = magnetic2d(6, flux=0.25)
+    >>> A.shape, A.dtype, abs(A - A.conj().T).max()
+    ((36, 36), dtype('complex128'), np.float64(0.0))
+    """
+    n = _check_n(n)
+    flux, shift = float(flux), float(shift)
+    if not math.isfinite(flux):
+        raise ValueError(f"argument flux must be a finite number, got {flux}")
+    if not math.isfinite(shift) or shift < 0:
+        raise ValueError(f"argument shift must be a finite number >= 0, got {shift}")
+    idx = np.arange(n * n).reshape(n, n)            # idx[j, i] = i + n j
+    i = np.broadcast_to(np.arange(n)[None, :], (n, n))
+    # x edges (i, j) -> (i+1, j): phase 0; y edges (i, j) -> (i, j+1): phase 2 pi flux i
+    p = np.concatenate([idx[:, :-1].ravel(), idx[:-1, :].ravel()])
+    q = np.concatenate([idx[:, 1:].ravel(), idx[1:, :].ravel()])
+    theta = np.concatenate([np.zeros(n * (n - 1)), 2.0 * math.pi * flux * i[:-1, :].ravel()])
+    w = -np.exp(1j * theta)
+    N = n * n
+    rows = np.concatenate([p, q, np.arange(N)])
+    cols = np.concatenate([q, p, np.arange(N)])
+    vals = np.concatenate([w, w.conj(), np.full(N, 4.0 + shift, dtype=np.complex128)])
+    return _canonical(sp.csr_matrix((vals, (rows, cols)), shape=(N, N)), np.complex128)
+
+
 GENERATORS = {
     "laplacian1d": laplacian_1d,
     "poisson2d": poisson2d,
@@ -562,6 +685,9 @@ GENERATORS = {
     "elasticity3d": elasticity3d,
     "jump3d": jump3d,
     "coupled2d": coupled_convdiff2d,
+    "helmholtz2d": helmholtz2d,
+    "helmholtz3d": helmholtz3d,
+    "magnetic2d": magnetic2d,
 }
 """Spec names accepted by :func:`generate`, mapped to their generator functions."""
 

@@ -2,10 +2,11 @@
 
 SciPy's :func:`scipy.io.mmread` / :func:`scipy.io.mmwrite` do the work. This module adds:
 
-* a result in the form the rest of mpsolve expects (canonical CSR, float64; integer and
-  pattern fields converted to float; symmetric / skew-symmetric storage expanded);
-* a cheap header check before the read (banner, field, size line), so that complex files are
-  refused before any data is parsed (mpsolve solves real systems only);
+* a result in the form the rest of mpsolve expects (canonical CSR, float64 for the real,
+  integer and pattern fields, complex128 for the ``complex`` field; symmetric,
+  skew-symmetric and hermitian storage expanded);
+* a cheap header check before the read (banner, field, size line), so that a malformed header
+  is refused before any data is parsed;
 * on any failure of the read, a second, streaming pass over the file that finds the first
   offending line and raises :class:`MatrixMarketError` naming the file, the line number and what
   was expected there. The slow pass runs only on failure, so good files are read at SciPy's
@@ -107,10 +108,9 @@ def _parse_header(fh, path):
     if symmetry not in _SYMMETRIES:
         raise _fail(path, 1, f"unknown symmetry {symmetry!r} in the banner; "
                     f"expected one of {_SYMMETRIES}")
-    if field == "complex" or symmetry == "hermitian":
-        raise _fail(path, 1, f"the field is {field!r} with symmetry {symmetry!r}: mpsolve solves "
-                    "real systems only; convert the matrix to a real field (e.g. split into a "
-                    "real 2x2-block system) before reading it")
+    if symmetry == "hermitian" and field != "complex":
+        raise _fail(path, 1, f"symmetry 'hermitian' needs the field 'complex', the banner says "
+                    f"{field!r}; write 'symmetric' for a real matrix")
     if fmt == "array" and field == "pattern":
         raise _fail(path, 1, "field 'pattern' is not allowed with format 'array'")
     lineno = 1
@@ -142,7 +142,7 @@ def _parse_header(fh, path):
         entries = nums[2]
         if entries > rows * cols:
             raise _fail(path, lineno, f"{entries} entries cannot fit a {rows} x {cols} matrix")
-    elif symmetry == "symmetric":
+    elif symmetry in ("symmetric", "hermitian"):
         entries = rows * (rows + 1) // 2
     elif symmetry == "skew-symmetric":
         entries = rows * (rows - 1) // 2
@@ -159,12 +159,11 @@ def _locate_error(path):
         h, lineno = _parse_header(fh, path)
         fmt, field, rows, cols, entries = (h["format"], h["field"], h["rows"], h["cols"],
                                            h["entries"])
+        nval = {"pattern": 0, "complex": 2}.get(field, 1)
         if fmt == "coordinate":
-            nval = 0 if field == "pattern" else 1
-            layout = "'row col'" if nval == 0 else "'row col value'"
+            layout = {0: "'row col'", 1: "'row col value'", 2: "'row col real imag'"}[nval]
         else:
-            nval = 1
-            layout = "'value'"
+            layout = "'value'" if nval == 1 else "'real imag'"
         conv = int if field == "integer" else float
         seen = 0
         for line in fh:
@@ -193,12 +192,12 @@ def _locate_error(path):
                 if not (1 <= j <= cols):
                     raise _fail(path, lineno, f"column index {j} out of range; expected "
                                 f"1 <= col <= {cols}")
-            if nval:
+            for part in parts[nidx:]:
                 try:
-                    conv(parts[-1])
+                    conv(part)
                 except ValueError:
                     kind = "an integer" if field == "integer" else "a real number"
-                    raise _fail(path, lineno, f"non-numeric value {parts[-1][:40]!r}; "
+                    raise _fail(path, lineno, f"non-numeric value {part[:40]!r}; "
                                 f"expected {kind}") from None
             seen += 1
         if seen < entries:
@@ -213,6 +212,7 @@ _ALLOWED = {
     "integer": b"0123456789+- \t\r\n\v\f",
     "pattern": b"0123456789+ \t\r\n\v\f",
 }
+_ALLOWED["complex"] = _ALLOWED["real"]
 
 
 def _read_bytes(path):
@@ -253,6 +253,10 @@ def _mmread(path):
     return data, header
 
 
+def _dtype(header):
+    return np.complex128 if header["field"] == "complex" else np.float64
+
+
 def read_mtx(path):
     """Read a sparse matrix from a Matrix Market file.
 
@@ -260,19 +264,21 @@ def read_mtx(path):
     ----------
     path : str or path-like
         ``.mtx`` or gzip-compressed ``.mtx.gz`` file, coordinate or array format; real,
-        integer or pattern field; general, symmetric or skew-symmetric storage.
+        integer, pattern or complex field; general, symmetric, skew-symmetric or (complex
+        field only) hermitian storage.
 
     Returns
     -------
     scipy.sparse.csr_matrix
-        float64, canonical (sorted indices, duplicates summed). Symmetric and skew-symmetric
-        storage is expanded to the full matrix; pattern entries become 1.0. Explicit zeros
-        stored in the file are kept.
+        Canonical (sorted indices, duplicates summed); complex128 for the complex field,
+        float64 otherwise. Symmetric, skew-symmetric and hermitian storage is expanded to the
+        full matrix (hermitian: ``A[j, i] = conj(A[i, j])``); pattern entries become 1.0.
+        Explicit zeros stored in the file are kept.
 
     Raises
     ------
     MatrixMarketError
-        Malformed file (the message names the file and the line), or a complex field.
+        Malformed file (the message names the file and the line).
     FileNotFoundError
         ``path`` does not exist.
 
@@ -286,8 +292,8 @@ def read_mtx(path):
     >>> A.shape, A.nnz, A.dtype
     ((16, 16), 64, dtype('float64'))
     """
-    data, _ = _mmread(path)
-    A = sp.csr_matrix(data, dtype=np.float64)
+    data, header = _mmread(path)
+    A = sp.csr_matrix(data, dtype=_dtype(header))
     A.sum_duplicates()
     A.sort_indices()
     return A
@@ -305,7 +311,7 @@ def read_vector(path):
     Returns
     -------
     numpy.ndarray
-        1-D float64 array of length ``n``.
+        1-D array of length ``n``: complex128 for the complex field, float64 otherwise.
 
     Raises
     ------
@@ -328,7 +334,7 @@ def read_vector(path):
                                 "read_mtx for matrices")
     if sp.issparse(data):
         data = data.toarray()
-    return np.asarray(data, dtype=np.float64).ravel()
+    return np.asarray(data, dtype=_dtype(h)).ravel()
 
 
 def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compresslevel=6):
@@ -340,11 +346,14 @@ def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compressl
         Target file; gzip-compressed when the name ends in ``.gz``.
     A : sparse matrix/array, 2-D ndarray or 1-D ndarray
         Sparse input is written in coordinate format; dense input (and a 1-D vector, written
-        as an ``n x 1`` column) in array format. Complex data is refused.
+        as an ``n x 1`` column) in array format. Complex data is written with the field
+        ``complex``.
     comment : str, optional
         Comment text written after the banner (each line prefixed with ``%``).
-    symmetry : {'AUTO', 'general', 'symmetric', 'skew-symmetric'}, optional
-        Storage symmetry; ``'AUTO'`` (default) lets SciPy detect symmetry and store half.
+    symmetry : {'AUTO', 'general', 'symmetric', 'skew-symmetric', 'hermitian'}, optional
+        Storage symmetry; ``'AUTO'`` (default) lets SciPy detect symmetry (for complex data
+        also Hermitian symmetry, ``A == A^H``) and store half. ``'hermitian'`` needs complex
+        data.
     precision : int, optional
         Significant digits; default: enough to round-trip float64 exactly.
     compresslevel : int, optional
@@ -360,19 +369,16 @@ def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compressl
     0
     """
     if sp.issparse(A):
-        if np.iscomplexobj(A.data):
-            raise MatrixMarketError("write_mtx: argument A is complex; mpsolve writes real "
-                                    "matrices only (pass A.real)")
         data = sp.coo_matrix(A)
     else:
         data = np.asarray(A)
-        if np.iscomplexobj(data):
-            raise MatrixMarketError("write_mtx: argument A is complex; mpsolve writes real "
-                                    "data only (pass A.real)")
         if data.ndim == 1:
             data = data.reshape(-1, 1)
         elif data.ndim != 2:
             raise ValueError(f"write_mtx: argument A must be 1-D or 2-D, got {data.ndim}-D")
+    if symmetry == "hermitian" and not np.iscomplexobj(data):
+        raise ValueError("write_mtx: symmetry='hermitian' needs complex data in argument A; "
+                         "use symmetry='symmetric' for a real matrix")
     path = os.fspath(path)
     kwargs = dict(comment=comment or None, symmetry=symmetry, precision=precision)
     if path.endswith(".gz"):

@@ -31,6 +31,10 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
     of its row to ``dtype`` already perturbs the row by more, so it is flushed to
     zero (the documented rule) instead of raising.
 
+    Complex values are checked part by part (a complex64 holds two float32 numbers): the
+    real and imaginary parts of ``values`` are scanned against the range of ``dtype``'s
+    real precision, each part measured against its value's ``scale``.
+
     ``device``: whose ``range_scan`` kernel checks the values (default: the
     device of ``values``; host values headed for an accelerator are checked by the
     host device's kernel, before they are copied); the values stay where they are.
@@ -38,17 +42,25 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
     dtype = np.dtype(dtype)
     if values.dtype == dtype:
         return values
+    if values.dtype.kind == "c" and dtype.kind != "c":
+        raise TypeError(f"{what}: complex values cannot be stored as {dtype.name}; "
+                        "use a complex storage dtype")
     if dtype.itemsize >= values.dtype.itemsize:
         return values.astype(dtype)
     fi = np.finfo(dtype)
     device = device or device_of(values)
     if on_host(values) and not is_host(device):
         device = HOST_DEVICE        # host values (set-up data) are checked where they are
-    scan = lookup(device, "range_scan", (values.dtype,))
-    big_at, tiny_at = scan(values.reshape(-1), float(fi.max), float(fi.smallest_subnormal) / 2)
+    parts = values.reshape(-1)
+    if parts.dtype.kind == "c":     # the real and imaginary parts, interleaved
+        parts = parts.view(np.finfo(parts.dtype).dtype)
+        if scale is not None:
+            scale = np.repeat(np.asarray(scale).reshape(-1), 2)
+    scan = lookup(device, "range_scan", (parts.dtype,))
+    big_at, tiny_at = scan(parts, float(fi.max), float(fi.smallest_subnormal) / 2)
     if not (big_at or tiny_at):  # the common case: one pass, then the cast
         return values.astype(dtype)
-    a = np.abs(to_host(values))
+    a = np.abs(to_host(parts))
     big = a > float(fi.max)
     if big.any():
         raise PrecisionRangeError(

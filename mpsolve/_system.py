@@ -550,7 +550,7 @@ def system_for(problem: Problem, precision: Precision) -> System:
             got = make_system(problem, precision)
         except PrecisionRangeError as err:
             try:   # an error of b's own demotion depends on this b: not kept
-                demote(problem.b64, precision.working_dtype, "b")
+                demote(problem.b64, problem.realise(precision.working), "b")
             except PrecisionRangeError:
                 raise err from None
             problem._systems[precision] = err

@@ -169,16 +169,19 @@ class SparseOperator(_Stored):
         return f
 
     def to_scipy(self):
-        """The stored matrix as a SciPy CSR matrix with FP64 values (on the host)."""
-        return sp.csr_matrix((to_host(self.data).astype(np.float64), to_host(self.indices),
+        """The stored matrix as a SciPy CSR matrix with FP64 (complex128) values (on the
+        host)."""
+        return sp.csr_matrix((to_host(self.data).astype(np.result_type(self.dtype, np.float64)),
+                              to_host(self.indices),
                               to_host(self.indptr)), shape=self.shape)
 
 
 class BSROperator(_Stored):
     """A BSR matrix stored in ``dtype`` on ``device``, multiplied by the ``bsrmv`` kernel.
 
-    ``data`` of shape ``(nnzb, b, b)`` (FP64 on the host, or already on ``device``;
-    range-checked by :func:`~mpsolve._demote.demote` where it is), ``indptr``/``indices``
+    ``data`` of shape ``(nnzb, b, b)`` (FP64 or complex128 on the host, or already on
+    ``device``; range-checked by :func:`~mpsolve._demote.demote` where it is; complex
+    blocks are stored in ``dtype``'s complex twin), ``indptr``/``indices``
     over blocks; ``n`` scalar rows (a trailing partial block is allowed: the kernel skips
     rows and columns past ``n``).
     """
@@ -187,7 +190,10 @@ class BSROperator(_Stored):
                  device=DEFAULT_DEVICE):
         self.device = device
         xp = np if on_host(data) else array_module(device)   # device blocks: demoted there
-        data = xp.ascontiguousarray(demote(xp.ascontiguousarray(data, dtype=np.float64),
+        wide = np.complex128 if data.dtype.kind == "c" else np.float64
+        if wide is np.complex128:
+            dtype = np.result_type(dtype, np.complex64)
+        data = xp.ascontiguousarray(demote(xp.ascontiguousarray(data, dtype=wide),
                                            dtype, what, device=device))
         self.indptr = to_device(np.ascontiguousarray(indptr, dtype=np.int32), device)
         self.indices = to_device(np.ascontiguousarray(indices, dtype=np.int32), device)
@@ -215,9 +221,11 @@ class BSROperator(_Stored):
         return f
 
     def to_scipy(self):
-        """The stored matrix as a SciPy CSR matrix with FP64 values (on the host)."""
+        """The stored matrix as a SciPy CSR matrix with FP64 (complex128) values (on the
+        host)."""
         nbr = self.indptr.size - 1
-        B = sp.bsr_matrix((to_host(self.data).astype(np.float64), to_host(self.indices),
+        wide = np.complex128 if self.dtype.kind == "c" else np.float64
+        B = sp.bsr_matrix((to_host(self.data).astype(wide), to_host(self.indices),
                            to_host(self.indptr)), shape=(nbr * self.b, nbr * self.b))
         return B.tocsr()[: self.n, : self.n]
 
@@ -260,7 +268,8 @@ class TriangularSweeps(_Stored):
     ``L`` strictly lower (rows in order), ``U'`` strictly upper unit part of
     ``D^{-1} U`` (rows in *reverse* order), ``dinv = 1 / diag(U)``: the layout of
     :mod:`mpsolve.precond.ilu`.  ``bounds`` splits the rows into independent
-    diagonal blocks (``[0, n]``: one block).  Each row's sum is carried in FP64.
+    diagonal blocks (``[0, n]``: one block).  Each row's sum is carried in FP64
+    (complex128 for complex factors, stored in complex64/complex128).
     """
 
     def __init__(self, lptr, lind, lval, uptr, uind, uval, dinv, bounds, dtype, what="ILU(0)",

@@ -46,6 +46,14 @@ the KSP type in the options database (``fgmres``, ``fbcgs``, ``fbcgsr``,
 default, left.  A KSP configured in code (``ksp.setPCSide(PETSc.PC.Side.RIGHT)``)
 should pass ``side="right"`` to the context.
 
+Scalar type.  The plug-in works in the scalar type PETSc was built with
+(``PETSc.ScalarType``, :func:`scalar_dtype`): on a real build (float64) the operator and
+the vectors are real; on a complex build (``--with-scalar-type=complex``) they are
+complex128 and the preconditioner is set up and stored in the complex twin of its
+precision (complex64 for ``float32``).  :func:`petsc_mat` and :func:`petsc_vec` turn
+SciPy/NumPy data into PETSc objects and refuse complex data on a real build with an
+error that says so (petsc4py's own message is a bare casting error).
+
 (The PETSc *baseline* of ``mpsolve bench``, a serial KSP solve of a SciPy matrix, is
 :func:`mpsolve.bench.baselines.petsc_solve`, not part of the plug-in.)
 """
@@ -60,15 +68,70 @@ from ._params import accepted_params, init_params
 from .backend import array_module, download, is_host, resolve_device, upload
 from .precision import PRESETS
 
-__all__ = ["ISAI", "BlockISAI", "BlockJacobi", "BlockILU0", "ILU0", "Jacobi", "local_csr"]
+__all__ = ["ISAI", "BlockISAI", "BlockJacobi", "BlockILU0", "ILU0", "Jacobi", "local_csr",
+           "scalar_dtype", "petsc_mat", "petsc_vec"]
 
 #: KSP types that support right preconditioning only.
 RIGHT_ONLY_KSP = ("fgmres", "fbcgs", "fbcgsr", "pipefgmres", "gcr")
 
 
+def scalar_dtype() -> np.dtype:
+    """The scalar type of the installed PETSc (``PETSc.ScalarType``): float64 on a real
+    build, complex128 on a complex one (float32 / complex64 on single-precision builds)."""
+    from petsc4py import PETSc
+
+    return np.dtype(PETSc.ScalarType)
+
+
+def _check_scalar(dtype, name):
+    """Refuse complex ``dtype`` on a real PETSc build, naming the argument."""
+    st = scalar_dtype()
+    if np.dtype(dtype).kind == "c" and st.kind != "c":
+        raise TypeError(
+            f"{name} is complex ({np.dtype(dtype).name}) but the installed PETSc is built "
+            f"with real scalars (PETSc.ScalarType is {st.name}); use a PETSc configured "
+            "with --with-scalar-type=complex (and its petsc4py), or solve the complex "
+            "system with mpsolve.solve / mpsolve.gmres directly")
+    return st
+
+
+def petsc_mat(A, comm=None):
+    """A sequential AIJ PETSc Mat holding the SciPy sparse (or dense) matrix ``A``, in
+    PETSc's scalar type.
+
+    Raises
+    ------
+    TypeError
+        ``A`` is complex and the installed PETSc is real (the message says so).
+    """
+    from petsc4py import PETSc
+
+    A = sp.csr_matrix(A)
+    st = _check_scalar(A.dtype, "A")
+    P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
+                                                 A.indices.astype(PETSc.IntType),
+                                                 A.data.astype(st)),
+                              comm=comm or PETSc.COMM_SELF)
+    P.assemble()
+    return P
+
+
+def petsc_vec(x, comm=None):
+    """A sequential PETSc Vec holding a copy of the 1-D array ``x``, in PETSc's scalar
+    type; a complex ``x`` on a real PETSc is refused as in :func:`petsc_mat`."""
+    from petsc4py import PETSc
+
+    x = np.asarray(x)
+    st = _check_scalar(x.dtype, "x")
+    v = PETSc.Vec().createSeq(x.size, comm=comm or PETSc.COMM_SELF)
+    v.array[:] = x.astype(st)
+    return v
+
+
 def local_csr(P) -> sp.csr_matrix:
     """The local (diagonal-block) CSR matrix of a PETSc Mat, without PETSc-side copies
-    where the format allows (AIJ); BAIJ/SBAIJ/dense are converted first."""
+    where the format allows (AIJ); BAIJ/SBAIJ/dense are converted first.  Values in
+    PETSc's scalar type (:func:`scalar_dtype`)."""
     mtype = P.getType()
     if P.getComm().getSize() > 1 or mtype.startswith("mpi"):
         P = P.getDiagonalBlock()
@@ -77,7 +140,7 @@ def local_csr(P) -> sp.csr_matrix:
         P = P.convert("seqaij")
     indptr, indices, data = P.getValuesCSR()
     m, n = P.getSize()
-    A = sp.csr_matrix((np.asarray(data, dtype=np.float64), np.asarray(indices),
+    A = sp.csr_matrix((np.asarray(data, dtype=scalar_dtype()), np.asarray(indices),
                        np.asarray(indptr)), shape=(m, n))
     return A
 
@@ -197,8 +260,8 @@ class _MpsolvePC:
         self._bufs = None
         if not is_host(self.M.device):   # the KSP's vectors cross to the device and back
             xp = array_module(self.M.device)
-            self._bufs = (xp.empty(C.shape[0], dtype=np.float64),
-                          xp.empty(C.shape[0], dtype=np.float64))
+            self._bufs = (xp.empty(C.shape[0], dtype=C.dtype),   # PETSc's scalar type
+                          xp.empty(C.shape[0], dtype=C.dtype))
         self.setup_time = time.perf_counter() - t0
         self.setup_count += 1
         self._key = key
@@ -225,7 +288,7 @@ class _MpsolvePC:
             if yj.flags.c_contiguous and xj.flags.c_contiguous:
                 self._apply(xj, yj)
             else:  # a strided leading dimension: go through a contiguous column
-                out = np.empty(Xa.shape[0])
+                out = np.empty(Xa.shape[0], dtype=Xa.dtype)
                 self._apply(np.ascontiguousarray(xj), out)
                 yj[:] = out
 
@@ -233,7 +296,12 @@ class _MpsolvePC:
         if not getattr(self.M, "symmetric", False):
             raise NotImplementedError(f"{type(self).__name__}: transpose apply of a "
                                       "nonsymmetric preconditioner is not available")
-        self.apply(pc, x, y)
+        xa, ya = x.array_r, y.array
+        if np.iscomplexobj(ya):          # Hermitian M: M^T x = conj(M conj(x))
+            self._apply(np.conj(xa), ya)
+            np.conjugate(ya, out=ya)
+            return
+        self._apply(xa, ya)              # symmetric M: M^T = M
 
     def view(self, pc, viewer):
         lines = [f"mpsolve {type(self).__name__} preconditioner"]

@@ -59,6 +59,10 @@ definite).  A rejected block row is recorded in ``fallback_rows`` and replaced:
    empty row).
 
 The result is always finite (asserted before it is stored).
+
+Complex data: the same systems in complex128 (``A_J^T`` stays the plain transpose: ``M A
+~ I``); ``spd`` means Hermitian positive definite: ``Z_last = L L^H``, ``G[i, J_i] =
+L^{-1} Z^H``, so ``blockdiag(G A G^H) = I`` and ``M = G^H G``.
 """
 from __future__ import annotations
 
@@ -72,7 +76,7 @@ from mpsolve.kernels import lookup, provides
 
 from ._blas import blas_single_thread
 from ._pattern import transpose_blocks
-from ._util import setup_device
+from ._util import setup_device, wide_dtype
 
 __all__ = [
     "gather_local", "local_solve", "block_diag_fallback", "block_inverse_checked",
@@ -97,11 +101,12 @@ _PROBE = 256
 # ----------------------------------------------------------------- gather
 def gather_local(rows, pptr, pind, aptr, aind, adata, m, device=HOST_DEVICE):
     """Stacked local matrices ``A[J_i, J_i]`` of ``rows`` (all with ``|J_i| = m``),
-    ``(len(rows), m b, m b)`` FP64, by the ``gather_local`` kernel of ``device``
-    (a host device)."""
+    ``(len(rows), m b, m b)`` FP64 (complex128), by the ``gather_local`` kernel of
+    ``device`` (a host device)."""
     b = adata.shape[1]
-    out = np.zeros((rows.size, m * b, m * b))
-    kern = lookup(device, "gather_local", ("float64",))
+    wide = wide_dtype(adata.dtype)
+    out = np.zeros((rows.size, m * b, m * b), dtype=wide)
+    kern = lookup(device, "gather_local", (wide,))
     kern(np.ascontiguousarray(rows, dtype=np.int64), pptr, pind, aptr, aind, adata, out)
     return out
 
@@ -140,12 +145,12 @@ def _checked_solve(Mat, E):
 
 
 def _spd_finish(Z, b):
-    """FSAI rows from ``Z`` (``A_J Z = E_last``): ``G_i = L^{-1} Z^T``, ``Z_last = L L^T``.
+    """FSAI rows from ``Z`` (``A_J Z = E_last``): ``G_i = L^{-1} Z^H``, ``Z_last = L L^H``.
 
     Returns ``(G (batch, b, s), bad)``.
     """
     Zl = Z[:, -b:, :]
-    Zl = 0.5 * (Zl + np.swapaxes(Zl, 1, 2))
+    Zl = 0.5 * (Zl + np.swapaxes(Zl, 1, 2).conj())
     with np.errstate(all="ignore"):
         bad = ~np.isfinite(Z).all(axis=(1, 2))
         Zl = np.where(bad[:, None, None], np.eye(b), Zl)
@@ -153,7 +158,7 @@ def _spd_finish(Z, b):
         bad |= ~(w[:, 0] > 0) | ~(w[:, 0] * COND_LIMIT >= w[:, -1])
     Zl = np.where(bad[:, None, None], np.eye(b), Zl)
     L = np.linalg.cholesky(Zl)
-    G = np.linalg.solve(L, np.swapaxes(np.where(bad[:, None, None], 0.0, Z), 1, 2))
+    G = np.linalg.solve(L, np.swapaxes(np.where(bad[:, None, None], 0.0, Z), 1, 2).conj())
     return G, bad
 
 
@@ -245,10 +250,12 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     if variant == "spd" and np.any(pos != sizes - 1):
         raise ValueError("local_solve: an 'spd' pattern must be lower triangular")
 
-    f64 = ("float64",)
+    f64 = (wide_dtype(adata.dtype),)                # the set-up kernels' key: FP64 / complex128
     host = setup_device(device)                     # excess and fallback rows
     op = "local_lu_solve" if variant in ("spd", "general") else "local_tri_solve"
     sdev = setup_device(device, op)                 # the batched local solves
+    if not provides(sdev, op, f64):                 # a device without them for this dtype
+        sdev = host
     chol = None
     if variant == "spd" and provides(sdev, "local_chol_solve", f64):
         chol = lookup(sdev, "local_chol_solve", f64)
@@ -256,7 +263,7 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
         lu = lookup(sdev, "local_lu_solve", f64)
     else:
         tri = lookup(sdev, "local_tri_solve", f64)
-    out = array_module(sdev).zeros((pind.size, b, b))
+    out = array_module(sdev).zeros((pind.size, b, b), dtype=f64[0])
     if sdev != host:                                # the device's arrays: A once, out there
         aptr, aind, adata = (to_device(a, sdev) for a in (aptr_h, aind_h, adata_h))
     bad_rows = []
@@ -399,7 +406,7 @@ def _fallback_row(i, aptr, aind, adata, pptr, pind, p, variant, C):
     b = adata.shape[1]
     J = pind[pptr[i]:pptr[i + 1]]
     s = J.size * b
-    X = np.zeros((b, s))
+    X = np.zeros((b, s), dtype=wide_dtype(adata.dtype))
     if variant != "spd":
         # 1. least squares over all the columns the rows J touch (SPAI)
         Jsc = _scalar_index(J, b)
@@ -420,7 +427,7 @@ def _fallback_row(i, aptr, aind, adata, pptr, pind, p, variant, C):
                 return Y.T
     # 2. block-diagonal rule
     ka = aptr[i] + np.searchsorted(aind[aptr[i]:aptr[i + 1]], i)
-    Aii = adata[ka] if (ka < aptr[i + 1] and aind[ka] == i) else np.zeros((b, b))
+    Aii = adata[ka] if (ka < aptr[i + 1] and aind[ka] == i) else np.zeros((b, b), adata.dtype)
     rowmax = np.asarray(abs(C[i * b:(i + 1) * b]).max(axis=1).todense()).ravel()
     X[:, p * b:(p + 1) * b] = block_diag_fallback(Aii[None], rowmax[None], spd=(variant == "spd"))[0]
     return X
@@ -447,7 +454,7 @@ def block_inverse_checked(D, rowmax, spd=False):
     nblk, b, _ = D.shape
     with np.errstate(all="ignore"):
         if spd:
-            Ds = 0.5 * (D + np.swapaxes(D, 1, 2))
+            Ds = 0.5 * (D + np.swapaxes(D, 1, 2).conj())     # Hermitian part
             w = np.linalg.eigvalsh(Ds)
             bad = ~(w[:, 0] > 0) | ~(w[:, 0] * COND_LIMIT >= w[:, -1])
             L = np.linalg.cholesky(np.where(bad[:, None, None], np.eye(b), Ds))
@@ -461,7 +468,7 @@ def block_inverse_checked(D, rowmax, spd=False):
         rm = rowmax[bad]
         base = np.where(d != 0, np.abs(d) if spd else d, np.where(rm > 0, rm, 1.0))
         diag = 1.0 / np.sqrt(base) if spd else 1.0 / base
-        fb = np.zeros((int(bad.sum()), b, b))
+        fb = np.zeros((int(bad.sum()), b, b), dtype=inv.dtype)
         fb[:, np.arange(b), np.arange(b)] = diag
         inv[bad] = fb
     if not np.isfinite(inv).all():  # pragma: no cover

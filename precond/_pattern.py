@@ -24,6 +24,8 @@ import scipy.sparse as sp
 from mpsolve.backend import HOST_DEVICE
 from mpsolve.kernels import lookup
 
+from ._util import wide_dtype
+
 __all__ = ["detect_block_size", "to_bsr", "block_pattern", "truncate_wide_rows",
            "transpose_blocks"]
 
@@ -74,7 +76,8 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_
 
 
 def to_bsr(C, b, device=HOST_DEVICE):
-    """``(indptr, indices, data)`` of ``C`` as canonical BSR, data ``(nnzb, b, b)`` FP64.
+    """``(indptr, indices, data)`` of ``C`` as canonical BSR, data ``(nnzb, b, b)`` FP64
+    (complex128 for complex ``C``).
 
     ``n`` must be a multiple of ``b``.  Every diagonal block is present (missing
     ones are added as explicit zero blocks, so the patterns below contain them) and
@@ -88,7 +91,8 @@ def to_bsr(C, b, device=HOST_DEVICE):
     if not C.has_canonical_format:
         C = C.copy()
         C.sum_duplicates()   # sorted, no duplicates (explicit zeros stay)
-    return lookup(device, "bsr_from_csr", _F64)(C.indptr, C.indices, C.data, b)
+    return lookup(device, "bsr_from_csr", (wide_dtype(C.dtype),))(C.indptr, C.indices,
+                                                                   C.data, b)
 
 
 _PARTS = {"all": 0, "lower": 1, "upper": 2}
@@ -122,7 +126,7 @@ def truncate_wide_rows(pptr, pind, aptr, aind, adata, power, keep, device=HOST_D
     if not np.any(np.diff(pptr) > keep):
         return pptr, pind, 0
     nb = aptr.size - 1
-    norms = np.sqrt((adata ** 2).sum(axis=(1, 2)))
+    norms = np.sqrt((np.abs(adata) ** 2).sum(axis=(1, 2)))
     top = norms.max() if norms.size and norms.max() > 0 else 1.0
     w = norms + 1e-30 * top        # stored zeros keep a (tiny) weight: no entry vanishes
     rows = np.repeat(np.arange(nb), np.diff(aptr))
@@ -135,8 +139,9 @@ def truncate_wide_rows(pptr, pind, aptr, aind, adata, power, keep, device=HOST_D
 
 
 def transpose_blocks(pptr, pind, data, device=HOST_DEVICE):
-    """Canonical BSR ``(tptr, tind, tdata)`` of the (block) transpose, blocks transposed;
-    by the ``bsr_transpose`` kernel of the host device ``device``."""
-    return lookup(device, "bsr_transpose", _F64)(np.asarray(pptr, dtype=np.int64),
-                                                 np.asarray(pind, dtype=np.int64),
-                                                 np.ascontiguousarray(data, dtype=np.float64))
+    """Canonical BSR ``(tptr, tind, tdata)`` of the (block) transpose, blocks transposed
+    (not conjugated); by the ``bsr_transpose`` kernel of the host device ``device``."""
+    wide = wide_dtype(data.dtype)
+    return lookup(device, "bsr_transpose", (wide,))(np.asarray(pptr, dtype=np.int64),
+                                                    np.asarray(pind, dtype=np.int64),
+                                                    np.ascontiguousarray(data, dtype=wide))

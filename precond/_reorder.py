@@ -274,7 +274,7 @@ def mc64(A) -> Reordering:
     ([1, 0], [1.0, 1.0])
     """
     t0 = time.perf_counter()
-    C = sp.csr_matrix(A, dtype=np.float64, copy=True)
+    C = sp.csr_matrix(A, dtype=np.result_type(A.dtype, np.float64), copy=True)  # or complex128
     C.sum_duplicates()
     C.eliminate_zeros()
     C.sort_indices()
@@ -305,6 +305,7 @@ def mc64(A) -> Reordering:
     d = np.abs(B.diagonal())
     r[perm] /= d
     B = sp.csr_matrix(sp.diags(1.0 / d) @ B)
+    # (complex A: matched on |a_ij|; the diagonal of B becomes b_jj / |b_jj|, unit modulus)
     B.data[B.indices == np.repeat(np.arange(n), np.diff(B.indptr))] = np.sign(B.diagonal())
     B.sort_indices()
     return Reordering(perm, r, s, B, time.perf_counter() - t0, sweeps, rotations)
@@ -393,9 +394,10 @@ class Reordered(Preconditioner):
         xp = self._xp
         n = r.shape[0]
         t = self._buf.get("t")
-        if t is None:
-            t = self._buf["t"] = xp.empty(n, np.float64)
-            self._buf["z"] = xp.empty(n, np.float64)
+        if t is None:                            # FP64, complex128 for a complex M
+            wide = np.result_type(self.storage_dtype, np.float64)
+            t = self._buf["t"] = xp.empty(n, wide)
+            self._buf["z"] = xp.empty(n, wide)
         z = self._buf["z"]
         if r.dtype == t.dtype:
             xp.take(r, self._perm, out=t)        # t = P r

@@ -7,7 +7,7 @@ import numpy as np
 from mpsolve.backend import HOST_DEVICE, is_host
 from mpsolve.kernels import provides
 
-__all__ = ["PreconditionerWarning", "rows_text", "setup_device"]
+__all__ = ["PreconditionerWarning", "rows_text", "setup_device", "wide_dtype"]
 
 
 class PreconditionerWarning(RuntimeWarning):
@@ -32,3 +32,9 @@ def setup_device(device: str, op: str | None = None) -> str:
     if op is not None and provides(device, op, ("float64",)):
         return device
     return HOST_DEVICE
+
+
+def wide_dtype(dtype) -> np.dtype:
+    """The precision a set-up runs in for data of ``dtype``: float64, or complex128
+    for complex data (also the dtype key of the set-up kernels)."""
+    return np.dtype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64)

@@ -48,7 +48,8 @@ class Preconditioner:
         float64 (complex128 once set up for a complex ``A``) for SciPy's benefit:
         ``matvec`` takes and returns that dtype.
     storage_dtype : numpy.dtype
-        Precision the preconditioner is stored and applied in.
+        Precision the preconditioner is stored and applied in (complex64 or
+        complex128 for a complex ``A``: the set-up runs in complex128).
     device : str
         Device the preconditioner was set up for (its operators live there; ``apply``
         takes and returns that device's arrays).
@@ -166,6 +167,9 @@ class Preconditioner:
             r1 = r1.astype(np.float64)
         if self.dtype.kind == "c" and r1.dtype.kind != "c":
             r1 = r1.astype(self.dtype)      # a complex M applied to a real vector
+        elif self.dtype.kind != "c" and r1.dtype.kind == "c":
+            raise TypeError(f"{type(self).__name__} was set up for a real A; it cannot "
+                            f"apply to the complex vector r (set it up for a complex A)")
         if r1.shape[0] != self.shape[0]:
             raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
         if is_host(self.device):

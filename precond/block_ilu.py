@@ -76,6 +76,14 @@ def _pad(C, b):
     return P
 
 
+def _real_only(A):
+    """BILU(0) has no complex kernels: a complex ``A`` is refused, naming the others."""
+    if A.dtype.kind == "c":
+        raise TypeError("BILU(0) (BlockILU0, BlockISAI(variant='bilu')) runs on real A only; "
+                        "for complex A use ILU0, BlockJacobi, ISAI or BlockISAI with variant "
+                        "'auto', 'general', 'right' or 'spd'")
+
+
 def _symmetric(A, host, rtol):
     """Whether canonical CSR ``A`` is symmetric to ``rtol`` (the ``symmetric_mirror`` kernel)."""
     mirror = np.empty(A.indices.size, np.int64)
@@ -98,6 +106,7 @@ def bilu0_factor(C, b, device=HOST_DEVICE):
         If a pivot block ``U_ii`` is singular (a zero pivot in Gauss-Jordan with partial
         pivoting) or not finite; the message names the block row and its rows.
     """
+    _real_only(C)
     n = C.shape[0]
     indptr, indices, data = to_bsr(_pad(C, b), b)      # every diagonal block stored
     nb = indptr.size - 1
@@ -210,6 +219,7 @@ class BlockILU0(Preconditioner):
         self.block_size = self._block_request
 
     def _setup(self, A, dtype):
+        _real_only(A)
         host = self._setup_device
         n = A.shape[0]
         b = self._block_request or detect_block_size(A)

@@ -10,7 +10,7 @@ from mpsolve.operator import BSROperator
 
 from ._localsolve import block_inverse_checked
 from ._pattern import detect_block_size
-from ._util import PreconditionerWarning, rows_text
+from ._util import PreconditionerWarning, rows_text, wide_dtype
 from .base import Preconditioner
 
 __all__ = ["BlockJacobi"]
@@ -22,6 +22,8 @@ class BlockJacobi(Preconditioner):
     The diagonal blocks are gathered into a stacked ``(nblocks, b, b)`` FP64
     array, inverted with one batched ``np.linalg.inv``, stored in ``dtype`` and
     applied by the BSR kernel (block-diagonal pattern, fused casts, FP64 row sums).
+    Complex ``A``: the blocks are inverted in complex128 and stored in complex64
+    (``dtype="float32"``) or complex128, the row sums carried in complex128.
 
     Parameters
     ----------
@@ -54,6 +56,7 @@ class BlockJacobi(Preconditioner):
 
     name = "block-jacobi"
     symmetric = True
+    supports_complex = True
 
     def __init__(self, block_size=None, dtype=None):
         super().__init__(dtype)
@@ -70,7 +73,7 @@ class BlockJacobi(Preconditioner):
         # D[k] = A[kb:(k+1)b, kb:(k+1)b], the padded tail with the identity
         C = sp.coo_matrix(A)
         keep = C.row // b == C.col // b
-        D = np.zeros((nblk, b, b))
+        D = np.zeros((nblk, b, b), dtype=wide_dtype(A.dtype))
         np.add.at(D, (C.row[keep] // b, C.row[keep] % b, C.col[keep] % b), C.data[keep])
         for j in range(n, nblk * b):
             D[-1, j % b, j % b] = 1.0

@@ -8,6 +8,8 @@ as PETSc's numeric factorization).  The factorization runs in FP64; the factors 
 stored in ``dtype`` (FP32 by default) as ``L`` and ``D^{-1} U`` and applied by two
 sequential sweeps that carry each row's sum in FP64 (forward with ``L``, backward
 with ``D^{-1} U`` and ``1/diag(U)``).  Optionally one diagonal block per thread.
+Complex ``A``: the factorization runs in complex128, the factors are stored in
+complex64 (``dtype="float32"``) or complex128, the sums carried in complex128.
 
 The factorization and the layout run on the host through the registry's set-up
 kernels (``diag_positions``, ``ilu0_factor``, ``symmetric_mirror``, ``ilu_split``,
@@ -25,12 +27,10 @@ from mpsolve.kernels import lookup
 from mpsolve.kernels.registry import launch_plan
 from mpsolve.operator import TriangularSweeps
 
-from ._util import rows_text
+from ._util import rows_text, wide_dtype
 from .base import Preconditioner
 
 __all__ = ["ILU0", "ZeroPivotError", "ilu0_factor"]
-
-_F64 = ("float64",)
 
 
 class ZeroPivotError(ValueError):
@@ -38,7 +38,8 @@ class ZeroPivotError(ValueError):
 
 
 def ilu0_factor(C, device=HOST_DEVICE):
-    """FP64 ILU(0) of a canonical CSR matrix ``C`` (Saad Alg. 10.4, IKJ).
+    """FP64 (complex128 for complex ``C``) ILU(0) of a canonical CSR matrix ``C``
+    (Saad Alg. 10.4, IKJ).
 
     Returns ``(indptr, indices, data, diag)``: the combined factors in the
     pattern of ``C`` (strictly lower part = ``L`` without its unit diagonal,
@@ -52,9 +53,10 @@ def ilu0_factor(C, device=HOST_DEVICE):
         If a pivot ``u_ii`` is zero, not finite, or structurally missing.
     """
     indptr, indices = C.indptr, C.indices
-    data = C.data.astype(np.float64)  # a copy: the user's matrix is never touched
-    diag = lookup(device, "diag_positions", _F64)(indptr, indices)
-    bad = lookup(device, "ilu0_factor", _F64)(indptr, indices, data, diag)  # in place
+    wide = wide_dtype(C.dtype)
+    data = C.data.astype(wide)  # a copy: the user's matrix is never touched
+    diag = lookup(device, "diag_positions", (wide,))(indptr, indices)
+    bad = lookup(device, "ilu0_factor", (wide,))(indptr, indices, data, diag)  # in place
     if bad >= 0:
         missing = np.flatnonzero(diag < 0)
         what = ("is structurally missing" if diag[bad] < 0 else
@@ -69,21 +71,23 @@ def ilu0_factor(C, device=HOST_DEVICE):
 
 
 def split_factors(indptr, indices, data, n):
-    """``(L, U)`` (SciPy CSR, FP64, canonical) from combined factors; ``L`` gets its
-    unit diagonal.  The pattern of ``A`` is kept, explicit zeros included."""
+    """``(L, U)`` (SciPy CSR, FP64 or complex128, canonical) from combined factors; ``L``
+    gets its unit diagonal.  The pattern of ``A`` is kept, explicit zeros included."""
+    wide = wide_dtype(data.dtype)
     rows = np.repeat(np.arange(n), np.diff(indptr))
     lo, up = indices < rows, indices >= rows
-    L = sp.csr_matrix((np.concatenate([data[lo].astype(np.float64), np.ones(n)]),
+    L = sp.csr_matrix((np.concatenate([data[lo].astype(wide), np.ones(n, wide)]),
                        (np.concatenate([rows[lo], np.arange(n)]),
                         np.concatenate([indices[lo], np.arange(n)]))), shape=(n, n))
-    U = sp.csr_matrix((data[up].astype(np.float64), (rows[up], indices[up])), shape=(n, n))
+    U = sp.csr_matrix((data[up].astype(wide), (rows[up], indices[up])), shape=(n, n))
     L.sort_indices()
     U.sort_indices()
     return L, U
 
 
 def ilu0_split(C, device=HOST_DEVICE):
-    """``(L, U)`` of ILU(0) of ``C`` as SciPy CSR FP64 matrices (``L`` with its unit diagonal)."""
+    """``(L, U)`` of ILU(0) of ``C`` as SciPy CSR FP64 (complex128) matrices (``L`` with its
+    unit diagonal)."""
     indptr, indices, data, _ = ilu0_factor(C, device)
     return split_factors(indptr, indices, data, C.shape[0])
 
@@ -121,7 +125,9 @@ class ILU0(Preconditioner):
         (``U = D L^T``, the IC(0) / LDL^T form) so ``M`` is symmetric bit for bit
         and usable with CG (and PETSc's ``applyTranspose``).  ``False``: general
         ILU(0).  ``None`` (default): symmetric when ``A``'s pattern is and its
-        values agree to ``SYMMETRY_RTOL`` (1e-12) relative.
+        values agree to ``SYMMETRY_RTOL`` (1e-12) relative.  For complex ``A``
+        symmetric means Hermitian (``A == A^H``; ``U = D L^H``, ``M`` Hermitian): a
+        complex-symmetric ``A`` (``A == A^T``, e.g. Helmholtz) gets the general form.
 
     Attributes
     ----------
@@ -157,6 +163,7 @@ class ILU0(Preconditioner):
 
     name = "ilu0"
     symmetric = False
+    supports_complex = True
 
     def __init__(self, dtype=None, symmetric=None, blocks=1):
         super().__init__(dtype)
@@ -178,20 +185,22 @@ class ILU0(Preconditioner):
                              MIN_BLOCK_ROWS)
         self.bounds = np.array([0, A.shape[0]], np.int64) if bounds is None else bounds
         if self.bounds.size > 2:
-            ip, ix, dv = lookup(host, "drop_coupling", _F64)(A.indptr, A.indices, A.data,
-                                                             self.bounds)
+            ip, ix, dv = lookup(host, "drop_coupling", (wide_dtype(A.dtype),))(
+                A.indptr, A.indices, A.data, self.bounds)
             A = sp.csr_matrix((dv, ix, ip), shape=A.shape)
             A.has_sorted_indices = True
         indptr, indices, data, diag = ilu0_factor(A, host)
+        wide = data.dtype
         sym = self._symmetric_request
         mirror = np.empty(indices.size if sym is not False else 0,
                           np.int32 if indices.size < 2**31 else np.int64)
-        is_symmetric = lookup(host, "symmetric_mirror", _F64)
+        is_symmetric = lookup(host, "symmetric_mirror", (wide,))
         if sym is None:
             sym = bool(is_symmetric(A.indptr, A.indices, A.data, SYMMETRY_RTOL, mirror))
         elif sym and not is_symmetric(A.indptr, A.indices, A.data, 1e-8, mirror):
-            raise ValueError("ILU0(symmetric=True): A is not symmetric (pattern or values "
-                             "differ by more than 1e-8 relative); use symmetric=False or None")
+            raise ValueError("ILU0(symmetric=True): A is not symmetric (Hermitian, for complex "
+                             "A: pattern or values differ by more than 1e-8 relative); use "
+                             "symmetric=False or None")
         n = A.shape[0]
         nl = int(np.sum(diag - indptr[:-1]))
         nu = indices.size - n - nl
@@ -199,11 +208,11 @@ class ILU0(Preconditioner):
         uptr = np.empty(n + 1, np.int64)
         lind = np.empty(nl, np.int32)
         uind = np.empty(nu, np.int32)
-        lval = np.empty(nl, np.float64)
-        uval = np.empty(nu, np.float64)
-        dinv = np.empty(n, np.float64)
-        lookup(host, "ilu_split", _F64)(indptr, indices, data, diag, sym, mirror, lval, lind,
-                                        lptr, uval, uind, uptr, dinv)
+        lval = np.empty(nl, wide)
+        uval = np.empty(nu, wide)
+        dinv = np.empty(n, wide)
+        lookup(host, "ilu_split", (wide,))(indptr, indices, data, diag, sym, mirror, lval, lind,
+                                           lptr, uval, uind, uptr, dinv)
         self.symmetric = sym
         # out = U'^-1 D^-1 L^-1 r: two sweeps (one task per diagonal block)
         self._op = TriangularSweeps(lptr.astype(np.int32), lind, lval, uptr.astype(np.int32),
@@ -225,18 +234,19 @@ class ILU0(Preconditioner):
     dinv = property(lambda self: self._op.dinv)
 
     def factors(self):
-        """``(L, U)`` as SciPy CSR FP64 matrices from the stored values (``L`` with its
-        unit diagonal, ``U = D U'`` with ``D = 1 / dinv``)."""
+        """``(L, U)`` as SciPy CSR FP64 (complex128) matrices from the stored values (``L``
+        with its unit diagonal, ``U = D U'`` with ``D = 1 / dinv``)."""
         self._check_ready()
         n = self.shape[0]
         lptr, lind, lval, uptr, uind, uval, dinv = (
             to_host(a) for a in (self.lptr, self.lind, self.lval, self.uptr, self.uind,
                                  self.uval, self.dinv))
-        L = sp.csr_matrix((lval.astype(np.float64), lind, lptr), shape=(n, n))
+        wide = wide_dtype(lval.dtype)
+        L = sp.csr_matrix((lval.astype(wide), lind, lptr), shape=(n, n))
         L = (L + sp.eye(n, format="csr")).tocsr()
-        d = 1.0 / dinv.astype(np.float64)
+        d = 1.0 / dinv.astype(wide)
         rows = (n - 1 - np.repeat(np.arange(n), np.diff(uptr))).astype(np.int64)
-        Up = sp.csr_matrix((uval.astype(np.float64), (rows, uind)), shape=(n, n))
+        Up = sp.csr_matrix((uval.astype(wide), (rows, uind)), shape=(n, n))
         U = (sp.diags(d) @ (Up + sp.eye(n, format="csr"))).tocsr()
         L.sort_indices()
         U.sort_indices()

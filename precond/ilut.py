@@ -31,6 +31,7 @@ import scipy.sparse.linalg as spla
 from mpsolve.backend import array_module, to_device
 from mpsolve.operator import TriangularSweeps
 
+from ._util import wide_dtype
 from .base import Preconditioner
 from .ilu import ZeroPivotError
 
@@ -38,7 +39,8 @@ __all__ = ["ILUT"]
 
 
 def sweep_layout(L, U):
-    """ILU(0)'s stored layout from unit lower ``L`` and upper ``U`` (SciPy sparse, FP64):
+    """ILU(0)'s stored layout from unit lower ``L`` and upper ``U`` (SciPy sparse, FP64 or
+    complex128):
     strictly lower ``L`` (CSR), strictly upper ``D^-1 U`` with rows in reverse order, and
     ``1 / diag(U)``."""
     n = L.shape[0]
@@ -64,7 +66,8 @@ class ILUT(Preconditioner):
     fill_factor : float
         At most about ``fill_factor * nnz(A)`` entries in ``L + U`` (default 10).
     dtype : {"float32", "float64"} or None
-        Storage precision of the factors.
+        Storage precision of the factors (complex64 / complex128 for a complex ``A``,
+        factorised in complex128).
 
     Raises
     ------
@@ -82,6 +85,7 @@ class ILUT(Preconditioner):
     """
 
     name = "ilut"
+    supports_complex = True      # SuperLU factorises complex128 (stored complex64/128)
     symmetric = False
 
     def __init__(self, drop_tol=1e-3, fill_factor=10.0, dtype=None):
@@ -100,7 +104,7 @@ class ILUT(Preconditioner):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", sp.SparseEfficiencyWarning)
             try:
-                F = spla.spilu(sp.csc_matrix(C, dtype=np.float64), drop_tol=self.drop_tol,
+                F = spla.spilu(sp.csc_matrix(C, dtype=wide_dtype(C.dtype)), drop_tol=self.drop_tol,
                                fill_factor=self.fill_factor)
             except RuntimeError as err:
                 raise ZeroPivotError(

@@ -27,7 +27,7 @@ from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
 from ._localsolve import DEFAULT_MAX_LOCAL, local_solve, transpose_stored
 from ._pattern import block_pattern, to_bsr, truncate_wide_rows
-from ._util import PreconditionerWarning, rows_text, setup_device
+from ._util import PreconditionerWarning, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
 
 __all__ = ["ISAI", "isai_operators"]
@@ -47,7 +47,7 @@ SYMMETRY_RTOL = 1e-12
 def _triangle(C, part):
     """``tril(C)`` / ``triu(C)`` keeping explicit zeros (CSR, canonical)."""
     T = sp.tril(C, format="coo") if part == "lower" else sp.triu(C, format="coo")
-    T = sp.csr_matrix((T.data.astype(np.float64), (T.row, T.col)), shape=C.shape)
+    T = sp.csr_matrix((T.data.astype(wide_dtype(C.dtype)), (T.row, T.col)), shape=C.shape)
     T.sort_indices()
     return T
 
@@ -134,6 +134,8 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
     ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what, device)]
     if variant == "spd":
         tp, ti, td = transpose_stored(pp, pi, data, host)
+        if td.dtype.kind == "c":
+            td = td.conj()                          # M = G^H G for Hermitian A
         ops.append(_store(tp, ti, td, n, storage, dtype, accumulate, what + " (G^T)", device))
     times = dict(pattern=t_pattern, **stats.pop("stage_times"),
                  store=time.perf_counter() - t1)
@@ -188,6 +190,7 @@ class _ISAIBase(Preconditioner):
 
     symmetric = False
     _variants = VARIANTS
+    supports_complex = True
     _storage = "csr"
 
     def __init__(self, variant="auto", sparsity_power=None, dtype=None,
@@ -246,7 +249,8 @@ class _ISAIBase(Preconditioner):
 
         * symmetric ``A`` (pattern and values, to :data:`SYMMETRY_RTOL`) -> ``spd``:
           ``M = G^T G`` is symmetric positive definite for SPD ``A``, safe under CG
-          (and under PETSc's KSPCG);
+          (and under PETSc's KSPCG); for complex ``A`` the test is ``A == A^H``
+          (Hermitian; ``M = G^H G``), so a complex-symmetric ``A`` is not ``spd``;
         * otherwise the approximate inverse of the side ``M`` is applied on:
           ``general`` (``M A ~ I``) for left preconditioning, ``right``
           (``A M ~ I``: the ISAI of ``A^T``, transposed) for right preconditioning
@@ -255,14 +259,15 @@ class _ISAIBase(Preconditioner):
         if self._variant_request != "auto":
             return self._variant_request, "requested"
         mirror = np.empty(A.nnz, np.int64)
-        sym = bool(lookup(self._setup_device, "symmetric_mirror", ("float64",))(
-            A.indptr, A.indices, A.data.astype(np.float64, copy=False), SYMMETRY_RTOL,
-            mirror))
+        wide = wide_dtype(A.dtype)
+        sym = bool(lookup(self._setup_device, "symmetric_mirror", (wide,))(
+            A.indptr, A.indices, A.data.astype(wide, copy=False), SYMMETRY_RTOL, mirror))
+        what = "Hermitian" if wide.kind == "c" else "symmetric"
         if sym:
-            return "spd", f"auto: A is symmetric (to {SYMMETRY_RTOL:g} relative)"
+            return "spd", f"auto: A is {what} (to {SYMMETRY_RTOL:g} relative)"
         side = self._side
         variant = "right" if side == "right" else "general"
-        return variant, f"auto: A is not symmetric; {side} preconditioning"
+        return variant, f"auto: A is not {what}; {side} preconditioning"
 
     def _build(self, A, dtype, b):
         self.variant, self.variant_reason = self._resolve_variant(A)

@@ -15,6 +15,7 @@ MODULES = [
     "mpsolve.precond.jacobi", "mpsolve.precond.block_jacobi", "mpsolve.precond.isai",
     "mpsolve.precond.block_isai", "mpsolve.precond.ilu", "mpsolve.precond.block_ilu",
     "mpsolve.auto", "mpsolve.precond._reorder", "mpsolve.precond.ilut",
+    "mpsolve.matrices.generators", "mpsolve.matrices.mmio",
 ]
 
 

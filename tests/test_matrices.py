@@ -25,7 +25,10 @@ from mpsolve.matrices import (
     detect_block_size,
     elasticity3d,
     generate,
+    helmholtz2d,
+    helmholtz3d,
     laplacian_1d,
+    magnetic2d,
     matrix_info,
     mtx_header,
     poisson2d,
@@ -175,10 +178,14 @@ MALFORMED = [
     ("decimal_comma", BAD + "2 2 1\n1 1 1,5\n", 3, "non-numeric"),
     ("integer_field_real_value", "%%MatrixMarket matrix coordinate integer general\n2 2 1\n"
      "1 1 2.5\n", 3, "integer"),
-    ("complex", "%%MatrixMarket matrix coordinate complex general\n2 2 1\n1 1 1 2\n", 1,
-     "real systems only"),
-    ("hermitian", "%%MatrixMarket matrix coordinate complex hermitian\n2 2 1\n1 1 1 0\n", 1,
-     "real systems only"),
+    ("real_hermitian", "%%MatrixMarket matrix coordinate real hermitian\n2 2 1\n1 1 1\n", 1,
+     "needs the field 'complex'"),
+    ("complex_missing_imag", "%%MatrixMarket matrix coordinate complex general\n2 2 2\n"
+     "1 1 1 2\n2 2 3\n", 4, "'row col real imag'"),
+    ("complex_bad_imag", "%%MatrixMarket matrix coordinate complex general\n2 2 1\n"
+     "1 1 1 2j\n", 3, "non-numeric value '2j'"),
+    ("complex_array_too_few", "%%MatrixMarket matrix array complex general\n2 2\n1 0\n"
+     "2 1\n", 5, "too few"),
 ]
 
 
@@ -212,17 +219,63 @@ def test_missing_file(tmp_path):
         read_mtx(tmp_path / "nope.mtx")
 
 
-def test_write_refuses_complex(tmp_path):
-    with pytest.raises(MatrixMarketError, match="complex"):
-        write_mtx(tmp_path / "c.mtx", sp.csr_matrix(np.array([[1 + 1j]])))
-    with pytest.raises(MatrixMarketError, match="complex"):
-        write_mtx(tmp_path / "c.mtx", np.array([1 + 1j]))
+def _random_complex(n, density, seed):
+    rng = np.random.default_rng(seed)
+    B = sp.random(n, n, density=density, random_state=rng, format="csr")
+    B.data = rng.standard_normal(B.nnz) + 1j * rng.standard_normal(B.nnz) / 3
+    return B
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["mtx", "gz"])
+@pytest.mark.parametrize("kind,symmetry", [("general", "general"), ("symmetric", "symmetric"),
+                                           ("hermitian", "hermitian")])
+def test_complex_round_trip(tmp_path, kind, symmetry, gz):
+    B = _random_complex(9, 0.3, 4)
+    A = {"general": B, "symmetric": B + B.T,
+         "hermitian": B + B.conj().T + sp.identity(9)}[kind].tocsr()
+    f = tmp_path / ("c.mtx.gz" if gz else "c.mtx")
+    write_mtx(f, A)                                         # AUTO detects the storage
+    h = mtx_header(f)
+    assert (h["field"], h["symmetry"]) == ("complex", symmetry)
+    R = read_mtx(f)
+    assert R.dtype == np.complex128 and R.has_canonical_format
+    assert (R != A).nnz == 0                                # bit for bit, both halves
+
+
+def test_read_hermitian_by_hand(tmp_path):
+    # the lower triangle is stored; the upper one is its conjugate (Matrix Market's rule)
+    f = tmp_path / "h.mtx"
+    f.write_text("%%MatrixMarket matrix coordinate complex hermitian\n3 3 4\n"
+                 "1 1 2 0\n2 1 1 -1.5\n3 2 0 2\n3 3 5 0\n")
+    A = read_mtx(f).toarray()
+    expected = np.array([[2, 1 + 1.5j, 0], [1 - 1.5j, 0, -2j], [0, 2j, 5]])
+    np.testing.assert_array_equal(A, expected)
+    assert read_mtx(f).dtype == np.complex128
+
+
+def test_complex_vector_and_explicit_symmetry(tmp_path):
+    v = np.array([1 + 2j, -0.5j, 3.0])
+    write_mtx(tmp_path / "v.mtx", v)
+    out = read_vector(tmp_path / "v.mtx")
+    assert out.dtype == np.complex128
+    np.testing.assert_array_equal(out, v)
+    B = _random_complex(6, 0.4, 7)
+    write_mtx(tmp_path / "g.mtx", (B + B.conj().T).tocsr(), symmetry="general")
+    assert mtx_header(tmp_path / "g.mtx")["symmetry"] == "general"
+    assert (read_mtx(tmp_path / "g.mtx") != B + B.conj().T).nnz == 0
+    with pytest.raises(ValueError, match="hermitian.*argument A"):
+        write_mtx(tmp_path / "r.mtx", poisson2d(3), symmetry="hermitian")
+
+
+def test_real_files_stay_float64(tmp_path):
+    write_mtx(tmp_path / "p.mtx", poisson2d(3))
+    assert read_mtx(tmp_path / "p.mtx").dtype == np.float64
 
 
 # --------------------------------------------------------------------------- generators
 
-def _is_canonical_csr(A):
-    return (isinstance(A, sp.csr_matrix) and A.dtype == np.float64 and A.has_canonical_format
+def _is_canonical_csr(A, dtype=np.float64):
+    return (isinstance(A, sp.csr_matrix) and A.dtype == dtype and A.has_canonical_format
             and A.indices.size == A.nnz)
 
 
@@ -246,7 +299,11 @@ SMALL = {
     "elasticity3d": (lambda: elasticity3d(3), 81),
     "jump3d": (lambda: jump3d(4, contrast=1e4), 64),
     "coupled2d": (lambda: coupled_convdiff2d(5), 75),
+    "helmholtz2d": (lambda: helmholtz2d(6, k=12.0, eps=0.1), 36),
+    "helmholtz3d": (lambda: helmholtz3d(4, k=8.0), 64),
+    "magnetic2d": (lambda: magnetic2d(6, flux=0.3), 36),
 }
+COMPLEX = {"helmholtz2d", "helmholtz3d", "magnetic2d"}
 
 
 def test_generators_table_complete():
@@ -258,7 +315,7 @@ def test_generator_shape_and_format(name):
     make, n = SMALL[name]
     A = make()
     assert A.shape == (n, n)
-    assert _is_canonical_csr(A)
+    assert _is_canonical_csr(A, np.complex128 if name in COMPLEX else np.float64)
     assert np.all(np.isfinite(A.data))
 
 
@@ -570,3 +627,68 @@ def test_coupled2d_is_block_coupled_and_nonsymmetric():
     # the symmetric part is positive definite: GMRES/BiCGSTAB-friendly, not CG's
     S = 0.5 * (A + A.T)
     assert _lambda_min(S) > 0
+
+
+# --------------------------------------------------------------------------- complex generators
+
+@pytest.mark.parametrize("dim,make", [(2, helmholtz2d), (3, helmholtz3d)])
+def test_helmholtz_is_shifted_laplacian(dim, make):
+    n, k, eps = 5, 9.0, 0.2
+    A = make(n, k=k, eps=eps)
+    h = 1.0 / (n + 1)
+    L = (poisson2d if dim == 2 else poisson3d)(n)
+    shift = (k * h) ** 2 * (1 + 1j * eps)
+    assert abs(A - (L - shift * sp.identity(n ** dim))).max() <= 10 * EPS
+    assert (A != A.T).nnz == 0                              # complex-symmetric
+    assert abs(A - A.conj().T).max() == pytest.approx(2 * shift.imag, rel=1e-14)
+    # spectrum: the Laplacian's, shifted by -(k h)^2 (1 + i eps)
+    lam = np.linalg.eigvals(A.toarray())
+    np.testing.assert_allclose(lam.imag, -shift.imag, atol=1e-12)
+    np.testing.assert_allclose(np.sort(lam.real),
+                               np.sort(scipy.linalg.eigvalsh(L.toarray())) - shift.real,
+                               rtol=1e-12, atol=1e-12)
+    assert lam.real.min() < 0 < lam.real.max()              # indefinite at this k
+
+
+def test_helmholtz_parameters_checked():
+    with pytest.raises(ValueError, match="argument eps"):
+        helmholtz2d(4, eps=-1.0)
+    with pytest.raises(ValueError, match="argument k"):
+        helmholtz3d(4, k=float("nan"))
+    assert generate("helmholtz2d:7,k=20,eps=0.01")[0, 0] == helmholtz2d(7, k=20, eps=0.01)[0, 0]
+
+
+@pytest.mark.parametrize("flux", [0.1, 0.25, 0.37])
+def test_magnetic2d_hermitian_positive_definite(flux):
+    n = 7
+    A = magnetic2d(n, flux=flux)
+    assert (A != A.conj().T).nnz == 0                       # Hermitian, exactly
+    assert abs(A - A.T).max() > 0.1                         # but not complex-symmetric
+    lam = scipy.linalg.eigvalsh(A.toarray())
+    lam0 = _lambda_min(poisson2d(n))
+    assert lam[0] > lam0 * (1 - 1e-12)                      # diamagnetic inequality
+    np.testing.assert_allclose(np.abs(A.data), 1.0 + 3.0 * (A.indices == np.repeat(
+        np.arange(n * n), np.diff(A.indptr))))              # |couplings| 1, diagonal 4
+    # every cell carries the flux: the product around a plaquette is exp(-2 pi i flux)
+    i, j = 2, 3
+    p = lambda a, b: a + n * b                              # noqa: E731
+    loop = (A[p(i, j), p(i + 1, j)] * A[p(i + 1, j), p(i + 1, j + 1)]
+            * A[p(i + 1, j + 1), p(i, j + 1)] * A[p(i, j + 1), p(i, j)])
+    assert loop == pytest.approx(np.exp(2j * math.pi * flux), abs=1e-14)
+
+
+def test_magnetic2d_zero_flux_is_poisson():
+    A = magnetic2d(5, flux=0.0)
+    assert abs(A - poisson2d(5)).max() == 0
+    with pytest.raises(ValueError, match="argument shift"):
+        magnetic2d(4, shift=-1.0)
+
+
+def test_matrix_info_tells_hermitian_from_complex_symmetric():
+    h = matrix_info(helmholtz2d(5, k=10.0, eps=0.5))
+    assert h["symmetric"] and not h["hermitian"] and h["dtype"] == "complex128"
+    assert not h["positive_diagonal"]                       # complex diagonal
+    m = matrix_info(magnetic2d(5, flux=0.3))
+    assert m["hermitian"] and not m["symmetric"] and m["positive_diagonal"]
+    p = matrix_info(poisson2d(4))
+    assert p["hermitian"] == p["symmetric"] is True and p["dtype"] == "float64"

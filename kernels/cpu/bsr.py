@@ -4,7 +4,9 @@
 over block rows / block columns and ``data`` of shape ``(nnzb, b, b)`` (C order).
 As for CSR (:mod:`.spmv`) the values, the input and the output may each be FP32
 or FP64 with the casts fused into the loop, and the accumulator is chosen
-separately (``acc64``: row sums in FP64, ``acc32``: in FP32).
+separately (``acc64``: row sums in FP64, ``acc32``: in FP32).  Complex blocks and
+vectors (complex64 / complex128) run the same code: their sums are carried in
+complex128 (``acc64``) or complex64 (``acc32``).
 
 Work is split over block-row partitions balanced by block nonzeros
 (:func:`mpsolve.kernels.cpu.spmv.partition_rows` on the block ``indptr``).
@@ -61,29 +63,16 @@ def _block_rows(lo, hi, indptr, indices, data, x, y, acc, acc_t):
 
 
 @njit(parallel=True, **JIT)
-def _bsr_acc64(parts, indptr, indices, data, x, y):
+def _bsr_par(parts, indptr, indices, data, x, y, acc_t):
     for t in prange(parts.size - 1):
-        acc = np.empty(data.shape[1], dtype=np.float64)
-        _block_rows(parts[t], parts[t + 1], indptr, indices, data, x, y, acc, np.float64)
-
-
-@njit(parallel=True, **JIT)
-def _bsr_acc32(parts, indptr, indices, data, x, y):
-    for t in prange(parts.size - 1):
-        acc = np.empty(data.shape[1], dtype=np.float32)
-        _block_rows(parts[t], parts[t + 1], indptr, indices, data, x, y, acc, np.float32)
+        acc = np.empty(data.shape[1], dtype=acc_t)
+        _block_rows(parts[t], parts[t + 1], indptr, indices, data, x, y, acc, acc_t)
 
 
 @njit(**JIT)
-def _bsr_acc64_ser(parts, indptr, indices, data, x, y):
-    acc = np.empty(data.shape[1], dtype=np.float64)
-    _block_rows(0, indptr.size - 1, indptr, indices, data, x, y, acc, np.float64)
-
-
-@njit(**JIT)
-def _bsr_acc32_ser(parts, indptr, indices, data, x, y):
-    acc = np.empty(data.shape[1], dtype=np.float32)
-    _block_rows(0, indptr.size - 1, indptr, indices, data, x, y, acc, np.float32)
+def _bsr_ser(parts, indptr, indices, data, x, y, acc_t):
+    acc = np.empty(data.shape[1], dtype=acc_t)
+    _block_rows(0, indptr.size - 1, indptr, indices, data, x, y, acc, acc_t)
 
 
 # --- kernels unrolled for one block size -------------------------------------------
@@ -167,29 +156,38 @@ def _unrolled(b, acc, parallel):
     return k
 
 
-def _dispatch(acc, generic_par, generic_ser, parts, indptr, indices, data, x, y):
+#: The accumulator of each mode, for real and for complex blocks.
+_ACC = {("acc64", False): np.float64, ("acc32", False): np.float32,
+        ("acc64", True): np.complex128, ("acc32", True): np.complex64}
+
+
+def _dispatch(mode, parts, indptr, indices, data, x, y):
     b = data.shape[1]
     parallel = parts.size > 2
+    acc_t = _ACC[mode, data.dtype.kind == "c"]
     if b <= MAX_UNROLLED:
-        _unrolled(b, acc, parallel)(parts, indptr, indices, data, x, y)
+        _unrolled(b, "np." + np.dtype(acc_t).name, parallel)(parts, indptr, indices, data, x, y)
     else:
-        (generic_par if parallel else generic_ser)(parts, indptr, indices, data, x, y)
+        (_bsr_par if parallel else _bsr_ser)(parts, indptr, indices, data, x, y, acc_t)
 
 
 _F = ("float32", "float64")
-_ALL = [(v, xi, yo) for v in _F for xi in _F for yo in _F]
+_C = ("complex64", "complex128")
+_ALL = [(v, xi, yo) for f in (_F, _C) for v in f for xi in f for yo in f]
 
 
 @register("cpu", "bsrmv", _ALL, mode="acc64")
 def bsr_spmv_acc64(parts, indptr, indices, data, x, y):
-    """``y <- A x`` for BSR ``A`` (``data`` of shape ``(nnzb, b, b)``), row sums in FP64.
+    """``y <- A x`` for BSR ``A`` (``data`` of shape ``(nnzb, b, b)``), row sums in FP64
+    (complex128 for complex blocks).
 
-    Dtypes key: ``(data, x, y)``.
+    Dtypes key: ``(data, x, y)``: all real, or all complex.
     """
-    _dispatch("np.float64", _bsr_acc64, _bsr_acc64_ser, parts, indptr, indices, data, x, y)
+    _dispatch("acc64", parts, indptr, indices, data, x, y)
 
 
 @register("cpu", "bsrmv", _ALL, mode="acc32")
 def bsr_spmv_acc32(parts, indptr, indices, data, x, y):
-    """``y <- A x`` for BSR ``A``, row sums in FP32.  Dtypes key: ``(data, x, y)``."""
-    _dispatch("np.float32", _bsr_acc32, _bsr_acc32_ser, parts, indptr, indices, data, x, y)
+    """``y <- A x`` for BSR ``A``, row sums in FP32 (complex64 for complex blocks).
+    Dtypes key: ``(data, x, y)``."""
+    _dispatch("acc32", parts, indptr, indices, data, x, y)

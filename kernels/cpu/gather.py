@@ -2,7 +2,7 @@
 
 ``gather_local(rows, pptr, pind, aptr, aind, adata, out)``: for each ``t``, with
 ``i = rows[t]`` and ``J = pind[pptr[i]:pptr[i+1]]`` (sorted, ``m`` block columns),
-``out[t] = A[J, J]`` -- the ``(m b) x (m b)`` FP64 local matrix of block row ``i``,
+``out[t] = A[J, J]`` -- the ``(m b) x (m b)`` FP64 (complex128) local matrix of block row ``i``,
 ``A`` in BSR form (``adata`` of shape ``(nnzb, b, b)``).  ``out`` is zeroed by the
 caller; one task per local system.
 """
@@ -36,7 +36,7 @@ def _gather(rows, pptr, pind, aptr, aind, adata, out):
                             out[t, p * b + u, q * b + v] = adata[k, u, v]
 
 
-@register("cpu", "gather_local", [("float64",)])
+@register("cpu", "gather_local", [("float64",), ("complex128",)])
 def gather_local(rows, pptr, pind, aptr, aind, adata, out):
     """``out[t] = A[J_i, J_i]`` for ``i = rows[t]`` (``out`` zeroed, ``(len(rows), s, s)``)."""
     _gather(rows, pptr, pind, aptr, aind, adata, out)

@@ -16,6 +16,10 @@ Set-up (FP64, on the host; :mod:`mpsolve.precond.ilu` calls them through the reg
 Apply: ``ilu_sweeps`` -- ``y = U'^{-1} D^{-1} L^{-1} x`` per diagonal block, each row's
 sum carried in FP64 and rounded once to ``y``'s dtype; serial for one block,
 ``prange`` over the blocks otherwise.
+
+Complex data runs the same kernels: set-up in complex128 (keys ``("complex128",)``),
+sweeps on complex64/complex128 factors and vectors with the sums in complex128; the
+symmetric form becomes the Hermitian one (``U = D L^H``).
 """
 import numpy as np
 from numba import get_num_threads, njit, prange
@@ -24,11 +28,14 @@ from ..registry import register, register_plan
 from ._config import JIT, NATIVE_REDUCTION_MATH
 from .spmv import partition_rows
 
-from .intrin import fma  # the one intrinsics module of the CPU kernels
+from .field import conj, wide
+from .intrin import madd, wide_zero  # the one intrinsics module of the CPU kernels
 
 _F = ("float32", "float64")
-_MAT = [(v, x, y) for v in _F for x in _F for y in _F]
-_SETUP = [("float64",)]
+_C = ("complex64", "complex128")
+_MAT = [(v, x, y) for v in _F for x in _F for y in _F] + \
+    [(v, x, y) for v in _C for x in _C for y in _C]
+_SETUP = [("float64",), ("complex128",)]
 
 
 # --------------------------------------------------------------------------- set-up
@@ -40,8 +47,8 @@ def _ilu0_ikj(n, indptr, indices, data, diag):
     # is in row i's pattern: updates outside it land in w and are never gathered (each
     # row overwrites w on its own pattern first) -- then gather w back.  Branch-free
     # inner loop.  Returns -1 on success, else the first row with a bad pivot.
-    w = np.zeros(n, dtype=np.float64)
-    inv = np.empty(n, dtype=np.float64)
+    w = np.zeros(n, dtype=data.dtype)
+    inv = np.empty(n, dtype=data.dtype)
     for i in range(n):
         s, e = indptr[i], indptr[i + 1]
         for k in range(s, e):
@@ -67,7 +74,7 @@ def _ilu0_ikj(n, indptr, indices, data, diag):
 
 @register("cpu", "ilu0_factor", _SETUP)
 def ilu0_factor(indptr, indices, data, diag):
-    """ILU(0) of sorted CSR in place on ``data`` (FP64): strictly lower part ``L``
+    """ILU(0) of sorted CSR in place on ``data`` (FP64 or complex128): strictly lower part ``L``
     (unit diagonal implied), upper part ``U``.  Returns -1, or the first row whose
     pivot is zero, not finite or missing (``diag[i] < 0``)."""
     return _ilu0_ikj(indptr.size - 1, indptr, indices, data, diag)
@@ -90,9 +97,9 @@ def diag_positions(indptr, indices):
 @register("cpu", "symmetric_mirror", _SETUP)
 @njit(**JIT)
 def symmetric_mirror(indptr, indices, data, rtol, mirror):
-    """True when the pattern is symmetric and ``|a_ij - a_ji| <= rtol max(|a_ij|, |a_ji|)``
-    for every stored entry; then ``mirror[k]`` is the position of entry ``k``'s
-    transpose.  One pass with a cursor per row (sorted rows): walking the rows in
+    """True when the pattern is symmetric and ``|a_ij - conj(a_ji)| <= rtol max(|a_ij|,
+    |a_ji|)`` for every stored entry (symmetric real data, Hermitian complex data); then
+    ``mirror[k]`` is the position of entry ``k``'s transpose.  One pass with a cursor per row (sorted rows): walking the rows in
     order visits the entries of column ``j`` by ascending row, which for a symmetric
     pattern are the entries of row ``j`` in order."""
     n = indptr.size - 1
@@ -105,7 +112,7 @@ def symmetric_mirror(indptr, indices, data, rtol, mirror):
                 return False
             cursor[j] = m + 1
             a, b = data[k], data[m]
-            if abs(a - b) > rtol * max(abs(a), abs(b)):
+            if abs(a - conj(b)) > rtol * max(abs(a), abs(b)):
                 return False
             mirror[k] = m
     return True
@@ -121,8 +128,9 @@ def ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lptr, 
     last).  ``U' = D^{-1} U`` (unit upper, strict part): rows in *reverse* order so the
     backward sweep streams forward through memory, columns descending (the nearest
     column last again).  ``dinv = 1 / diag(U)``.  With ``symmetric`` the values of
-    ``U'`` are those of ``L^T`` (for symmetric ``A``, ``U = D L^T`` in exact arithmetic),
-    which makes the stored ``M = (L D L^T)^{-1}`` symmetric bit for bit.
+    ``U'`` are those of ``L^H`` (for symmetric / Hermitian ``A``, ``U = D L^H`` in exact
+    arithmetic), which makes the stored ``M = (L D L^H)^{-1}`` symmetric (Hermitian) bit
+    for bit.
     """
     n = indptr.size - 1
     q = 0
@@ -142,7 +150,7 @@ def ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, lptr, 
         for k in range(indptr[i + 1] - 1, diag[i], -1):
             j = indices[k]
             if symmetric:
-                uval[q] = data[mirror[k]]  # l_ji
+                uval[q] = conj(data[mirror[k]])  # conj(l_ji)
             else:
                 uval[q] = data[k] / d
             uind[q] = j
@@ -198,7 +206,7 @@ def ilu_blocks(indptr, nblocks, min_rows):
 def _sweeps(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, r, out):
     """``out[lo:hi] = (L D U')^{-1} r[lo:hi]`` for one diagonal block (rows ``lo..hi-1``,
     no entries outside it): forward sweep with unit ``L``, backward with unit ``U'``
-    scaled by ``dinv``; each row's sum in FP64.
+    scaled by ``dinv``; each row's sum in FP64 (complex128 for complex data).
 
     Triangular solves are latency bound: row ``i`` waits for row ``i - 1``.  The
     previous row's value is kept in an FP64 register and its term (stored last in the
@@ -206,31 +214,32 @@ def _sweeps(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, r, out):
     instead of a store, a reload and (for FP32 vectors) two conversions.
     """
     n = out.size
-    prev = 0.0
+    zero = wide_zero(lval)
+    prev = zero
     for i in range(lo, hi):
         s, e = lptr[i], lptr[i + 1]
-        near = 0.0
+        near = zero
         if e > s and lind[e - 1] == i - 1:
             e -= 1
-            near = np.float64(lval[e])
-        acc = np.float64(r[i])
+            near = wide(lval[e])
+        acc = wide(r[i])
         for k in range(s, e):
-            acc -= np.float64(lval[k]) * np.float64(out[lind[k]])
-        acc = fma(-near, prev, acc)
+            acc -= wide(lval[k]) * wide(out[lind[k]])
+        acc = madd(-near, prev, acc)
         out[i] = acc
         prev = acc
-    prev = 0.0
+    prev = zero
     for p in range(n - hi, n - lo):
         i = n - 1 - p
         s, e = uptr[p], uptr[p + 1]
-        near = 0.0
+        near = zero
         if e > s and uind[e - 1] == i + 1:
             e -= 1
-            near = np.float64(uval[e])
-        acc = np.float64(out[i]) * np.float64(dinv[i])
+            near = wide(uval[e])
+        acc = wide(out[i]) * wide(dinv[i])
         for k in range(s, e):
-            acc -= np.float64(uval[k]) * np.float64(out[uind[k]])
-        acc = fma(-near, prev, acc)
+            acc -= wide(uval[k]) * wide(out[uind[k]])
+        acc = madd(-near, prev, acc)
         out[i] = acc
         prev = acc
 

@@ -17,16 +17,22 @@ names from its own intrinsics module (``numba.cuda.fma`` and libdevice's
   correctly rounded.  Every function here is compiled with ``fastmath=False``,
   and inlined (``inline="always"``) into its callers: no cost over writing the
   operator.
+
+For kernels written once for real and complex data (with :mod:`.field`'s ``wide``,
+``conj``, ...): ``wide_zero(a)`` (the zero of ``a``'s widened dtype) and ``madd(a, b, c)``
+(``a*b + c``: the fused ``fma`` for real operands, the plain complex operations otherwise
+-- there is no complex FMA).
 """
 from __future__ import annotations
 
 from llvmlite import ir
+import numpy as np
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from ._config import JIT
 
-__all__ = ["fma", "add_rn", "sub_rn", "mul_rn"]
+__all__ = ["fma", "add_rn", "sub_rn", "mul_rn", "wide_zero", "madd"]
 
 # Explicit: a primitive of the EFTs must never get fastmath, whatever JIT grows into.
 _PRIM_JIT = dict(JIT, fastmath=False, inline="always")
@@ -114,3 +120,28 @@ def mul_rn(a, b):
     (0.0, -8.673617379884035e-19)
     """
     return a * b
+
+
+# --- real and complex data in one kernel ------------------------------------------------
+def wide_zero(a):
+    """The zero of the widened dtype of array ``a``'s elements (inside Numba kernels)."""
+    return np.complex128(0) if np.iscomplexobj(a) else np.float64(0)
+
+
+def madd(a, b, c):
+    """``a*b + c``: :func:`fma` for real operands, plain complex arithmetic otherwise."""
+    return a * b + c
+
+
+@overload(wide_zero, inline="always")
+def _wide_zero(a):
+    if isinstance(a.dtype, types.Complex):
+        return lambda a: np.complex128(0)
+    return lambda a: np.float64(0)
+
+
+@overload(madd, inline="always")
+def _madd(a, b, c):
+    if any(isinstance(t, types.Complex) for t in (a, b, c)):
+        return lambda a, b, c: a * b + c
+    return lambda a, b, c: _llvm_fma(a, b, c)

@@ -25,18 +25,24 @@ reproduce it bit for bit.
 
 Flops per system (``s`` unknowns, ``b`` right-hand sides): LU ``2/3 s^3``, Cholesky
 ``1/3 s^3``, triangular ``s^2 b``; solves ``2 s^2 b``; the check ``2 s^2 b``.
+
+Complex data (keys ``("complex128",)``) runs the same kernels in complex128: LU and the
+substitutions unchanged (``A_J^T`` is the plain transpose), Cholesky in its Hermitian
+form ``A = L L^H`` (``conj`` is the identity on real data, so the real kernels compute
+what they did) and the FSAI row ``G_i = L^{-1} Z^H``.
 """
 import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..registry import register
 from ._config import JIT
+from .field import conj
 
 _JIT = dict(JIT, error_model="numpy")   # x / 0 -> inf (flagged by the check), no exception
 #: Cholesky (which reads the lower triangle) is used where ``A_J`` is symmetric to this,
 #: entry by entry, relative; other systems, and any it fails on, are left to LU.
 SYM_RTOL = 64 * np.finfo(np.float64).eps
-_F64 = [("float64",)]
+_F64 = [("float64",), ("complex128",)]
 
 #: Systems per lock-step group up to 64 unknowns (fewer lanes leave the SIMD loops
 #: mostly in their scalar remainders), and half as many above (the two ``s x s x lanes``
@@ -190,9 +196,10 @@ def _lu_solve_lanes(a, piv, x, ng):
 
 @njit(**_JIT)
 def _chol_lanes(a, ok, ng):
-    # A = L L^T in place (lower triangle), left-looking:
-    # l_jj = sqrt(a_jj - sum_k l_jk^2), l_ij = (a_ij - sum_k l_ik l_jk) / l_jj  (k < j, in order);
-    # ok[g] = 0 where A is not symmetric to SYM_RTOL or a pivot is not positive and finite.
+    # A = L L^H in place (lower triangle), left-looking:
+    # l_jj = sqrt(a_jj - sum_k |l_jk|^2), l_ij = (a_ij - sum_k l_ik conj(l_jk)) / l_jj (k < j,
+    # in order); ok[g] = 0 where A is not symmetric (Hermitian) to SYM_RTOL or a pivot is
+    # not positive and finite.
     s = a.shape[0]
     for g in range(ng):
         ok[g] = 1
@@ -201,7 +208,7 @@ def _chol_lanes(a, ok, ng):
             u = a[r, c]
             lo = a[c, r]
             for g in range(ng):
-                if abs(u[g] - lo[g]) > SYM_RTOL * max(abs(u[g]), abs(lo[g])):
+                if abs(u[g] - conj(lo[g])) > SYM_RTOL * max(abs(u[g]), abs(lo[g])):
                     ok[g] = 0
     for j in range(s):
         aj = a[j]
@@ -209,11 +216,12 @@ def _chol_lanes(a, ok, ng):
         for k in range(j):
             ljk = aj[k]
             for g in range(ng):
-                dj[g] -= ljk[g] * ljk[g]
+                dj[g] -= ljk[g] * conj(ljk[g])
         for g in range(ng):
-            if not (dj[g] > 0.0 and dj[g] < np.inf):
+            d = dj[g].real
+            if not (d > 0.0 and d < np.inf):
                 ok[g] = 0
-            dj[g] = np.sqrt(dj[g])
+            dj[g] = np.sqrt(d)
         for i in range(j + 1, s):
             ai = a[i]
             aij = ai[j]
@@ -221,14 +229,14 @@ def _chol_lanes(a, ok, ng):
                 aik = ai[k]
                 ajk = aj[k]
                 for g in range(ng):
-                    aij[g] -= aik[g] * ajk[g]
+                    aij[g] -= aik[g] * conj(ajk[g])
             for g in range(ng):
                 aij[g] = aij[g] / dj[g]
 
 
 @njit(**_JIT)
 def _chol_solve_lanes(a, x, ng):
-    # x = L^-T L^-1 x
+    # x = L^-H L^-1 x
     s = a.shape[0]
     nrhs = x.shape[1]
     for j in range(nrhs):
@@ -243,13 +251,13 @@ def _chol_solve_lanes(a, x, ng):
             d = ar[r]
             for g in range(ng):
                 xr[g] = xr[g] / d[g]
-        for r in range(s - 1, -1, -1):                     # L^T z = y
+        for r in range(s - 1, -1, -1):                     # L^H z = y
             xr = x[r, j]
             for c in range(r + 1, s):
                 lcr = a[c, r]
                 xc = x[c, j]
                 for g in range(ng):
-                    xr[g] -= lcr[g] * xc[g]
+                    xr[g] -= conj(lcr[g]) * xc[g]
             d = a[r, r]
             for g in range(ng):
                 xr[g] = xr[g] / d[g]
@@ -335,18 +343,18 @@ def _lu_solve_one(a, piv, x):
 
 @njit(**_JIT)
 def _chol_one(a):
-    # A = U^T U in the upper triangle (U = L^T), right-looking: per entry the same updates
-    # u_ki u_kj (k ascending) as the left-looking lock-step form.  Returns 0 where A is not
-    # symmetric to SYM_RTOL or a pivot is not positive and finite.
+    # A = U^H U in the upper triangle (U = L^H), right-looking: per entry the same updates
+    # conj(u_ki) u_kj (k ascending) as the left-looking lock-step form.  Returns 0 where A is
+    # not symmetric (Hermitian) to SYM_RTOL or a pivot is not positive and finite.
     s = a.shape[0]
     ok = 1
     for r in range(s):
         for c in range(r + 1, s):
-            if abs(a[r, c] - a[c, r]) > SYM_RTOL * max(abs(a[r, c]), abs(a[c, r])):
+            if abs(a[r, c] - conj(a[c, r])) > SYM_RTOL * max(abs(a[r, c]), abs(a[c, r])):
                 ok = 0
-            a[r, c] = a[c, r]                              # the lower triangle, as in lock step
+            a[r, c] = conj(a[c, r])                     # the lower triangle, as in lock step
     for k in range(s):
-        d = a[k, k]
+        d = a[k, k].real
         if not (d > 0.0 and d < np.inf):
             ok = 0
         d = np.sqrt(d)
@@ -358,23 +366,24 @@ def _chol_one(a):
             uki = uk[i]
             ai = a[i, i:]
             ui = uk[i:]
+            cki = conj(uki)
             for j in range(ai.size):
-                ai[j] -= ui[j] * uki                       # a_ij -= u_kj u_ki
+                ai[j] -= ui[j] * cki                       # a_ij -= u_kj conj(u_ki)
     return ok
 
 
 @njit(**_JIT)
 def _chol_solve_one(a, x):
-    # x = U^-1 U^-T x  (U = L^T in the upper triangle)
+    # x = U^-1 U^-H x  (U = L^H in the upper triangle)
     s = a.shape[0]
     nrhs = x.shape[1]
     for j in range(nrhs):
-        for r in range(s):                                 # L y = e: l_rc = u_cr
+        for r in range(s):                                 # L y = e: l_rc = conj(u_cr)
             acc = x[r, j, 0]
             for c in range(r):
-                acc -= a[c, r] * x[c, j, 0]
+                acc -= conj(a[c, r]) * x[c, j, 0]
             x[r, j, 0] = acc / a[r, r]
-        for r in range(s - 1, -1, -1):                     # L^T z = y: (L^T)_rc = u_rc
+        for r in range(s - 1, -1, -1):                     # L^H z = y: (L^H)_rc = u_rc
             acc = x[r, j, 0]
             for c in range(r + 1, s):
                 acc -= a[r, c] * x[c, j, 0]
@@ -387,13 +396,14 @@ def _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work):
     # reject (bad = 1) where X is not finite, ||Mat X - E|| / (||Mat|| ||X|| + 1) > bwd_tol
     # or ||Mat|| ||X|| > cond_limit (infinity norms; every sum in index order).
     # work: (7, G) scratch; vectorised across the lanes.
+    # (work has the data's dtype: the norms use the real parts of their rows, acc the row)
     s = a0.shape[0]
-    nA = work[0]
-    nX = work[1]
-    nR = work[2]
-    sa = work[3]
-    sx = work[4]
-    sr = work[5]
+    nA = work[0].real
+    nX = work[1].real
+    nR = work[2].real
+    sa = work[3].real
+    sx = work[4].real
+    sr = work[5].real
     acc = work[6]
     for g in range(ng):
         nA[g] = 0.0
@@ -497,34 +507,35 @@ def _store_rows(x, rows, t0, ng, pptr, b, bad, out):
 
 @njit(**_JIT)
 def _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out):
-    # FSAI row from Z (A_J Z = E_last): Z_last = L L^T (its symmetric part, SPD with
-    # lambda_max <= cond_limit lambda_min, else bad = 1), G_i = L^-1 Z^T -> out.
+    # FSAI row from Z (A_J Z = E_last): Z_last = L L^H (its Hermitian part, positive
+    # definite with lambda_max <= cond_limit lambda_min, else bad = 1), G_i = L^-1 Z^H -> out.
+    # (conj and .real are the identity on real data.)
     s = x.shape[0]
     m = s // b
-    if b == 1:                                             # g = z / sqrt(z_last)
+    if b == 1:                                             # g = conj(z) / sqrt(z_last)
         for g in range(ng):
             if bad[t0 + g] != 0:
                 continue
-            z = x[s - 1, 0, g]
+            z = x[s - 1, 0, g].real
             if not (z > 0.0) or not (z * cond_limit >= z):
                 bad[t0 + g] = 1
                 continue
             d = np.sqrt(0.5 * (z + z))
             o = out[pptr[rows[t0 + g]]:pptr[rows[t0 + g]] + m, 0, 0]
             for c in range(s):
-                o[c] = x[c, 0, g] / d
+                o[c] = conj(x[c, 0, g]) / d
         return
-    zl = np.empty((b, b))
-    lt = np.empty((b, b))
-    gi = np.empty((b, s))
+    zl = np.empty((b, b), dtype=x.dtype)
+    lt = np.empty((b, b), dtype=x.dtype)
+    gi = np.empty((b, s), dtype=x.dtype)
     for g in range(ng):
         if bad[t0 + g] != 0:
             continue
         for u in range(b):
             for v in range(b):
-                zl[u, v] = 0.5 * (x[s - b + u, v, g] + x[s - b + v, u, g])
+                zl[u, v] = 0.5 * (x[s - b + u, v, g] + conj(x[s - b + v, u, g]))
         if b == 1:
-            w0 = zl[0, 0]
+            w0 = zl[0, 0].real
             w1 = w0
         else:
             w = np.linalg.eigvalsh(zl)
@@ -533,20 +544,20 @@ def _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out):
         if not (w0 > 0.0) or not (w0 * cond_limit >= w1):
             bad[t0 + g] = 1
             continue
-        for j in range(b):                                 # Z_last = L L^T
+        for j in range(b):                                 # Z_last = L L^H
             d = zl[j, j]
             for k in range(j):
-                d -= lt[j, k] * lt[j, k]
-            d = np.sqrt(d)
+                d -= lt[j, k] * conj(lt[j, k])
+            d = np.sqrt(d.real)
             lt[j, j] = d
             for i in range(j + 1, b):
                 acc = zl[i, j]
                 for k in range(j):
-                    acc -= lt[i, k] * lt[j, k]
+                    acc -= lt[i, k] * conj(lt[j, k])
                 lt[i, j] = acc / d
-        for u in range(b):                                 # G = L^-1 Z^T
+        for u in range(b):                                 # G = L^-1 Z^H
             for c in range(s):
-                acc = x[c, u, g]
+                acc = conj(x[c, u, g])
                 for v in range(u):
                     acc -= lt[u, v] * gi[v, c]
                 gi[u, c] = acc / lt[u, u]
@@ -580,13 +591,13 @@ def _solve_groups(kind, rows, pos, gstart, gsize, gs, glanes, cbounds, pptr, pin
         for k in range(k0, k1):
             smax = max(smax, gs[k])
             gmax = max(gmax, glanes[k])
-        abuf = np.empty(smax * smax * gmax)
-        a0buf = np.empty(smax * smax * gmax)
-        xbuf = np.empty(smax * b * gmax)
+        abuf = np.empty(smax * smax * gmax, adata.dtype)
+        a0buf = np.empty(smax * smax * gmax, adata.dtype)
+        xbuf = np.empty(smax * b * gmax, adata.dtype)
         piv = np.empty((smax, gmax), np.int64)
         big = np.empty(gmax)
         ok = np.empty(gmax, np.int8)
-        work = np.empty((7, gmax))
+        work = np.empty((7, gmax), adata.dtype)
         where = np.full(nb, -1, dtype=np.int64)
         for k in range(k0, k1):
             s = gs[k]
@@ -679,7 +690,7 @@ def _run(kind, rows, pos, pptr, pind, aptr, aind, adata, bwd_tol, cond_limit, ou
 def local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, bwd_tol, cond_limit, out, bad):
     """LU (partial pivoting) of each local system of ``rows``: ``spd=False``:
     ``A_J^T X = E_pos`` and ``out[row i] = X^T``; ``spd=True``: ``A_J Z = E_pos`` and the
-    FSAI row ``L^{-1} Z^T`` (``Z_last = L L^T``).  Rejected rows get ``bad[t] = 1`` (see
+    FSAI row ``L^{-1} Z^H`` (``Z_last = L L^H``; ``^H`` is ``^T`` for real data).  Rejected rows get ``bad[t] = 1`` (see
     the module docstring)."""
     _run(_LU_SPD if spd else _LU, rows, pos, pptr, pind, aptr, aind, adata, bwd_tol,
          cond_limit, out, bad)
@@ -687,8 +698,8 @@ def local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, bwd_tol, cond_
 
 @register("cpu", "local_chol_solve", _F64)
 def local_chol_solve(rows, pos, pptr, pind, aptr, aind, adata, bwd_tol, cond_limit, out, bad):
-    """Cholesky of each ``A_J`` of ``rows``, ``A_J Z = E_pos``, FSAI row ``L^{-1} Z^T`` ->
-    ``out``.  ``bad[t] = 2`` where ``A_J`` is not symmetric (to :data:`SYM_RTOL`) or not
+    """Cholesky of each ``A_J`` of ``rows``, ``A_J Z = E_pos``, FSAI row ``L^{-1} Z^H`` ->
+    ``out``.  ``bad[t] = 2`` where ``A_J`` is not symmetric / Hermitian (to :data:`SYM_RTOL`) or not
     numerically positive definite, or the solution fails the check: LU decides those
     (``local_lu_solve(spd=True)``); 1 where the FSAI finish rejects ``Z_last``."""
     _run(_CHOL, rows, pos, pptr, pind, aptr, aind, adata, bwd_tol, cond_limit, out, bad)

@@ -86,16 +86,18 @@ def _all_diagonal(indptr, indices):
     return missing == 0
 
 
-@register("cpu", "bsr_from_csr", _F64)
+@register("cpu", "bsr_from_csr", _F64 + [("complex128",)])
 def bsr_from_csr(indptr, indices, data, b):
     """Canonical BSR ``(aptr, aind, adata)`` of canonical CSR ``A`` (``n`` a multiple of
     ``b``): sorted block columns, every diagonal block stored (zero where absent), every
-    stored entry of ``A`` kept (explicit zeros too)."""
+    stored entry of ``A`` kept (explicit zeros too).  Blocks in FP64, or complex128 for
+    complex ``data``."""
     n = indptr.size - 1
     nb = n // b
+    wide = np.complex128 if np.iscomplexobj(data) else np.float64
     if b == 1 and _all_diagonal(indptr, indices):       # already canonical BSR: copies
         return (indptr.astype(np.int64), indices.astype(np.int64),
-                np.array(data, dtype=np.float64).reshape(-1, 1, 1))
+                np.array(data, dtype=wide).reshape(-1, 1, 1))
     indptr = np.asarray(indptr, dtype=np.int64)
     indices = np.asarray(indices, dtype=np.int64)
     bound = indptr[::b][:nb + 1] + np.arange(nb + 1, dtype=np.int64)
@@ -106,8 +108,8 @@ def bsr_from_csr(indptr, indices, data, b):
     aptr = np.zeros(nb + 1, dtype=np.int64)
     np.cumsum(cnt, out=aptr[1:])
     aind = np.empty(int(aptr[-1]), dtype=np.int64)
-    adata = np.zeros((aind.size, b, b))
-    _bsr_fill(indptr, indices, np.asarray(data, dtype=np.float64), b, nb, nch, bound, tmp, aptr,
+    adata = np.zeros((aind.size, b, b), dtype=wide)
+    _bsr_fill(indptr, indices, np.asarray(data, dtype=wide), b, nb, nch, bound, tmp, aptr,
               aind, adata)
     return aptr, aind, adata
 
@@ -360,7 +362,7 @@ def _transpose_fill1(pptr, pind, data, rb, start, tind, tdata):
                 tdata[q] = data[k]
 
 
-@register("cpu", "bsr_transpose", _F64)
+@register("cpu", "bsr_transpose", _F64 + [("complex128",)])
 def bsr_transpose(pptr, pind, data):
     """Canonical BSR of the transpose: ``(tptr, tind, tdata)``, block ``(j, i)`` =
     ``data[(i, j)]^T``."""

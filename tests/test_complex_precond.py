@@ -1,0 +1,481 @@
+"""Complex preconditioners (Block-Jacobi, ILU(0), ISAI, Block-ISAI) and complex solves with them.
+
+Each preconditioner is checked against an oracle computed independently on the same
+complex matrix (dense inverses, a textbook ILU(0) in Python complex arithmetic, the
+defining equations of the ISAI rows), the ``cpu`` kernels against the ``reference``
+device, and full solves on the Helmholtz (complex-symmetric, indefinite) and magnetic
+Laplacian (Hermitian positive definite) problems against SciPy on the same systems, with
+the true residual recomputed here in complex128.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import mpsolve
+from mpsolve._demote import PrecisionRangeError, demote
+from mpsolve._sparse import canonical_csr
+from mpsolve.kernels import lookup
+from mpsolve.kernels.registry import launch_plan
+from mpsolve.matrices import helmholtz2d, magnetic2d
+from mpsolve.precond import ILU0, ISAI, BlockILU0, BlockISAI, BlockJacobi
+
+EPS64 = np.finfo(np.float64).eps
+EPS32 = np.finfo(np.float32).eps
+DEVICES = ("cpu", "reference")
+
+
+def _helm(n=6, k=12.0, eps=0.3):
+    return canonical_csr(helmholtz2d(n, k=k, eps=eps))
+
+
+def _mag(n=6, flux=0.3):
+    return canonical_csr(magnetic2d(n, flux=flux))
+
+
+def _rand_vec(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(n) + 1j * rng.standard_normal(n)
+
+
+def _dense_of(M):
+    """The preconditioner as a dense matrix, column by column through ``matvec``."""
+    n = M.shape[0]
+    return np.column_stack([M.matvec(np.eye(n, dtype=np.complex128)[:, j]) for j in range(n)])
+
+
+# ----------------------------------------------------------------- storage rules
+@pytest.mark.parametrize("cls", [BlockJacobi, ILU0, BlockISAI])
+@pytest.mark.parametrize("dt,want", [("float32", np.complex64), ("float64", np.complex128)])
+def test_storage_is_the_complex_twin(cls, dt, want):
+    A = _helm()
+    kw = {"block_size": 2} if cls is not ILU0 else {}
+    M = cls(dtype=dt, **kw).setup(A)
+    assert M.storage_dtype == want
+    assert M.dtype == np.complex128
+    y = M.matvec(_rand_vec(A.shape[0]))
+    assert y.dtype == np.complex128 and np.isfinite(y).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")         # real(A) is indefinite: FSAI falls back
+        real = cls(dtype=dt, **kw).setup(A.real)
+    with pytest.raises(TypeError, match="real A"):
+        real.matvec(_rand_vec(A.shape[0]))
+
+
+def test_demote_checks_real_and_imaginary_parts():
+    v = np.array([1.0 + 1e39j, 2.0])
+    with pytest.raises(PrecisionRangeError, match="complex64"):
+        demote(v, np.complex64, "M")
+    tiny = np.array([1.0 + 1e-50j, 1.0])
+    with pytest.raises(PrecisionRangeError, match="underflow"):
+        demote(tiny, np.complex64, "M")
+    # negligible in its row: flushed by the documented rule
+    out = demote(tiny, np.complex64, "M", scale=np.abs(tiny))
+    assert out.dtype == np.complex64 and out[0] == 1.0
+    with pytest.raises(TypeError, match="complex values"):
+        demote(v, np.float32, "M")
+
+
+# ----------------------------------------------------------------- Block-Jacobi
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("b", [3, 12])
+def test_block_jacobi_is_the_inverse_block_diagonal(device, b):
+    A = _helm()
+    n = A.shape[0]
+    Ad = A.toarray()
+    D = np.zeros_like(Ad)
+    for k in range(0, n, b):
+        D[k:k + b, k:k + b] = Ad[k:k + b, k:k + b]
+    x = _rand_vec(n, 1)
+    want = np.linalg.solve(D, x)
+    for dt, tol in (("float64", 50 * EPS64), ("float32", 50 * EPS32)):
+        M = BlockJacobi(block_size=b, dtype=dt).setup(A, device=device)
+        y = M.matvec(x)
+        cond = np.linalg.cond(D)
+        assert np.linalg.norm(y - want) <= tol * cond * np.linalg.norm(want)
+
+
+def test_block_jacobi_hermitian_blocks_give_hermitian_m():
+    A = _mag()
+    M = BlockJacobi(block_size=4, dtype="float64").setup(A)
+    Md = _dense_of(M)
+    assert np.abs(Md - Md.conj().T).max() <= 10 * EPS64 * np.abs(Md).max()
+    assert np.linalg.eigvalsh(0.5 * (Md + Md.conj().T)).min() > 0
+
+
+# ----------------------------------------------------------------- ILU(0)
+def _ilu0_oracle(A):
+    """ILU(0) by the textbook IKJ loop over a dense copy, kept to the pattern of A
+    (Saad, Algorithm 10.4), in Python complex arithmetic."""
+    n = A.shape[0]
+    a = A.toarray().astype(np.complex128)
+    nz = A.toarray() != 0
+    for i in range(1, n):
+        for k in range(i):
+            if not nz[i, k]:
+                continue
+            a[i, k] = a[i, k] / a[k, k]
+            for j in range(k + 1, n):
+                if nz[i, j]:
+                    a[i, j] -= a[i, k] * a[k, j]
+    L = np.tril(a, -1) + np.eye(n)
+    U = np.triu(a)
+    return L, U
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("make", [_helm, _mag], ids=["helmholtz", "magnetic"])
+def test_ilu0_factors_match_the_textbook_ilu0(device, make):
+    A = make()
+    L0, U0 = _ilu0_oracle(A)
+    M = ILU0(dtype="float64").setup(A, device=device)
+    L, U = M.factors()
+    assert L.dtype == np.complex128
+    scale = np.abs(A).max()
+    assert np.abs(L.toarray() - L0).max() <= 1e3 * EPS64
+    assert np.abs(U.toarray() - U0).max() <= 1e3 * EPS64 * scale
+    # the apply solves with these factors: M r = U^-1 L^-1 r
+    r = _rand_vec(A.shape[0], 2)
+    want = np.linalg.solve(U0, np.linalg.solve(L0, r))
+    for dt, tol in (("float64", 1e3 * EPS64), ("float32", 1e3 * EPS32)):
+        y = ILU0(dtype=dt).setup(A, device=device).matvec(r)
+        assert np.linalg.norm(y - want) <= tol * np.linalg.norm(want)
+
+
+def test_ilu0_hermitian_form_only_for_hermitian_a():
+    H = ILU0(dtype="float64").setup(_mag())
+    assert H.symmetric                     # A == A^H: U = D L^H, M Hermitian
+    L, U = H.factors()
+    d = U.diagonal()
+    assert np.abs(d.imag).max() <= 1e3 * EPS64 * np.abs(d).max()
+    np.testing.assert_allclose(U.toarray(), (sp.diags(d) @ L.conj().T).toarray(),
+                               rtol=0, atol=1e3 * EPS64 * np.abs(d).max())
+    S = ILU0(dtype="float64").setup(_helm())
+    assert not S.symmetric                 # complex-symmetric is not Hermitian
+    with pytest.raises(ValueError, match="Hermitian"):
+        ILU0(symmetric=True).setup(_helm())
+
+
+def test_ilu0_on_a_tridiagonal_complex_matrix_is_exact():
+    n = 9
+    rng = np.random.default_rng(3)
+    off = rng.standard_normal(n - 1) + 1j * rng.standard_normal(n - 1)
+    A = sp.diags([off, 4.0 + 1j * rng.standard_normal(n), off[::-1].conj()],
+                 [-1, 0, 1]).tocsr()
+    x = _rand_vec(n, 4)
+    y = ILU0(dtype="float64").setup(A).matvec(A @ x)
+    assert np.linalg.norm(y - x) <= 1e3 * EPS64 * np.linalg.norm(x)
+
+
+# ----------------------------------------------------------------- ISAI / Block-ISAI
+def _pattern_rows(P):
+    P = sp.csr_matrix(P)
+    return [P.indices[P.indptr[i]:P.indptr[i + 1]] for i in range(P.shape[0])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cls,b", [(ISAI, 1), (BlockISAI, 2)])
+def test_general_isai_rows_solve_their_local_systems(device, cls, b):
+    A = _helm()
+    kw = {"block_size": b} if cls is BlockISAI else {}
+    M = cls(variant="general", dtype="float64", sparsity_power=2, **kw).setup(A, device=device)
+    Mm = M.operators()[0]
+    assert Mm.dtype == np.complex128
+    MA = (Mm @ A).toarray()
+    n = A.shape[0]
+    # row i of M, on its block pattern J_i: (M A)[i, J_i] = e_i^T (X A[J_i, J_i] = E_i^T)
+    for i, J in enumerate(_pattern_rows(Mm)):
+        np.testing.assert_allclose(MA[i, J], (J == i).astype(float), rtol=0, atol=1e-11)
+    assert M.variant == "general" and n == Mm.shape[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cls,b", [(ISAI, 1), (BlockISAI, 2)])
+def test_spd_isai_is_hermitian_fsai(device, cls, b):
+    A = _mag()
+    kw = {"block_size": b} if cls is BlockISAI else {}
+    M = cls(dtype="float64", **kw).setup(A, device=device)
+    assert M.variant == "spd" and "Hermitian" in M.variant_reason and M.symmetric
+    G, GH = M.operators()
+    assert (G != GH.conj().T).nnz == 0                       # M = G^H G exactly
+    assert sp.triu(G, b).nnz == 0                            # lower (block) triangular
+    # each row solves its local system: (G A)[r, J] vanishes off r's own diagonal block
+    GA = (G @ A).toarray()
+    for r, J in enumerate(_pattern_rows(G)):
+        off = J // b != r // b
+        np.testing.assert_allclose(GA[r, J[off]], 0, atol=1e-12)
+    GAG = (G @ A @ G.conj().T).toarray()
+    n = A.shape[0]
+    for k in range(0, n, b):                                 # blockdiag(G A G^H) = I
+        np.testing.assert_allclose(GAG[k:k + b, k:k + b], np.eye(b), rtol=0, atol=1e-12)
+    Md = M.to_sparse().toarray()
+    assert np.abs(Md - Md.conj().T).max() <= 10 * EPS64 * np.abs(Md).max()
+    assert np.linalg.eigvalsh(Md).min() > 0                  # Hermitian positive definite
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_right_isai_is_a_right_inverse_on_its_pattern(device):
+    A = _helm()
+    M = ISAI(variant="right", dtype="float64").setup(A, device=device)
+    Mm = M.operators()[0]
+    AM = (A @ Mm).toarray()
+    for j, I in enumerate(_pattern_rows(Mm.T)):              # column j of M, rows I
+        np.testing.assert_allclose(AM[I, j], (I == j).astype(float), rtol=0, atol=1e-11)
+
+
+def test_auto_variant_tests_hermitian_not_symmetric():
+    H = ISAI().setup(_helm())
+    assert H.variant == "general" and "not Hermitian" in H.variant_reason
+    assert ISAI().setup(_helm(), side="right").variant == "right"
+    assert ISAI().setup(_mag()).variant == "spd"
+    # a real symmetric matrix still says symmetric
+    assert "symmetric" in ISAI().setup(sp.csr_matrix(_mag().real)).variant_reason
+
+
+@pytest.mark.parametrize("variant", ["lower", "upper", "ilu"])
+def test_triangular_isai_variants_on_complex_factors(variant):
+    A = _helm()
+    L, U = ILU0(dtype="float64").setup(A).factors()
+    T = {"lower": L, "upper": U, "ilu": A}[variant]
+    M = ISAI(variant=variant, dtype="float64").setup(T)
+    if variant == "ilu":
+        Li, Ui = M.operators()
+        # each factor's ISAI inverts it on its pattern: exact where the inverse is banded
+        for F, Fi in ((L, Li), (U, Ui)):
+            R = (Fi @ F).toarray()
+            for i, J in enumerate(_pattern_rows(Fi)):
+                np.testing.assert_allclose(R[i, J], (J == i).astype(float), atol=1e-12)
+    else:
+        Mi = M.operators()[0]
+        R = (Mi @ T).toarray()
+        for i, J in enumerate(_pattern_rows(Mi)):
+            np.testing.assert_allclose(R[i, J], (J == i).astype(float), atol=1e-12)
+
+
+def test_indefinite_spd_request_falls_back_finite():
+    # Helmholtz is not Hermitian: its 'spd' local systems get the documented fallback
+    A = _helm(k=20.0, eps=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        M = BlockISAI(variant="spd", block_size=2, dtype="float64").setup(A)
+    assert np.isfinite(M.to_sparse().data).all()
+
+
+def test_bilu_refuses_complex_by_name():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # refused before any cast
+        with pytest.raises(TypeError, match="real A only"):
+            BlockISAI(variant="bilu", block_size=2).setup(_helm())
+        with pytest.raises(TypeError, match="real A only"):
+            BlockILU0(block_size=2).setup(_helm())
+
+
+# ----------------------------------------------------------------- cpu vs reference
+@pytest.mark.parametrize("make", [_helm, _mag], ids=["helmholtz", "magnetic"])
+@pytest.mark.parametrize("build", [
+    lambda: ILU0(dtype="float64"), lambda: ILU0(dtype="float32"),
+    lambda: BlockJacobi(block_size=3, dtype="float64"),
+    lambda: ISAI(dtype="float64"), lambda: ISAI(variant="general", dtype="float32"),
+    lambda: BlockISAI(block_size=2, dtype="float64"),
+    lambda: BlockISAI(block_size=3, variant="general", dtype="float64"),
+    lambda: BlockISAI(block_size=2, variant="spd", dtype="float64")],
+    ids=["ilu0", "ilu0-c64", "bjacobi", "isai", "isai-general-c64", "bisai", "bisai-general",
+         "bisai-spd"])
+def test_cpu_and_reference_build_the_same_preconditioner(make, build):
+    A = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Mc = build().setup(A, device="cpu")
+        Mr = build().setup(A, device="reference")
+    x = _rand_vec(A.shape[0], 5)
+    yc, yr = Mc.matvec(x), Mr.matvec(x)
+    low = Mc.storage_dtype == np.complex64
+    acc = getattr(Mc, "accumulate", "float64")
+    tol = 1e2 * (EPS32 if low or acc == "float32" else EPS64)
+    assert np.linalg.norm(yc - yr) <= tol * np.linalg.norm(yr)
+    if hasattr(Mc, "operators"):
+        for Oc, Or in zip(Mc.operators(), Mr.operators()):
+            assert (Oc != Or).nnz == 0 or abs(Oc - Or).max() <= 1e-12 * abs(Or).max()
+
+
+_CK = ("complex64", "complex128")
+
+
+@pytest.mark.parametrize("key", [(v, x, y) for v in _CK for x in _CK for y in _CK])
+@pytest.mark.parametrize("mode", ["acc64", "acc32"])
+@pytest.mark.parametrize("b", [2, 10])
+def test_bsrmv_complex_kernel_matches_reference(key, mode, b):
+    rng = np.random.default_rng(7)
+    n = 40
+    B = sp.random(n, n, density=0.1, random_state=rng) + 1j * sp.random(
+        n, n, density=0.1, random_state=rng) + sp.eye(n)
+    B = sp.bsr_matrix(B, blocksize=(b, b))
+    B.sort_indices()
+    ip, ix = B.indptr.astype(np.int32), B.indices.astype(np.int32)
+    data = B.data.astype(key[0])
+    x = _rand_vec(n, 8).astype(key[1])
+    yc, yr = np.empty(n, key[2]), np.empty(n, key[2])
+    lookup("cpu", "bsrmv", key, mode)(launch_plan("cpu", "bsrmv", ip), ip, ix, data, x, yc)
+    lookup("reference", "bsrmv", key, mode)(None, ip, ix, data, x, yr)
+    exact = B.toarray().astype(np.complex128) @ x.astype(np.complex128)
+    low = "complex64" in key or mode == "acc32"
+    tol = 1e2 * (EPS32 if low else EPS64)
+    assert np.linalg.norm(yc - yr) <= tol * np.linalg.norm(exact)
+    assert np.linalg.norm(yc - exact) <= tol * np.linalg.norm(exact) * b
+
+
+@pytest.mark.parametrize("key", [(v, x, y) for v in _CK for x in _CK for y in _CK])
+def test_ilu_sweeps_complex_kernel_matches_reference(key):
+    A = _helm(n=7)
+    M = ILU0(dtype="float64").setup(A)
+    ops = M._op
+    args = [np.asarray(a) for a in (ops.bounds, ops.lptr, ops.lind)] + [ops.lval.astype(key[0])] \
+        + [np.asarray(ops.uptr), np.asarray(ops.uind), ops.uval.astype(key[0]),
+           ops.dinv.astype(key[0])]
+    x = _rand_vec(A.shape[0], 9).astype(key[1])
+    yc, yr = np.empty(x.size, key[2]), np.empty(x.size, key[2])
+    lookup("cpu", "ilu_sweeps", key)(*args, x, yc)
+    lookup("reference", "ilu_sweeps", key)(*args, x, yr)
+    tol = 1e2 * (EPS32 if "complex64" in key else EPS64)
+    assert np.linalg.norm(yc - yr) <= tol * np.linalg.norm(yr)
+
+
+# ----------------------------------------------------------------- full solves
+def _true_rel_residual(A, x, b):
+    return np.linalg.norm(b - A @ x.astype(np.complex128)) / np.linalg.norm(b)
+
+
+def _spilu_op(A):
+    lu = spla.spilu(sp.csc_matrix(A), drop_tol=0.0, fill_factor=1.0)
+    return spla.LinearOperator(A.shape, matvec=lu.solve, dtype=np.complex128)
+
+
+@pytest.mark.parametrize("precision", ["double", "mixed"])
+@pytest.mark.parametrize("method", ["gmres", "bicgstab"])
+@pytest.mark.parametrize("precond", ["ilu0", "isai", "block-jacobi", None])
+def test_helmholtz_solves_like_scipy(precision, method, precond):
+    A = helmholtz2d(16, k=15.0, eps=0.2)
+    n = A.shape[0]
+    xs = np.exp(2j * np.pi * np.arange(n) / n)
+    b = A @ xs
+    rtol = 1e-8
+    r = mpsolve.solve(A, b, method=method, precond=precond, precision=precision, rtol=rtol,
+                      maxiter=3000)
+    assert r.info == 0 and r.x.dtype == np.complex128
+    assert _true_rel_residual(A, r.x, b) <= rtol            # certified here
+    assert r.true_residual <= rtol
+    # SciPy on the same system (ILU-preconditioned where mpsolve uses a preconditioner)
+    M = _spilu_op(A) if precond else None
+    sx, sinfo = getattr(spla, method)(A, b, rtol=rtol, atol=0.0, M=M, maxiter=3000)
+    assert sinfo == 0
+    cond = np.linalg.cond(A.toarray())
+    assert np.linalg.norm(r.x - sx) <= 4 * rtol * cond * np.linalg.norm(sx)
+
+
+@pytest.mark.parametrize("precision", ["double", "mixed"])
+@pytest.mark.parametrize("precond", ["ilu0", "isai", "block-isai", "block-jacobi", None])
+def test_magnetic_cg_solves_like_scipy(precision, precond):
+    A = magnetic2d(16, flux=0.2)
+    n = A.shape[0]
+    b = A @ (np.linspace(0, 1, n) + 0.5j)
+    rtol = 1e-8
+    r = mpsolve.solve(A, b, method="cg", precond=precond, precision=precision, rtol=rtol)
+    assert r.info == 0
+    assert _true_rel_residual(A, r.x, b) <= rtol
+    sx, sinfo = spla.cg(A, b, rtol=rtol, atol=0.0, maxiter=2000)
+    assert sinfo == 0
+    cond = np.linalg.cond(A.toarray())
+    assert np.linalg.norm(r.x - sx) <= 4 * rtol * cond * np.linalg.norm(sx)
+    if precond in ("ilu0", "isai"):                          # they do help
+        r0 = mpsolve.solve(A, b, method="cg", precond=None, precision=precision, rtol=rtol)
+        assert r.iterations < r0.iterations
+
+
+@pytest.mark.parametrize("precond", [ILU0, ISAI, BlockJacobi])
+def test_mixed_stores_complex64_and_iterates_in_complex128(precond):
+    A = helmholtz2d(12, k=10.0, eps=0.3)
+    b = A @ np.ones(A.shape[0], dtype=np.complex128)
+    M = precond()
+    x, info = mpsolve.gmres(A, b, M=M, rtol=1e-9, precision="mixed", maxiter=500)
+    assert info == 0 and x.dtype == np.complex128
+    assert M.storage_dtype == np.complex64
+    assert _true_rel_residual(A, x, b) <= 1e-9
+
+
+@pytest.mark.parametrize("method", ["gmres", "bicgstab", "cg"])
+@pytest.mark.parametrize("precond", ["ilu0", "isai"])
+def test_no_false_success(method, precond):
+    # stopped early: info > 0 exactly when the true residual misses the bound
+    A = helmholtz2d(16, k=15.0, eps=0.05) if method != "cg" else magnetic2d(16, flux=0.1)
+    b = A @ np.ones(A.shape[0], dtype=np.complex128)
+    rtol = 1e-10
+    for maxiter in (2, 5, 500):
+        r = mpsolve.solve(A, b, method=method, precond=precond, rtol=rtol, maxiter=maxiter)
+        res = _true_rel_residual(A, r.x, b)
+        assert np.isfinite(r.x).all()
+        if r.info == 0:                                      # success is certified
+            assert res <= rtol and r.true_residual <= rtol
+        if maxiter == 2:                                     # 2 steps cannot reach 1e-10
+            assert r.info != 0 and res > rtol
+    assert r.info == 0                                       # the last one converges
+
+
+def test_auto_offers_the_complex_preconditioners():
+    # supports_complex: method/precond 'auto' may take ILU(0) and ISAI for complex A;
+    # CG (with a Hermitian M) only for the Hermitian problem
+    for A, hermitian in ((helmholtz2d(16, k=15.0, eps=0.1), False),
+                         (magnetic2d(16, flux=0.1), True)):
+        b = A @ np.ones(A.shape[0], dtype=np.complex128)
+        r = mpsolve.solve(A, b, rtol=1e-9)
+        assert r.info == 0 and _true_rel_residual(A, r.x, b) <= 1e-9
+        assert {c.precond for c in r.choices} >= {"ilu0", "isai"}
+        assert (r.method == "cg") == hermitian
+        assert all(c.method != "cg" for c in r.choices) or hermitian
+
+
+@pytest.mark.parametrize("dt,tol", [("float64", 1e3 * EPS64), ("float32", 1e3 * EPS32)])
+def test_ilut_complex_is_scipys_spilu(dt, tol):
+    from mpsolve.precond import ILUT
+
+    A = _helm()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no complex -> real cast anywhere
+        M = ILUT(drop_tol=1e-2, fill_factor=5, dtype=dt).setup(A)
+    assert M.storage_dtype == (np.complex64 if dt == "float32" else np.complex128)
+    r = _rand_vec(A.shape[0], 11)
+    want = spla.spilu(sp.csc_matrix(A), drop_tol=1e-2, fill_factor=5).solve(r)
+    assert np.linalg.norm(M.matvec(r) - want) <= tol * np.linalg.norm(want)
+
+
+def test_mc64_reordering_of_a_complex_matrix():
+    from mpsolve.precond import Reordered
+
+    # a zero diagonal: ILU(0) alone has no pivot, ILU(0) of the MC64-permuted matrix has
+    rng = np.random.default_rng(12)
+    n = 30
+    A = sp.random(n, n, density=0.15, random_state=rng, format="csr")
+    A.data = A.data + 1j * rng.standard_normal(A.nnz)
+    P = sp.csr_matrix((np.full(n, 3.0 - 1.0j), (np.arange(n), np.roll(np.arange(n), 1))))
+    A = sp.csr_matrix(A - sp.diags(A.diagonal()) + P)        # the large entries off-diagonal
+    with pytest.raises(ValueError):
+        ILU0(dtype="float64").setup(A)
+    M = Reordered(ILU0(dtype="float64")).setup(A)
+    R = M.reordering
+    B = R.matrix.toarray()
+    assert B.dtype == np.complex128                            # imaginary parts kept
+    want_B = np.diag(R.row_scale[R.perm]) @ A.toarray()[R.perm] @ np.diag(R.col_scale)
+    np.testing.assert_allclose(np.abs(np.diag(B)), 1.0, rtol=1e-14)
+    np.testing.assert_allclose(B, want_B, rtol=1e-12, atol=1e-12 * np.abs(B).max())
+    L, U = M.inner.factors()                                   # M = Dc (L U)^-1 Dr P
+    x = _rand_vec(n, 13)
+    want = R.col_scale * np.linalg.solve((L @ U).toarray(), x[R.perm] * R.row_scale[R.perm])
+    y = M.matvec(x)
+    assert y.dtype == np.complex128
+    assert np.linalg.norm(y - want) <= 1e-10 * np.linalg.norm(want)
+    b = A @ x
+    r = mpsolve.solve(A, b, method="gmres", precond="ilu0", reorder="mc64", rtol=1e-10)
+    assert r.info == 0 and _true_rel_residual(A, r.x, b) <= 1e-10
