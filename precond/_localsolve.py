@@ -37,7 +37,8 @@ rejected, is left to LU, so LU decides exactly as without Cholesky), then the FS
 finish above; ``lower`` / ``upper`` (``A`` triangular, ISAI of ILU's factors) -- plain
 substitution, no factorisation.  Flops per system of ``s`` unknowns: LU
 ``2/3 s^3``, Cholesky ``1/3 s^3``, plus ``2 s^2 b`` for the solves and ``2 s^2 b``
-for the check (``stats["solve_flops"]``).  Rows with ``s > max_local`` take the
+for the check (``stats["solve_flops"]``: the dense count; the CPU kernels skip the
+terms of entries zero in every system of a group, so they do less).  Rows with ``s > max_local`` take the
 *excess* path: one dense LAPACK solve each (the ``gather_local`` kernel, then
 ``np.linalg.solve``), or a sparse LU when ``s`` exceeds :data:`DENSE_EXCESS_MAX`.
 
