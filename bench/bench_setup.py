@@ -168,8 +168,11 @@ def main(argv=None):
     emit()
     emit(f"Dense FP64 reference on this machine: DGEMM 2048^3 **{big:.1f} GFLOP/s**; a stack "
          f"of {s_med}x{s_med} products (`np.matmul`) **{small:.1f} GFLOP/s**.  'rate' is the "
-         "batched local solves' flops (LU 2/3 s^3, Cholesky 1/3 s^3, solves and check) per "
-         "second of the solve stage.  Ratios: to ILU(0)'s set-up; `bilu` also to BILU(0)'s.")
+         "batched local solves' dense flop count (LU 2/3 s^3, Cholesky 1/3 s^3, solves and "
+         "check) per second of the solve stage: a dense-equivalent rate, since the CPU "
+         "kernels skip the terms of entries that are zero in every system of a lock-step "
+         "group (most of the LU updates of A^2's local systems).  Ratios: to ILU(0)'s "
+         "set-up; `bilu` also to BILU(0)'s.")
     emit()
     emit("| problem | n | b | configuration | set-up s | vs ILU(0) | vs BILU(0) | stages (s) "
          "| rate GFLOP/s | M MiB |")

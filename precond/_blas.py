@@ -3,9 +3,21 @@ from __future__ import annotations
 
 import contextlib
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 __all__ = ["blas_single_thread"]
+
+_CONTROLLER = []
+
+
+def _controller():
+    """The process's ``ThreadpoolController``, made once: finding the loaded BLAS
+    libraries scans the process's shared objects (about 8 ms here, more than the whole
+    set-up of a small preconditioner), so it is not repeated per set-up.  ``import
+    mpsolve`` has already loaded NumPy's and SciPy's BLAS by then."""
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0]
 
 
 @contextlib.contextmanager
@@ -17,5 +29,5 @@ def blas_single_thread():
     here: 100 batched 225 x 225 solves took 6.3 s with OpenBLAS threads on a busy
     2-core machine, 0.06 s with one).
     """
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _controller().limit(limits=1, user_api="blas"):
         yield

@@ -37,7 +37,8 @@ rejected, is left to LU, so LU decides exactly as without Cholesky), then the FS
 finish above; ``lower`` / ``upper`` (``A`` triangular, ISAI of ILU's factors) -- plain
 substitution, no factorisation.  Flops per system of ``s`` unknowns: LU
 ``2/3 s^3``, Cholesky ``1/3 s^3``, plus ``2 s^2 b`` for the solves and ``2 s^2 b``
-for the check (``stats["solve_flops"]``).  Rows with ``s > max_local`` take the
+for the check (``stats["solve_flops"]``: the dense count; the CPU kernels skip the
+terms of entries zero in every system of a group, so they do less).  Rows with ``s > max_local`` take the
 *excess* path: one dense LAPACK solve each (the ``gather_local`` kernel, then
 ``np.linalg.solve``), or a sparse LU when ``s`` exceeds :data:`DENSE_EXCESS_MAX`.
 
@@ -239,19 +240,17 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     b = adata.shape[1]
     aptr_h, aind_h, adata_h = aptr, aind, adata
     sizes = np.diff(pptr)
-    # position of block i inside J_i
-    rows_all = np.repeat(np.arange(nb), sizes)
-    diag_k = np.flatnonzero(pind == rows_all)
-    pos_all = diag_k - pptr[rows_all[diag_k]]
-    if diag_k.size != nb:
+    f64 = ("float64",)
+    host = setup_device(device)                     # excess and fallback rows
+    # position of block i inside J_i (one pass over the pattern, by the host's kernel)
+    pos = lookup(host, "diag_positions", f64)(pptr, pind)
+    if np.any(pos < 0):
         raise ValueError("local_solve: the pattern must contain every diagonal block")
-    pos = np.empty(nb, dtype=np.int64)
-    pos[rows_all[diag_k]] = pos_all
+    pos -= pptr[:-1]
     if variant == "spd" and np.any(pos != sizes - 1):
         raise ValueError("local_solve: an 'spd' pattern must be lower triangular")
 
     f64 = (wide_dtype(adata.dtype),)                # the set-up kernels' key: FP64 / complex128
-    host = setup_device(device)                     # excess and fallback rows
     op = "local_lu_solve" if variant in ("spd", "general") else "local_tri_solve"
     sdev = setup_device(device, op)                 # the batched local solves
     if not provides(sdev, op, f64):                 # a device without them for this dtype

@@ -61,8 +61,7 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_
     if A.nnz == 0:
         return 1
     kern = lookup(device, "block_capacity", _F64)
-    indptr = A.indptr.astype(np.int64, copy=False)      # converted once, not per candidate
-    indices = A.indices.astype(np.int64, copy=False)
+    indptr, indices = A.indptr, A.indices               # int32 or int64: the kernel takes both
     for b in sorted({int(c) for c in candidates}, reverse=True):
         if b < 2 or b > min(m, n) or ((m % b or n % b) and m != n):
             continue

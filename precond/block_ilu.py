@@ -343,18 +343,25 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     if symmetric is None or symmetric:
         if _symmetric(C, host, SYMMETRY_RTOL if symmetric is None else 1e-8):
             Dinv = 0.5 * (dinv + dinv.transpose(0, 2, 1))
-            try:
-                chol = np.linalg.cholesky(Dinv)        # D^-1 = C C^T, blockwise
-            except np.linalg.LinAlgError:
-                chol = None
+            if b == 1:                                 # 1 x 1: LAPACK's potrf is a sqrt
+                d = Dinv.reshape(-1)
+                chol = np.sqrt(d).reshape(nb, 1, 1) if np.all(d > 0) else None
+            else:
+                try:
+                    chol = np.linalg.cholesky(Dinv)    # D^-1 = C C^T, blockwise
+                except np.linalg.LinAlgError:
+                    chol = None
         elif symmetric:
             raise ValueError(f"{name}: symmetric=True, but A is not symmetric")
     stats = dict(pattern_nnz_blocks_L=int(li.size), solve_device=sdev)
     if chol is not None:
         # G = C^T L_isai (block row i scaled by C_i^T); M = G^T G = L_isai^T D^-1 L_isai
         rows = np.repeat(np.arange(nb), np.diff(lp))
-        G = xp.matmul(to_device(np.ascontiguousarray(chol.transpose(0, 2, 1)[rows]), sdev),
-                      Lx)
+        if b == 1:                                  # scalar blocks: the product, elementwise
+            G = to_device(chol[rows], sdev) * Lx
+        else:
+            G = xp.matmul(to_device(np.ascontiguousarray(chol.transpose(0, 2, 1)[rows]), sdev),
+                          Lx)
         tp, ti, td = transpose_stored(lp, li, G, host)
         ops = [BSROperator(lp, li, G, n, dtype, accumulate, f"{name} factor G", device=device),
                BSROperator(tp, ti, td, n, dtype, accumulate, f"{name} factor G^T",

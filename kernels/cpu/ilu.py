@@ -81,12 +81,13 @@ def ilu0_factor(indptr, indices, data, diag):
 
 
 @register("cpu", "diag_positions", _SETUP)
-@njit(**JIT)
+@njit(parallel=True, **JIT)
 def diag_positions(indptr, indices):
-    """``diag[i]``: position of ``a_ii`` in sorted CSR (-1 where it is not stored)."""
+    """``diag[i]``: position of ``a_ii`` in sorted CSR (-1 where it is not stored);
+    rows in parallel (the ISAI set-up runs it on the pattern of ``A^k``)."""
     n = indptr.size - 1
     diag = np.full(n, -1, dtype=np.int64)
-    for i in range(n):
+    for i in prange(n):
         for k in range(indptr[i], indptr[i + 1]):
             if indices[k] == i:
                 diag[i] = k

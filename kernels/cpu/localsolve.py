@@ -23,6 +23,16 @@ right-looking LU (``l = a_rk / a_kk``; ``a_rc -= l a_kc``), Cholesky (each entry
 FMA contraction, in both layouts -- so the NumPy versions of the ``reference`` device
 reproduce it bit for bit.
 
+Sparsity.  The local matrices of ISAI are sparse and their LU factors stay so (about
+3/4 of the row updates of a 25 x 25 system of a 7-point stencil's ``A^2`` have a zero
+multiplier): the LU update, the substitutions and the check skip the terms whose entry
+is zero in every lane of the group (the matrix's from the gather, the factors' from a
+scan after the factorisation).  A skipped term is ``x - 0 y = x``, exact for a finite
+``y``; a non-finite factor or solution entry is never zero, so it is not skipped, and it
+makes its system's solution non-finite -- rejected with or without the skipped terms.
+So every accepted row equals the dense algorithm's (and the reference's) bit for bit,
+and the verdicts are the same.
+
 Flops per system (``s`` unknowns, ``b`` right-hand sides): LU ``2/3 s^3``, Cholesky
 ``1/3 s^3``, triangular ``s^2 b``; solves ``2 s^2 b``; the check ``2 s^2 b``.
 
@@ -64,11 +74,14 @@ def lanes(s):
 
 # ----------------------------------------------------------------- gather into lanes
 @njit(**_JIT)
-def _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, where):
+def _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, where, nza):
     # a[:, :, g] = A[J, J] (transpose: A[J, J]^T) of block row rows[t0 + g]; a zeroed here.
     # where: (nb,) int64 scratch, -1 on entry and exit: where[j] = position of j in J.
+    # nza[r, c] = 1 where some lane stores an entry of A (0: zero in every lane).
     b = adata.shape[1]
+    s = a.shape[0]
     a[:] = 0.0
+    nza[:s, :s] = 0
     for g in range(ng):
         i = rows[t0 + g]
         j0 = pptr[i]
@@ -85,11 +98,13 @@ def _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, whe
                         q = where[aind[k]]
                         if q >= 0:
                             a[q, p, g] = adata[k, 0, 0]
+                            nza[q, p] = 1
                 else:
                     for k in range(k0, k1):
                         q = where[aind[k]]
                         if q >= 0:
                             a[p, q, g] = adata[k, 0, 0]
+                            nza[p, q] = 1
                 continue
             for k in range(k0, k1):
                 q = where[aind[k]]
@@ -98,15 +113,25 @@ def _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, whe
                         for v in range(b):
                             if transpose:
                                 a[q * b + v, p * b + u, g] = adata[k, u, v]
+                                nza[q * b + v, p * b + u] = 1
                             else:
                                 a[p * b + u, q * b + v, g] = adata[k, u, v]
+                                nza[p * b + u, q * b + v] = 1
         for p in range(m):
             where[pind[j0 + p]] = -1
 
 
 @njit(**_JIT)
-def _copy_lanes(a, a0):
-    a0[:] = a
+def _copy_lanes(a, a0, nza, ng):
+    # a0 = a on the entries in use (nza); the others are never read (_check_lanes)
+    s = a.shape[0]
+    for r in range(s):
+        for c in range(s):
+            if nza[r, c] != 0:
+                src = a[r, c]
+                dst = a0[r, c]
+                for g in range(ng):
+                    dst[g] = src[g]
 
 
 @njit(**_JIT)
@@ -120,9 +145,14 @@ def _rhs_lanes(rows, t0, ng, pos, b, x):
 
 # ----------------------------------------------------------------- factorisations
 @njit(**_JIT)
-def _lu_lanes(a, piv, big, ng):
+def _lu_lanes(a, piv, big, ng, cols):
     # P A = L U in place, right-looking, partial pivoting (first largest |a_rk|, r >= k);
     # the row interchange moves whole rows (L part included), as LAPACK's getrf.
+    # Sparsity: the update a_rc -= l_rk a_kc runs only for the rows r with l_rk != 0 and
+    # the columns c with a_kc != 0 in some lane (cols: (s,) int64 scratch).  A skipped
+    # update is x - 0 * y = x, exact for finite y; a non-finite l_rk or a_kc (not zero, so
+    # never skipped itself) makes its lane's solution non-finite, rejected with or without
+    # the skipped updates -- so every accepted row is the dense algorithm's, bit for bit.
     s = a.shape[0]
     for k in range(s):
         ak = a[k]
@@ -145,13 +175,28 @@ def _lu_lanes(a, piv, big, ng):
                     t = a[k, c, g]
                     a[k, c, g] = a[p, c, g]
                     a[p, c, g] = t
+        nc = 0
+        for c in range(k + 1, s):                          # columns of U's row k in use
+            akc = ak[c]
+            nz = 0
+            for g in range(ng):
+                nz += akc[g] != 0.0
+            if nz != 0:
+                cols[nc] = c
+                nc += 1
         d = ak[k]
         for r in range(k + 1, s):
             ar = a[r]
             lr = ar[k]
+            nz = 0
             for g in range(ng):
-                lr[g] = lr[g] / d[g]                      # l_rk = a_rk / a_kk
-            for c in range(k + 1, s):
+                v = lr[g] / d[g]                          # l_rk = a_rk / a_kk
+                lr[g] = v
+                nz += v != 0.0
+            if nz == 0:
+                continue
+            for t in range(nc):
+                c = cols[t]
                 arc = ar[c]
                 akc = ak[c]
                 for g in range(ng):
@@ -159,8 +204,23 @@ def _lu_lanes(a, piv, big, ng):
 
 
 @njit(**_JIT)
-def _lu_solve_lanes(a, piv, x, ng):
-    # x = U^-1 L^-1 P x for each right-hand side x[:, j, :]
+def _nonzero_lanes(a, ng, nzf):
+    # nzf[r, c] = 1 where a[r, c] != 0 in some lane (the factors' entries in use)
+    s = a.shape[0]
+    for r in range(s):
+        ar = a[r]
+        for c in range(s):
+            arc = ar[c]
+            nz = 0
+            for g in range(ng):
+                nz += arc[g] != 0.0
+            nzf[r, c] = nz != 0
+
+
+@njit(**_JIT)
+def _lu_solve_lanes(a, piv, x, ng, nzf):
+    # x = U^-1 L^-1 P x for each right-hand side x[:, j, :]; the terms of entries that are
+    # zero in every lane (nzf, from _nonzero_lanes) are skipped, as in _lu_lanes
     s = a.shape[0]
     nrhs = x.shape[1]
     for k in range(s):
@@ -172,11 +232,14 @@ def _lu_solve_lanes(a, piv, x, ng):
                     t = x[k, j, g]
                     x[k, j, g] = x[p, j, g]
                     x[p, j, g] = t
+    _nonzero_lanes(a, ng, nzf)
     for j in range(nrhs):
         for r in range(1, s):                              # L y = P e (unit lower)
             xr = x[r, j]
             ar = a[r]
             for c in range(r):
+                if nzf[r, c] == 0:
+                    continue
                 arc = ar[c]
                 xc = x[c, j]
                 for g in range(ng):
@@ -185,6 +248,8 @@ def _lu_solve_lanes(a, piv, x, ng):
             xr = x[r, j]
             ar = a[r]
             for c in range(r + 1, s):
+                if nzf[r, c] == 0:
+                    continue
                 arc = ar[c]
                 xc = x[c, j]
                 for g in range(ng):
@@ -264,8 +329,9 @@ def _chol_solve_lanes(a, x, ng):
 
 
 @njit(**_JIT)
-def _tri_solve_lanes(a, x, upper, ng):
-    # x = T^-1 x for triangular T (upper: back substitution, else forward)
+def _tri_solve_lanes(a, x, upper, ng, nzf):
+    # x = T^-1 x for triangular T (upper: back substitution, else forward); the entries
+    # zero in every lane (nzf[r, c] = 0) skipped, as in _lu_solve_lanes
     s = a.shape[0]
     nrhs = x.shape[1]
     for j in range(nrhs):
@@ -276,6 +342,8 @@ def _tri_solve_lanes(a, x, upper, ng):
             c0 = r + 1 if upper else 0
             c1 = s if upper else r
             for c in range(c0, c1):
+                if nzf[r, c] == 0:
+                    continue
                 arc = ar[c]
                 xc = x[c, j]
                 for g in range(ng):
@@ -312,6 +380,8 @@ def _lu_one(a, piv):
         for r in range(k + 1, s):
             lr = a[r, k] / d                               # l_rk = a_rk / a_kk
             a[r, k] = lr
+            if lr == 0.0:                                  # (skipped: see _lu_lanes)
+                continue
             ar = a[r, k + 1:]
             for c in range(ar.size):
                 ar[c] -= lr * uk[c]                        # a_rc -= l_rk a_kc
@@ -392,10 +462,12 @@ def _chol_solve_one(a, x):
 
 # ----------------------------------------------------------------- check and store
 @njit(**_JIT)
-def _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work):
+def _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work, nzf):
     # reject (bad = 1) where X is not finite, ||Mat X - E|| / (||Mat|| ||X|| + 1) > bwd_tol
     # or ||Mat|| ||X|| > cond_limit (infinity norms; every sum in index order).
-    # work: (7, G) scratch; vectorised across the lanes.
+    # work: (7, G) scratch; vectorised across the lanes.  The entries of Mat that are zero
+    # in every lane (nzf[r, c] = 0, from the gather) add |0| and 0 x_c: skipped (exact, or
+    # x_c is not finite and the lane is rejected anyway); a0 is read only where nzf is set.
     # (work has the data's dtype: the norms use the real parts of their rows, acc the row)
     s = a0.shape[0]
     nA = work[0].real
@@ -416,6 +488,8 @@ def _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work):
             sr[g] = 0.0
         ar = a0[r]
         for c in range(s):
+            if nzf[r, c] == 0:
+                continue
             arc = ar[c]
             for g in range(ng):
                 sa[g] += abs(arc[g])
@@ -423,6 +497,8 @@ def _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work):
             for g in range(ng):
                 acc[g] = 0.0
             for c in range(s):
+                if nzf[r, c] == 0:
+                    continue
                 arc = ar[c]
                 xc = x[c, j]
                 for g in range(ng):
@@ -451,7 +527,7 @@ def _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work):
 
 
 @njit(**_JIT)
-def _check_one(a0, x, rows, t0, pos, b, bwd_tol, cond_limit, bad):
+def _check_one(a0, x, rows, t0, pos, b, bwd_tol, cond_limit, bad, nzf):
     # _check_lanes for one system (a0: (s, s)), the same sums in the same order
     s = a0.shape[0]
     nA = 0.0
@@ -462,13 +538,15 @@ def _check_one(a0, x, rows, t0, pos, b, bwd_tol, cond_limit, bad):
     for r in range(s):
         sa = 0.0
         for c in range(s):
-            sa += abs(a0[r, c])
+            if nzf[r, c] != 0:
+                sa += abs(a0[r, c])
         sx = 0.0
         sr = 0.0
         for j in range(b):
             acc = 0.0
             for c in range(s):
-                acc += a0[r, c] * x[c, j, 0]
+                if nzf[r, c] != 0:
+                    acc += a0[r, c] * x[c, j, 0]
             if e + j == r:
                 acc -= 1.0
             xv = x[r, j, 0]
@@ -598,6 +676,9 @@ def _solve_groups(kind, rows, pos, gstart, gsize, gs, glanes, cbounds, pptr, pin
         big = np.empty(gmax)
         ok = np.empty(gmax, np.int8)
         work = np.empty((7, gmax), adata.dtype)
+        cols = np.empty(smax, np.int64)
+        nzf = np.empty((smax, smax), np.int8)
+        nza = np.empty((smax, smax), np.int8)
         where = np.full(nb, -1, dtype=np.int64)
         for k in range(k0, k1):
             s = gs[k]
@@ -609,14 +690,14 @@ def _solve_groups(kind, rows, pos, gstart, gsize, gs, glanes, cbounds, pptr, pin
             x = xbuf[:s * b * G].reshape((s, b, G))
             pv = piv[:s, :G]
             transpose = kind == _LU or kind == _TRI_LOWER or kind == _TRI_UPPER
-            _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, where)
+            _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, where, nza)
             _rhs_lanes(rows, t0, ng, pos, b, x)
             if kind == _TRI_LOWER or kind == _TRI_UPPER:
-                _tri_solve_lanes(a, x, kind == _TRI_LOWER, ng)   # A lower: A_J^T upper
-                _check_lanes(a, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work)
+                _tri_solve_lanes(a, x, kind == _TRI_LOWER, ng, nza)   # A lower: A_J^T upper
+                _check_lanes(a, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work, nza)
                 _store_rows(x, rows, t0, ng, pptr, b, bad, out)
                 continue
-            _copy_lanes(a, a0)
+            _copy_lanes(a, a0, nza, ng)
             if kind == _CHOL:
                 if G == 1:
                     a2 = a.reshape((s, s))
@@ -630,12 +711,13 @@ def _solve_groups(kind, rows, pos, gstart, gsize, gs, glanes, cbounds, pptr, pin
                 _lu_one(a2, pv)
                 _lu_solve_one(a2, pv, x)
             else:
-                _lu_lanes(a, pv, big, ng)
-                _lu_solve_lanes(a, pv, x, ng)
+                _lu_lanes(a, pv, big, ng, cols)
+                _lu_solve_lanes(a, pv, x, ng, nzf)
             if G == 1:
-                _check_one(a0.reshape((s, s)), x, rows, t0, pos, b, bwd_tol, cond_limit, bad)
+                _check_one(a0.reshape((s, s)), x, rows, t0, pos, b, bwd_tol, cond_limit, bad,
+                           nza)
             else:
-                _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work)
+                _check_lanes(a0, x, rows, t0, pos, b, ng, bwd_tol, cond_limit, bad, work, nza)
             if kind == _CHOL:
                 for g in range(ng):
                     if ok[g] == 0 or bad[t0 + g] != 0:

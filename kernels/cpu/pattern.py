@@ -215,6 +215,8 @@ def pattern_power(sptr, sind, power, part):
     sptr = np.asarray(sptr, dtype=np.int64)
     sind = np.asarray(sind, dtype=np.int64)
     if int(power) == 1 and _canonical_with_diagonal(sptr, sind):   # S + I = S: filter
+        if int(part) == 0:                                         # nothing to filter
+            return sptr.copy(), sind.copy()
         cnt = np.empty(nb, dtype=np.int64)
         _part_count(sptr, sind, int(part), cnt)
         qptr = np.zeros(nb + 1, dtype=np.int64)
@@ -431,5 +433,8 @@ def block_capacity(indptr, indices, ncols, b, max_excess=-1):
     if ncols % b:
         width[-1] = ncols % b
     m = indptr.size - 1
-    return int(_block_capacity(np.asarray(indptr, np.int64), np.asarray(indices, np.int64), b,
-                               width, _nchunk(-(-m // b)), int(max_excess)))
+    # int32 or int64 index arrays as they are (a compiled version for each), no copy
+    indptr, indices = (x if x.dtype in (np.int32, np.int64) else np.asarray(x, np.int64)
+                       for x in (np.asarray(indptr), np.asarray(indices)))
+    return int(_block_capacity(indptr, indices, b, width, _nchunk(-(-m // b)),
+                               int(max_excess)))
