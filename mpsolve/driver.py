@@ -51,7 +51,8 @@ def _describe(M):
     if M is None:
         return ""
     if isinstance(M, Preconditioner):
-        extra = ", ".join(f"{k}={getattr(M, k)}" for k in ("variant", "block_size", "sparsity_power")
+        extra = ", ".join(f"{k}={getattr(M, k)}"
+                          for k in ("variant", "block_size", "sparsity_power", "shift")
                           if getattr(M, k, None) is not None)
         why = getattr(M, "variant_reason", "")
         if why.startswith("auto"):

@@ -37,9 +37,11 @@ class ZeroPivotError(ValueError):
     """ILU(0) met a zero (or missing) pivot; the message names the row."""
 
 
-def ilu0_factor(C, device=HOST_DEVICE):
+def ilu0_factor(C, device=HOST_DEVICE, shift=0.0):
     """FP64 (complex128 for complex ``C``) ILU(0) of a canonical CSR matrix ``C``
-    (Saad Alg. 10.4, IKJ).
+    (Saad Alg. 10.4, IKJ) -- of ``C`` with its off-diagonal entries divided by
+    ``1 + shift`` when ``shift > 0`` (Manteuffel's shifted factorisation, see
+    :class:`ILU0`).
 
     Returns ``(indptr, indices, data, diag)``: the combined factors in the
     pattern of ``C`` (strictly lower part = ``L`` without its unit diagonal,
@@ -56,6 +58,10 @@ def ilu0_factor(C, device=HOST_DEVICE):
     wide = wide_dtype(C.dtype)
     data = C.data.astype(wide)  # a copy: the user's matrix is never touched
     diag = lookup(device, "diag_positions", (wide,))(indptr, indices)
+    if shift:
+        keep = data[diag[diag >= 0]]
+        data /= 1.0 + shift                    # D + (A - D) / (1 + shift)
+        data[diag[diag >= 0]] = keep
     bad = lookup(device, "ilu0_factor", (wide,))(indptr, indices, data, diag)  # in place
     if bad >= 0:
         missing = np.flatnonzero(diag < 0)
@@ -98,6 +104,23 @@ MIN_BLOCK_ROWS = 50_000
 
 #: Relative tolerance of the symmetry check of ``ILU0(symmetric=None)``.
 SYMMETRY_RTOL = 1e-12
+#: ``ILU0(shift="auto")``'s first shift, and the factor between two tries.
+SHIFT_START = 1e-3
+SHIFT_GROWTH = 4.0
+
+
+def _positive_diagonal(A) -> bool:
+    """Every diagonal entry of ``A`` stored, real and positive (what IC(0) needs)."""
+    d = A.diagonal()
+    return bool(d.size and np.all(d.real > 0) and np.all(d.imag == 0)) if np.iscomplexobj(d) \
+        else bool(d.size and np.all(d > 0))
+
+
+def _positive_pivots(factors) -> bool:
+    """The pivots ``u_ii`` of combined ILU(0) factors all positive and finite."""
+    _, _, data, diag = factors
+    piv = data[diag].real
+    return bool(np.all(piv > 0) and np.all(np.isfinite(piv)))
 
 
 class ILU0(Preconditioner):
@@ -120,6 +143,22 @@ class ILU0(Preconditioner):
         every core at the price of iterations (measured on this 2-core machine,
         ``poisson3d:100`` CG: apply 10.8 -> 7.4 ms, iterations 101 -> 117 -- a wash
         with two cores; it pays with more).
+    shift : "auto", float or None
+        Manteuffel's shift (Manteuffel 1980, "An incomplete factorization technique for
+        positive definite linear systems", Math. Comp. 34(150),
+        doi:10.1090/S0025-5718-1980-0559195-7): factorise ``D + (A - D) / (1 + shift)``
+        (``D`` the diagonal of ``A``) instead of ``A``.  IC(0) of a symmetric positive
+        definite matrix can meet a pivot <= 0 -- then ``M`` is indefinite and CG breaks
+        down -- but it exists once the shifted matrix is diagonally dominant, so some
+        shift always works.  ``"auto"`` (default, PETSc's ``ICC`` default too): the symmetric
+        form of a matrix with a positive diagonal is factorised unshifted first and, if a
+        pivot is not positive, again with shifts ``1e-3, 4e-3, 1.6e-2, ...`` (x4) until
+        every pivot is (the smallest shift of the sequence that works: the shifted factors
+        approximate ``A`` less well as the shift grows); the general form is never shifted
+        (PETSc's ``ILU`` default).  A number: that shift, in either form; ``0`` or ``None``:
+        never shift.  Measured with CG on the SuiteSparse SPD matrices where IC(0) breaks
+        down (nos1, bcsstk10/13/14/15/17/18/21, bcsstk09, plat362): the shifted IC(0)
+        converges on all of them, in fewer iterations than ISAI's SPD form on 7 of the 10.
     symmetric : bool or None
         ``True``: ``A`` is symmetric, store ``L`` and ``D`` only in effect
         (``U = D L^T``, the IC(0) / LDL^T form) so ``M`` is symmetric bit for bit
@@ -136,11 +175,14 @@ class ILU0(Preconditioner):
         diagonal).
     symmetric : bool
         After setup: whether the symmetric form was used.
+    shift : float or None
+        After setup: the shift the factors were computed with (``None``: unshifted).
 
     Raises
     ------
     ZeroPivotError
-        At setup, on a zero or missing pivot (the message names the row).
+        At setup, on a zero or missing pivot (the message names the row), or when no
+        shift of ``shift="auto"``'s sequence gives positive pivots.
 
     Notes
     -----
@@ -165,10 +207,17 @@ class ILU0(Preconditioner):
     symmetric = False
     supports_complex = True
 
-    def __init__(self, dtype=None, symmetric=None, blocks=1):
+    def __init__(self, dtype=None, symmetric=None, blocks=1, shift="auto"):
         super().__init__(dtype)
         if symmetric not in (None, True, False):
             raise ValueError(f"symmetric={symmetric!r}: use True, False or None (detect)")
+        if not (shift is None or (isinstance(shift, str) and shift == "auto") or (
+                isinstance(shift, (int, float, np.floating, np.integer))
+                and not isinstance(shift, bool) and 0 <= shift < np.inf)):
+            raise ValueError(f"shift={shift!r}: use 'auto', None, or a finite number >= 0 "
+                             "(the factorised matrix is D + (A - D) / (1 + shift))")
+        self._shift_request = shift
+        self.shift = None
         if blocks != "threads" and (isinstance(blocks, bool) or not isinstance(blocks, int)
                                     or blocks < 1):
             raise ValueError(f"blocks={blocks!r}: use a positive integer, or 'threads' (one "
@@ -189,11 +238,10 @@ class ILU0(Preconditioner):
                 A.indptr, A.indices, A.data, self.bounds)
             A = sp.csr_matrix((dv, ix, ip), shape=A.shape)
             A.has_sorted_indices = True
-        indptr, indices, data, diag = ilu0_factor(A, host)
-        wide = data.dtype
+        wide = wide_dtype(A.dtype)
         sym = self._symmetric_request
-        mirror = np.empty(indices.size if sym is not False else 0,
-                          np.int32 if indices.size < 2**31 else np.int64)
+        mirror = np.empty(A.indices.size if sym is not False else 0,
+                          np.int32 if A.indices.size < 2**31 else np.int64)
         is_symmetric = lookup(host, "symmetric_mirror", (wide,))
         if sym is None:
             sym = bool(is_symmetric(A.indptr, A.indices, A.data, SYMMETRY_RTOL, mirror))
@@ -201,6 +249,7 @@ class ILU0(Preconditioner):
             raise ValueError("ILU0(symmetric=True): A is not symmetric (Hermitian, for complex "
                              "A: pattern or values differ by more than 1e-8 relative); use "
                              "symmetric=False or None")
+        indptr, indices, data, diag = self._factor(A, host, sym)
         n = A.shape[0]
         nl = int(np.sum(diag - indptr[:-1]))
         nu = indices.size - n - nl
@@ -218,6 +267,42 @@ class ILU0(Preconditioner):
         self._op = TriangularSweeps(lptr.astype(np.int32), lind, lval, uptr.astype(np.int32),
                                     uind, uval, dinv, self.bounds, dtype, what="ILU(0)",
                                     device=self.device)
+
+    def _factor(self, A, host, sym):
+        """ILU(0) of ``A``, shifted as ``shift`` says (module docstring); sets ``self.shift``."""
+        req = self._shift_request
+        if not (isinstance(req, str) and req == "auto"):
+            self.shift = float(req) if req else None
+            return ilu0_factor(A, host, self.shift or 0.0)
+        self.shift = None
+        try:
+            factors = ilu0_factor(A, host)
+        except ZeroPivotError:
+            if not (sym and _positive_diagonal(A)):
+                raise
+        else:
+            if not sym or _positive_pivots(factors) or not _positive_diagonal(A):
+                return factors
+        # D + (A - D) / (1 + s) is strictly diagonally dominant (IC(0) then exists)
+        # once 1 + s > max_i sum_{j != i} |a_ij| / a_ii: the sequence ends there
+        d = np.abs(A.diagonal())
+        off = np.asarray(abs(A).sum(axis=1)).ravel() - d
+        enough = float(np.max(off / d)) - 1.0
+        s = SHIFT_START
+        while True:
+            try:
+                factors = ilu0_factor(A, host, s)
+                if _positive_pivots(factors):
+                    self.shift = s
+                    return factors
+            except ZeroPivotError:
+                pass
+            if s > enough:
+                raise ZeroPivotError(
+                    f"IC(0): no shift up to {s:.3g} gives positive pivots (A's diagonal is "
+                    "positive, so A is probably not positive definite); use GMRES with "
+                    "ILU0(symmetric=False), or ISAI")
+            s *= SHIFT_GROWTH
 
     @property
     def blocks(self):

@@ -79,13 +79,17 @@ def test_same_choice_on_every_run():
 
 
 def test_cg_curvature_breakdown_falls_back_to_gmres():
-    """Symmetric, positive diagonal, indefinite: CG (+FSAI) breaks down (-12); GMRES goes on."""
+    """Symmetric, positive diagonal, indefinite: CG + shifted IC(0) (M positive definite)
+    breaks down (-12), so the other CG candidate (FSAI) is skipped, not tried; GMRES goes on."""
     n = 60
     A = sp.diags([2 * np.ones(n - 1), np.ones(n), 2 * np.ones(n - 1)], [-1, 0, 1], format="csr")
     b = A @ np.ones(n)
     res = mpsolve.solve(A, b, rtol=1e-8)
-    first, second = res.choices[:2]
-    assert first.method == "cg" and first.outcome.startswith("breakdown -12")
+    first, skipped, second = res.choices[:3]
+    assert (first.method, first.precond) == ("cg", "ilu0")
+    assert first.outcome.startswith("breakdown -12") and "shift=" in first.reason
+    assert skipped.method == "cg" and skipped.outcome.startswith("skipped: CG broke down")
+    assert skipped.iterations == 0
     assert second.method == "gmres" and second.outcome == "converged"
     assert res.converged and _ok(res, A, b, 1e-8) <= 1e-8
     assert res.iterations == first.iterations + second.iterations

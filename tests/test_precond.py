@@ -19,6 +19,7 @@ import scipy.io as sio
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+import mpsolve
 from mpsolve.kernels import lookup
 from mpsolve.kernels.cpu.spmv import partition_rows
 from mpsolve.precond import (REGISTRY, BlockISAI, BlockJacobi, ILU0, ISAI, Jacobi,
@@ -563,7 +564,9 @@ def test_ilu0_cg_spd_collection():
 def test_ilu0_zero_pivot_names_the_row():
     A = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 2.0]]))
     with pytest.raises(ZeroPivotError, match="row 1"):
-        ILU0().setup(A)
+        ILU0(shift=None).setup(A)           # unshifted (the symmetric form shifts by default)
+    with pytest.raises(ZeroPivotError, match="row 1"):
+        ILU0(symmetric=False).setup(A)      # the general form is never shifted by default
     A = sp.csr_matrix(np.array([[1.0, 0.0], [1.0, 0.0]]))
     with pytest.raises(ZeroPivotError, match="row 1 is structurally missing"):
         ILU0().setup(A)
@@ -1129,3 +1132,87 @@ def test_isai_fallback_rows_are_lapacks(name, variant, power):
         if cond <= 1e4:
             err = np.linalg.norm(got[J] - x.ravel()) / np.linalg.norm(x)
             assert err <= 1e3 * eps * cond, (i, err, cond)
+
+
+# ------------------------------------------------------------------ Manteuffel-shifted IC(0)
+#: Kershaw's matrix (J. Comput. Phys. 26, 1978): symmetric positive definite, and its IC(0)
+#: meets a negative pivot -- the example of PETSc's own shift test.
+KERSHAW = sp.csr_matrix(np.array([[3.0, -2.0, 0.0, 2.0], [-2.0, 3.0, -2.0, 0.0],
+                                  [0.0, -2.0, 3.0, -2.0], [2.0, 0.0, -2.0, 3.0]]))
+
+
+def _pivots(M):
+    return M.factors()[1].diagonal()
+
+
+def test_ic0_shift_makes_kershaw_positive_definite():
+    assert np.all(np.linalg.eigvalsh(KERSHAW.toarray()) > 0)
+    plain = ILU0(dtype="float64", shift=None).setup(KERSHAW)
+    assert plain.shift is None and np.any(_pivots(plain) <= 0)      # IC(0) breaks down
+    M = ILU0(dtype="float64").setup(KERSHAW)
+    assert M.symmetric and M.shift is not None and np.all(_pivots(M) > 0)
+    dense = np.column_stack([M.matvec(e) for e in np.eye(4)])
+    np.testing.assert_allclose(dense, dense.T, rtol=0, atol=1e-15)  # M symmetric (stored
+    assert np.all(np.linalg.eigvalsh((dense + dense.T) / 2) > 0)  # as L, D) and positive definite
+    b = KERSHAW @ np.ones(4)
+    r = mpsolve.solve(KERSHAW, b, method="cg", precond=M, rtol=1e-12)
+    assert r.info == 0 and np.linalg.norm(b - KERSHAW @ r.x) <= 1e-12 * np.linalg.norm(b)
+    r0 = mpsolve.solve(KERSHAW, b, method="cg", precond=plain, rtol=1e-12)
+    assert r0.info == -12                       # the unshifted M is indefinite: CG breaks down
+
+
+def test_ic0_shift_is_the_factorisation_of_the_shifted_matrix():
+    """ILU0(shift=s) gives bit for bit the factors of D + (A - D) / (1 + s), unshifted."""
+    A = _spd_stiffness_like(80, seed=3)
+    rows = np.repeat(np.arange(80), np.diff(A.indptr))
+    for s in (1e-3, 0.25, 3.0):
+        As = A.copy()                           # each off-diagonal entry divided (rounded once)
+        As.data = np.where(A.indices == rows, A.data, A.data / (1 + s))
+        got, ref = ILU0(dtype="float64", shift=s).setup(A), ILU0(dtype="float64", shift=None).setup(As)
+        assert got.shift == s
+        for a, b in zip(got.factors(), ref.factors()):
+            np.testing.assert_array_equal(a.toarray(), b.toarray())
+
+
+def test_ic0_auto_shift_is_the_first_of_the_sequence_that_works():
+    from mpsolve.precond.ilu import SHIFT_GROWTH, SHIFT_START
+    A = _spd_stiffness_like(120, seed=5)
+    assert np.any(_pivots(ILU0(dtype="float64", shift=None).setup(A)) <= 0)
+    M = ILU0(dtype="float64").setup(A)
+    k = round(np.log(M.shift / SHIFT_START) / np.log(SHIFT_GROWTH))
+    assert M.shift == SHIFT_START * SHIFT_GROWTH ** k and np.all(_pivots(M) > 0)
+    if k > 0:                                   # the shift before it did not work
+        assert np.any(_pivots(ILU0(dtype="float64", shift=M.shift / SHIFT_GROWTH).setup(A)) <= 0)
+
+
+def test_ic0_shift_only_where_needed_and_never_on_the_general_form():
+    A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(30, 30)).tocsr()
+    assert ILU0().setup(A).shift is None        # positive pivots: no shift
+    N = KERSHAW.tolil()
+    N[0, 1] = -2.5                              # nonsymmetric: the general ILU(0), unshifted
+    M = ILU0(dtype="float64").setup(N.tocsr())
+    assert not M.symmetric and M.shift is None
+
+
+def test_ic0_shift_leaves_the_user_matrix_alone():
+    A = KERSHAW.copy()
+    before = (A.data.copy(), A.indices.copy(), A.indptr.copy())
+    ILU0().setup(A)
+    for a, b in zip(before, (A.data, A.indices, A.indptr)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [-1.0, np.inf, np.nan, "yes", True])
+def test_ic0_shift_argument_checked(bad):
+    with pytest.raises(ValueError, match="shift="):
+        ILU0(shift=bad)
+
+
+def _spd_stiffness_like(n, seed):
+    """SPD, not diagonally dominant, with positive off-diagonal couplings (what breaks
+    IC(0) on stiffness matrices): B^T B for a sparse random B, plus a small diagonal."""
+    rng = np.random.default_rng(seed)
+    B = sp.random(n, n, density=12.0 / n, random_state=rng, format="csr") + sp.eye(n)
+    A = (B.T @ B + 1e-3 * sp.eye(n)).tocsr()
+    A.sort_indices()
+    return A
