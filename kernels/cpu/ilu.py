@@ -25,7 +25,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..registry import register, register_plan
-from ._config import JIT, NATIVE_REDUCTION_MATH
+from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN, serial_twin
 from .spmv import partition_rows
 
 from .field import conj, wide
@@ -80,11 +80,8 @@ def ilu0_factor(indptr, indices, data, diag):
     return _ilu0_ikj(indptr.size - 1, indptr, indices, data, diag)
 
 
-@register("cpu", "diag_positions", _SETUP)
 @njit(parallel=True, **JIT)
-def diag_positions(indptr, indices):
-    """``diag[i]``: position of ``a_ii`` in sorted CSR (-1 where it is not stored);
-    rows in parallel (the ISAI set-up runs it on the pattern of ``A^k``)."""
+def _diag_positions(indptr, indices):
     n = indptr.size - 1
     diag = np.full(n, -1, dtype=np.int64)
     for i in prange(n):
@@ -93,6 +90,19 @@ def diag_positions(indptr, indices):
                 diag[i] = k
                 break
     return diag
+
+
+_diag_positions_serial = serial_twin(_diag_positions)
+
+
+@register("cpu", "diag_positions", _SETUP)
+def diag_positions(indptr, indices):
+    """``diag[i]``: position of ``a_ii`` in sorted CSR (-1 where it is not stored);
+    rows in parallel (the ISAI set-up runs it on the pattern of ``A^k``), serially
+    below ``PARALLEL_MIN`` stored entries."""
+    if indices.size < PARALLEL_MIN:
+        return _diag_positions_serial(indptr, indices)
+    return _diag_positions(indptr, indices)
 
 
 @register("cpu", "symmetric_mirror", _SETUP)

@@ -9,7 +9,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..registry import register
-from ._config import JIT
+from ._config import JIT, PARALLEL_MIN, serial_twin
 
 _F64 = [("float64",)]
 
@@ -420,6 +420,9 @@ def _block_capacity(indptr, indices, b, width, nchunk, max_excess):
     return tot.sum()
 
 
+_block_capacity_serial = serial_twin(_block_capacity)
+
+
 @register("cpu", "block_capacity", _F64)
 def block_capacity(indptr, indices, ncols, b, max_excess=-1):
     """Places in the ``b x b`` blocks (the last block row / column ``ncols % b`` wide when
@@ -436,5 +439,7 @@ def block_capacity(indptr, indices, ncols, b, max_excess=-1):
     # int32 or int64 index arrays as they are (a compiled version for each), no copy
     indptr, indices = (x if x.dtype in (np.int32, np.int64) else np.asarray(x, np.int64)
                        for x in (np.asarray(indptr), np.asarray(indices)))
+    if indices.size < PARALLEL_MIN:
+        return int(_block_capacity_serial(indptr, indices, b, width, 1, int(max_excess)))
     return int(_block_capacity(indptr, indices, b, width, _nchunk(-(-m // b)),
                                int(max_excess)))
