@@ -551,7 +551,8 @@ def add_arguments(p):
                         "one it says so and exits with status 3")
     p.add_argument("--coverage", action="store_true",
                    help="the coverage table instead of the suite: mpsolve's defaults "
-                        "(method and preconditioner 'auto') against PETSc's and SciPy's best "
+                        "(method and preconditioner 'auto') against mpsolve's own best "
+                        "hand-picked configuration and PETSc's and SciPy's best "
                         "configuration on every matrix of the collection (--collection or the "
                         "first folder found) and a few generated problems; writes "
                         "--out/coverage.md (mpsolve.bench.coverage)")

@@ -28,8 +28,26 @@ def test_markdown_totals_and_geometric_mean():
 
     yes = lambda t: dict(solved=True, iterations=10, seconds=t, config="c")   # noqa: E731
     no = dict(solved=False, iterations=0, seconds=float("nan"), config="-")
-    table = [("a", 1, 1, yes(2.0), yes(1.0), no), ("b", 1, 1, yes(1.0), yes(4.0), yes(1.0)),
-             ("c", 1, 1, no, no, no)]
+    # columns: name, n, nnz, auto, own best, PETSc's best, SciPy's best
+    table = [("a", 1, 1, yes(2.0), yes(1.0), yes(1.0), no),
+             ("b", 1, 1, yes(1.0), yes(0.5), yes(4.0), yes(1.0)),
+             ("c", 1, 1, no, yes(3.0), no, no)]
     text = coverage._markdown(table, True)
-    assert "mpsolve auto 2 of 3, PETSc's best 2 of 3, SciPy's best 1 of 3" in text
-    assert f"= {np.sqrt(2.0 * 0.25):.2f}" in text
+    assert ("mpsolve auto 2 of 3, mpsolve's own best hand-picked 3 of 3, PETSc's best 2 of 3, "
+            "SciPy's best 1 of 3") in text
+    assert f"PETSc's best time = {np.sqrt(2.0 * 0.25):.2f}" in text
+    assert f"own best hand-picked time = {2.0:.2f}; within 1.5x on 0 of 2" in text
+
+
+def test_fastest_repeats_only_short_runs(monkeypatch):
+    from mpsolve.bench import coverage
+
+    clock = iter([0.0, 0.5, 1.0, 1.25, 2.0, 2.875, 10.0, 12.0])
+    monkeypatch.setattr(coverage.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(coverage, "_REPEAT", [3])
+    calls = []
+    out, t = coverage._fastest(lambda: calls.append(1) or len(calls))
+    assert (out, t, len(calls)) == (2, 0.25, 3)         # 0.5, 0.25, 0.875 s: fastest kept
+    calls.clear()
+    out, t = coverage._fastest(lambda: calls.append(1) or len(calls))
+    assert (out, t, len(calls)) == (1, 2.0, 1)          # 2 s: not repeated
