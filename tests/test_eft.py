@@ -314,6 +314,20 @@ def test_no_fast_math_flags_in_ir():
             assert "llvm.fma.f64" in llvm, name
 
 
+def test_dot2_lanes_vectorise():
+    """Dot2's pairs are SIMD lanes (``_dot2_lanes``): LLVM's loop vectoriser turns the
+    TwoProduct into a *vector* FMA (Numba leaves the SLP vectoriser off, so the unrolled
+    scalar pairs it replaced stayed scalar), with no fast-math flag."""
+    d = eft._dot2_lanes
+    opts = {k: v for k, v in d.targetoptions.items() if k not in ("cache", "nopython")}
+    fresh = numba.njit(**opts)(d.py_func)
+    X = np.ones((3, 8))
+    fresh(X, X, np.zeros(8), np.zeros(8))
+    llvm = fresh.inspect_llvm(fresh.signatures[0])
+    assert re.search(r"llvm\.fma\.v\d+f64", llvm), "the lanes were not vectorised"
+    assert not _FAST_FLAGS.search(llvm)
+
+
 # --- Dot2 -----------------------------------------------------------------------------------
 
 def _check_dot2(x, y, exact, u):
@@ -439,6 +453,18 @@ def test_cb_mdot2_ill_conditioned(cond, parallel, monkeypatch):
     bound = dot2_bound(exact, ref.exact_dot(np.abs(V[0]), np.abs(w)), w.size, U[np.float64])
     if cond >= 1e20:
         assert err(native[0], exact) > bound
+
+
+@pytest.mark.parametrize("n", [31, 32, 33, 63, 64, 65, 97])
+def test_dot2_across_lane_boundaries(n):
+    """Lengths around multiples of the lane count: the vectorised body, the lanes' merge
+    and the scalar tail together stay within Dot2's bound on ill-conditioned data."""
+    assert eft._LANES == 32
+    rng = np.random.default_rng(n)
+    x, y, exact, _ = gen_dot(n, 1e28, rng)
+    _check_dot2(x, y, exact, U[np.float64])
+    assert err(eft.nrm2_compensated(x) ** 2, ref.exact_dot(x, x)) <= \
+        4 * Fraction(U[np.float64]) * ref.exact_dot(x, x)
 
 
 def test_dot2_small_lengths_exact():
