@@ -318,14 +318,18 @@ def test_dot2_lanes_vectorise():
     """Dot2's pairs are SIMD lanes (``_dot2_lanes``): LLVM's loop vectoriser turns the
     TwoProduct into a *vector* FMA (Numba leaves the SLP vectoriser off, so the unrolled
     scalar pairs it replaced stayed scalar), with no fast-math flag."""
-    d = eft._dot2_lanes
-    opts = {k: v for k, v in d.targetoptions.items() if k not in ("cache", "nopython")}
-    fresh = numba.njit(**opts)(d.py_func)
-    X = np.ones((3, 8))
-    fresh(X, X, np.zeros(8), np.zeros(8))
-    llvm = fresh.inspect_llvm(fresh.signatures[0])
-    assert re.search(r"llvm\.fma\.v\d+f64", llvm), "the lanes were not vectorised"
-    assert not _FAST_FLAGS.search(llvm)
+    x, X = np.ones(100), np.ones((3, 100))
+    # the lanes alone, and as the dot and the multi-dot use them (a fixed lane count there:
+    # LLVM must still vectorise rather than unroll the lanes' loop)
+    for name, args in (("_dot2_lanes", (X, X, np.zeros(100), np.zeros(100))),
+                       ("_dot2_ser", (x, x)), ("_mdot2_ser", (X, 3, x, np.zeros(3)))):
+        d = getattr(eft, name)
+        opts = {k: v for k, v in d.targetoptions.items() if k not in ("cache", "nopython")}
+        fresh = numba.njit(**opts)(d.py_func)
+        fresh(*args)
+        llvm = fresh.inspect_llvm(fresh.signatures[0])
+        assert re.search(r"llvm\.fma\.v\d+f64", llvm), f"{name}: the lanes were not vectorised"
+        assert not _FAST_FLAGS.search(llvm), name
 
 
 # --- Dot2 -----------------------------------------------------------------------------------
