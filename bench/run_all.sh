@@ -18,3 +18,5 @@ mpsolve bench --full --collection "$COLL" --precisions double mixed --preconds j
     --out bench/results/suitesparse
 # Solver.solve's per-call cost against PETSc's KSPSolve on the small SuiteSparse matrices
 python -m mpsolve.bench.bench_solver --collection "$COLL" --out bench/results/solver.md
+# issue 15: which compensated reduction of the eft preset moves the iteration count
+MPSOLVE_MATRIX_PATH="$COLL" MPSOLVE_TEST_COLLECTION="$COLL" python -m mpsolve.bench.bench_eft_ablation

@@ -263,3 +263,26 @@ def test_bench_solver_report_table():
     assert "| m | 10 | 28 | cg + jacobi (jacobi) | 5 / 5 | 4.000 | 2.000 | 1.000 | 2.00 | " \
            "2.00 | 50.0 | 25.0 | 2.00 |" in text
     assert "Solver.solve / KSPSolve **2.00**" in text and "ZeroPivotError" in text
+
+
+def test_eft_ablation_switch_reaches_both_ends():
+    """``bench_eft_ablation``'s role switch (issue 15's measurement): with no role
+    compensated a BiCGSTAB solve is the ``eft`` preset's with ``dot="native"``, with every
+    role it is the ``eft`` preset's (every reduction Dot2), on a system where the two take
+    different iteration counts -- so the roles in between are the switch's doing."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from mpsolve import Precision
+    from mpsolve.bench.bench_accuracy import int_convdiff
+    from mpsolve.bench.bench_eft_ablation import ROLES, Switch, run
+
+    A = int_convdiff(8, 1e7)
+    b = A @ np.arange(A.shape[0], dtype=float)
+    native_policy = replace(Precision.preset("eft"), name="eft-native", dot="native")
+    dot2 = run(A, b, "bicgstab", "eft", 1e-10).iterations
+    native = run(A, b, "bicgstab", native_policy, 1e-10).iterations
+    assert dot2 != native
+    assert run(A, b, "bicgstab", "eft", 1e-10, Switch(ROLES["bicgstab"])).iterations == dot2
+    assert run(A, b, "bicgstab", "eft", 1e-10, Switch(())).iterations == native
