@@ -18,5 +18,13 @@ mpsolve bench --full --collection "$COLL" --precisions double mixed --preconds j
     --out bench/results/suitesparse
 # Solver.solve's per-call cost against PETSc's KSPSolve on the small SuiteSparse matrices
 python -m mpsolve.bench.bench_solver --collection "$COLL" --out bench/results/solver.md
-# issue 15: which compensated reduction of the eft preset moves the iteration count
+# issue 15: the presets' accuracy where the solution is known exactly, and which compensated
+# reduction of the eft preset moves the iteration count
+MPSOLVE_MATRIX_PATH="$COLL" python -m mpsolve.bench.bench_accuracy
 MPSOLVE_MATRIX_PATH="$COLL" MPSOLVE_TEST_COLLECTION="$COLL" python -m mpsolve.bench.bench_eft_ablation
+# issue 10: Block-ISAI set-up against ILU(0), time to solution
+python -m mpsolve.bench.bench_setup
+# issue 12: coverage of auto against mpsolve's own best, PETSc's and SciPy's best
+python -m mpsolve.bench.coverage --collection "$COLL"
+# issue 13: the cost of the overflow-safe norms
+python -m mpsolve.bench.bench_safenorm
