@@ -133,6 +133,14 @@ CONTRACT = (
     Op("back_substitute", "back_substitute(H, g, k, y)",
        "y[:k] = R^-1 g[:k], R = H[:k, :k] upper triangular", keys=(("float64",),),
        complex=True),
+    # --- whole iterations in one call (small systems; kernels/fused.py's argument pack,
+    # from the launch plan of the op).  Host devices provide them; a solve elsewhere runs
+    # the Python body
+    Op("cg_loop", "cg_loop(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, hist, "
+       "state) -> (count, flag)", "at most min(maxiter, hist.size) PCG iterations of "
+       "mpsolve.krylov.cg's body (A and M as kernels/fused.py's programs; z is r without "
+       "M); hist[k] = ||r_k+1||; state = [r.z, resume]; flag 0 converged, 1 iterations "
+       "used up, -12/-14 breakdown", modes=_REDUCE, host=True),
     Op("range_scan", "range_scan(v, big, tiny) -> (bool, bool)",
        "(any |v_i| > big, any 0 < |v_i| < tiny): can demoting v overflow or flush?",
        host=True, complex=True),

@@ -1229,3 +1229,98 @@ def ref_dd_axpy(a, x, yh, yl):
         else:
             yh[i], yl[i] = _round_rest([float(yh[i]), float(yl[i]), float(pe[0][i]),
                                         float(pe[1][i])])
+
+
+# --- the compiled Krylov loops (kernels/fused.py's programs), composed of the ops above ----
+from . import fused as _fused  # noqa: E402
+
+
+@_reg_plan_pc("reference", "cg_loop")
+def ref_loop_plan(n, A, M, dtype, force=False):
+    """:func:`mpsolve.kernels.fused.pack`, at every size (the reference is serial)."""
+    return _fused.pack(A, M, dtype)
+
+
+def _ref_loop_ops(dtype, mode, A, amode, prog, P, pmode):
+    """``(ops, matvec_dot, psolve)`` of the reference device for a loop's arguments."""
+    from .primitives import bind_primitives
+
+    ops = bind_primitives("reference", dtype, mode, np)
+    _, ip, ix, data = A
+    acc = "acc32" if amode == _fused.ACC32 else "acc64"
+    spmv = _ref_spmv(acc)
+
+    def matvec_dot(x, y):
+        if amode == _fused.ACC64_DOT:
+            return ref_spmv_dot(None, ip, ix, data, x, y)
+        spmv(None, ip, ix, data, x, y)          # y = A x
+        return ops.dot(x, y)
+
+    ptr1, ind1, val1, ptr2, ind2, val2, d = P
+    pspmv = _ref_spmv("acc32" if pmode == _fused.ACC32 else "acc64")
+
+    def psolve(r, z, t):
+        if prog == _fused.P_DIAG:
+            ref_dmul(d, r, z)                   # z = d * r
+        elif prog == _fused.P_CSR:
+            pspmv(None, ptr1, ind1, val1, r, z)
+        elif prog == _fused.P_CSR2:
+            pspmv(None, ptr1, ind1, val1, r, t)
+            pspmv(None, ptr2, ind2, val2, t, z)
+        elif prog == _fused.P_ILU:
+            ref_ilu_sweeps(np.array([0, z.size]), ptr1, ind1, val1, ptr2, ind2, val2, d, r, z)
+
+    return ops, matvec_dot, (None if prog == _fused.P_NONE else psolve)
+
+
+def _ref_cg_loop(mode):
+    def cg_loop(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, hist, state):
+        """PCG as :func:`mpsolve.krylov.cg.cg_body`, from the reference device's ops; the
+        loop's contract (kernels/fused.py, kernels/primitives.py)."""
+        ops, matvec_dot, psolve = _ref_loop_ops(x.dtype, mode, A, amode, prog, P, pmode)
+        tiny = float(np.finfo(x.dtype).tiny)
+        maxiter = min(maxiter, hist.size)
+        if psolve is None:
+            z = r
+        if state[1] == 0:
+            if psolve is not None:
+                psolve(r, z, t)                 # z = M r
+            ops.copy(z, p)
+            rnorm = ops.nrm2(r)
+            rz = rnorm * rnorm if psolve is None else ops.dot(r, z)
+            if rnorm <= tol:
+                return 0, 0
+            if not (rz > 0 and math.isfinite(rz)):
+                return 0, (-14 if not math.isfinite(rz) else -12)
+        else:
+            rz = float(state[0])
+        for k in range(1, maxiter + 1):
+            pq = matvec_dot(p, q)               # q = A p; p . q
+            if tiny <= pq < math.inf:
+                alpha = rz / pq
+            else:
+                alpha = ops.dot_ratio(r, z, p, q)
+                if not (0 < alpha < math.inf):
+                    return k - 1, (-14 if math.isnan(alpha) else -12)
+            rnorm = ops.axpy2_nrm2(alpha, p, x, -alpha, q, r)
+            hist[k - 1] = rnorm
+            if not math.isfinite(rnorm):
+                return k, -14
+            if rnorm <= tol:
+                return k, 0
+            if psolve is None:
+                rz_new = rnorm * rnorm
+            else:
+                psolve(r, z, t)
+                rz_new = ops.dot(r, z)
+                if not (rz_new > 0):
+                    return k, (-14 if math.isnan(rz_new) else -12)
+            beta = rz_new / rz
+            rz = state[0] = rz_new
+            ops.xpay(z, beta, p)                # p = z + beta p
+        return maxiter, 1
+    return cg_loop
+
+
+_register("reference", "cg_loop", _VEC, mode="native")(_ref_cg_loop("native"))
+_register("reference", "cg_loop", _VEC, mode="compensated")(_ref_cg_loop("compensated"))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -35,13 +36,13 @@ from ._sparse import canonical_csr, check_matrix, dtype_check
 from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
 from .kernels.primitives import Primitives, bind_primitives
 from .kernels.safenorm import ldexp_array, norm
-from .kernels.registry import provides
+from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field
 from .precond.base import Preconditioner
 
 __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
-           "set_rhs", "system_for", "STAGNATION"]
+           "set_rhs", "system_for", "compiled_loop", "STAGNATION"]
 
 #: A stage stops replacing residuals (or refining) once the true residual fails to
 #: shrink by this factor: it has reached the accuracy floor of its precision.
@@ -448,6 +449,7 @@ class System:
     diverged: bool = False                    # a stage ended worse than it started
     matvec_dot: Optional[Callable] = None     # f(x, y) -> x . y after y = A x (fused or not)
     basis: Optional[np.dtype] = None          # GMRES's basis dtype (precision.basis realised)
+    loops: dict = field(default_factory=dict)  # compiled_loop's runners, by op
 
     @property
     def workspace(self) -> Workspace:
@@ -562,3 +564,84 @@ def system_for(problem: Problem, precision: Precision) -> System:
     got.b = demote(problem.b64, got.dtype, "b")   # FP64 working precision: b64 itself
     got.diverged = False
     return got
+
+
+# ------------------------------------------------------------------ compiled loops
+#: Iterations a compiled loop runs per call at most (its residual-history buffer).
+LOOP_CHUNK = 4096
+
+
+def compiled_loop(sys: System, op: str):
+    """A runner ``run(x, r, maxiter, tol, hist) -> (count, flag)`` of the whole iteration
+    ``op`` (``"cg_loop"``) in one kernel call, or ``None`` where the body's Python loop
+    runs.  Made once per System.
+
+    It applies where the device has the op for the working dtype and reduction mode, ``A``
+    is a stored CSR operator, the preconditioner has a fusable description
+    (:meth:`mpsolve.precond.base.Preconditioner.fusable`; a sparse-matrix ``M`` is one
+    CSR product) and the device's launch plan for the op accepts the sizes (the CPU: only
+    where every kernel of the Python loop is serial, so both give the same bits).  The
+    environment variable ``MPSOLVE_FUSED`` overrides: ``0`` never, ``1`` wherever the
+    op exists, whatever the size (read when the System first asks)."""
+    try:
+        return sys.loops[op]
+    except KeyError:
+        run = sys.loops[op] = _make_loop(sys, op)
+        return run
+
+
+def _make_loop(sys: System, op: str):
+    setting = os.environ.get("MPSOLVE_FUSED", "auto")
+    problem, precision, wdt = sys.problem, sys.precision, sys.dtype
+    device = problem.device
+    A = sys.A_op
+    if setting == "0" or problem.is_complex or wdt.kind != "f" \
+            or not isinstance(A, SparseOperator) \
+            or not provides(device, op, (wdt.name,), precision.dot):
+        return None
+    M = problem.M_user
+    mdtype = wdt
+    if M is None:
+        desc = None
+    elif isinstance(M, Preconditioner):
+        desc = M.fusable()
+        mdtype = M.storage_dtype
+    elif isinstance(sys.M_obj, SparseOperator):
+        Mo = sys.M_obj
+        desc = ("csr", ((Mo.indptr, Mo.indices, Mo.data),), Mo._mode)
+        mdtype = Mo.dtype
+    else:
+        return None
+    if M is not None and desc is None:
+        return None
+    fused_dot = precision.dot == "native" and A.bind_dot(wdt) is not None
+    plan = launch_plan(device, op, problem.n,
+                       (A.parts, A.indptr, A.indices, A.data, A._mode, fused_dot),
+                       desc, mdtype, setting == "1")
+    if plan is None:
+        return None
+    kern = lookup(device, op, (wdt.name,), precision.dot)
+    Ak, amode, prog, P, pmode = plan
+    ws, n = sys.workspace, problem.n
+    no_m = desc is None
+
+    def run(x, r, maxiter, tol, hist):
+        q = ws.get("q", n, wdt)
+        p = ws.get("p", n, wdt)
+        z = r if no_m else ws.get("z", n, wdt)
+        t = ws.get("loop_t", n, wdt)
+        buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
+        state = ws.get("loop_state", 2, _F64)
+        state[1] = 0.0
+        count = 0
+        while True:
+            c, flag = kern(Ak, amode, prog, P, pmode, x, r, q, z, p, t, maxiter - count, tol,
+                           buf, state)
+            if c:
+                hist.extend(buf[:c].tolist())
+            count += c
+            if flag != 1 or count >= maxiter:
+                return count, flag
+            state[1] = 1.0                     # go on from where the call stopped
+
+    return run

@@ -1,0 +1,212 @@
+"""The compiled Krylov loops (kernels/cpu/loops.py) against the Python bodies.
+
+For the same inputs the loop must give what the body's Python loop gives, bit for bit:
+the returned ``x``, the iteration count, ``info`` and the residual history.  Each case is
+solved twice, with ``MPSOLVE_FUSED=0`` (the Python loop) and ``MPSOLVE_FUSED=1`` (the
+compiled loop wherever it exists), and the two results compared with ``==`` on the bits;
+each case also checks that the compiled loop was the one that ran.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mpsolve
+from mpsolve._system import compiled_loop, make_problem, make_system
+from mpsolve.kernels import lookup
+from mpsolve.matrices import poisson2d
+from mpsolve.precision import as_precision
+from mpsolve.precond import ILU0, ISAI, Jacobi
+
+
+def _spd_random(n, seed):
+    rng = np.random.default_rng(seed)
+    B = sp.random(n, n, density=4.0 / n, random_state=rng, format="csr")
+    S = (B + B.T).tocsr()
+    d = np.abs(S).sum(axis=1).A1 + rng.uniform(0.1, 1.0, n)
+    return (S + sp.diags(d)).tocsr()
+
+
+def _indefinite(n):
+    A = poisson2d(int(np.sqrt(n))).tolil()
+    A[3, 3] = -50.0                      # a negative curvature direction: CG's -12
+    return A.tocsr()
+
+
+_A = {
+    "poisson": poisson2d(12),
+    "spd-random": _spd_random(150, 1),
+    "poisson-f32": poisson2d(10).astype(np.float32),
+    "huge": poisson2d(8) * 1e300,        # p.Ap overflows: alpha from scaled vectors
+    "tiny": poisson2d(8) * 1e-300,       # p.Ap subnormal: the same path
+}
+
+_M = {
+    "none": lambda: None,
+    "jacobi": lambda: Jacobi(),
+    "jacobi64": lambda: Jacobi(dtype="float64"),
+    "ilu0": lambda: ILU0(),
+    "isai-spd": lambda: ISAI(variant="spd"),          # two CSR products, FP32 row sums
+    "isai-general": lambda: ISAI(variant="general", accumulate="float64"),
+    "matrix": "matrix",                               # M as a sparse matrix
+}
+
+_POLICIES = ("double", "single", "mixed", "eft", "mixed-eft")
+
+
+def _solve(monkeypatch, fused, A, b, M, policy, **kw):
+    monkeypatch.setenv("MPSOLVE_FUSED", fused)
+    if M == "matrix":
+        M = sp.diags(1.0 / A.diagonal()).tocsr()
+    else:
+        M = M()
+    return mpsolve.solve(A, b, method="cg", precond=M, precision=policy, escalate=False,
+                         **kw)
+
+
+def _same(r0, r1):
+    assert r1.iterations == r0.iterations
+    assert r1.info == r0.info
+    assert r1.x.dtype == r0.x.dtype
+    assert np.array_equal(r1.x.view(np.uint8), r0.x.view(np.uint8)), \
+        f"x differs in {np.sum(r1.x != r0.x)} entries"
+    assert np.array_equal(r1.residuals, r0.residuals, equal_nan=True)
+    assert r1.true_residual == r0.true_residual or (np.isnan(r1.true_residual)
+                                                    and np.isnan(r0.true_residual))
+
+
+def _loop_runs(A, b, M, policy):
+    """The compiled loop exists for this solve's System (MPSOLVE_FUSED=1 is set)."""
+    if M == "matrix":
+        M = sp.diags(1.0 / A.diagonal()).tocsr()
+    else:
+        M = M()
+    problem = make_problem(A, b, M=M)
+    sys = make_system(problem, as_precision(policy, problem.data_dtype))
+    return compiled_loop(sys, "cg_loop") is not None
+
+
+def _cases():
+    for an in _A:
+        for mn in _M:
+            for pol in _POLICIES:
+                if an in ("huge", "tiny") and (pol in ("single", "mixed", "mixed-eft")
+                                               or mn not in ("none", "jacobi64")):
+                    continue                 # FP32 copies of these do not fit
+                yield pytest.param(an, mn, pol, id=f"{an}-{mn}-{pol}")
+
+
+@pytest.mark.parametrize("an,mn,pol", list(_cases()))
+def test_cg_loop_bit_for_bit(monkeypatch, an, mn, pol):
+    A = _A[an]
+    n = A.shape[0]
+    b = A @ np.linspace(1.0, 2.0, n).astype(A.dtype)
+    r0 = _solve(monkeypatch, "0", A, b, _M[mn], pol, rtol=1e-9)
+    r1 = _solve(monkeypatch, "1", A, b, _M[mn], pol, rtol=1e-9)
+    assert _loop_runs(A, b, _M[mn], pol)
+    assert r0.iterations > 0
+    _same(r0, r1)
+
+
+@pytest.mark.parametrize("mn", ["none", "jacobi", "ilu0", "isai-spd"])
+def test_cg_loop_breakdown_maxiter_and_zero_iterations(monkeypatch, mn):
+    """Indefinite A (CG's -12), maxiter reached (info > 0), x0 the solution (0 iterations)."""
+    A = _indefinite(144)
+    b = A @ np.ones(144)
+    rs = [_solve(monkeypatch, f, A, b, _M[mn], "double", rtol=1e-10) for f in "01"]
+    _same(*rs)
+    P = poisson2d(12)
+    bp = P @ np.ones(144)
+    rs = [_solve(monkeypatch, f, P, bp, _M[mn], "double", rtol=1e-12, maxiter=5) for f in "01"]
+    assert rs[0].info == 5
+    _same(*rs)
+    x = np.linalg.solve(P.toarray(), bp)
+    rs = [_solve(monkeypatch, f, P, bp, _M[mn], "double", x0=x, rtol=1e-8) for f in "01"]
+    assert rs[0].iterations == 0 and rs[0].info == 0
+    _same(*rs)
+
+
+def test_cg_loop_breakdown_code():
+    A = _indefinite(144)
+    res = mpsolve.solve(A, A @ np.ones(144), method="cg", precond=None, precision="double",
+                        escalate=False, rtol=1e-10)
+    assert res.info == -12
+
+
+def test_cg_loop_runs_on_in_chunks(monkeypatch):
+    """More iterations than one call's history buffer: the loop goes on from its state."""
+    import mpsolve._system as system
+
+    monkeypatch.setattr(system, "LOOP_CHUNK", 7)
+    A = poisson2d(16)
+    b = A @ np.ones(256)
+    rs = [_solve(monkeypatch, f, A, b, _M["none"], "double", rtol=1e-10) for f in "01"]
+    assert rs[0].iterations > 20
+    _same(*rs)
+
+
+def test_auto_setting_uses_the_loop_only_below_the_parallel_size(monkeypatch):
+    """``MPSOLVE_FUSED`` unset: the loop for a small system, the Python loop where a kernel
+    would run its parallel form; 0: never."""
+    from mpsolve.kernels.registry import launch_plan
+
+    monkeypatch.delenv("MPSOLVE_FUSED", raising=False)
+    A = poisson2d(10)
+    b = A @ np.ones(100)
+    assert _loop_runs(A, b, _M["jacobi"], "mixed")
+    big = np.array([0, 1 << 20])
+    assert launch_plan("cpu", "cg_loop", 1 << 20, (big, None, None, None, "acc64", True),
+                       None, np.float64) is None
+    monkeypatch.setenv("MPSOLVE_FUSED", "0")
+    assert not _loop_runs(A, b, _M["jacobi"], "mixed")
+
+
+def test_no_loop_with_a_callback_or_unfusable_preconditioner(monkeypatch):
+    monkeypatch.setenv("MPSOLVE_FUSED", "1")
+    A = poisson2d(10)
+    b = A @ np.ones(100)
+    seen = []
+    res = mpsolve.solve(A, b, method="cg", precond="jacobi", callback=seen.append,
+                        precision="double")
+    assert len(seen) == res.iterations > 0        # the Python body ran: it called back
+    assert not _loop_runs(A, b, lambda: ILU0(blocks=2), "double")
+
+
+@pytest.mark.parametrize("mode", ["native", "compensated"])
+@pytest.mark.parametrize("mn", ["none", "jacobi", "ilu0", "isai-spd", "isai-general"])
+def test_cg_loop_kernel_matches_reference(mode, mn):
+    """The cpu kernel against the reference device's composition of its own ops, on the
+    same packed arguments: iteration counts and flags equal, x and histories close."""
+    A = _spd_random(120, 3)
+    n = A.shape[0]
+    b = A @ np.ones(n)
+    M = _M[mn]()
+    problem = make_problem(A, b, M=M)
+    sys = make_system(problem, as_precision("double", problem.data_dtype))
+    Aop = sys.A_op
+    desc = None if M is None else M.fusable()
+    from mpsolve.kernels.registry import launch_plan
+
+    out = []
+    for dev in ("cpu", "reference"):
+        plan = launch_plan(dev, "cg_loop", n, (Aop.parts, Aop.indptr, Aop.indices, Aop.data,
+                                               "acc64", mode == "native"),
+                           desc, np.float64 if M is None else M.storage_dtype, True)
+        Ak, amode, prog, P, pmode = plan
+        x = np.zeros(n)
+        r = b.copy()
+        q, p, t = np.empty(n), np.empty(n), np.empty(n)
+        z = r if prog == 0 else np.empty(n)
+        hist = np.zeros(500)
+        state = np.zeros(2)
+        c, f = lookup(dev, "cg_loop", ("float64",), mode)(Ak, amode, prog, P, pmode, x, r, q,
+                                                          z, p, t, 500, 1e-10, hist, state)
+        out.append((c, f, x, hist[:c]))
+    (c0, f0, x0, h0), (c1, f1, x1, h1) = out
+    assert f0 == f1 == 0
+    assert abs(c0 - c1) <= 1
+    m = min(c0, c1)
+    np.testing.assert_allclose(h0[:m], h1[:m], rtol=1e-6, atol=1e-10 * h0[0])   # rounding noise
+    np.testing.assert_allclose(x0, x1, rtol=1e-8)
+    np.testing.assert_allclose(A @ x0, b, rtol=0, atol=1e-8 * np.linalg.norm(b))
