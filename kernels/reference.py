@@ -1235,6 +1235,7 @@ def ref_dd_axpy(a, x, yh, yl):
 from . import fused as _fused  # noqa: E402
 
 
+@_reg_plan_pc("reference", "gmres_arnoldi")
 @_reg_plan_pc("reference", "cg_loop")
 def ref_loop_plan(n, A, M, dtype, force=False):
     """:func:`mpsolve.kernels.fused.pack`, at every size (the reference is serial)."""
@@ -1324,3 +1325,61 @@ def _ref_cg_loop(mode):
 
 _register("reference", "cg_loop", _VEC, mode="native")(_ref_cg_loop("native"))
 _register("reference", "cg_loop", _VEC, mode="compensated")(_ref_cg_loop("compensated"))
+
+
+def _ref_gmres_arnoldi(mode):
+    def gmres_arnoldi(A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol, target,
+                      floor, max_steps, ratio, eps, reorth, hist):
+        """GMRES's inner steps as :func:`mpsolve.krylov.gmres.gmres_body` runs them, from
+        the reference device's ops; the contract of kernels/primitives.py."""
+        ops, _, psolve = _ref_loop_ops(V.dtype, mode, A, amode, prog, P, pmode)
+        _, ip, ix, data = A
+        spmv = _ref_spmv("acc32" if amode == _fused.ACC32 else "acc64")
+
+        def matvec(x, y):
+            spmv(None, ip, ix, data, x, y)      # y = A x
+
+        m = H.shape[1]
+        est = wnorm_in = 0.0
+        happy = False
+        steps = 0
+        for j in range(m):
+            w = V[j + 1]
+            if side == 1:
+                matvec(V[j], u)
+                psolve(u, w, t)                 # w = M A v_j
+            elif side == 2:
+                psolve(V[j], Z[j], t)           # z_j = M v_j
+                matvec(Z[j], w)
+            else:
+                matvec(V[j], w)
+            ops.mdot(V, j + 1, w, hcol)
+            wnorm0 = wnorm_in = ops.nrm2(w)
+            for ps in range(2):
+                if ps:
+                    ops.mdot(V, j + 1, w, hcol)
+                ops.maxpy(V, j + 1, hcol, w)    # w -= sum_i h_i v_i
+                wnorm = ops.nrm2(w)
+                H[: j + 1, j] += hcol[: j + 1]
+                if wnorm > reorth * wnorm0:
+                    break
+                wnorm0 = wnorm
+            H[j + 1, j] = wnorm
+            if not math.isfinite(wnorm):
+                return steps, happy, est, wnorm_in, -14
+            est = ops.givens(H, cs, sn, g, j)
+            hist[steps] = est * ratio
+            steps += 1
+            if wnorm <= eps * wnorm_in or wnorm == 0.0:
+                happy = True
+                break
+            ops.scal(1.0 / wnorm, w)            # v_{j+1} = w / ||w||
+            if est <= target or est <= floor or steps == max_steps:
+                break
+        return steps, happy, est, wnorm_in, 0
+    return gmres_arnoldi
+
+
+_register("reference", "gmres_arnoldi", _VEC, mode="native")(_ref_gmres_arnoldi("native"))
+_register("reference", "gmres_arnoldi", _VEC, mode="compensated")(
+    _ref_gmres_arnoldi("compensated"))

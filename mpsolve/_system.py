@@ -572,9 +572,10 @@ LOOP_CHUNK = 4096
 
 
 def compiled_loop(sys: System, op: str):
-    """A runner ``run(x, r, maxiter, tol, hist) -> (count, flag)`` of the whole iteration
-    ``op`` (``"cg_loop"``) in one kernel call, or ``None`` where the body's Python loop
-    runs.  Made once per System.
+    """A runner of the compiled loop ``op``, or ``None`` where the body's Python loop
+    runs; made once per System.  ``"cg_loop"``: ``run(x, r, maxiter, tol, hist) -> (count,
+    flag)``, CG's whole iteration; ``"gmres_arnoldi"``: the inner steps of one GMRES
+    cycle (:func:`_arnoldi_runner`).
 
     It applies where the device has the op for the working dtype and reduction mode, ``A``
     is a stored CSR operator, the preconditioner has a fusable description
@@ -614,16 +615,20 @@ def _make_loop(sys: System, op: str):
         return None
     if M is not None and desc is None:
         return None
-    fused_dot = precision.dot == "native" and A.bind_dot(wdt) is not None
+    # CG's p . Ap comes from the fused product where the System's matvec_dot is fused
+    fused_dot = op == "cg_loop" and precision.dot == "native" and A.bind_dot(wdt) is not None
     plan = launch_plan(device, op, problem.n,
                        (A.parts, A.indptr, A.indices, A.data, A._mode, fused_dot),
                        desc, mdtype, setting == "1")
     if plan is None:
         return None
     kern = lookup(device, op, (wdt.name,), precision.dot)
+    make = _cg_runner if op == "cg_loop" else _arnoldi_runner
+    return make(kern, plan, sys.workspace, problem.n, wdt, desc is None)
+
+
+def _cg_runner(kern, plan, ws, n, wdt, no_m):
     Ak, amode, prog, P, pmode = plan
-    ws, n = sys.workspace, problem.n
-    no_m = desc is None
 
     def run(x, r, maxiter, tol, hist):
         q = ws.get("q", n, wdt)
@@ -643,5 +648,25 @@ def _make_loop(sys: System, op: str):
             if flag != 1 or count >= maxiter:
                 return count, flag
             state[1] = 1.0                     # go on from where the call stopped
+
+    return run
+
+
+def _arnoldi_runner(kern, plan, ws, n, wdt, no_m):
+    Ak, amode, prog, P, pmode = plan
+
+    def run(side, V, Z, u, H, cs, sn, g, hcol, target, floor, max_steps, ratio, eps, reorth,
+            hist):
+        """One cycle's inner steps (``gmres_arnoldi``); ``side`` 0 none, 1 left, 2 right.
+        Returns ``(steps, happy, est, wnorm_in, flag)``, the estimates appended to
+        ``hist``."""
+        t = ws.get("loop_t", n, wdt)
+        buf = ws.get("loop_hist", max(LOOP_CHUNK, H.shape[1]), _F64)
+        steps, happy, est, wnorm_in, flag = kern(
+            Ak, amode, prog, P, pmode, side, V, V if Z is None else Z, u, t, H, cs, sn, g,
+            hcol, target, floor, max_steps, ratio, eps, reorth, buf)
+        if steps:
+            hist.extend(buf[:steps].tolist())
+        return steps, happy, est, wnorm_in, flag
 
     return run

@@ -210,3 +210,131 @@ def test_cg_loop_kernel_matches_reference(mode, mn):
     np.testing.assert_allclose(h0[:m], h1[:m], rtol=1e-6, atol=1e-10 * h0[0])   # rounding noise
     np.testing.assert_allclose(x0, x1, rtol=1e-8)
     np.testing.assert_allclose(A @ x0, b, rtol=0, atol=1e-8 * np.linalg.norm(b))
+
+
+# ------------------------------------------------------------------ GMRES
+from mpsolve.matrices import convection_diffusion2d  # noqa: E402
+
+_NS = {
+    "convdiff": convection_diffusion2d(12),
+    "poisson": poisson2d(10),
+    "few-eigenvalues": sp.diags(np.tile([1.0, 2.0, 5.0], 30)).tocsr(),  # happy breakdown
+}
+_NSM = {
+    "none": lambda: None,
+    "jacobi": lambda: Jacobi(),
+    "ilu0": lambda: ILU0(),
+    "isai-general": lambda: ISAI(variant="general"),
+    "isai-right": lambda: ISAI(variant="right", accumulate="float64"),
+    "matrix": "matrix",
+}
+
+
+def _gmres(monkeypatch, fused, A, b, M, policy, side, **kw):
+    monkeypatch.setenv("MPSOLVE_FUSED", fused)
+    M = sp.diags(1.0 / A.diagonal()).tocsr() if M == "matrix" else M()
+    return mpsolve.solve(A, b, method="gmres", precond=M, precision=policy, escalate=False,
+                         side=side, **kw)
+
+
+def _arnoldi_runs(A, b, M, policy, side):
+    M = sp.diags(1.0 / A.diagonal()).tocsr() if M == "matrix" else M()
+    problem = make_problem(A, b, M=M, precond_side=side)
+    sys = make_system(problem, as_precision(policy, problem.data_dtype))
+    return compiled_loop(sys, "gmres_arnoldi") is not None
+
+
+def _gmres_cases():
+    for an in _NS:
+        for mn in _NSM:
+            for pol in _POLICIES:
+                for side in ("left", "right"):
+                    if an == "few-eigenvalues" and (mn != "none" or side == "right"):
+                        continue
+                    yield pytest.param(an, mn, pol, side, id=f"{an}-{mn}-{pol}-{side}")
+
+
+@pytest.mark.parametrize("an,mn,pol,side", list(_gmres_cases()))
+def test_gmres_arnoldi_bit_for_bit(monkeypatch, an, mn, pol, side):
+    A = _NS[an]
+    n = A.shape[0]
+    b = A @ np.linspace(1.0, 2.0, n)
+    rs = [_gmres(monkeypatch, f, A, b, _NSM[mn], pol, side, rtol=1e-9, restart=8)
+          for f in "01"]
+    assert _arnoldi_runs(A, b, _NSM[mn], pol, side)
+    assert rs[0].iterations > 0
+    assert rs[0].restarts == rs[1].restarts
+    _same(*rs)
+
+
+@pytest.mark.parametrize("mn", ["none", "ilu0"])
+def test_gmres_arnoldi_maxiter_and_zero_iterations(monkeypatch, mn):
+    A = _NS["convdiff"]
+    n = A.shape[0]
+    b = A @ np.ones(n)
+    rs = [_gmres(monkeypatch, f, A, b, _NSM[mn], "double", "left", rtol=1e-14, restart=5,
+                 maxiter=3) for f in "01"]
+    assert rs[0].info > 0
+    _same(*rs)
+    x = np.linalg.solve(A.toarray(), b)
+    rs = [_gmres(monkeypatch, f, A, b, _NSM[mn], "double", "left", x0=x, rtol=1e-8)
+          for f in "01"]
+    assert rs[0].iterations == 0
+    _same(*rs)
+
+
+def test_no_arnoldi_loop_for_a_compressed_basis(monkeypatch):
+    """CB-GMRES keeps its Python loop (its rows are FP32 under FP64 vectors); so does a
+    callback."""
+    monkeypatch.setenv("MPSOLVE_FUSED", "1")
+    A = _NS["convdiff"]
+    b = A @ np.ones(A.shape[0])
+    rs = [_gmres(monkeypatch, f, A, b, _NSM["jacobi"], "mixed-cb", "left", rtol=1e-8)
+          for f in "01"]
+    _same(*rs)
+    seen = []
+    res = mpsolve.solve(A, b, method="gmres", precond="jacobi", callback=seen.append,
+                        precision="double")
+    assert len(seen) > 0 and res.info == 0
+
+
+@pytest.mark.parametrize("mode", ["native", "compensated"])
+@pytest.mark.parametrize("mn,side", [("none", 0), ("ilu0", 1), ("isai-general", 1),
+                                     ("jacobi", 2)])
+def test_gmres_arnoldi_kernel_matches_reference(mode, mn, side):
+    """One cycle's inner steps, cpu kernel against the reference device's composition:
+    the same number of steps, the Hessenberg matrix and estimates close."""
+    from mpsolve.kernels.registry import launch_plan
+
+    A = convection_diffusion2d(10)
+    n, m = A.shape[0], 12
+    M = _NSM[mn]()
+    problem = make_problem(A, np.ones(n), M=M)
+    sys = make_system(problem, as_precision("double", problem.data_dtype))
+    Aop = sys.A_op
+    desc = None if M is None else M.fusable()
+    out = []
+    for dev in ("cpu", "reference"):
+        plan = launch_plan(dev, "gmres_arnoldi", n, (Aop.parts, Aop.indptr, Aop.indices,
+                                                     Aop.data, "acc64", False),
+                           desc, np.float64 if M is None else M.storage_dtype, True)
+        Ak, amode, prog, P, pmode = plan
+        V = np.zeros((m + 1, n))
+        V[0] = np.linspace(1.0, 2.0, n)
+        V[0] /= np.linalg.norm(V[0])
+        Z = np.zeros((m, n))
+        H = np.zeros((m + 1, m))
+        cs, sn, g, hcol = np.zeros(m), np.zeros(m), np.zeros(m + 1), np.zeros(m + 1)
+        g[0] = 1.0
+        hist = np.zeros(m)
+        res = lookup(dev, "gmres_arnoldi", ("float64",), mode)(
+            Ak, amode, prog, P, pmode, side, V, Z, np.empty(n), np.empty(n), H, cs, sn, g,
+            hcol, 1e-10, 0.0, -1, 1.0, float(np.finfo(float).eps), 1e-3, hist)
+        out.append((res, H, hist))
+    (r0, H0, h0), (r1, H1, h1) = out
+    assert r0[0] == r1[0] == m and r0[1] == r1[1] and r0[4] == r1[4] == 0
+    # the kernels sum in other orders (and an FP32 preconditioner rounds its output to
+    # FP32); twelve Arnoldi steps amplify the difference in the late columns
+    tol = 1e-4 if M is not None and M.storage_dtype == np.float32 else 1e-6
+    np.testing.assert_allclose(H0, H1, rtol=tol, atol=tol * 1e-2)
+    np.testing.assert_allclose(h0, h1, rtol=tol * 10)

@@ -38,17 +38,21 @@ from numba import njit
 from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_NONE, pack
 from ..registry import register, register_plan
 from ._config import JIT, PARALLEL_MIN
-from .blas1 import _axpy2_nrm2_ser, _axpy2_ser, _copy_ser, _dmul_ser, _dot_ser, _xpay_ser
-from .eft import _dot2_ser, _nrm2_ser
+from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _copy_ser, _dmul_ser, _dot_ser, _maxpy_ser,
+                    _mdot_ser, _scal_ser, _xpay_ser)
+from .eft import _dot2_ser, _mdot2_ser, _nrm2_ser
+from .hessenberg import _rotate
 from .ilu import _ilu_solve
 from .spmv import _csr_acc32_ser, _csr_acc64_dot_ser, _csr_acc64_ser
 
-__all__ = ["loop_plan", "cg_loop_native", "cg_loop_compensated"]
+__all__ = ["loop_plan", "cg_loop_native", "cg_loop_compensated", "gmres_arnoldi_native",
+           "gmres_arnoldi_compensated"]
 
 #: Reduction modes.
 _NATIVE, _COMPENSATED = 0, 1
 
 
+@register_plan("cpu", "gmres_arnoldi")
 @register_plan("cpu", "cg_loop")
 def loop_plan(n, A, M, dtype, force=False):
     """The argument pack of :func:`mpsolve.kernels.fused.pack`, or ``None`` where a loop
@@ -302,3 +306,92 @@ def cg_loop_compensated(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol
     c, f = _cg(_COMPENSATED, _consts(x.dtype), A, amode, prog, P, pmode, x, r, q, z, p, t,
                min(maxiter, hist.size), tol, hist, state)
     return int(c), int(f)
+
+
+# ------------------------------------------------------------------ GMRES
+@njit(**JIT)
+def _mdot(mode, V, k, w, out):
+    if mode == _NATIVE:
+        _mdot_ser(V, k, w, out)
+    else:
+        _mdot2_ser(V, k, w, out)
+
+
+@njit(**JIT)
+def _arnoldi(dmode, consts, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol,
+             target, floor, max_steps, ratio, eps, reorth, hist):
+    """The inner steps of one GMRES(m) cycle as :func:`mpsolve.krylov.gmres.gmres_body`
+    runs them (an FP64 or FP32 basis in the working dtype; CGS2; Givens), from ``V[0]``
+    already normalised.  ``side``: 0 none, 1 left (``w = M A v_j``), 2 right (``z_j = M
+    v_j``, ``w = A z_j``).  Stops after ``m`` steps, a happy breakdown, ``est <= target``,
+    ``est <= floor`` or ``max_steps`` steps (``-1``: no cap).  Returns ``(steps, happy,
+    est, wnorm_in, flag)``: ``hist[:steps]`` the estimates times ``ratio``; flag -14 when
+    ``||w||`` is not finite (that step not counted)."""
+    tiny, lo, step = consts
+    parts, ptr, ind, val = A
+    m = H.shape[1]
+    est = 0.0
+    wnorm_in = 0.0
+    happy = False
+    steps = 0
+    for j in range(m):
+        w = V[j + 1]
+        if side == 1:
+            _csr(amode, parts, ptr, ind, val, V[j], u)          # u = A v_j
+            _psolve(prog, pmode, P, u, w, t)                  # w = M A v_j
+        elif side == 2:
+            _psolve(prog, pmode, P, V[j], Z[j], t)            # z_j = M v_j
+            _csr(amode, parts, ptr, ind, val, Z[j], w)        # w = A z_j
+        else:
+            _csr(amode, parts, ptr, ind, val, V[j], w)        # w = A v_j
+        _mdot(dmode, V, j + 1, w, hcol)                       # h_i = v_i . w
+        wnorm = _nrm2(dmode, w, lo, step)
+        wnorm0 = wnorm_in = wnorm
+        for ps in range(2):                                   # CGS2
+            if ps:
+                _mdot(dmode, V, j + 1, w, hcol)
+            _maxpy_ser(V, j + 1, hcol, w)                     # w -= sum_i h_i v_i
+            wnorm = _nrm2(dmode, w, lo, step)
+            for i in range(j + 1):
+                H[i, j] += hcol[i]
+            if wnorm > reorth * wnorm0:
+                break
+            wnorm0 = wnorm
+        H[j + 1, j] = wnorm
+        if not math.isfinite(wnorm):
+            return steps, happy, est, wnorm_in, -14
+        est = _rotate(H, cs, sn, g, j)                        # Givens: H[:, j] -> R
+        hist[steps] = est * ratio
+        steps += 1
+        if wnorm <= eps * wnorm_in or wnorm == 0.0:
+            happy = True
+            break
+        _scal_ser(1.0 / wnorm, w)                             # v_{j+1} = w / ||w||
+        if est <= target or est <= floor or steps == max_steps:
+            break
+    return steps, happy, est, wnorm_in, 0
+
+
+def _arnoldi_call(dmode, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol,
+                  target, floor, max_steps, ratio, eps, reorth, hist):
+    s, h, e, wi, f = _arnoldi(dmode, _consts(V.dtype), A, amode, prog, P, pmode, side, V, Z,
+                              u, t, H, cs, sn, g, hcol, target, floor, max_steps, ratio, eps,
+                              reorth, hist)
+    return int(s), bool(h), float(e), float(wi), int(f)
+
+
+@register("cpu", "gmres_arnoldi", _LOOP_KEYS, mode="native")
+def gmres_arnoldi_native(A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol,
+                         target, floor, max_steps, ratio, eps, reorth, hist):
+    """One GMRES cycle's inner steps in one call, native reductions (:func:`_arnoldi`).
+    Returns ``(steps, happy, est, wnorm_in, flag)``."""
+    return _arnoldi_call(_NATIVE, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g,
+                         hcol, target, floor, max_steps, ratio, eps, reorth, hist)
+
+
+@register("cpu", "gmres_arnoldi", _LOOP_KEYS, mode="compensated")
+def gmres_arnoldi_compensated(A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol,
+                              target, floor, max_steps, ratio, eps, reorth, hist):
+    """:func:`gmres_arnoldi_native` with Dot2 coefficients and norms."""
+    return _arnoldi_call(_COMPENSATED, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn,
+                         g, hcol, target, floor, max_steps, ratio, eps, reorth, hist)
