@@ -1235,6 +1235,7 @@ def ref_dd_axpy(a, x, yh, yl):
 from . import fused as _fused  # noqa: E402
 
 
+@_reg_plan_pc("reference", "bicgstab_loop")
 @_reg_plan_pc("reference", "gmres_arnoldi")
 @_reg_plan_pc("reference", "cg_loop")
 def ref_loop_plan(n, A, M, dtype, force=False):
@@ -1383,3 +1384,87 @@ def _ref_gmres_arnoldi(mode):
 _register("reference", "gmres_arnoldi", _VEC, mode="native")(_ref_gmres_arnoldi("native"))
 _register("reference", "gmres_arnoldi", _VEC, mode="compensated")(
     _ref_gmres_arnoldi("compensated"))
+
+
+def _ref_bicgstab_loop(mode):
+    def bicgstab_loop(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w, maxiter, tol,
+                      hist, state):
+        """BiCGSTAB as :func:`mpsolve.krylov.bicgstab.bicgstab_body`, from the reference
+        device's ops; the contract of kernels/primitives.py."""
+        ops, _, psolve = _ref_loop_ops(x.dtype, mode, A, amode, prog, P, pmode)
+        _, ip, ix, data = A
+        spmv = _ref_spmv("acc32" if amode == _fused.ACC32 else "acc64")
+        eps = float(np.finfo(x.dtype).eps)
+        tiny = float(np.finfo(x.dtype).tiny)
+        rhotol = eps * eps
+        maxiter = min(maxiter, hist.size)
+        if psolve is None:
+            ph, sh = p, s
+        first = state[3] == 0
+        if first:
+            ops.copy(r, r0)
+            r0nrm = rnorm = ops.nrm2(r0)
+            if rnorm <= tol:
+                return 0, 0
+            rho_old = alpha = omega = 1.0
+        else:
+            rho_old, alpha, omega, _, r0nrm, rnorm = (float(c) for c in state)
+        for k in range(1, maxiter + 1):
+            rho = ops.dot(r0, r)
+            if not math.isfinite(rho):
+                return k - 1, -14
+            if abs(rho) <= rhotol * r0nrm * rnorm:
+                return k - 1, -10
+            if k == 1 and first:
+                ops.copy(r, p)
+            else:
+                ops.bicg_dir(r, (rho / rho_old) * (alpha / omega), omega, v, p)
+            if psolve is not None:
+                psolve(p, ph, w)                # p^ = M p
+            spmv(None, ip, ix, data, ph, v)     # v = A p^
+            r0v = ops.dot(r0, v)
+            if r0v == 0.0:
+                return k - 1, -10
+            if tiny <= abs(r0v) < math.inf:
+                alpha = rho / r0v
+            else:
+                alpha = ops.dot_ratio(r0, r, r0, v)
+                if not math.isfinite(alpha):
+                    return k - 1, -14
+            ops.waxpy(-alpha, v, r, s)          # s = r - alpha v
+            snorm = ops.nrm2(s)
+            if snorm <= tol:
+                ops.axpy(alpha, ph, x)
+                ops.copy(s, r)
+                hist[k - 1] = snorm
+                return k, 0
+            if psolve is not None:
+                psolve(s, sh, w)                # s^ = M s
+            spmv(None, ip, ix, data, sh, t)     # t = A s^
+            tt = ops.dot(t, t)
+            ts = ops.dot(t, s)
+            if tiny <= tt < math.inf and abs(ts) < math.inf:
+                omega = ts / tt
+            else:
+                omega = ops.dot_ratio(t, s, t, t)
+                if not math.isfinite(omega):
+                    return k - 1, (-11 if tt == 0.0 else -14)
+            if omega == 0.0:
+                return k - 1, -11
+            ops.axpy2(alpha, ph, x, omega, sh, x)
+            ops.waxpy(-omega, t, s, r)          # r = s - omega t
+            rnorm = ops.nrm2(r)
+            hist[k - 1] = rnorm
+            if not math.isfinite(rnorm):
+                return k, -14
+            if rnorm <= tol:
+                return k, 0
+            rho_old = rho
+            state[:] = (rho_old, alpha, omega, state[3], r0nrm, rnorm)
+        return maxiter, 1
+    return bicgstab_loop
+
+
+_register("reference", "bicgstab_loop", _VEC, mode="native")(_ref_bicgstab_loop("native"))
+_register("reference", "bicgstab_loop", _VEC, mode="compensated")(
+    _ref_bicgstab_loop("compensated"))

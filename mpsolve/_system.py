@@ -574,8 +574,8 @@ LOOP_CHUNK = 4096
 def compiled_loop(sys: System, op: str):
     """A runner of the compiled loop ``op``, or ``None`` where the body's Python loop
     runs; made once per System.  ``"cg_loop"``: ``run(x, r, maxiter, tol, hist) -> (count,
-    flag)``, CG's whole iteration; ``"gmres_arnoldi"``: the inner steps of one GMRES
-    cycle (:func:`_arnoldi_runner`).
+    flag)``, CG's whole iteration, ``"bicgstab_loop"`` the same for BiCGSTAB;
+    ``"gmres_arnoldi"``: the inner steps of one GMRES cycle (:func:`_arnoldi_runner`).
 
     It applies where the device has the op for the working dtype and reduction mode, ``A``
     is a stored CSR operator, the preconditioner has a fusable description
@@ -623,7 +623,8 @@ def _make_loop(sys: System, op: str):
     if plan is None:
         return None
     kern = lookup(device, op, (wdt.name,), precision.dot)
-    make = _cg_runner if op == "cg_loop" else _arnoldi_runner
+    make = {"cg_loop": _cg_runner, "gmres_arnoldi": _arnoldi_runner,
+            "bicgstab_loop": _bicgstab_runner}[op]
     return make(kern, plan, sys.workspace, problem.n, wdt, desc is None)
 
 
@@ -668,5 +669,33 @@ def _arnoldi_runner(kern, plan, ws, n, wdt, no_m):
         if steps:
             hist.extend(buf[:steps].tolist())
         return steps, happy, est, wnorm_in, flag
+
+    return run
+
+
+def _bicgstab_runner(kern, plan, ws, n, wdt, no_m):
+    Ak, amode, prog, P, pmode = plan
+
+    def run(x, r, maxiter, tol, hist):
+        r0 = ws.get("r0", n, wdt)
+        p = ws.zeros("p", n, wdt)
+        v = ws.zeros("v", n, wdt)
+        s = ws.get("s", n, wdt)
+        t = ws.get("t", n, wdt)
+        ph, sh = (p, s) if no_m else (ws.get("ph", n, wdt), ws.get("sh", n, wdt))
+        w = ws.get("loop_t", n, wdt)
+        buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
+        state = ws.get("loop_bstate", 6, _F64)
+        state[3] = 0.0
+        count = 0
+        while True:
+            c, flag = kern(Ak, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w,
+                           maxiter - count, tol, buf, state)
+            if c:
+                hist.extend(buf[:c].tolist())
+            count += c
+            if flag != 1 or count >= maxiter:
+                return count, flag
+            state[3] = 1.0                     # go on from where the call stopped
 
     return run

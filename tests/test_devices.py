@@ -527,7 +527,7 @@ _STRUCTURED = {"ilu_sweeps", "diag_positions", "ilu0_factor", "symmetric_mirror"
                "residual_dd", "dd_axpy",
                # whole iterations: tests/test_fused.py (against the reference device, and
                # bit for bit against the Python body)
-               "cg_loop", "gmres_arnoldi"}
+               "cg_loop", "gmres_arnoldi", "bicgstab_loop"}
 
 
 def _contract_cases():

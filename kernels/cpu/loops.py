@@ -38,20 +38,22 @@ from numba import njit
 from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_NONE, pack
 from ..registry import register, register_plan
 from ._config import JIT, PARALLEL_MIN
-from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _copy_ser, _dmul_ser, _dot_ser, _maxpy_ser,
-                    _mdot_ser, _scal_ser, _xpay_ser)
+from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy_ser,
+                    _dmul_ser, _dot_ser, _maxpy_ser, _mdot_ser, _scal_ser, _waxpy_ser,
+                    _xpay_ser)
 from .eft import _dot2_ser, _mdot2_ser, _nrm2_ser
 from .hessenberg import _rotate
 from .ilu import _ilu_solve
 from .spmv import _csr_acc32_ser, _csr_acc64_dot_ser, _csr_acc64_ser
 
 __all__ = ["loop_plan", "cg_loop_native", "cg_loop_compensated", "gmres_arnoldi_native",
-           "gmres_arnoldi_compensated"]
+           "gmres_arnoldi_compensated", "bicgstab_loop_native", "bicgstab_loop_compensated"]
 
 #: Reduction modes.
 _NATIVE, _COMPENSATED = 0, 1
 
 
+@register_plan("cpu", "bicgstab_loop")
 @register_plan("cpu", "gmres_arnoldi")
 @register_plan("cpu", "cg_loop")
 def loop_plan(n, A, M, dtype, force=False):
@@ -395,3 +397,106 @@ def gmres_arnoldi_compensated(A, amode, prog, P, pmode, side, V, Z, u, t, H, cs,
     """:func:`gmres_arnoldi_native` with Dot2 coefficients and norms."""
     return _arnoldi_call(_COMPENSATED, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn,
                          g, hcol, target, floor, max_steps, ratio, eps, reorth, hist)
+
+
+# ------------------------------------------------------------------ BiCGSTAB
+@njit(**JIT)
+def _bicgstab(dmode, consts, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w,
+              maxiter, tol, eps, hist, state):
+    """BiCGSTAB as :func:`mpsolve.krylov.bicgstab.bicgstab_body` (van der Vorst 1992,
+    right preconditioned; ``ph``/``sh`` are ``p``/``s`` themselves without ``M``;
+    ``p`` and ``v`` zero on the first call).  Returns ``(iterations, flag)``; ``state =
+    [rho_old, alpha, omega, resume, ||r0^||, ||r||]``."""
+    tiny, lo, step = consts
+    parts, ptr, ind, val = A
+    rhotol = eps * eps
+    first = state[3] == 0
+    if first:
+        _copy_ser(r, r0)                                  # shadow residual r0^ = r
+        r0nrm = _nrm2(dmode, r0, lo, step)
+        rnorm = r0nrm
+        if rnorm <= tol:
+            return 0, 0
+        rho_old = alpha = omega = 1.0
+    else:
+        rho_old, alpha, omega = state[0], state[1], state[2]
+        r0nrm, rnorm = state[4], state[5]
+    for k in range(1, maxiter + 1):
+        rho = _dot(dmode, r0, r)                          # rho = r0^ . r
+        if not math.isfinite(rho):
+            return k - 1, -14
+        if abs(rho) <= rhotol * r0nrm * rnorm:
+            return k - 1, -10
+        if k == 1 and first:
+            _copy_ser(r, p)                               # p = r
+        else:
+            beta = (rho / rho_old) * (alpha / omega)
+            _bicg_dir_ser(r, beta, omega, v, p)           # p = r + beta (p - omega v)
+        if prog != P_NONE:
+            _psolve(prog, pmode, P, p, ph, w)             # p^ = M p
+        _csr(amode, parts, ptr, ind, val, ph, v)          # v = A p^
+        r0v = _dot(dmode, r0, v)
+        if r0v == 0.0:
+            return k - 1, -10
+        if tiny <= abs(r0v) < math.inf:
+            alpha = rho / r0v
+        else:                                             # from scaled vectors
+            alpha = _ratio(dmode, r0, r, r0, v, step)
+            if not math.isfinite(alpha):
+                return k - 1, -14
+        _waxpy_ser(-alpha, v, r, s)                       # s = r - alpha v
+        snorm = _nrm2(dmode, s, lo, step)
+        if snorm <= tol:
+            _axpy_ser(alpha, ph, x)                       # x += alpha p^
+            _copy_ser(s, r)                               # r = s
+            hist[k - 1] = snorm
+            return k, 0
+        if prog != P_NONE:
+            _psolve(prog, pmode, P, s, sh, w)             # s^ = M s
+        _csr(amode, parts, ptr, ind, val, sh, t)          # t = A s^
+        tt = _dot(dmode, t, t)
+        ts = _dot(dmode, t, s)
+        if tiny <= tt < math.inf and abs(ts) < math.inf:
+            omega = ts / tt
+        else:
+            omega = _ratio(dmode, t, s, t, t, step)
+            if not math.isfinite(omega):
+                return k - 1, (-11 if tt == 0.0 else -14)
+        if omega == 0.0:
+            return k - 1, -11
+        _axpy2_ser(alpha, ph, x, omega, sh, x)            # x += alpha p^ + omega s^
+        _waxpy_ser(-omega, t, s, r)                       # r = s - omega t
+        rnorm = _nrm2(dmode, r, lo, step)
+        hist[k - 1] = rnorm
+        if not math.isfinite(rnorm):
+            return k, -14
+        if rnorm <= tol:
+            return k, 0
+        rho_old = rho
+        state[0], state[1], state[2], state[4], state[5] = rho_old, alpha, omega, r0nrm, rnorm
+    return maxiter, 1
+
+
+def _bicgstab_call(dmode, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w, maxiter,
+                   tol, hist, state):
+    c, f = _bicgstab(dmode, _consts(x.dtype), A, amode, prog, P, pmode, x, r, r0, p, v, s, t,
+                     ph, sh, w, min(maxiter, hist.size), tol, float(np.finfo(x.dtype).eps),
+                     hist, state)
+    return int(c), int(f)
+
+
+@register("cpu", "bicgstab_loop", _LOOP_KEYS, mode="native")
+def bicgstab_loop_native(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w, maxiter,
+                         tol, hist, state):
+    """At most ``min(maxiter, hist.size)`` BiCGSTAB iterations in one call, native
+    reductions (:func:`_bicgstab`).  Returns ``(iterations, flag)``."""
+    return _bicgstab_call(_NATIVE, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w,
+                          maxiter, tol, hist, state)
+
+
+@register("cpu", "bicgstab_loop", _LOOP_KEYS, mode="compensated")
+def bicgstab_loop_compensated(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w,
+                              maxiter, tol, hist, state):
+    """:func:`bicgstab_loop_native` with Dot2 dots and norms."""
+    return _bicgstab_call(_COMPENSATED, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh,
+                          w, maxiter, tol, hist, state)
