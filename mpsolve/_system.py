@@ -605,7 +605,7 @@ def _make_loop(sys: System, op: str):
     if M is None:
         desc = None
     elif isinstance(M, Preconditioner):
-        desc = M.fusable()
+        desc = M.fusable() if _fusable_is_apply(M) else None
         mdtype = M.storage_dtype
     elif isinstance(sys.M_obj, SparseOperator):
         Mo = sys.M_obj
@@ -626,6 +626,18 @@ def _make_loop(sys: System, op: str):
     make = {"cg_loop": _cg_runner, "gmres_arnoldi": _arnoldi_runner,
             "bicgstab_loop": _bicgstab_runner}[op]
     return make(kern, plan, sys.workspace, problem.n, wdt, desc is None)
+
+
+def _fusable_is_apply(M) -> bool:
+    """``M``'s ``fusable`` describes its ``apply``: no class between ``M``'s own and the one
+    that defines ``fusable`` overrides ``apply`` (a subclass that changes ``apply`` keeps
+    its Python call)."""
+    for cls in type(M).__mro__:
+        if "fusable" in vars(cls):
+            return True
+        if "apply" in vars(cls):
+            return False
+    return False
 
 
 def _cg_runner(kern, plan, ws, n, wdt, no_m):

@@ -424,3 +424,22 @@ def test_bicgstab_loop_kernel_matches_reference(mode, mn):
     assert f0 == f1 == 0 and abs(c0 - c1) <= 2
     np.testing.assert_allclose(x0, x1, rtol=1e-7)
     np.testing.assert_allclose(A @ x0, b, atol=1e-9 * np.linalg.norm(b))
+
+
+def test_a_subclass_that_changes_apply_keeps_its_python_call(monkeypatch):
+    """A preconditioner subclass with its own ``apply`` is called, not its parent's
+    fusable description."""
+    monkeypatch.setenv("MPSOLVE_FUSED", "1")
+    calls = []
+
+    class Counting(Jacobi):
+        def apply(self, r, out):
+            calls.append(1)
+            super().apply(r, out)
+
+    A = poisson2d(10)
+    b = A @ np.ones(100)
+    res = mpsolve.solve(A, b, method="cg", precond=Counting(), precision="double")
+    assert res.info == 0 and len(calls) >= res.iterations
+    assert _loop_runs(A, b, lambda: Jacobi(), "double")
+    assert not _loop_runs(A, b, lambda: Counting(), "double")

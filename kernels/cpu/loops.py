@@ -8,22 +8,25 @@ iterations inside one ``@njit`` function that calls the *same* serial kernels di
 inputs they give the iterates, residual norms, iteration counts and flags of the Python
 bodies in :mod:`mpsolve.krylov` bit for bit (``tests/test_fused.py`` checks that).
 
-What a loop gets (raw arrays and scalars only):
+What a loop gets (raw arrays and scalars only; the codes and the packing are
+:mod:`mpsolve.kernels.fused`'s, made by the launch plan :func:`loop_plan`):
 
-* ``A = (parts, indptr, indices, data)`` and ``amode``: :data:`ACC64_DOT` (FP64 row sums,
-  the product fused with ``p . Ap``: the System's ``bind_dot``), :data:`ACC64` or
-  :data:`ACC32` (the product, then the reduction mode's own dot);
+* ``A = (parts, indptr, indices, data)`` and ``amode``: ``ACC64_DOT`` (FP64 row sums, CG's
+  product fused with ``p . Ap``: the System's ``bind_dot``), ``ACC64`` or ``ACC32``;
 * the preconditioner as a small fixed program ``prog`` over the arrays ``P = (ptr1, ind1,
-  val1, ptr2, ind2, val2, d)`` with the row-sum mode ``pmode`` (:data:`ACC64`/:data:`ACC32`)
-  of its CSR products: :data:`P_NONE` (``z`` is ``r``), :data:`P_DIAG` (``z = d * r``,
-  Jacobi), :data:`P_CSR` (one CSR product, ISAI), :data:`P_CSR2` (two: ``G^T (G r)`` or
-  ``U_isai (L_isai r)``, the intermediate in ``t``), :data:`P_ILU` (the ILU(0) sweeps of
-  one diagonal block: ``L`` in ``ptr1..val1``, ``D^-1 U`` reversed in ``ptr2..val2``,
-  ``1/diag(U)`` in ``d``);
+  val1, ptr2, ind2, val2, d)`` with the row-sum mode ``pmode`` of its CSR products:
+  ``P_NONE``, ``P_DIAG`` (Jacobi), ``P_CSR`` (one CSR product), ``P_CSR2`` (two: ``G^T (G
+  r)`` or ``U_isai (L_isai r)``, the intermediate in a scratch vector), ``P_ILU`` (the
+  ILU(0) sweeps of one diagonal block);
 * the reduction mode (native or compensated Dot2) as the registry mode;
-* ``hist``: the residual norms are written there (at most ``hist.size`` iterations a
-  call: the caller calls again with ``state[1] = 1`` to go on, so a long solve needs no
-  long buffer); ``state``: ``[rz, resume]``, the scalar carried from one call to the next.
+* ``hist``: the residual norms are written there (CG and BiCGSTAB run at most
+  ``hist.size`` iterations a call and keep their scalars in ``state``, so the caller goes
+  on with a further call and a long solve needs no long buffer).
+
+The ops: ``cg_loop`` (CG's whole iteration), ``bicgstab_loop`` (BiCGSTAB's) and
+``gmres_arnoldi`` (the inner steps of one GMRES cycle: the cycle's start and end -- the
+update of ``x`` through NumPy's GEMV, the residual, the restart rules -- stay in Python,
+once per cycle).
 
 The rare paths of the Python bodies are here too, with the same arithmetic: a norm that
 is not trustworthy is computed again from the vector scaled by a power of two
