@@ -449,7 +449,7 @@ class System:
     diverged: bool = False                    # a stage ended worse than it started
     matvec_dot: Optional[Callable] = None     # f(x, y) -> x . y after y = A x (fused or not)
     basis: Optional[np.dtype] = None          # GMRES's basis dtype (precision.basis realised)
-    loops: dict = field(default_factory=dict)  # compiled_loop's runners, by op
+    loops: dict = field(default_factory=dict)  # compiled_loop's (runner, M's arrays), by op
 
     @property
     def workspace(self) -> Workspace:
@@ -584,11 +584,27 @@ def compiled_loop(sys: System, op: str):
     where every kernel of the Python loop is serial, so both give the same bits).  The
     environment variable ``MPSOLVE_FUSED`` overrides: ``0`` never, ``1`` wherever the
     op exists, whatever the size (read when the System first asks)."""
-    try:
-        return sys.loops[op]
-    except KeyError:
-        run = sys.loops[op] = _make_loop(sys, op)
-        return run
+    M = sys.problem.M_user
+    arrays = _desc_arrays(M)
+    got = sys.loops.get(op)
+    if got is not None and len(got[1]) == len(arrays) and \
+            all(a is b for a, b in zip(got[1], arrays)):
+        return got[0]
+    # first call, or the caller set its preconditioner up again since (new arrays)
+    run = _make_loop(sys, op)
+    sys.loops[op] = (run, arrays)
+    return run
+
+
+def _desc_arrays(M) -> tuple:
+    """The arrays of ``M``'s fusable description (empty without one): a runner made from
+    them is kept while they are the preconditioner's arrays."""
+    if not isinstance(M, Preconditioner) or not M.is_setup:
+        return ()
+    desc = M.fusable()
+    if desc is None:
+        return ()
+    return tuple(a for item in desc[1] for a in (item if isinstance(item, tuple) else (item,)))
 
 
 def _make_loop(sys: System, op: str):

@@ -443,3 +443,24 @@ def test_a_subclass_that_changes_apply_keeps_its_python_call(monkeypatch):
     assert res.info == 0 and len(calls) >= res.iterations
     assert _loop_runs(A, b, lambda: Jacobi(), "double")
     assert not _loop_runs(A, b, lambda: Counting(), "double")
+
+
+def test_a_preconditioner_set_up_again_by_its_owner_is_seen(monkeypatch):
+    """A Solver given a set-up preconditioner: when the caller sets it up again on other
+    values, the next solve uses the new factors (the loop's arrays are looked at again),
+    as the Python loop does."""
+    monkeypatch.setenv("MPSOLVE_FUSED", "1")
+    A = poisson2d(12)
+    n = A.shape[0]
+    b = A @ np.ones(n)
+    out = []
+    for fused in "01":
+        monkeypatch.setenv("MPSOLVE_FUSED", fused)
+        M = ILU0(dtype="float64").setup(A)
+        s = mpsolve.Solver(A, method="cg", precond=M, precision="double", rtol=1e-10)
+        first = s.solve(b)
+        M.setup((A + sp.diags(np.linspace(0.0, 3.0, n))).tocsr())   # another M, same A
+        out.append((first, s.solve(b)))
+    _same(out[0][0], out[1][0])
+    _same(out[0][1], out[1][1])
+    assert out[1][1].iterations != out[1][0].iterations
