@@ -656,6 +656,23 @@ def _fusable_is_apply(M) -> bool:
     return False
 
 
+def _in_chunks(call, maxiter, hist, buf, state, resume):
+    """Run a loop kernel ``call(iterations) -> (count, flag)`` until it stops or ``maxiter``
+    iterations are done: each call runs at most ``buf.size`` (its history buffer, appended
+    to ``hist``) and, when it used them all up, the next goes on from ``state``
+    (``state[resume] = 1``)."""
+    state[resume] = 0.0
+    count = 0
+    while True:
+        c, flag = call(maxiter - count)
+        if c:
+            hist.extend(buf[:c].tolist())
+        count += c
+        if flag != 1 or count >= maxiter:
+            return count, flag
+        state[resume] = 1.0                    # go on from where the call stopped
+
+
 def _cg_runner(kern, plan, ws, n, wdt, no_m):
     Ak, amode, prog, P, pmode = plan
 
@@ -666,17 +683,8 @@ def _cg_runner(kern, plan, ws, n, wdt, no_m):
         t = ws.get("loop_t", n, wdt)
         buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
         state = ws.get("loop_state", 2, _F64)
-        state[1] = 0.0
-        count = 0
-        while True:
-            c, flag = kern(Ak, amode, prog, P, pmode, x, r, q, z, p, t, maxiter - count, tol,
-                           buf, state)
-            if c:
-                hist.extend(buf[:c].tolist())
-            count += c
-            if flag != 1 or count >= maxiter:
-                return count, flag
-            state[1] = 1.0                     # go on from where the call stopped
+        return _in_chunks(lambda m: kern(Ak, amode, prog, P, pmode, x, r, q, z, p, t, m, tol,
+                                         buf, state), maxiter, hist, buf, state, 1)
 
     return run
 
@@ -714,16 +722,8 @@ def _bicgstab_runner(kern, plan, ws, n, wdt, no_m):
         w = ws.get("loop_t", n, wdt)
         buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
         state = ws.get("loop_bstate", 6, _F64)
-        state[3] = 0.0
-        count = 0
-        while True:
-            c, flag = kern(Ak, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w,
-                           maxiter - count, tol, buf, state)
-            if c:
-                hist.extend(buf[:c].tolist())
-            count += c
-            if flag != 1 or count >= maxiter:
-                return count, flag
-            state[3] = 1.0                     # go on from where the call stopped
+        return _in_chunks(lambda m: kern(Ak, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph,
+                                         sh, w, m, tol, buf, state), maxiter, hist, buf,
+                          state, 3)
 
     return run

@@ -76,15 +76,12 @@ def _same(r0, r1):
                                                     and np.isnan(r0.true_residual))
 
 
-def _loop_runs(A, b, M, policy):
-    """The compiled loop exists for this solve's System (MPSOLVE_FUSED=1 is set)."""
-    if M == "matrix":
-        M = sp.diags(1.0 / A.diagonal()).tocsr()
-    else:
-        M = M()
-    problem = make_problem(A, b, M=M)
+def _loop_runs(A, b, M, policy, op="cg_loop", side="left"):
+    """The compiled loop ``op`` exists for this solve's System."""
+    M = sp.diags(1.0 / A.diagonal()).tocsr() if M == "matrix" else M()
+    problem = make_problem(A, b, M=M, precond_side=side)
     sys = make_system(problem, as_precision(policy, problem.data_dtype))
-    return compiled_loop(sys, "cg_loop") is not None
+    return compiled_loop(sys, op) is not None
 
 
 def _cases():
@@ -237,11 +234,6 @@ def _gmres(monkeypatch, fused, A, b, M, policy, side, **kw):
                          side=side, **kw)
 
 
-def _arnoldi_runs(A, b, M, policy, side):
-    M = sp.diags(1.0 / A.diagonal()).tocsr() if M == "matrix" else M()
-    problem = make_problem(A, b, M=M, precond_side=side)
-    sys = make_system(problem, as_precision(policy, problem.data_dtype))
-    return compiled_loop(sys, "gmres_arnoldi") is not None
 
 
 def _gmres_cases():
@@ -261,7 +253,7 @@ def test_gmres_arnoldi_bit_for_bit(monkeypatch, an, mn, pol, side):
     b = A @ np.linspace(1.0, 2.0, n)
     rs = [_gmres(monkeypatch, f, A, b, _NSM[mn], pol, side, rtol=1e-9, restart=8)
           for f in "01"]
-    assert _arnoldi_runs(A, b, _NSM[mn], pol, side)
+    assert _loop_runs(A, b, _NSM[mn], pol, "gmres_arnoldi", side)
     assert rs[0].iterations > 0
     assert rs[0].restarts == rs[1].restarts
     _same(*rs)
@@ -361,10 +353,7 @@ def test_bicgstab_loop_bit_for_bit(monkeypatch, an, mn, pol):
     n = A.shape[0]
     b = A @ np.linspace(1.0, 2.0, n)
     rs = [_bicgstab(monkeypatch, f, A, b, _NSM[mn], pol, rtol=1e-9) for f in "01"]
-    M = sp.diags(1.0 / A.diagonal()).tocsr() if mn == "matrix" else _NSM[mn]()
-    problem = make_problem(A, b, M=M, precond_side="right")
-    sys = make_system(problem, as_precision(pol, problem.data_dtype))
-    assert compiled_loop(sys, "bicgstab_loop") is not None
+    assert _loop_runs(A, b, _NSM[mn], pol, "bicgstab_loop", "right")
     assert rs[0].iterations > 0
     _same(*rs)
 
