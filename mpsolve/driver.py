@@ -87,9 +87,8 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         c, it, flag = body(sys, x, r, budget - count, tol, callback, hist, **body_kw)
         count += c
         iters += it
-        if c == 0 and it == 0 and same and true < np.inf:
-            pass        # a body that did nothing left x64 (and r64) as they were: known
-        else:
+        # a body that did nothing left x64 (and r64) as they were: their residual is known
+        if not (c == 0 and it == 0 and same and true < np.inf):
             if not same:
                 x64[:] = x
             if not problem.all_finite(x64):
