@@ -133,6 +133,24 @@ CONTRACT = (
     Op("back_substitute", "back_substitute(H, g, k, y)",
        "y[:k] = R^-1 g[:k], R = H[:k, :k] upper triangular", keys=(("float64",),),
        complex=True),
+    # --- whole iterations in one call (small systems; kernels/fused.py's argument pack,
+    # from the launch plan of the op).  Host devices provide them; a solve elsewhere runs
+    # the Python body
+    Op("cg_loop", "cg_loop(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, hist, "
+       "state) -> (count, flag)", "at most min(maxiter, hist.size) PCG iterations of "
+       "mpsolve.krylov.cg's body (A and M as kernels/fused.py's programs; z is r without "
+       "M); hist[k] = ||r_k+1||; state = [r.z, resume]; flag 0 converged, 1 iterations "
+       "used up, -12/-14 breakdown", modes=_REDUCE, host=True),
+    Op("bicgstab_loop", "bicgstab_loop(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, "
+       "w, maxiter, tol, hist, state) -> (count, flag)", "at most min(maxiter, hist.size) "
+       "BiCGSTAB iterations of mpsolve.krylov.bicgstab's body (ph, sh are p, s without M; "
+       "p = v = 0 on the first call); state = [rho, alpha, omega, resume, ||r0||, ||r||]; "
+       "flag 0, 1, -10/-11/-14", modes=_REDUCE, host=True),
+    Op("gmres_arnoldi", "gmres_arnoldi(A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, "
+       "g, hcol, target, floor, max_steps, ratio, eps, reorth, hist) -> (steps, happy, est, "
+       "wnorm_in, flag)", "the inner steps of one GMRES(m) cycle of mpsolve.krylov.gmres's "
+       "body from V[0] (CGS2, Givens; side 0 none / 1 left / 2 right); hist[:steps] = "
+       "estimates * ratio", modes=_REDUCE, host=True),
     Op("range_scan", "range_scan(v, big, tiny) -> (bool, bool)",
        "(any |v_i| > big, any 0 < |v_i| < tiny): can demoting v overflow or flush?",
        host=True, complex=True),

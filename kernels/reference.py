@@ -1229,3 +1229,242 @@ def ref_dd_axpy(a, x, yh, yl):
         else:
             yh[i], yl[i] = _round_rest([float(yh[i]), float(yl[i]), float(pe[0][i]),
                                         float(pe[1][i])])
+
+
+# --- the compiled Krylov loops (kernels/fused.py's programs), composed of the ops above ----
+from . import fused as _fused  # noqa: E402
+
+
+@_reg_plan_pc("reference", "bicgstab_loop")
+@_reg_plan_pc("reference", "gmres_arnoldi")
+@_reg_plan_pc("reference", "cg_loop")
+def ref_loop_plan(n, A, M, dtype, force=False):
+    """:func:`mpsolve.kernels.fused.pack`, at every size (the reference is serial)."""
+    return _fused.pack(A, M, dtype)
+
+
+def _ref_loop_ops(dtype, mode, A, amode, prog, P, pmode):
+    """``(ops, matvec_dot, psolve)`` of the reference device for a loop's arguments."""
+    from .primitives import bind_primitives
+
+    ops = bind_primitives("reference", dtype, mode, np)
+    _, ip, ix, data = A
+    acc = "acc32" if amode == _fused.ACC32 else "acc64"
+    spmv = _ref_spmv(acc)
+
+    def matvec_dot(x, y):
+        if amode == _fused.ACC64_DOT:
+            return ref_spmv_dot(None, ip, ix, data, x, y)
+        spmv(None, ip, ix, data, x, y)          # y = A x
+        return ops.dot(x, y)
+
+    ptr1, ind1, val1, ptr2, ind2, val2, d = P
+    pspmv = _ref_spmv("acc32" if pmode == _fused.ACC32 else "acc64")
+
+    def psolve(r, z, t):
+        if prog == _fused.P_DIAG:
+            ref_dmul(d, r, z)                   # z = d * r
+        elif prog == _fused.P_CSR:
+            pspmv(None, ptr1, ind1, val1, r, z)
+        elif prog == _fused.P_CSR2:
+            pspmv(None, ptr1, ind1, val1, r, t)
+            pspmv(None, ptr2, ind2, val2, t, z)
+        elif prog == _fused.P_ILU:
+            ref_ilu_sweeps(np.array([0, z.size]), ptr1, ind1, val1, ptr2, ind2, val2, d, r, z)
+
+    return ops, matvec_dot, (None if prog == _fused.P_NONE else psolve)
+
+
+def _ref_cg_loop(mode):
+    def cg_loop(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, hist, state):
+        """PCG as :func:`mpsolve.krylov.cg.cg_body`, from the reference device's ops; the
+        loop's contract (kernels/fused.py, kernels/primitives.py)."""
+        ops, matvec_dot, psolve = _ref_loop_ops(x.dtype, mode, A, amode, prog, P, pmode)
+        tiny = float(np.finfo(x.dtype).tiny)
+        maxiter = min(maxiter, hist.size)
+        if psolve is None:
+            z = r
+        if state[1] == 0:
+            if psolve is not None:
+                psolve(r, z, t)                 # z = M r
+            ops.copy(z, p)
+            rnorm = ops.nrm2(r)
+            rz = rnorm * rnorm if psolve is None else ops.dot(r, z)
+            if rnorm <= tol:
+                return 0, 0
+            if not (rz > 0 and math.isfinite(rz)):
+                return 0, (-14 if not math.isfinite(rz) else -12)
+        else:
+            rz = float(state[0])
+        for k in range(1, maxiter + 1):
+            pq = matvec_dot(p, q)               # q = A p; p . q
+            if tiny <= pq < math.inf:
+                alpha = rz / pq
+            else:
+                alpha = ops.dot_ratio(r, z, p, q)
+                if not (0 < alpha < math.inf):
+                    return k - 1, (-14 if math.isnan(alpha) else -12)
+            rnorm = ops.axpy2_nrm2(alpha, p, x, -alpha, q, r)
+            hist[k - 1] = rnorm
+            if not math.isfinite(rnorm):
+                return k, -14
+            if rnorm <= tol:
+                return k, 0
+            if psolve is None:
+                rz_new = rnorm * rnorm
+            else:
+                psolve(r, z, t)
+                rz_new = ops.dot(r, z)
+                if not (rz_new > 0):
+                    return k, (-14 if math.isnan(rz_new) else -12)
+            beta = rz_new / rz
+            rz = state[0] = rz_new
+            ops.xpay(z, beta, p)                # p = z + beta p
+        return maxiter, 1
+    return cg_loop
+
+
+_register("reference", "cg_loop", _VEC, mode="native")(_ref_cg_loop("native"))
+_register("reference", "cg_loop", _VEC, mode="compensated")(_ref_cg_loop("compensated"))
+
+
+def _ref_gmres_arnoldi(mode):
+    def gmres_arnoldi(A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol, target,
+                      floor, max_steps, ratio, eps, reorth, hist):
+        """GMRES's inner steps as :func:`mpsolve.krylov.gmres.gmres_body` runs them, from
+        the reference device's ops; the contract of kernels/primitives.py."""
+        ops, _, psolve = _ref_loop_ops(V.dtype, mode, A, amode, prog, P, pmode)
+        _, ip, ix, data = A
+        spmv = _ref_spmv("acc32" if amode == _fused.ACC32 else "acc64")
+
+        def matvec(x, y):
+            spmv(None, ip, ix, data, x, y)      # y = A x
+
+        m = H.shape[1]
+        est = wnorm_in = 0.0
+        happy = False
+        steps = 0
+        for j in range(m):
+            w = V[j + 1]
+            if side == 1:
+                matvec(V[j], u)
+                psolve(u, w, t)                 # w = M A v_j
+            elif side == 2:
+                psolve(V[j], Z[j], t)           # z_j = M v_j
+                matvec(Z[j], w)
+            else:
+                matvec(V[j], w)
+            ops.mdot(V, j + 1, w, hcol)
+            wnorm0 = wnorm_in = ops.nrm2(w)
+            for ps in range(2):
+                if ps:
+                    ops.mdot(V, j + 1, w, hcol)
+                ops.maxpy(V, j + 1, hcol, w)    # w -= sum_i h_i v_i
+                wnorm = ops.nrm2(w)
+                H[: j + 1, j] += hcol[: j + 1]
+                if wnorm > reorth * wnorm0:
+                    break
+                wnorm0 = wnorm
+            H[j + 1, j] = wnorm
+            if not math.isfinite(wnorm):
+                return steps, happy, est, wnorm_in, -14
+            est = ops.givens(H, cs, sn, g, j)
+            hist[steps] = est * ratio
+            steps += 1
+            if wnorm <= eps * wnorm_in or wnorm == 0.0:
+                happy = True
+                break
+            ops.scal(1.0 / wnorm, w)            # v_{j+1} = w / ||w||
+            if est <= target or est <= floor or steps == max_steps:
+                break
+        return steps, happy, est, wnorm_in, 0
+    return gmres_arnoldi
+
+
+_register("reference", "gmres_arnoldi", _VEC, mode="native")(_ref_gmres_arnoldi("native"))
+_register("reference", "gmres_arnoldi", _VEC, mode="compensated")(
+    _ref_gmres_arnoldi("compensated"))
+
+
+def _ref_bicgstab_loop(mode):
+    def bicgstab_loop(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w, maxiter, tol,
+                      hist, state):
+        """BiCGSTAB as :func:`mpsolve.krylov.bicgstab.bicgstab_body`, from the reference
+        device's ops; the contract of kernels/primitives.py."""
+        ops, _, psolve = _ref_loop_ops(x.dtype, mode, A, amode, prog, P, pmode)
+        _, ip, ix, data = A
+        spmv = _ref_spmv("acc32" if amode == _fused.ACC32 else "acc64")
+        eps = float(np.finfo(x.dtype).eps)
+        tiny = float(np.finfo(x.dtype).tiny)
+        rhotol = eps * eps
+        maxiter = min(maxiter, hist.size)
+        if psolve is None:
+            ph, sh = p, s
+        first = state[3] == 0
+        if first:
+            ops.copy(r, r0)
+            r0nrm = rnorm = ops.nrm2(r0)
+            if rnorm <= tol:
+                return 0, 0
+            rho_old = alpha = omega = 1.0
+        else:
+            rho_old, alpha, omega, _, r0nrm, rnorm = (float(c) for c in state)
+        for k in range(1, maxiter + 1):
+            rho = ops.dot(r0, r)
+            if not math.isfinite(rho):
+                return k - 1, -14
+            if abs(rho) <= rhotol * r0nrm * rnorm:
+                return k - 1, -10
+            if k == 1 and first:
+                ops.copy(r, p)
+            else:
+                ops.bicg_dir(r, (rho / rho_old) * (alpha / omega), omega, v, p)
+            if psolve is not None:
+                psolve(p, ph, w)                # p^ = M p
+            spmv(None, ip, ix, data, ph, v)     # v = A p^
+            r0v = ops.dot(r0, v)
+            if r0v == 0.0:
+                return k - 1, -10
+            if tiny <= abs(r0v) < math.inf:
+                alpha = rho / r0v
+            else:
+                alpha = ops.dot_ratio(r0, r, r0, v)
+                if not math.isfinite(alpha):
+                    return k - 1, -14
+            ops.waxpy(-alpha, v, r, s)          # s = r - alpha v
+            snorm = ops.nrm2(s)
+            if snorm <= tol:
+                ops.axpy(alpha, ph, x)
+                ops.copy(s, r)
+                hist[k - 1] = snorm
+                return k, 0
+            if psolve is not None:
+                psolve(s, sh, w)                # s^ = M s
+            spmv(None, ip, ix, data, sh, t)     # t = A s^
+            tt = ops.dot(t, t)
+            ts = ops.dot(t, s)
+            if tiny <= tt < math.inf and abs(ts) < math.inf:
+                omega = ts / tt
+            else:
+                omega = ops.dot_ratio(t, s, t, t)
+                if not math.isfinite(omega):
+                    return k - 1, (-11 if tt == 0.0 else -14)
+            if omega == 0.0:
+                return k - 1, -11
+            ops.axpy2(alpha, ph, x, omega, sh, x)
+            ops.waxpy(-omega, t, s, r)          # r = s - omega t
+            rnorm = ops.nrm2(r)
+            hist[k - 1] = rnorm
+            if not math.isfinite(rnorm):
+                return k, -14
+            if rnorm <= tol:
+                return k, 0
+            rho_old = rho
+            state[:] = (rho_old, alpha, omega, state[3], r0nrm, rnorm)
+        return maxiter, 1
+    return bicgstab_loop
+
+
+_register("reference", "bicgstab_loop", _VEC, mode="native")(_ref_bicgstab_loop("native"))
+_register("reference", "bicgstab_loop", _VEC, mode="compensated")(
+    _ref_bicgstab_loop("compensated"))

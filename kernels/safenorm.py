@@ -38,6 +38,7 @@ __all__ = ["trustworthy", "safe_nrm2", "safe_after", "safe_dot_ratio", "norm",
            "scale_exponent", "ldexp_array"]
 
 _LIMITS = {}
+_F64 = np.dtype(np.float64)
 
 
 def _tiny2(dtype):
@@ -160,9 +161,15 @@ def norm(v, xp) -> float:
     """``||v||_2`` of an array of ``xp`` (``xp.linalg.norm``, which is ``sqrt(v . v)``),
     rescaled as :func:`safe_nrm2` when that is not trustworthy."""
     with np.errstate(over="ignore", under="ignore"):    # judged below, not warned about
-        r = float(xp.linalg.norm(v))
-    if trustworthy(r, v.size, v.dtype):
+        if xp is np and v.dtype == _F64 and v.ndim == 1:
+            r = math.sqrt(v.dot(v))                        # NumPy's norm here, less its calls
+        else:
+            r = float(xp.linalg.norm(v))
+    tiny2, per = _tiny2(v.dtype)
+    if r < math.inf and r * r >= tiny2 * (per * v.size):  # trustworthy(r, v.size, v.dtype)
         return r
+    if r == 0.0 and not bool(v.any()):
+        return 0.0                                         # exactly zero (a solved x0)
     return _rescaled(lambda u: float(xp.linalg.norm(u)), v, xp, r)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -35,13 +36,13 @@ from ._sparse import canonical_csr, check_matrix, dtype_check
 from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
 from .kernels.primitives import Primitives, bind_primitives
 from .kernels.safenorm import ldexp_array, norm
-from .kernels.registry import provides
+from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field
 from .precond.base import Preconditioner
 
 __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
-           "set_rhs", "system_for", "STAGNATION"]
+           "set_rhs", "system_for", "compiled_loop", "STAGNATION"]
 
 #: A stage stops replacing residuals (or refining) once the true residual fails to
 #: shrink by this factor: it has reached the accuracy floor of its precision.
@@ -448,6 +449,7 @@ class System:
     diverged: bool = False                    # a stage ended worse than it started
     matvec_dot: Optional[Callable] = None     # f(x, y) -> x . y after y = A x (fused or not)
     basis: Optional[np.dtype] = None          # GMRES's basis dtype (precision.basis realised)
+    loops: dict = field(default_factory=dict)  # compiled_loop's (runner, M's arrays), by op
 
     @property
     def workspace(self) -> Workspace:
@@ -562,3 +564,166 @@ def system_for(problem: Problem, precision: Precision) -> System:
     got.b = demote(problem.b64, got.dtype, "b")   # FP64 working precision: b64 itself
     got.diverged = False
     return got
+
+
+# ------------------------------------------------------------------ compiled loops
+#: Iterations a compiled loop runs per call at most (its residual-history buffer).
+LOOP_CHUNK = 4096
+
+
+def compiled_loop(sys: System, op: str):
+    """A runner of the compiled loop ``op``, or ``None`` where the body's Python loop
+    runs; made once per System.  ``"cg_loop"``: ``run(x, r, maxiter, tol, hist) -> (count,
+    flag)``, CG's whole iteration, ``"bicgstab_loop"`` the same for BiCGSTAB;
+    ``"gmres_arnoldi"``: the inner steps of one GMRES cycle (:func:`_arnoldi_runner`).
+
+    It applies where the device has the op for the working dtype and reduction mode, ``A``
+    is a stored CSR operator, the preconditioner has a fusable description
+    (:meth:`mpsolve.precond.base.Preconditioner.fusable`; a sparse-matrix ``M`` is one
+    CSR product) and the device's launch plan for the op accepts the sizes (the CPU: only
+    where every kernel of the Python loop is serial, so both give the same bits).  The
+    environment variable ``MPSOLVE_FUSED`` overrides: ``0`` never, ``1`` wherever the
+    op exists, whatever the size (read when the System first asks)."""
+    M = sys.problem.M_user
+    arrays = _desc_arrays(M)
+    got = sys.loops.get(op)
+    if got is not None and len(got[1]) == len(arrays) and \
+            all(a is b for a, b in zip(got[1], arrays)):
+        return got[0]
+    # first call, or the caller set its preconditioner up again since (new arrays)
+    run = _make_loop(sys, op)
+    sys.loops[op] = (run, arrays)
+    return run
+
+
+def _desc_arrays(M) -> tuple:
+    """The arrays of ``M``'s fusable description (empty without one): a runner made from
+    them is kept while they are the preconditioner's arrays."""
+    if not isinstance(M, Preconditioner) or not M.is_setup:
+        return ()
+    desc = M.fusable()
+    if desc is None:
+        return ()
+    return tuple(a for item in desc[1] for a in (item if isinstance(item, tuple) else (item,)))
+
+
+def _make_loop(sys: System, op: str):
+    setting = os.environ.get("MPSOLVE_FUSED", "auto")
+    problem, precision, wdt = sys.problem, sys.precision, sys.dtype
+    device = problem.device
+    A = sys.A_op
+    if setting == "0" or problem.is_complex or wdt.kind != "f" \
+            or not isinstance(A, SparseOperator) \
+            or not provides(device, op, (wdt.name,), precision.dot):
+        return None
+    M = problem.M_user
+    mdtype = wdt
+    if M is None:
+        desc = None
+    elif isinstance(M, Preconditioner):
+        desc = M.fusable() if _fusable_is_apply(M) else None
+        mdtype = M.storage_dtype
+    elif isinstance(sys.M_obj, SparseOperator):
+        Mo = sys.M_obj
+        desc = ("csr", ((Mo.indptr, Mo.indices, Mo.data),), Mo._mode)
+        mdtype = Mo.dtype
+    else:
+        return None
+    if M is not None and desc is None:
+        return None
+    # CG's p . Ap comes from the fused product where the System's matvec_dot is fused
+    fused_dot = op == "cg_loop" and precision.dot == "native" and A.bind_dot(wdt) is not None
+    plan = launch_plan(device, op, problem.n,
+                       (A.parts, A.indptr, A.indices, A.data, A._mode, fused_dot),
+                       desc, mdtype, setting == "1")
+    if plan is None:
+        return None
+    kern = lookup(device, op, (wdt.name,), precision.dot)
+    make = {"cg_loop": _cg_runner, "gmres_arnoldi": _arnoldi_runner,
+            "bicgstab_loop": _bicgstab_runner}[op]
+    return make(kern, plan, sys.workspace, problem.n, wdt, desc is None)
+
+
+def _fusable_is_apply(M) -> bool:
+    """``M``'s ``fusable`` describes its ``apply``: no class between ``M``'s own and the one
+    that defines ``fusable`` overrides ``apply`` (a subclass that changes ``apply`` keeps
+    its Python call)."""
+    for cls in type(M).__mro__:
+        if "fusable" in vars(cls):
+            return True
+        if "apply" in vars(cls):
+            return False
+    return False
+
+
+def _in_chunks(call, maxiter, hist, buf, state, resume):
+    """Run a loop kernel ``call(iterations) -> (count, flag)`` until it stops or ``maxiter``
+    iterations are done: each call runs at most ``buf.size`` (its history buffer, appended
+    to ``hist``) and, when it used them all up, the next goes on from ``state``
+    (``state[resume] = 1``)."""
+    state[resume] = 0.0
+    count = 0
+    while True:
+        c, flag = call(maxiter - count)
+        if c:
+            hist.extend(buf[:c].tolist())
+        count += c
+        if flag != 1 or count >= maxiter:
+            return count, flag
+        state[resume] = 1.0                    # go on from where the call stopped
+
+
+def _cg_runner(kern, plan, ws, n, wdt, no_m):
+    Ak, amode, prog, P, pmode = plan
+
+    def run(x, r, maxiter, tol, hist):
+        q = ws.get("q", n, wdt)
+        p = ws.get("p", n, wdt)
+        z = r if no_m else ws.get("z", n, wdt)
+        t = ws.get("loop_t", n, wdt)
+        buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
+        state = ws.get("loop_state", 2, _F64)
+        return _in_chunks(lambda m: kern(Ak, amode, prog, P, pmode, x, r, q, z, p, t, m, tol,
+                                         buf, state), maxiter, hist, buf, state, 1)
+
+    return run
+
+
+def _arnoldi_runner(kern, plan, ws, n, wdt, no_m):
+    Ak, amode, prog, P, pmode = plan
+
+    def run(side, V, Z, u, H, cs, sn, g, hcol, target, floor, max_steps, ratio, eps, reorth,
+            hist):
+        """One cycle's inner steps (``gmres_arnoldi``); ``side`` 0 none, 1 left, 2 right.
+        Returns ``(steps, happy, est, wnorm_in, flag)``, the estimates appended to
+        ``hist``."""
+        t = ws.get("loop_t", n, wdt)
+        buf = ws.get("loop_hist", max(LOOP_CHUNK, H.shape[1]), _F64)
+        steps, happy, est, wnorm_in, flag = kern(
+            Ak, amode, prog, P, pmode, side, V, V if Z is None else Z, u, t, H, cs, sn, g,
+            hcol, target, floor, max_steps, ratio, eps, reorth, buf)
+        if steps:
+            hist.extend(buf[:steps].tolist())
+        return steps, happy, est, wnorm_in, flag
+
+    return run
+
+
+def _bicgstab_runner(kern, plan, ws, n, wdt, no_m):
+    Ak, amode, prog, P, pmode = plan
+
+    def run(x, r, maxiter, tol, hist):
+        r0 = ws.get("r0", n, wdt)
+        p = ws.zeros("p", n, wdt)
+        v = ws.zeros("v", n, wdt)
+        s = ws.get("s", n, wdt)
+        t = ws.get("t", n, wdt)
+        ph, sh = (p, s) if no_m else (ws.get("ph", n, wdt), ws.get("sh", n, wdt))
+        w = ws.get("loop_t", n, wdt)
+        buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
+        state = ws.get("loop_bstate", 6, _F64)
+        return _in_chunks(lambda m: kern(Ak, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph,
+                                         sh, w, m, tol, buf, state), maxiter, hist, buf,
+                          state, 3)
+
+    return run

@@ -8,9 +8,10 @@ The driver around it, written once for all methods:
 1. validates the input once (:func:`make_problem`) and realises it at the
    requested :class:`Precision` (:func:`make_system`, through :func:`system_for`,
    which keeps each policy's System for a :class:`mpsolve.Solver`'s next solve);
-2. runs the body; when the body's own (recursive) residual says "converged",
-   checks the FP64 true residual ``||b - A x||``: if it misses the tolerance, the
-   iteration restarts from the true residual (*residual replacement*);
+2. runs the body (one that returns a count of 0 has not changed ``x`` or ``r``: its
+   true residual is the one computed before); when the body's own (recursive) residual
+   says "converged", checks the FP64 true residual ``||b - A x||``: if it misses the
+   tolerance, the iteration restarts from the true residual (*residual replacement*);
 3. if the true residual stops improving (it failed to halve between two
    replacements) the solve has hit the accuracy floor of its precision: with
    ``escalate=True`` it switches to ``precision.stronger()`` and goes on from the
@@ -87,13 +88,15 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         c, it, flag = body(sys, x, r, budget - count, tol, callback, hist, **body_kw)
         count += c
         iters += it
-        if not same:
-            x64[:] = x
-        if not problem.all_finite(x64):
-            x64[:] = backup
+        # a body that did nothing left x64 (and r64) as they were: their residual is known
+        if not (c == 0 and it == 0 and same and true < np.inf):
+            if not same:
+                x64[:] = x
+            if not problem.all_finite(x64):
+                x64[:] = backup
+                true = problem.true_residual(x64, r64)
+                return count, iters, -14, true
             true = problem.true_residual(x64, r64)
-            return count, iters, -14, true
-        true = problem.true_residual(x64, r64)
         if true <= tol:
             return count, iters, 0, true
         if flag != 0 or count >= budget:

@@ -59,6 +59,10 @@ _DOT_MODES = ("native", "compensated")
 _RESIDUAL_MODES = ("fp64", "dd")
 
 
+#: :attr:`Precision.floor` by (no inner policy, residual, working dtype)
+_FLOORS = {}
+
+
 @dataclass(frozen=True)
 class Precision:
     """A precision policy.
@@ -192,11 +196,17 @@ class Precision:
         floor is that of the pair (``10 eps^2``): no stronger policy would get further,
         though the FP64-rounded answer's own residual stays near ``eps ||A|| ||x||``.
         """
-        if self.inner is None and self.residual == "dd":
-            return 10.0 * float(np.finfo(np.float64).eps) ** 2
-        if self.inner is not None:
-            return 10.0 * float(np.finfo(np.float64).eps)
-        return 10.0 * float(np.finfo(self.working).eps)
+        key = (self.inner is None, self.residual, self.working)
+        f = _FLOORS.get(key)        # asked once per solve: np.finfo not every time
+        if f is None:
+            if self.inner is None and self.residual == "dd":
+                f = 10.0 * float(np.finfo(np.float64).eps) ** 2
+            elif self.inner is not None:
+                f = 10.0 * float(np.finfo(np.float64).eps)
+            else:
+                f = 10.0 * float(np.finfo(self.working).eps)
+            _FLOORS[key] = f
+        return f
 
     def stronger(self) -> Optional["Precision"]:
         """The next policy of the escalation ladder, or ``None`` at the top.

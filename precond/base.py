@@ -145,6 +145,17 @@ class Preconditioner:
             f = self._bound[key] = self._op.bind(r.dtype, out.dtype)
         f(r, out)  # out = M r
 
+    def fusable(self):
+        """``apply`` as a small fixed program for the compiled Krylov loops, or ``None``.
+
+        A set-up preconditioner whose apply is one of the programs of
+        :mod:`mpsolve.kernels.fused` returns its stored arrays: ``("diag", (d,), None)``,
+        ``("csr", ((indptr, indices, data), ...), mode)`` (CSR products applied in order,
+        row sums ``"acc64"`` or ``"acc32"``) or ``("ilu", (lptr, lind, lval, uptr, uind,
+        uval, dinv), None)``.  ``None`` (this default): the solver calls :meth:`apply`.
+        The description must compute exactly what :meth:`apply` computes."""
+        return None
+
     @property
     def nbytes(self) -> int:
         return int(self._op.nbytes) if self._op is not None else 0

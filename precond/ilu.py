@@ -304,6 +304,14 @@ class ILU0(Preconditioner):
                     "ILU0(symmetric=False), or ISAI")
             s *= SHIFT_GROWTH
 
+    def fusable(self):
+        """The two sweeps of one block (:meth:`Preconditioner.fusable`); ``None`` for
+        several diagonal blocks (their sweeps run one task each)."""
+        op = self._op
+        if op is None or self.bounds.size != 2:
+            return None
+        return "ilu", (op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv), None
+
     @property
     def blocks(self):
         """Number of diagonal blocks used (after setup)."""

@@ -292,6 +292,17 @@ class _ISAIBase(Preconditioner):
     def apply(self, r, out):
         self._chain(r, out)  # out = M r (one SpMV, or two: G^T (G r) / U_isai (L_isai r))
 
+    def fusable(self):
+        """One or two CSR products (:meth:`Preconditioner.fusable`); ``None`` for BSR
+        storage (block size above 1)."""
+        ops = [] if self._chain is None else self._chain.ops
+        if not 1 <= len(ops) <= 2 or not all(isinstance(op, SparseOperator) for op in ops):
+            return None
+        modes = {op._mode for op in ops}
+        if len(modes) != 1:
+            return None
+        return "csr", tuple((op.indptr, op.indices, op.data) for op in ops), modes.pop()
+
     @property
     def nbytes(self):
         return self._chain.nbytes if self._chain is not None else 0

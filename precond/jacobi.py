@@ -53,6 +53,10 @@ class Jacobi(Preconditioner):
         self._op = DiagonalOperator(1.0 / d, dtype, what="Jacobi's inverse diagonal",
                                     device=self.device)
 
+    def fusable(self):
+        """``z = d * r``: ``("diag", (d,), None)`` (:meth:`Preconditioner.fusable`)."""
+        return None if self._op is None else ("diag", (self._op.d,), None)
+
     @property
     def dinv(self):
         """The stored inverse diagonal (on the device)."""

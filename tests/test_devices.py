@@ -524,7 +524,10 @@ _STRUCTURED = {"ilu_sweeps", "diag_positions", "ilu0_factor", "symmetric_mirror"
                "bsr_from_csr", "pattern_power", "pattern_truncate", "bsr_transpose",
                "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
                # double-double x and residual: tests/test_eft_refine.py (exact oracles)
-               "residual_dd", "dd_axpy"}
+               "residual_dd", "dd_axpy",
+               # whole iterations: tests/test_fused.py (against the reference device, and
+               # bit for bit against the Python body)
+               "cg_loop", "gmres_arnoldi", "bicgstab_loop"}
 
 
 def _contract_cases():

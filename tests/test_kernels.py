@@ -46,7 +46,9 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               "bsr_from_csr", "pattern_power", "pattern_truncate", "bsr_transpose",
               "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
               # against exact oracles and the reference device: tests/test_eft_refine.py
-              "residual_dd", "dd_axpy"}
+              "residual_dd", "dd_axpy",
+              # against the reference device and the Python bodies: tests/test_fused.py
+              "cg_loop", "gmres_arnoldi", "bicgstab_loop"}
 
 
 def test_every_registered_cpu_op_is_tested():

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from .._system import compiled_loop
 from ..result import USER_STOP, wants_stop
 
 __all__ = ["bicgstab_body"]
@@ -32,7 +33,14 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
     """Run at most ``maxiter`` BiCGSTAB iterations from ``x`` with residual ``r``.
 
     Returns ``(iterations, iterations, flag)`` like :func:`~mpsolve.krylov.cg.cg_body`.
+    Without a callback, where the device compiles the whole loop for this System
+    (:func:`mpsolve._system.compiled_loop`), that loop runs, with the same bits.
     """
+    if callback is None:
+        loop = compiled_loop(sys, "bicgstab_loop")
+        if loop is not None:
+            count, flag = loop(x, r, maxiter, tol, hist)
+            return count, count, flag
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
     dot, nrm2, waxpy, axpy2, bicg_dir = ops.dot, ops.nrm2, ops.waxpy, ops.axpy2, ops.bicg_dir
     n = x.size

@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from .._system import compiled_loop
 from ..result import USER_STOP, wants_stop
 
 __all__ = ["cg_body"]
@@ -37,7 +38,16 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
     come from the solve's workspace.  Returns ``(iterations, iterations, flag)``: flag
     0 when the recursive residual met ``tol``, 1 when ``maxiter`` was reached,
     ``USER_STOP`` when the callback returned True, a negative breakdown code otherwise.
+
+    Without a callback, where the device compiles the whole loop for this System
+    (:func:`mpsolve._system.compiled_loop`: small systems on the CPU), that loop runs the
+    same iterations in one call, with the same bits.
     """
+    if callback is None:
+        loop = compiled_loop(sys, "cg_loop")
+        if loop is not None:
+            count, flag = loop(x, r, maxiter, tol, hist)
+            return count, count, flag
     ops, matvec_dot, psolve = sys.ops, sys.matvec_dot, sys.psolve
     dot, nrm2, axpy2_nrm2, xpay = ops.dot, ops.nrm2, ops.axpy2_nrm2, ops.xpay
     ratio = ops.dot_ratio

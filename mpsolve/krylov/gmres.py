@@ -71,6 +71,7 @@ import math
 
 import numpy as np
 
+from .._system import compiled_loop
 from ..operator import CallableOperator
 from ..result import USER_STOP, wants_stop
 
@@ -147,6 +148,11 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     if rnorm <= tol:
         return 0, 0, 0
     stop = False                               # the callback asked to stop
+    # without a callback, on an uncompressed basis: a cycle's inner steps in one compiled
+    # call where the device has it (mpsolve._system.compiled_loop), the same bits
+    arnoldi = None if callback is not None or bops.compressed else \
+        compiled_loop(sys, "gmres_arnoldi")
+    py_steps = m if arnoldi is None else 0     # the Python inner loop's length
     for cycle in range(1, maxiter + 1):
         v0 = V[0]
         if left:
@@ -170,7 +176,15 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
         happy = False
         est = beta
         j_end = 0
-        for j in range(m):
+        if arnoldi is not None:
+            j_end, happy, est, wnorm_in, bad = arnoldi(
+                1 if left else (2 if right else 0), V, Z, u, H, cs, sn, g, hcol, target,
+                reach * beta, -1 if max_inner is None else max_inner - inner, ratio, eps,
+                reorth, hist)
+            inner += j_end
+            if bad:
+                return cycle, inner, bad
+        for j in range(py_steps):
             vnext = V[j + 1]
             w = vnext if W is None else W
             if left:

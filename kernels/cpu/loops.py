@@ -1,0 +1,505 @@
+"""Whole Krylov iterations in one compiled call, for small systems (Numba).
+
+Below :data:`~._config.PARALLEL_MIN` unknowns every CPU kernel runs its serial form, and
+the time of an iteration is the Python around the kernels: five to eight calls through
+bound primitives per iteration, a microsecond or more each.  The loops here run the same
+iterations inside one ``@njit`` function that calls the *same* serial kernels directly
+(:mod:`.blas1`, :mod:`.spmv`, :mod:`.ilu`, :mod:`.eft`: not copies), so for the same
+inputs they give the iterates, residual norms, iteration counts and flags of the Python
+bodies in :mod:`mpsolve.krylov` bit for bit (``tests/test_fused.py`` checks that).
+
+What a loop gets (raw arrays and scalars only; the codes and the packing are
+:mod:`mpsolve.kernels.fused`'s, made by the launch plan :func:`loop_plan`):
+
+* ``A = (parts, indptr, indices, data)`` and ``amode``: ``ACC64_DOT`` (FP64 row sums, CG's
+  product fused with ``p . Ap``: the System's ``bind_dot``), ``ACC64`` or ``ACC32``;
+* the preconditioner as a small fixed program ``prog`` over the arrays ``P = (ptr1, ind1,
+  val1, ptr2, ind2, val2, d)`` with the row-sum mode ``pmode`` of its CSR products:
+  ``P_NONE``, ``P_DIAG`` (Jacobi), ``P_CSR`` (one CSR product), ``P_CSR2`` (two: ``G^T (G
+  r)`` or ``U_isai (L_isai r)``, the intermediate in a scratch vector), ``P_ILU`` (the
+  ILU(0) sweeps of one diagonal block);
+* the reduction mode (native or compensated Dot2) as the registry mode;
+* ``hist``: the residual norms are written there (CG and BiCGSTAB run at most
+  ``hist.size`` iterations a call and keep their scalars in ``state``, so the caller goes
+  on with a further call and a long solve needs no long buffer).
+
+The ops: ``cg_loop`` (CG's whole iteration), ``bicgstab_loop`` (BiCGSTAB's) and
+``gmres_arnoldi`` (the inner steps of one GMRES cycle: the cycle's start and end -- the
+update of ``x`` through NumPy's GEMV, the residual, the restart rules -- stay in Python,
+once per cycle).
+
+The rare paths of the Python bodies are here too, with the same arithmetic: a norm that
+is not trustworthy is computed again from the vector scaled by a power of two
+(:func:`mpsolve.kernels.safenorm.safe_nrm2`), and an ``alpha`` whose dot overflowed or is
+subnormal comes from scaled vectors (:func:`~mpsolve.kernels.safenorm.safe_dot_ratio`).
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_NONE, pack
+from ..registry import register, register_plan
+from ._config import JIT, PARALLEL_MIN
+from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy_ser,
+                    _dmul_ser, _dot_ser, _maxpy_ser, _mdot_ser, _scal_ser, _waxpy_ser,
+                    _xpay_ser)
+from .eft import _dot2_ser, _mdot2_ser, _nrm2_ser
+from .hessenberg import _rotate
+from .ilu import _ilu_solve
+from .spmv import _csr_acc32_ser, _csr_acc64_dot_ser, _csr_acc64_ser
+
+__all__ = ["loop_plan", "cg_loop_native", "cg_loop_compensated", "gmres_arnoldi_native",
+           "gmres_arnoldi_compensated", "bicgstab_loop_native", "bicgstab_loop_compensated"]
+
+#: Reduction modes.
+_NATIVE, _COMPENSATED = 0, 1
+
+
+@register_plan("cpu", "bicgstab_loop")
+@register_plan("cpu", "gmres_arnoldi")
+@register_plan("cpu", "cg_loop")
+def loop_plan(n, A, M, dtype, force=False):
+    """The argument pack of :func:`mpsolve.kernels.fused.pack`, or ``None`` where a loop
+    here would not compute what the Python body computes bit for bit: some kernel the
+    Python body calls runs its parallel form at this size (``n`` at least
+    :data:`PARALLEL_MIN`, or a matrix split in several row partitions).  ``force``: pack
+    whatever the size (the loops are serial; for tests and explicit use)."""
+    if not force and (n >= PARALLEL_MIN or A[0].size > 2):
+        return None
+    return pack(A, M, dtype)
+
+
+# ------------------------------------------------------------------ reductions
+@njit(**JIT)
+def _dot(mode, x, y):
+    """``x . y`` as the registered ``dot`` of ``mode`` returns it (a float)."""
+    if mode == _NATIVE:
+        return np.float64(_dot_ser(x, y))
+    return np.float64(_dot2_ser(x, y))
+
+
+@njit(**JIT)
+def _nrm2_raw(mode, x):
+    if mode == _NATIVE:
+        return math.sqrt(np.float64(_dot_ser(x, x)))
+    return np.float64(_nrm2_ser(x))
+
+
+@njit(**JIT)
+def _scale_exponent(x):
+    """``e`` with ``2^(e-1) <= max |x_i| < 2^e``, or 0 with ``ok`` False (all zeros, or
+    NaN/inf: safenorm.scale_exponent's None)."""
+    if x.size == 0:
+        return 0, False
+    m = 0.0
+    for i in range(x.size):
+        a = abs(np.float64(x[i]))
+        if a != a:
+            return 0, False
+        if a > m:
+            m = a
+    if not (0.0 < m < math.inf):
+        return 0, False
+    return math.frexp(m)[1], True
+
+
+@njit(**JIT)
+def _scaled(x, e, step):
+    """``2^-e x`` in ``x``'s dtype, in steps of normal factors (safenorm._scaled)."""
+    y = x.copy()
+    e = -e
+    first = True
+    while first or e != 0:
+        first = False
+        f = max(-step, min(step, e))
+        fac = x.dtype.type(math.ldexp(1.0, f))
+        for i in range(y.size):
+            y[i] = y[i] * fac
+        e -= f
+    return y
+
+
+@njit(**JIT)
+def _ldexp(v, e):
+    return math.ldexp(v, e)
+
+
+@njit(**JIT)
+def _nonfinite(x):
+    """(any non-finite, any NaN) of ``x``."""
+    bad = False
+    for i in range(x.size):
+        v = x[i]
+        if v != v:
+            return True, True
+        if not math.isfinite(v):
+            bad = True
+    return bad, False
+
+
+@njit(**JIT)
+def _nrm2(mode, x, lo, step):
+    """``||x||`` as :func:`safenorm.safe_nrm2` of the mode's ``nrm2`` (``lo``: its bound)."""
+    r = _nrm2_raw(mode, x)
+    if r < math.inf and r * r >= lo * x.size:
+        return r
+    e, ok = _scale_exponent(x)
+    if not ok:
+        if x.size:
+            bad, isnan = _nonfinite(x)
+            if bad:
+                return math.nan if isnan else math.inf
+        return r
+    return _ldexp(_nrm2_raw(mode, _scaled(x, e, step)), e)
+
+
+@njit(**JIT)
+def _axpy2_nrm2(mode, a, x, y, b, u, v, lo, step):
+    """``y += a x; v += b u; return ||v||`` as the bound ``axpy2_nrm2`` of ``mode``."""
+    if mode == _NATIVE:
+        r = math.sqrt(np.float64(_axpy2_nrm2_ser(a, x, y, b, u, v)))
+        if r < math.inf and r * r >= lo * v.size:
+            return r
+    else:
+        _axpy2_ser(a, x, y, b, u, v)
+    return _nrm2(mode, v, lo, step)
+
+
+@njit(**JIT)
+def _ratio(mode, x, y, u, w, step):
+    """``(x . y) / (u . w)`` from scaled vectors (safenorm.safe_dot_ratio)."""
+    num_e = 0
+    for k in range(4):
+        v = x if k == 0 else (y if k == 1 else (u if k == 2 else w))
+        if v.size:
+            bad, _ = _nonfinite(v)
+            if bad:
+                return math.nan
+    ex, okx = _scale_exponent(x)
+    ey, oky = _scale_exponent(y)
+    eu, oku = _scale_exponent(u)
+    ew, okw = _scale_exponent(w)
+    sx = _scaled(x, ex, step) if okx else x.copy()
+    sy = _scaled(y, ey, step) if oky else y.copy()
+    su = _scaled(u, eu, step) if oku else u.copy()
+    sw = _scaled(w, ew, step) if okw else w.copy()
+    num = _dot(mode, sx, sy)
+    den = _dot(mode, su, sw)
+    if den != 0:
+        q = num / den
+    elif num == 0 or num != num:
+        q = math.nan
+    else:
+        q = math.copysign(math.inf, num)
+    if q != q or abs(q) == math.inf or q == 0:
+        return q
+    num_e = (ex if okx else 0) + (ey if oky else 0) - (eu if oku else 0) - (ew if okw else 0)
+    return _ldexp(q, num_e)
+
+
+# ------------------------------------------------------------------ operators
+@njit(**JIT)
+def _csr(mode, parts, ptr, ind, val, x, y):
+    if mode == ACC32:
+        _csr_acc32_ser(parts, ptr, ind, val, x, y)
+    else:
+        _csr_acc64_ser(parts, ptr, ind, val, x, y)
+
+
+@njit(**JIT)
+def _matvec_dot(amode, dmode, A, x, y):
+    """``y = A x; return x . y`` as the System's ``matvec_dot``."""
+    parts, ptr, ind, val = A
+    if amode == ACC64_DOT:
+        return np.float64(_csr_acc64_dot_ser(parts, ptr, ind, val, x, y))
+    _csr(amode, parts, ptr, ind, val, x, y)
+    return _dot(dmode, x, y)
+
+
+@njit(**JIT)
+def _psolve(prog, pmode, P, r, z, t):
+    """``z = M r`` by the program ``prog`` (module docstring)."""
+    ptr1, ind1, val1, ptr2, ind2, val2, d = P
+    if prog == P_DIAG:
+        _dmul_ser(d, r, z)
+    elif prog == P_CSR:
+        _csr(pmode, ptr1, ptr1, ind1, val1, r, z)
+    elif prog == P_CSR2:
+        _csr(pmode, ptr1, ptr1, ind1, val1, r, t)
+        _csr(pmode, ptr2, ptr2, ind2, val2, t, z)
+    elif prog == P_ILU:
+        _ilu_solve(ptr1, ind1, val1, ptr2, ind2, val2, d, r, z)
+
+
+# ------------------------------------------------------------------ CG
+@njit(**JIT)
+def _cg(dmode, consts, A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, hist,
+        state):
+    """PCG as :func:`mpsolve.krylov.cg.cg_body` (Saad Alg. 9.1; stopping test on the
+    unpreconditioned ``||r||``).  ``z`` is ``r`` itself when ``prog`` is :data:`P_NONE`.
+    Returns ``(iterations, flag)``; ``state = [rz, resume]``."""
+    tiny, lo, step = consts
+    if state[1] == 0:
+        if prog != P_NONE:
+            _psolve(prog, pmode, P, r, z, t)        # z = M r
+        _copy_ser(z, p)                             # p = z
+        rnorm = _nrm2(dmode, r, lo, step)
+        rz = rnorm * rnorm if prog == P_NONE else _dot(dmode, r, z)
+        if rnorm <= tol:
+            return 0, 0
+        if not (rz > 0 and math.isfinite(rz)):
+            return 0, (-14 if not math.isfinite(rz) else -12)
+    else:
+        rz = state[0]
+    for k in range(1, maxiter + 1):
+        pq = _matvec_dot(amode, dmode, A, p, q)     # q = A p; p . q
+        if tiny <= pq < math.inf:
+            alpha = rz / pq
+        else:                                       # from scaled vectors
+            alpha = _ratio(dmode, r, z, p, q, step)
+            if not (0 < alpha < math.inf):
+                return k - 1, (-14 if math.isnan(alpha) else -12)
+        rnorm = _axpy2_nrm2(dmode, alpha, p, x, -alpha, q, r, lo, step)  # x += a p; r -= a q
+        hist[k - 1] = rnorm
+        if not math.isfinite(rnorm):
+            return k, -14
+        if rnorm <= tol:
+            return k, 0
+        if prog == P_NONE:
+            rz_new = rnorm * rnorm
+        else:
+            _psolve(prog, pmode, P, r, z, t)        # z = M r
+            rz_new = _dot(dmode, r, z)
+            if not (rz_new > 0):
+                return k, (-14 if math.isnan(rz_new) else -12)
+        beta = rz_new / rz
+        rz = rz_new
+        state[0] = rz
+        _xpay_ser(z, beta, p)                       # p = z + beta p
+    return maxiter, 1
+
+
+_LOOP_KEYS = [("float64",), ("float32",)]
+_CONSTS = {}
+
+
+def _consts(dtype):
+    """``(tiny, 2 tiny, maxexp - 2)`` of ``dtype``: CG's subnormal test, the norms'
+    trust bound (safenorm), the scaling step."""
+    c = _CONSTS.get(dtype)
+    if c is None:
+        fi = np.finfo(dtype)
+        c = _CONSTS[dtype] = (float(fi.tiny), 2.0 * float(fi.tiny), int(fi.maxexp) - 2)
+    return c
+
+
+@register("cpu", "cg_loop", _LOOP_KEYS, mode="native")
+def cg_loop_native(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, hist, state):
+    """At most ``min(maxiter, hist.size)`` PCG iterations in one call, native dots (module
+    docstring).  Returns ``(iterations, flag)``: flag 0 converged, 1 iterations used up,
+    -12 / -14 as :func:`mpsolve.krylov.cg.cg_body`."""
+    c, f = _cg(_NATIVE, _consts(x.dtype), A, amode, prog, P, pmode, x, r, q, z, p, t,
+               min(maxiter, hist.size), tol, hist, state)
+    return int(c), int(f)
+
+
+@register("cpu", "cg_loop", _LOOP_KEYS, mode="compensated")
+def cg_loop_compensated(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, hist,
+                        state):
+    """:func:`cg_loop_native` with compensated (Dot2) dots and norms."""
+    c, f = _cg(_COMPENSATED, _consts(x.dtype), A, amode, prog, P, pmode, x, r, q, z, p, t,
+               min(maxiter, hist.size), tol, hist, state)
+    return int(c), int(f)
+
+
+# ------------------------------------------------------------------ GMRES
+@njit(**JIT)
+def _mdot(mode, V, k, w, out):
+    if mode == _NATIVE:
+        _mdot_ser(V, k, w, out)
+    else:
+        _mdot2_ser(V, k, w, out)
+
+
+@njit(**JIT)
+def _arnoldi(dmode, consts, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol,
+             target, floor, max_steps, ratio, eps, reorth, hist):
+    """The inner steps of one GMRES(m) cycle as :func:`mpsolve.krylov.gmres.gmres_body`
+    runs them (an FP64 or FP32 basis in the working dtype; CGS2; Givens), from ``V[0]``
+    already normalised.  ``side``: 0 none, 1 left (``w = M A v_j``), 2 right (``z_j = M
+    v_j``, ``w = A z_j``).  Stops after ``m`` steps, a happy breakdown, ``est <= target``,
+    ``est <= floor`` or ``max_steps`` steps (``-1``: no cap).  Returns ``(steps, happy,
+    est, wnorm_in, flag)``: ``hist[:steps]`` the estimates times ``ratio``; flag -14 when
+    ``||w||`` is not finite (that step not counted)."""
+    tiny, lo, step = consts
+    parts, ptr, ind, val = A
+    m = H.shape[1]
+    est = 0.0
+    wnorm_in = 0.0
+    happy = False
+    steps = 0
+    for j in range(m):
+        w = V[j + 1]
+        if side == 1:
+            _csr(amode, parts, ptr, ind, val, V[j], u)          # u = A v_j
+            _psolve(prog, pmode, P, u, w, t)                  # w = M A v_j
+        elif side == 2:
+            _psolve(prog, pmode, P, V[j], Z[j], t)            # z_j = M v_j
+            _csr(amode, parts, ptr, ind, val, Z[j], w)        # w = A z_j
+        else:
+            _csr(amode, parts, ptr, ind, val, V[j], w)        # w = A v_j
+        _mdot(dmode, V, j + 1, w, hcol)                       # h_i = v_i . w
+        wnorm = _nrm2(dmode, w, lo, step)
+        wnorm0 = wnorm_in = wnorm
+        for ps in range(2):                                   # CGS2
+            if ps:
+                _mdot(dmode, V, j + 1, w, hcol)
+            _maxpy_ser(V, j + 1, hcol, w)                     # w -= sum_i h_i v_i
+            wnorm = _nrm2(dmode, w, lo, step)
+            for i in range(j + 1):
+                H[i, j] += hcol[i]
+            if wnorm > reorth * wnorm0:
+                break
+            wnorm0 = wnorm
+        H[j + 1, j] = wnorm
+        if not math.isfinite(wnorm):
+            return steps, happy, est, wnorm_in, -14
+        est = _rotate(H, cs, sn, g, j)                        # Givens: H[:, j] -> R
+        hist[steps] = est * ratio
+        steps += 1
+        if wnorm <= eps * wnorm_in or wnorm == 0.0:
+            happy = True
+            break
+        _scal_ser(1.0 / wnorm, w)                             # v_{j+1} = w / ||w||
+        if est <= target or est <= floor or steps == max_steps:
+            break
+    return steps, happy, est, wnorm_in, 0
+
+
+def _arnoldi_call(dmode, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol,
+                  target, floor, max_steps, ratio, eps, reorth, hist):
+    s, h, e, wi, f = _arnoldi(dmode, _consts(V.dtype), A, amode, prog, P, pmode, side, V, Z,
+                              u, t, H, cs, sn, g, hcol, target, floor, max_steps, ratio, eps,
+                              reorth, hist)
+    return int(s), bool(h), float(e), float(wi), int(f)
+
+
+@register("cpu", "gmres_arnoldi", _LOOP_KEYS, mode="native")
+def gmres_arnoldi_native(A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol,
+                         target, floor, max_steps, ratio, eps, reorth, hist):
+    """One GMRES cycle's inner steps in one call, native reductions (:func:`_arnoldi`).
+    Returns ``(steps, happy, est, wnorm_in, flag)``."""
+    return _arnoldi_call(_NATIVE, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g,
+                         hcol, target, floor, max_steps, ratio, eps, reorth, hist)
+
+
+@register("cpu", "gmres_arnoldi", _LOOP_KEYS, mode="compensated")
+def gmres_arnoldi_compensated(A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol,
+                              target, floor, max_steps, ratio, eps, reorth, hist):
+    """:func:`gmres_arnoldi_native` with Dot2 coefficients and norms."""
+    return _arnoldi_call(_COMPENSATED, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn,
+                         g, hcol, target, floor, max_steps, ratio, eps, reorth, hist)
+
+
+# ------------------------------------------------------------------ BiCGSTAB
+@njit(**JIT)
+def _bicgstab(dmode, consts, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w,
+              maxiter, tol, eps, hist, state):
+    """BiCGSTAB as :func:`mpsolve.krylov.bicgstab.bicgstab_body` (van der Vorst 1992,
+    right preconditioned; ``ph``/``sh`` are ``p``/``s`` themselves without ``M``;
+    ``p`` and ``v`` zero on the first call).  Returns ``(iterations, flag)``; ``state =
+    [rho_old, alpha, omega, resume, ||r0^||, ||r||]``."""
+    tiny, lo, step = consts
+    parts, ptr, ind, val = A
+    rhotol = eps * eps
+    first = state[3] == 0
+    if first:
+        _copy_ser(r, r0)                                  # shadow residual r0^ = r
+        r0nrm = _nrm2(dmode, r0, lo, step)
+        rnorm = r0nrm
+        if rnorm <= tol:
+            return 0, 0
+        rho_old = alpha = omega = 1.0
+    else:
+        rho_old, alpha, omega = state[0], state[1], state[2]
+        r0nrm, rnorm = state[4], state[5]
+    for k in range(1, maxiter + 1):
+        rho = _dot(dmode, r0, r)                          # rho = r0^ . r
+        if not math.isfinite(rho):
+            return k - 1, -14
+        if abs(rho) <= rhotol * r0nrm * rnorm:
+            return k - 1, -10
+        if k == 1 and first:
+            _copy_ser(r, p)                               # p = r
+        else:
+            beta = (rho / rho_old) * (alpha / omega)
+            _bicg_dir_ser(r, beta, omega, v, p)           # p = r + beta (p - omega v)
+        if prog != P_NONE:
+            _psolve(prog, pmode, P, p, ph, w)             # p^ = M p
+        _csr(amode, parts, ptr, ind, val, ph, v)          # v = A p^
+        r0v = _dot(dmode, r0, v)
+        if r0v == 0.0:
+            return k - 1, -10
+        if tiny <= abs(r0v) < math.inf:
+            alpha = rho / r0v
+        else:                                             # from scaled vectors
+            alpha = _ratio(dmode, r0, r, r0, v, step)
+            if not math.isfinite(alpha):
+                return k - 1, -14
+        _waxpy_ser(-alpha, v, r, s)                       # s = r - alpha v
+        snorm = _nrm2(dmode, s, lo, step)
+        if snorm <= tol:
+            _axpy_ser(alpha, ph, x)                       # x += alpha p^
+            _copy_ser(s, r)                               # r = s
+            hist[k - 1] = snorm
+            return k, 0
+        if prog != P_NONE:
+            _psolve(prog, pmode, P, s, sh, w)             # s^ = M s
+        _csr(amode, parts, ptr, ind, val, sh, t)          # t = A s^
+        tt = _dot(dmode, t, t)
+        ts = _dot(dmode, t, s)
+        if tiny <= tt < math.inf and abs(ts) < math.inf:
+            omega = ts / tt
+        else:
+            omega = _ratio(dmode, t, s, t, t, step)
+            if not math.isfinite(omega):
+                return k - 1, (-11 if tt == 0.0 else -14)
+        if omega == 0.0:
+            return k - 1, -11
+        _axpy2_ser(alpha, ph, x, omega, sh, x)            # x += alpha p^ + omega s^
+        _waxpy_ser(-omega, t, s, r)                       # r = s - omega t
+        rnorm = _nrm2(dmode, r, lo, step)
+        hist[k - 1] = rnorm
+        if not math.isfinite(rnorm):
+            return k, -14
+        if rnorm <= tol:
+            return k, 0
+        rho_old = rho
+        state[0], state[1], state[2], state[4], state[5] = rho_old, alpha, omega, r0nrm, rnorm
+    return maxiter, 1
+
+
+def _bicgstab_call(dmode, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w, maxiter,
+                   tol, hist, state):
+    c, f = _bicgstab(dmode, _consts(x.dtype), A, amode, prog, P, pmode, x, r, r0, p, v, s, t,
+                     ph, sh, w, min(maxiter, hist.size), tol, float(np.finfo(x.dtype).eps),
+                     hist, state)
+    return int(c), int(f)
+
+
+@register("cpu", "bicgstab_loop", _LOOP_KEYS, mode="native")
+def bicgstab_loop_native(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w, maxiter,
+                         tol, hist, state):
+    """At most ``min(maxiter, hist.size)`` BiCGSTAB iterations in one call, native
+    reductions (:func:`_bicgstab`).  Returns ``(iterations, flag)``."""
+    return _bicgstab_call(_NATIVE, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w,
+                          maxiter, tol, hist, state)
+
+
+@register("cpu", "bicgstab_loop", _LOOP_KEYS, mode="compensated")
+def bicgstab_loop_compensated(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w,
+                              maxiter, tol, hist, state):
+    """:func:`bicgstab_loop_native` with Dot2 dots and norms."""
+    return _bicgstab_call(_COMPENSATED, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh,
+                          w, maxiter, tol, hist, state)
