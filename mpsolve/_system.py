@@ -40,6 +40,7 @@ from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field
 from .precond.base import Preconditioner
+from .result import USER_STOP, wants_stop
 
 __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
            "set_rhs", "system_for", "compiled_loop", "STAGNATION"]
@@ -656,35 +657,45 @@ def _fusable_is_apply(M) -> bool:
     return False
 
 
-def _in_chunks(call, maxiter, hist, buf, state, resume):
+def _in_chunks(call, maxiter, hist, buf, state, resume, hook=None, period=None):
     """Run a loop kernel ``call(iterations) -> (count, flag)`` until it stops or ``maxiter``
     iterations are done: each call runs at most ``buf.size`` (its history buffer, appended
     to ``hist``) and, when it used them all up, the next goes on from ``state``
-    (``state[resume] = 1``)."""
+    (``state[resume] = 1``).  With a ``hook`` (a callback with a ``period``), calls end at
+    every multiple of ``period`` iterations, where ``hook()`` is called; when it returns
+    True the run stops there with ``USER_STOP`` (the Python bodies' rule: a periodic
+    callback is called after iteration ``k`` when ``k % period == 0``)."""
     state[resume] = 0.0
     count = 0
     while True:
-        c, flag = call(maxiter - count)
+        want = maxiter - count
+        if hook is not None:
+            want = min(want, period - count % period)
+        c, flag = call(want)
         if c:
             hist.extend(buf[:c].tolist())
         count += c
         if flag != 1 or count >= maxiter:
             return count, flag
+        if hook is not None and count % period == 0 and wants_stop(hook()):
+            return count, USER_STOP
         state[resume] = 1.0                    # go on from where the call stopped
 
 
 def _cg_runner(kern, plan, ws, n, wdt, no_m):
     Ak, amode, prog, P, pmode = plan
 
-    def run(x, r, maxiter, tol, hist):
+    def run(x, r, maxiter, tol, hist, callback=None, period=None):
         q = ws.get("q", n, wdt)
         p = ws.get("p", n, wdt)
         z = r if no_m else ws.get("z", n, wdt)
         t = ws.get("loop_t", n, wdt)
         buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
         state = ws.get("loop_state", 2, _F64)
+        hook = None if callback is None else (lambda: callback(x))
         return _in_chunks(lambda m: kern(Ak, amode, prog, P, pmode, x, r, q, z, p, t, m, tol,
-                                         buf, state), maxiter, hist, buf, state, 1)
+                                         buf, state), maxiter, hist, buf, state, 1, hook,
+                          period)
 
     return run
 
@@ -712,7 +723,7 @@ def _arnoldi_runner(kern, plan, ws, n, wdt, no_m):
 def _bicgstab_runner(kern, plan, ws, n, wdt, no_m):
     Ak, amode, prog, P, pmode = plan
 
-    def run(x, r, maxiter, tol, hist):
+    def run(x, r, maxiter, tol, hist, callback=None, period=None):
         r0 = ws.get("r0", n, wdt)
         p = ws.zeros("p", n, wdt)
         v = ws.zeros("v", n, wdt)
@@ -722,8 +733,9 @@ def _bicgstab_runner(kern, plan, ws, n, wdt, no_m):
         w = ws.get("loop_t", n, wdt)
         buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
         state = ws.get("loop_bstate", 6, _F64)
+        hook = None if callback is None else (lambda: callback(x))
         return _in_chunks(lambda m: kern(Ak, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph,
                                          sh, w, m, tol, buf, state), maxiter, hist, buf,
-                          state, 3)
+                          state, 3, hook, period)
 
     return run

@@ -332,9 +332,13 @@ class _Monitor:
     """The candidate's callback: the user's callback, the budget share and the stagnation
     test on the FP64 true residual (read every ``every`` calls)."""
 
-    def __init__(self, A, b, bnrm, every, per_call, share, user):
+    def __init__(self, A, b, bnrm, every, per_call, share, user, period=None):
         self.A, self.b, self.bnrm = A, b, bnrm
         self.every, self.per_call, self.share, self.user = every, per_call, share, user
+        # period: CG and BiCGSTAB call the monitor every `period` iterations only
+        # (mpsolve.result.callback_period), and their compiled loops run in between
+        if period is not None:
+            self.period = period
         self.calls = 0
         self.best = np.inf
         self.marks = []                   # (iterations, best true residual so far)
@@ -420,9 +424,14 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         finally:
             c.setup_seconds = time.perf_counter() - ts
         m_restart = min(restart if restart is not None else AUTO_RESTART, share)
-        per_call = m_restart if c.method == "gmres" else 1
-        every = 1 if c.method == "gmres" else CHECK_EVERY
-        mon = _Monitor(C, bh, problem.bnrm, every, per_call, share, callback) \
+        period = None
+        if c.method == "gmres":           # called once per cycle; checks at every call
+            per_call, every = m_restart, 1
+        elif callback is None:            # called every CHECK_EVERY iterations (its period)
+            per_call, every, period = CHECK_EVERY, 1, CHECK_EVERY
+        else:                             # each iteration, for the user's callback
+            per_call, every = 1, CHECK_EVERY
+        mon = _Monitor(C, bh, problem.bnrm, every, per_call, share, callback, period) \
             if C is not None else None
         kw = dict(rtol=rtol, atol=atol, precision=policy, escalate=escalate, device=device,
                   callback=mon if mon is not None else callback)

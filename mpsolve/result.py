@@ -35,6 +35,16 @@ def wants_stop(ret) -> bool:
     return ret is True or (type(ret).__name__ == "bool_" and bool(ret))
 
 
+def callback_period(callback):
+    """A callback's ``period`` (an int > 0: "call me every ``period`` iterations, not each
+    one"), or ``None`` for an ordinary per-iteration callback.  An internal protocol: the
+    automatic choice's monitor (:mod:`mpsolve.auto`) uses it so CG's and BiCGSTAB's
+    compiled loops can run between its calls; a user's callback is called every iteration,
+    as SciPy's."""
+    period = getattr(callback, "period", None) if callback is not None else None
+    return period if isinstance(period, int) and period > 0 else None
+
+
 @dataclass
 class Escalation:
     """One automatic switch to a stronger precision policy."""

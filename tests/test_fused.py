@@ -453,3 +453,69 @@ def test_a_preconditioner_set_up_again_by_its_owner_is_seen(monkeypatch):
     _same(out[0][0], out[1][0])
     _same(out[0][1], out[1][1])
     assert out[1][1].iterations != out[1][0].iterations
+
+
+class _Periodic:
+    """A callback with a ``period`` (mpsolve.result.callback_period): records the iteration
+    counts it was called at (from the residual history's length) and asks to stop at
+    ``stop_at`` calls."""
+
+    def __init__(self, period, stop_at=None):
+        self.period, self.stop_at, self.calls = period, stop_at, 0
+
+    def __call__(self, x):
+        self.calls += 1
+        return self.stop_at is not None and self.calls >= self.stop_at
+
+
+@pytest.mark.parametrize("method", ["cg", "bicgstab"])
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_periodic_callback_same_bits_on_both_paths(monkeypatch, method, chunk):
+    """A periodic callback (the automatic choice's monitor) lets the compiled loop run:
+    called after every ``period``-th iteration on both paths, the same x bits, and a stop
+    it asks for ends both at the same iteration with info -15."""
+    import mpsolve._system as system
+
+    if chunk:                                 # the loop's calls split finer than the period
+        monkeypatch.setattr(system, "LOOP_CHUNK", chunk)
+    A = poisson2d(16)
+    b = A @ np.linspace(1.0, 2.0, 256)
+    out = []
+    for fused in "01":
+        monkeypatch.setenv("MPSOLVE_FUSED", fused)
+        cb = _Periodic(10)
+        r = mpsolve.solve(A, b, method=method, precond="jacobi", precision="mixed",
+                          rtol=1e-10, escalate=False, callback=cb)
+        stop = _Periodic(10, stop_at=2)
+        s = mpsolve.solve(A, b, method=method, precond="jacobi", precision="mixed",
+                          rtol=1e-10, escalate=False, callback=stop)
+        out.append((r, cb.calls, s, stop.calls))
+    (r0, c0, s0, k0), (r1, c1, s1, k1) = out
+    assert _loop_runs(A, b, _M["jacobi"], "mixed", op=f"{method}_loop")
+    assert r0.iterations > 20 and c0 == c1 == r0.iterations // 10
+    _same(r0, r1)
+    assert s0.info == s1.info == -15 and s0.iterations == s1.iterations == 20 and k0 == k1 == 2
+    _same(s0, s1)
+
+
+def test_auto_monitor_is_periodic_without_a_user_callback(monkeypatch):
+    """The automatic choice's CG candidate gets a periodic monitor (so the compiled loop
+    runs) when the caller gives no callback, a per-iteration one when the caller does."""
+    from mpsolve import auto
+    from mpsolve.result import callback_period
+
+    seen = []
+    real = auto._Monitor
+
+    def spy(*a, **k):
+        m = real(*a, **k)
+        seen.append(callback_period(m))
+        return m
+
+    monkeypatch.setattr(auto, "_Monitor", spy)
+    A = poisson2d(12)
+    b = A @ np.ones(144)
+    assert mpsolve.solve(A, b, rtol=1e-8).choices[0].method == "cg"
+    calls = []
+    mpsolve.solve(A, b, rtol=1e-8, callback=calls.append)
+    assert seen == [auto.CHECK_EVERY, None] and calls

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from .._system import compiled_loop
-from ..result import USER_STOP, wants_stop
+from ..result import USER_STOP, callback_period, wants_stop
 
 __all__ = ["bicgstab_body"]
 
@@ -34,12 +34,14 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
 
     Returns ``(iterations, iterations, flag)`` like :func:`~mpsolve.krylov.cg.cg_body`.
     Without a callback, where the device compiles the whole loop for this System
-    (:func:`mpsolve._system.compiled_loop`), that loop runs, with the same bits.
+    (:func:`mpsolve._system.compiled_loop`), that loop runs, with the same bits; a callback
+    with a ``period`` is called every ``period`` iterations only (as in CG's body).
     """
-    if callback is None:
+    period = callback_period(callback)
+    if callback is None or period:
         loop = compiled_loop(sys, "bicgstab_loop")
         if loop is not None:
-            count, flag = loop(x, r, maxiter, tol, hist)
+            count, flag = loop(x, r, maxiter, tol, hist, callback, period)
             return count, count, flag
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
     dot, nrm2, waxpy, axpy2, bicg_dir = ops.dot, ops.nrm2, ops.waxpy, ops.axpy2, ops.bicg_dir
@@ -94,7 +96,7 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
             ops.axpy(alpha, ph, x)              # x += alpha p^
             ops.copy(s, r)                      # r = s
             hist.append(snorm)
-            if callback is not None:
+            if callback is not None and not period:
                 callback(x)                     # converged: nothing left to stop
             return k, k, 0
         if psolve is not None:
@@ -114,7 +116,8 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
         waxpy(-omega, t, s, r)                  # r = s - omega t
         rnorm = nrm2(r)
         hist.append(rnorm)
-        if callback is not None and wants_stop(callback(x)):
+        if callback is not None and (not period or k % period == 0) and \
+                wants_stop(callback(x)):
             return k, k, (0 if rnorm <= tol else USER_STOP)
         if not math.isfinite(rnorm):
             return k, k, -14

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from .._system import compiled_loop
-from ..result import USER_STOP, wants_stop
+from ..result import USER_STOP, callback_period, wants_stop
 
 __all__ = ["cg_body"]
 
@@ -41,12 +41,15 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
 
     Without a callback, where the device compiles the whole loop for this System
     (:func:`mpsolve._system.compiled_loop`: small systems on the CPU), that loop runs the
-    same iterations in one call, with the same bits.
+    same iterations in one call, with the same bits.  A callback with a ``period``
+    attribute (:func:`~mpsolve.result.callback_period`: the automatic choice's monitor)
+    is called every ``period`` iterations only, so the compiled loop runs between calls.
     """
-    if callback is None:
+    period = callback_period(callback)
+    if callback is None or period:
         loop = compiled_loop(sys, "cg_loop")
         if loop is not None:
-            count, flag = loop(x, r, maxiter, tol, hist)
+            count, flag = loop(x, r, maxiter, tol, hist, callback, period)
             return count, count, flag
     ops, matvec_dot, psolve = sys.ops, sys.matvec_dot, sys.psolve
     dot, nrm2, axpy2_nrm2, xpay = ops.dot, ops.nrm2, ops.axpy2_nrm2, ops.xpay
@@ -78,7 +81,8 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
                 return k - 1, k - 1, (-14 if math.isnan(alpha) else -12)
         rnorm = axpy2_nrm2(alpha, p, x, -alpha, q, r)  # x += alpha p; r -= alpha q; ||r||
         hist.append(rnorm)
-        if callback is not None and wants_stop(callback(x)):
+        if callback is not None and (not period or k % period == 0) and \
+                wants_stop(callback(x)):
             return k, k, (0 if rnorm <= tol else USER_STOP)
         if not math.isfinite(rnorm):
             return k, k, -14

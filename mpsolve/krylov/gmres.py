@@ -148,9 +148,11 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     if rnorm <= tol:
         return 0, 0, 0
     stop = False                               # the callback asked to stop
-    # without a callback, on an uncompressed basis: a cycle's inner steps in one compiled
-    # call where the device has it (mpsolve._system.compiled_loop), the same bits
-    arnoldi = None if callback is not None or bops.compressed else \
+    # without a callback inside the cycle (none, or one per cycle: callback_type "x"), on
+    # an uncompressed basis: a cycle's inner steps in one compiled call where the device
+    # has it (mpsolve._system.compiled_loop), the same bits
+    inner_callback = callback is not None and callback_type in ("pr_norm", "legacy")
+    arnoldi = None if inner_callback or bops.compressed else \
         compiled_loop(sys, "gmres_arnoldi")
     py_steps = m if arnoldi is None else 0     # the Python inner loop's length
     for cycle in range(1, maxiter + 1):
