@@ -14,9 +14,10 @@ layer's automatic choice, written once for every device:
      does: without it IC(0) breaks down on most SuiteSparse stiffness matrices,
      bcsstk13-18, nos1, plat362), then CG + ISAI ``spd`` (Block-ISAI when a block size > 1
      is detected), then GMRES + ILU(0), then GMRES + ILUT + MC64.  IC(0) first because it
-     needed fewer CG iterations than ISAI ``spd`` on 14 of the 17 SPD SuiteSparse matrices
-     (nos3 49 vs 109, s1rmq4m1 94 vs 265, bcsstk16 40 vs 82) and on every generated SPD
-     problem (``bench/results/setup.md``), and its set-up is cheaper;
+     needed fewer CG iterations than ISAI ``spd`` on 12 of the 17 SPD SuiteSparse matrices
+     (FP32 factors; nos3 49 vs 109, s1rmq4m1 92 vs 270, bcsstk16 40 vs 82; more on bcsstk09,
+     10 and 21: 143 vs 100 on bcsstk09) and on every generated SPD problem
+     (``bench/results/setup.md``), and its set-up is cheaper;
    * nonsymmetric with a zero-free, not tiny diagonal: GMRES(30) + ILU(0) (the fewest
      iterations on the sherman/orsirr/fs matrices), then GMRES + ISAI (circuit matrices:
      add20 172 -> 23, memplus 582 -> 53), then GMRES + ILUT + MC64;
@@ -289,7 +290,7 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
         isai = "block-isai" if an.block_size > 1 else "isai"
         out += [Choice("cg", "ilu0", {}, "symmetric with a positive diagonal: IC(0), "
                        "Manteuffel-shifted where a pivot is not positive (fewer iterations "
-                       "than the SPD approximate inverse on 14 of 17 SuiteSparse SPD "
+                       "than the SPD approximate inverse on 12 of 17 SuiteSparse SPD "
                        "matrices, and a cheaper set-up)"),
                 Choice("cg", isai, {"variant": "spd"},
                        "IC(0) failed: CG with the SPD approximate inverse (FSAI), which "
