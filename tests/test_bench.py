@@ -176,10 +176,13 @@ def test_bench_setup_writes_the_goal_tables(tmp_path):
     assert ("poisson3d:6", "block-isai spd k=1") in labels       # symmetric: the SPD form
     assert ("coupled2d:8", "block-isai spd k=1") not in labels     # nonsymmetric: none
     assert all(r[5].endswith("x") for r in setup)
-    solves = [r for r in rows if len(r) == 9 and r[0] != "| problem"]
+    solves = [r for r in rows if len(r) == 13 and r[0] != "| problem"]
     assert {(r[0].strip("| "), r[1]) for r in solves} == {
         ("poisson3d:6", "cg"), ("coupled2d:8", "gmres"), ("coupled2d:8", "gmres right"),
         ("coupled2d:8", "bicgstab")}
+    for r in solves:            # the alternatives: k=1 on nonsymmetric problems only, bilu on all
+        assert (r[11] == "") == (r[0].strip("| ") == "poisson3d:6")
+        assert r[12].strip(" |").endswith("x")
     assert "(failed)" not in text and "geometric mean" in text
 
 
