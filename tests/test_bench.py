@@ -186,6 +186,23 @@ def test_bench_setup_writes_the_goal_tables(tmp_path):
     assert "(failed)" not in text and "geometric mean" in text
 
 
+def test_bench_isai_power_table(tmp_path):
+    """``python -m mpsolve.bench.bench_isai_power`` on a tiny nonsymmetric problem: a row
+    with Jacobi's, k=1's and k=2's iterations and the sampled row residual; symmetric
+    problems are left out."""
+    from mpsolve.bench import bench_isai_power
+
+    out = tmp_path / "power.md"
+    bench_isai_power.main(["--collection", "", "--problems", "convdiff2d:12,peclet=20",
+                           "poisson3d:5", "--out", str(out)])
+    rows = [line.split(" | ") for line in out.read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| matrix")]
+    assert [r[0].strip("| ") for r in rows] == ["convdiff2d:12,peclet=20"]
+    its = [int(c) for c in rows[0][1:4]]           # all three converge on this problem
+    assert its[2] <= its[1] <= its[0]
+    assert 0.0 < float(rows[0][4].strip(" |")) < 1.0
+
+
 def test_results_header_says_how_petsc_was_built():
     """The bench's baseline must be PETSc's optimised build; the header says which it ran."""
     from mpsolve.bench.baselines import describe_petsc_build, petsc_build
