@@ -203,6 +203,18 @@ def test_bench_isai_power_table(tmp_path):
     assert 0.0 < float(rows[0][4].strip(" |")) < 1.0
 
 
+def test_bench_localsolve_stages_runs(capsys):
+    """``python -m mpsolve.bench.bench_localsolve_stages`` on a small problem: a line per
+    stage with the CPU time it adds (no timing asserted)."""
+    from mpsolve.bench import bench_localsolve_stages
+
+    bench_localsolve_stages.main(["--problem", "convdiff3d:8,peclet=10", "--lanes", "8",
+                                  "--groups", "2"])
+    text = capsys.readouterr().out
+    assert "16 systems of s = " in text             # 2 groups of 8 lanes
+    assert all(stage in text for stage in bench_localsolve_stages.STAGES)
+
+
 def test_results_header_says_how_petsc_was_built():
     """The bench's baseline must be PETSc's optimised build; the header says which it ran."""
     from mpsolve.bench.baselines import describe_petsc_build, petsc_build
