@@ -51,7 +51,8 @@ class BlockISAI(_ISAIBase):
           ``C C^T = D^{-1}`` (symmetric, for CG).  Two BSR SpMVs; ``max_local`` is
           not used (the substitution costs ``O(|J_i| nnz_row b^3)`` per block row).
     sparsity_power : int, optional
-        ``k`` (default 2 for ``general``/``right``, 1 for ``spd`` and ``bilu``).
+        ``k`` (default 2 for ``general``/``right``, 1 for ``spd`` and ``bilu``; see
+        :class:`~mpsolve.precond.ISAI` for when ``1`` is faster on nonsymmetric ``A``).
     dtype : {"float32", "float64"} or None
         Storage precision (FP32 when set up on its own).
     accumulate : {"float32", "float64"}

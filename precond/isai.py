@@ -358,6 +358,10 @@ class ISAI(_ISAIBase):
         Jacobi on nonsymmetric matrices) -- unless the rows of ``A^2`` are too wide
         for cheap local solves (median over a sample above ``WIDE_ROWS = 128``),
         then 1 -- and 1 otherwise.  The value used is in ``sparsity_power`` after set-up.
+        On large nonsymmetric PDE problems (convection-diffusion) ``1`` is often faster
+        to a solution -- a cheaper set-up and apply for 10-35% more iterations
+        (``bench/results/setup.md``) -- but on general sparse matrices the pattern of
+        ``A`` can be worse than Jacobi, hence the default.
     dtype : {"float32", "float64"} or None
         Storage precision of ``M`` (FP32 when set up on its own); the set-up
         always runs in FP64 and the values are range-checked (``demote``).

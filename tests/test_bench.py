@@ -176,11 +176,43 @@ def test_bench_setup_writes_the_goal_tables(tmp_path):
     assert ("poisson3d:6", "block-isai spd k=1") in labels       # symmetric: the SPD form
     assert ("coupled2d:8", "block-isai spd k=1") not in labels     # nonsymmetric: none
     assert all(r[5].endswith("x") for r in setup)
-    solves = [r for r in rows if len(r) == 9 and r[0] != "| problem"]
+    solves = [r for r in rows if len(r) == 13 and r[0] != "| problem"]
     assert {(r[0].strip("| "), r[1]) for r in solves} == {
         ("poisson3d:6", "cg"), ("coupled2d:8", "gmres"), ("coupled2d:8", "gmres right"),
         ("coupled2d:8", "bicgstab")}
+    for r in solves:            # the alternatives: k=1 on nonsymmetric problems only, bilu on all
+        assert (r[11] == "") == (r[0].strip("| ") == "poisson3d:6")
+        assert r[12].strip(" |").endswith("x")
     assert "(failed)" not in text and "geometric mean" in text
+
+
+def test_bench_isai_power_table(tmp_path):
+    """``python -m mpsolve.bench.bench_isai_power`` on a tiny nonsymmetric problem: a row
+    with Jacobi's, k=1's and k=2's iterations and the sampled row residual; symmetric
+    problems are left out."""
+    from mpsolve.bench import bench_isai_power
+
+    out = tmp_path / "power.md"
+    bench_isai_power.main(["--collection", "", "--problems", "convdiff2d:12,peclet=20",
+                           "poisson3d:5", "--out", str(out)])
+    rows = [line.split(" | ") for line in out.read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| matrix")]
+    assert [r[0].strip("| ") for r in rows] == ["convdiff2d:12,peclet=20"]
+    its = [int(c) for c in rows[0][1:4]]           # all three converge on this problem
+    assert its[2] <= its[1] <= its[0]
+    assert 0.0 < float(rows[0][4].strip(" |")) < 1.0
+
+
+def test_bench_localsolve_stages_runs(capsys):
+    """``python -m mpsolve.bench.bench_localsolve_stages`` on a small problem: a line per
+    stage with the CPU time it adds (no timing asserted)."""
+    from mpsolve.bench import bench_localsolve_stages
+
+    bench_localsolve_stages.main(["--problem", "convdiff3d:8,peclet=10", "--lanes", "8",
+                                  "--groups", "2"])
+    text = capsys.readouterr().out
+    assert "16 systems of s = " in text             # 2 groups of 8 lanes
+    assert all(stage in text for stage in bench_localsolve_stages.STAGES)
 
 
 def test_results_header_says_how_petsc_was_built():

@@ -25,9 +25,9 @@ reproduce it bit for bit.
 
 Sparsity.  The local matrices of ISAI are sparse and their LU factors stay so (about
 3/4 of the row updates of a 25 x 25 system of a 7-point stencil's ``A^2`` have a zero
-multiplier): the LU update, the substitutions and the check skip the terms whose entry
-is zero in every lane of the group (the matrix's from the gather, the factors' from a
-scan after the factorisation).  A skipped term is ``x - 0 y = x``, exact for a finite
+multiplier): the LU update, the Cholesky sums (lock step), the substitutions and the
+check skip the terms whose entry is zero in every lane of the group (the matrix's from
+the gather, the factors' from a scan after, or during, the factorisation).  A skipped term is ``x - 0 y = x``, exact for a finite
 ``y``; a non-finite factor or solution entry is never zero, so it is not skipped, and it
 makes its system's solution non-finite -- rejected with or without the skipped terms.
 So every accepted row equals the dense algorithm's (and the reference's) bit for bit,
@@ -260,11 +260,17 @@ def _lu_solve_lanes(a, piv, x, ng, nzf):
 
 
 @njit(**_JIT)
-def _chol_lanes(a, ok, ng):
+def _chol_lanes(a, ok, ng, nzl, cols):
     # A = L L^H in place (lower triangle), left-looking:
     # l_jj = sqrt(a_jj - sum_k |l_jk|^2), l_ij = (a_ij - sum_k l_ik conj(l_jk)) / l_jj (k < j,
     # in order); ok[g] = 0 where A is not symmetric (Hermitian) to SYM_RTOL or a pivot is
     # not positive and finite.
+    # Sparsity (as _lu_lanes): the terms l_ik conj(l_jk) run only for the k with l_jk != 0
+    # in some lane (cols: (s,) int64 scratch) and l_ik != 0 in some lane (nzl[i, k], set as
+    # each l_ik is computed; (s, s) int8 scratch, read by _chol_solve_lanes).  A skipped
+    # term is x - 0 y = x, exact for finite y; a non-finite l (never zero, so never
+    # skipped) makes its lane's solution non-finite: left to LU with or without the
+    # skipped terms -- so every accepted row is the dense algorithm's, bit for bit.
     s = a.shape[0]
     for g in range(ng):
         ok[g] = 1
@@ -278,8 +284,13 @@ def _chol_lanes(a, ok, ng):
     for j in range(s):
         aj = a[j]
         dj = aj[j]
-        for k in range(j):
-            ljk = aj[k]
+        nk = 0
+        for k in range(j):                                 # l_jk in use
+            if nzl[j, k] != 0:
+                cols[nk] = k
+                nk += 1
+        for t in range(nk):
+            ljk = aj[cols[t]]
             for g in range(ng):
                 dj[g] -= ljk[g] * conj(ljk[g])
         for g in range(ng):
@@ -290,18 +301,27 @@ def _chol_lanes(a, ok, ng):
         for i in range(j + 1, s):
             ai = a[i]
             aij = ai[j]
-            for k in range(j):
+            for t in range(nk):
+                k = cols[t]
+                if nzl[i, k] == 0:
+                    continue
                 aik = ai[k]
                 ajk = aj[k]
                 for g in range(ng):
                     aij[g] -= aik[g] * conj(ajk[g])
+            nz = 0
             for g in range(ng):
-                aij[g] = aij[g] / dj[g]
+                v = aij[g] / dj[g]                        # l_ij
+                aij[g] = v
+                nz += v != 0.0
+            nzl[i, j] = nz != 0
+        nzl[j, j] = 1
 
 
 @njit(**_JIT)
-def _chol_solve_lanes(a, x, ng):
-    # x = L^-H L^-1 x
+def _chol_solve_lanes(a, x, ng, nzl):
+    # x = L^-H L^-1 x; the terms of the entries of L zero in every lane (nzl from
+    # _chol_lanes) skipped, as in _lu_solve_lanes
     s = a.shape[0]
     nrhs = x.shape[1]
     for j in range(nrhs):
@@ -309,6 +329,8 @@ def _chol_solve_lanes(a, x, ng):
             xr = x[r, j]
             ar = a[r]
             for c in range(r):
+                if nzl[r, c] == 0:
+                    continue
                 arc = ar[c]
                 xc = x[c, j]
                 for g in range(ng):
@@ -319,6 +341,8 @@ def _chol_solve_lanes(a, x, ng):
         for r in range(s - 1, -1, -1):                     # L^H z = y
             xr = x[r, j]
             for c in range(r + 1, s):
+                if nzl[c, r] == 0:
+                    continue
                 lcr = a[c, r]
                 xc = x[c, j]
                 for g in range(ng):
@@ -704,8 +728,8 @@ def _solve_groups(kind, rows, pos, gstart, gsize, gs, glanes, cbounds, pptr, pin
                     ok[0] = _chol_one(a2)
                     _chol_solve_one(a2, x)
                 else:
-                    _chol_lanes(a, ok, ng)
-                    _chol_solve_lanes(a, x, ng)
+                    _chol_lanes(a, ok, ng, nzf, cols)
+                    _chol_solve_lanes(a, x, ng, nzf)
             elif G == 1:
                 a2 = a.reshape((s, s))
                 _lu_one(a2, pv)
