@@ -382,9 +382,9 @@ def _within(a, b):
 
 SOLVES = [
     ("cg", "hpd", "jacobi", {}, "mixed"),
-    ("cg", "hpd", "isai", {}, "mixed-eft"),
+    ("cg", "hpd", "isai", {}, "mixed"),
     ("gmres", "helmholtz", "block-jacobi", {"block_size": 2}, "mixed"),
-    ("gmres", "helmholtz", "block-isai", {"block_size": 2}, "mixed-eft"),
+    ("gmres", "helmholtz", "block-isai", {"block_size": 2}, "mixed-eft"),   # complex Dot2
     ("bicgstab", "helmholtz", None, {}, "double"),
     ("bicgstab", "helmholtz", "isai", {}, "mixed"),
 ]
