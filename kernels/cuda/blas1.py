@@ -13,6 +13,11 @@ updates agree with both **bit for bit**, on any GPU and in the simulator.  ``lin
 ``maxpy`` sum over the ``k`` basis vectors in order ``i = 0, 1, ...`` per element
 (``maxpy`` bitwise the CPU's; ``lincomb`` within rounding of the CPU's BLAS GEMV).
 
+Complex vectors (complex64/complex128): the same kernels, typed by the arrays, through
+:mod:`.field` (``fadd``/``fsub``/``fmul``: the complex product as two rounded products and one
+rounded add or subtract per part, as NumPy's and Numba's), so the complex updates agree with
+the CPU's bit for bit too.  ``copy``/``dmul`` keys stay within one field.
+
 Memory traffic per element: ``axpy``/``xpay``/``waxpy``/``axpby`` 3 values, ``axpy2`` 6,
 ``bicg_dir`` 4, ``scal``/``copy`` 2, ``dmul`` 3, ``lincomb`` ``k + 1``, ``maxpy`` ``k + 2``.
 """

@@ -6,6 +6,8 @@ blocks: ``indptr``/``indices`` over block rows/columns and ``data`` of shape
 ``(nnzb, b, b)`` (C order), registered for device ``"gpu"`` under the CPU's dtype keys
 ``(data, x, y)`` (:mod:`mpsolve.kernels.cpu.bsr`).  Casts are fused; ``acc64`` carries the
 row sums in FP64, ``acc32`` in FP32 (``fma`` per entry, one rounding to ``y``'s dtype).
+Complex blocks (complex64/complex128 with complex vectors) run the same kernels typed for
+complex arrays (:mod:`.field`: complex128/complex64 sums, ``fma`` per real product).
 A trailing partial block is allowed as on the CPU: scalar rows ``>= len(y)`` are not
 written and columns ``>= len(x)`` are skipped.
 

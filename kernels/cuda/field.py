@@ -15,9 +15,9 @@ Complex arithmetic, part by part (``a = ar + i ai``, ``b = br + i bi``)::
     fadd(a, b) = (ar + br) + i (ai + bi)                  each part add.rn
     fsub(a, b) = (ar - br) + i (ai - bi)                  sub.rn
     fmul(a, b) = (ar br - ai bi) + i (ar bi + ai br)      mul.rn, then sub.rn / add.rn
-    cmul(x, y) = conj(x) y = (xr yr + xi yi) + i (xr yi - xi yr)
+    cmul(x, y) = fmul(conj(x), y) = (xr yr + xi yi) + i (xr yi - xi yr)   (negation exact)
     ffma(a, b, c) = a b + c:     re fma(ar, br, fma(-ai, bi, cr)), im fma(ar, bi, fma(ai, br, ci))
-    cfma(x, y, s) = conj(x) y + s: re fma(xi, yi, fma(xr, yr, sr)), im fma(-xi, yr, fma(xr, yi, si))
+    cfma(x, y, s) = ffma(conj(x), y, s) = conj(x) y + s
     abs2_fma(t, s) = |t|^2 + s (``s`` real):  fma(ti, ti, fma(tr, tr, s))
 
 ``fmul`` rounds as NumPy's and Numba's complex product (the two products, then one add or
@@ -28,7 +28,7 @@ form of the real kernels' ``fma``).
 Reductions: ``dot2_step`` is one element of Dot2 -- for reals ``TwoProd``, ``TwoSum``
 and the error sum of the real kernels, for complex numbers the four real products of
 ``conj(x_i) y_i`` in the order of the CPU's ``cdot2`` (two into the real pair, two into
-the imaginary pair); ``pair_add``/``round_pair``/``shfl``/``warp_sum``/``pair_warp_merge``
+the imaginary pair); ``pair_add``/``round_pair``/``shfl``/``value_warp_merge``/``pair_warp_merge``
 act on each part.  ``root`` is ``sqrt`` (a real value) and ``root_pair`` is
 :func:`.eft.sqrt_pair` (a real pair); for a complex value they take the root of the real
 part (the imaginary part of ``x^H x`` is zero): the complex norms themselves are the real
@@ -49,11 +49,38 @@ from .eft import pair_add as _pair_add, round_pair as _round_pair, sqrt_pair as 
     two_prod, two_sum
 
 __all__ = ["fadd", "fsub", "fmul", "cmul", "ffma", "cfma", "abs2_fma", "dot2_step",
-           "pair_add", "round_pair", "root_pair", "root", "shfl", "warp_sum",
+           "pair_add", "round_pair", "root_pair", "root", "shfl", "value_warp_merge",
            "pair_warp_merge", "wide", "narrow", "zero", "wzero", "nzero", "rzero"]
 
 
+def _dot2_real_py(x, y, p, s):
+    """One element of Dot2 on reals: ``h + e == x y`` (TwoProd), ``p + q == p_old + h``
+    (TwoSum), ``s`` collects both errors."""
+    h, e = two_prod(x, y)
+    p, q = two_sum(p, h)
+    return p, add_rn(s, add_rn(q, e))
+
+
+def _dot2_parts_py(xr, xi, yr, yi, pr, pi, sr, si):
+    """One element of complex Dot2 on the parts of ``conj(x) y``: the real pair
+    ``(pr, sr)`` takes ``xr yr + xi yi``, the imaginary pair ``(pi, si)`` ``xr yi - xi yr``
+    (four TwoProducts, the CPU's ``cdot2`` order)."""
+    h0, r0 = two_prod(xr, yr)
+    h1, r1 = two_prod(xi, yi)
+    h2, r2 = two_prod(xr, yi)
+    h3, r3 = two_prod(-xi, yr)
+    pr, q0 = two_sum(pr, h0)
+    pr, q1 = two_sum(pr, h1)
+    pi, q2 = two_sum(pi, h2)
+    pi, q3 = two_sum(pi, h3)
+    sr = add_rn(sr, add_rn(add_rn(q0, r0), add_rn(q1, r1)))
+    si = add_rn(si, add_rn(add_rn(q2, r2), add_rn(q3, r3)))
+    return pr, pi, sr, si
+
+
 if SIM:
+    _dot2_real, _dot2_parts = _dot2_real_py, _dot2_parts_py
+
     def _c(v):
         return isinstance(v, (complex, np.complexfloating))
 
@@ -63,15 +90,13 @@ if SIM:
             else np.complex128
         return t(complex(re, im))
 
-    def fadd(a, b):
-        if _c(a):
-            return _mk(add_rn(a.real, b.real), add_rn(a.imag, b.imag))
-        return add_rn(a, b)
+    def _per_part(op):
+        """``op(a, b)`` for reals, ``op`` on each part for complex numbers."""
+        def f(a, b):
+            return _mk(op(a.real, b.real), op(a.imag, b.imag)) if _c(a) else op(a, b)
+        return f
 
-    def fsub(a, b):
-        if _c(a):
-            return _mk(sub_rn(a.real, b.real), sub_rn(a.imag, b.imag))
-        return sub_rn(a, b)
+    fadd, fsub = _per_part(add_rn), _per_part(sub_rn)
 
     def fmul(a, b):
         if _c(a) or _c(b):
@@ -81,10 +106,7 @@ if SIM:
         return mul_rn(a, b)
 
     def cmul(x, y):
-        if _c(x):
-            return _mk(add_rn(mul_rn(x.real, y.real), mul_rn(x.imag, y.imag)),
-                       sub_rn(mul_rn(x.real, y.imag), mul_rn(x.imag, y.real)))
-        return mul_rn(x, y)
+        return fmul(x.conjugate(), y) if _c(x) else fmul(x, y)   # negation is exact
 
     def ffma(a, b, c):
         if _c(c):
@@ -93,35 +115,18 @@ if SIM:
         return fma(a, b, c)
 
     def cfma(x, y, s):
-        if _c(s):
-            return _mk(fma(x.imag, y.imag, fma(x.real, y.real, s.real)),
-                       fma(-x.imag, y.real, fma(x.real, y.imag, s.imag)))
-        return fma(x, y, s)
+        return ffma(x.conjugate(), y, s) if _c(x) else ffma(x, y, s)
 
     def abs2_fma(t, s):
         if _c(t):
             return fma(t.imag, t.imag, fma(t.real, t.real, s))
         return fma(t, t, s)
 
-    def _dot2_real(x, y, p, s):
-        h, e = two_prod(x, y)
-        p, q = two_sum(p, h)
-        return p, add_rn(s, add_rn(q, e))
-
     def dot2_step(x, y, p, s):
         if _c(p):
-            xr, xi, yr, yi = x.real, x.imag, y.real, y.imag
-            h0, r0 = two_prod(xr, yr)
-            h1, r1 = two_prod(xi, yi)
-            h2, r2 = two_prod(xr, yi)
-            h3, r3 = two_prod(-xi, yr)
-            rp, q0 = two_sum(p.real, h0)
-            rp, q1 = two_sum(rp, h1)
-            ip, q2 = two_sum(p.imag, h2)
-            ip, q3 = two_sum(ip, h3)
-            rs = add_rn(s.real, add_rn(add_rn(q0, r0), add_rn(q1, r1)))
-            is_ = add_rn(s.imag, add_rn(add_rn(q2, r2), add_rn(q3, r3)))
-            return _mk(rp, ip), _mk(rs, is_)
+            pr, pi, sr, si = _dot2_parts(x.real, x.imag, y.real, y.imag, p.real, p.imag,
+                                         s.real, s.imag)
+            return _mk(pr, pi), _mk(sr, si)
         return _dot2_real(x, y, p, s)
 
     def pair_add(p, s, p2, s2):
@@ -168,6 +173,9 @@ else:
     from numba import cuda, types
     from numba.extending import overload
 
+    from .eft import DEVICE_JIT as _DJ
+    _dot2_real, _dot2_parts = (cuda.jit(**_DJ)(f) for f in (_dot2_real_py, _dot2_parts_py))
+
     def _stub(name):
         def stub(*_a):  # pragma: no cover - the overloads replace it inside kernels
             raise TypeError(f"mpsolve.kernels.cuda.field.{name} is for CUDA kernels only")
@@ -195,19 +203,17 @@ else:
                 bits = 64
         return np.complex128 if bits == 64 else np.complex64
 
-    @_ov(fadd)
-    def _fadd(a, b):
-        if _cx(a, b):
-            ct = _ctype(a, b)
-            return lambda a, b: ct(complex(add_rn(a.real, b.real), add_rn(a.imag, b.imag)))
-        return lambda a, b: add_rn(a, b)
+    def _per_part(stub, op):
+        """``stub(a, b)``: ``op(a, b)`` for reals, ``op`` on each part for complex numbers."""
+        @_ov(stub)
+        def _impl(a, b):
+            if _cx(a, b):
+                ct = _ctype(a, b)
+                return lambda a, b: ct(complex(op(a.real, b.real), op(a.imag, b.imag)))
+            return lambda a, b: op(a, b)
 
-    @_ov(fsub)
-    def _fsub(a, b):
-        if _cx(a, b):
-            ct = _ctype(a, b)
-            return lambda a, b: ct(complex(sub_rn(a.real, b.real), sub_rn(a.imag, b.imag)))
-        return lambda a, b: sub_rn(a, b)
+    _per_part(fadd, add_rn)
+    _per_part(fsub, sub_rn)
 
     @_ov(fmul)
     def _fmul(a, b):
@@ -223,15 +229,9 @@ else:
 
     @_ov(cmul)
     def _cmul(x, y):
-        if _cx(x, y):
-            ct = _ctype(x, y)
-
-            def impl(x, y):
-                xr, xi, yr, yi = x.real, x.imag, y.real, y.imag
-                return ct(complex(add_rn(mul_rn(xr, yr), mul_rn(xi, yi)),
-                                  sub_rn(mul_rn(xr, yi), mul_rn(xi, yr))))
-            return impl
-        return lambda x, y: mul_rn(x, y)
+        if _cx(x):
+            return lambda x, y: fmul(x.conjugate(), y)     # negation is exact
+        return lambda x, y: fmul(x, y)
 
     @_ov(ffma)
     def _ffma(a, b, c):
@@ -247,15 +247,9 @@ else:
 
     @_ov(cfma)
     def _cfma(x, y, s):
-        if _cx(s):
-            ct = _ctype(s)
-
-            def impl(x, y, s):
-                xr, xi, yr, yi = x.real, x.imag, y.real, y.imag
-                return ct(complex(fma(xi, yi, fma(xr, yr, s.real)),
-                                  fma(-xi, yr, fma(xr, yi, s.imag))))
-            return impl
-        return lambda x, y, s: fma(x, y, s)
+        if _cx(x):
+            return lambda x, y, s: ffma(x.conjugate(), y, s)
+        return lambda x, y, s: ffma(x, y, s)
 
     @_ov(abs2_fma)
     def _abs2_fma(t, s):
@@ -269,25 +263,11 @@ else:
             ct = _ctype(p)
 
             def impl(x, y, p, s):
-                xr, xi, yr, yi = x.real, x.imag, y.real, y.imag
-                h0, r0 = two_prod(xr, yr)
-                h1, r1 = two_prod(xi, yi)
-                h2, r2 = two_prod(xr, yi)
-                h3, r3 = two_prod(-xi, yr)
-                rp, q0 = two_sum(p.real, h0)
-                rp, q1 = two_sum(rp, h1)
-                ip, q2 = two_sum(p.imag, h2)
-                ip, q3 = two_sum(ip, h3)
-                rs = add_rn(s.real, add_rn(add_rn(q0, r0), add_rn(q1, r1)))
-                is_ = add_rn(s.imag, add_rn(add_rn(q2, r2), add_rn(q3, r3)))
-                return ct(complex(rp, ip)), ct(complex(rs, is_))
+                pr, pi, sr, si = _dot2_parts(x.real, x.imag, y.real, y.imag, p.real, p.imag,
+                                             s.real, s.imag)
+                return ct(complex(pr, pi)), ct(complex(sr, si))
             return impl
-
-        def real(x, y, p, s):
-            h, e = two_prod(x, y)                # h + e == x y
-            p, q = two_sum(p, h)                 # p + q == p_old + h
-            return p, add_rn(s, add_rn(q, e))    # s collects both errors
-        return real
+        return lambda x, y, p, s: _dot2_real(x, y, p, s)
 
     @_ov(pair_add)
     def _pair_add_ov(p, s, p2, s2):
@@ -367,14 +347,15 @@ else:
 
 
 def _make_merges():
-    """``warp_sum`` and ``pair_warp_merge``: the fixed trees of :mod:`.eft`'s
-    ``value_warp_merge``/``pair_warp_merge`` (offsets 16, 8, 4, 2, 1; lane 0 holds the
-    result) on real or complex values."""
+    """``value_warp_merge`` and ``pair_warp_merge``: the warp's 32 values (pairs) merged in
+    a fixed binary tree by shuffles (offsets 16, 8, 4, 2, 1; lane ``l`` merges ``(own, lane
+    l + offset)`` in that order, lanes without a partner keep theirs; lane 0 holds the
+    result), on real or complex values.  All 32 lanes must call them."""
     from numba import cuda
     from .eft import DEVICE_JIT
 
     @cuda.jit(**DEVICE_JIT)
-    def warp_sum(v, lane):
+    def value_warp_merge(v, lane):
         off = WARP // 2
         while off > 0:
             v2 = shfl(v, off)
@@ -394,7 +375,7 @@ def _make_merges():
             off //= 2
         return p, s
 
-    return warp_sum, pair_warp_merge
+    return value_warp_merge, pair_warp_merge
 
 
-warp_sum, pair_warp_merge = _make_merges()
+value_warp_merge, pair_warp_merge = _make_merges()

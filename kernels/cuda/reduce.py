@@ -15,7 +15,7 @@ The order of every floating-point operation depends on ``n`` only:
    consecutive elements per step) into its own ``(p, s)`` pair -- Dot2: ``h, r =
    TwoProd(x_i, y_i)`` (by ``fma``), ``p, q = TwoSum(p, h)`` (by ``*_rn``), ``s += q + r``;
    Sum2 the same without the product -- and the 32 lane pairs are merged by ``shfl_down``
-   in a fixed binary tree (offsets 16, 8, 4, 2, 1; :func:`~.eft.pair_warp_merge`).  Lane 0
+   in a fixed binary tree (offsets 16, 8, 4, 2, 1; :func:`~.field.pair_warp_merge`).  Lane 0
    writes the chunk's pair to slot ``c`` of a partials array.  Which warp of which block
    reduces chunk ``c`` depends on the launch configuration (a grid-stride loop over
    chunks); the chunk's pair does not.
@@ -41,6 +41,15 @@ Error bound (compensated): the tree is still an error-free transformation of the
 followed by a floating-point sum of the errors, so ORO's bound holds:
 ``|dot2 - x.y| <= u |x.y| + gamma_n^2 |x|.|y|`` (``u = 2^-53`` FP64, ``2^-24`` FP32).
 
+Complex vectors: ``dot``/``mdot`` return ``x^H y`` (Python complex; ``mdot``'s ``out``
+complex128) from the same kernels typed for complex arrays (:mod:`.field`): native
+``fma`` per real product of ``conj(x_i) y_i``, compensated Dot2 on the four real products of
+each element in the order of the CPU's ``cdot2`` (a pair per part, so each part meets the
+real bound with ``n -> 2n``), the trees merging both parts; the complex Dot2 pass keeps two
+pairs per lane and is compiled a second time with the pair merges' register cap.
+``nrm2`` of a complex vector is the real kernel on its ``2n`` parts (as the CPU);
+``axpy2_nrm2`` sums ``|v_i|^2`` in a real accumulator.
+
 Memory traffic: ``dot`` reads ``2n`` values (+ ``2n/1024`` partials), ``nrm2``/``sum``
 ``n``, ``mdot`` ``(k + 1) n`` (``w`` re-read from cache per row), ``axpy2_nrm2`` ``6n``.
 """
@@ -51,10 +60,11 @@ from numba import complex64, complex128, cuda, float32, float64, int64
 
 from ..registry import register
 from ._intrin import SIM, WARP, add_rn, lane_id
-from ._launch import THREADS, cdiv, dev, device_view, expose, grid_warps, scratch, stream
+from ._launch import THREADS, cdiv, dev, device_view, expose, grid_warps, read_scalar, scratch, \
+    stream
 from .eft import DEVICE_JIT, two_sum
 from .field import abs2_fma, cfma, dot2_step, fadd, fmul, pair_add, pair_warp_merge, \
-    root as sqrt_value, root_pair, round_pair, rzero, warp_sum, zero
+    root as sqrt_value, root_pair, round_pair, rzero, value_warp_merge, zero
 
 __all__ = ["CHUNK", "dot", "dot2", "nrm2", "nrm2_compensated", "sum_native", "sum2", "mdot",
            "mdot2", "axpy2_nrm2"]
@@ -235,7 +245,7 @@ def _dot_pass(x, y, chunk, ps):
         while i < hi:
             s = cfma(x[i], y[i], s)              # s += x_i y_i (complex: conj(x_i) y_i), fma
             i += WARP
-        s = warp_sum(s, lane)
+        s = value_warp_merge(s, lane)
         if lane == 0 and c < nchunk:
             ps[0, c] = s
 
@@ -256,7 +266,7 @@ def _sum_pass(x, chunk, ps):
         while i < hi:
             s = add_rn(s, x[i])
             i += WARP
-        s = warp_sum(s, lane)
+        s = value_warp_merge(s, lane)
         if lane == 0 and c < nchunk:
             ps[0, c] = s
 
@@ -278,7 +288,7 @@ def _mdot_pass(V, k, w, chunk, ps):
             while i < hi:
                 s = cfma(V[row, i], w[i], s)
                 i += WARP
-            s = warp_sum(s, lane)
+            s = value_warp_merge(s, lane)
             if lane == 0 and c < nchunk:
                 ps[row, c] = s
 
@@ -302,7 +312,7 @@ def _axpy2_nrm2_pass(a, x, y, b, u, v, chunk, ps):
             v[i] = t
             s = abs2_fma(t, s)                       # ||v||^2 (complex: |t|^2)
             i += WARP
-        s = warp_sum(s, lane)
+        s = value_warp_merge(s, lane)
         if lane == 0 and c < nchunk:
             ps[0, c] = s
 
@@ -323,7 +333,7 @@ def _vals_pass(ps, m, chunk, qs):
         while i < hi:
             s = fadd(s, ps[row, i])
             i += WARP
-        s = warp_sum(s, lane)
+        s = value_warp_merge(s, lane)
         if lane == 0 and c < nchunk:
             qs[row, c] = s
 
@@ -338,7 +348,7 @@ def _vals_final(ps, m, root, out):
     while i < m:
         s = fadd(s, ps[row, i])
         i += WARP
-    s = warp_sum(s, lane)
+    s = value_warp_merge(s, lane)
     if lane == 0:
         if root:
             out[row] = sqrt_value(s)             # sqrt.rn: correctly rounded
@@ -381,18 +391,6 @@ def _finish_vals(ps, rows, m, chunk, root, out, strm):
     _vals_final[(1, rows), WARP, strm](ps, m, root, out)
 
 
-def _scalar(out, strm):
-    """The one device-to-host copy of a reduction (synchronises ``strm``): a Python float,
-    or a Python complex for a complex result."""
-    if not strm:
-        v = out.copy_to_host()[0]
-    else:
-        host = out.copy_to_host(stream=strm)
-        strm.synchronize()
-        v = host[0]
-    return complex(v) if np.iscomplexobj(v) else float(v)
-
-
 def _real_view(x):
     """A complex vector as the real vector of its ``2n`` interleaved parts (no copy)."""
     return x.view(np.dtype(x.dtype).type(0).real.dtype)
@@ -411,7 +409,7 @@ def _dot2_any(x, y, root):
     kern[blocks, threads, strm](x, y, chunk, ps, pc)
     out = scratch("out", 1, x.dtype, strm)
     _finish_pairs(ps, pc, 1, nchunk, chunk, root, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
 
 
 def _dot_any(x, y, root):
@@ -424,7 +422,7 @@ def _dot_any(x, y, root):
     _dot_pass[blocks, threads, strm](x, y, chunk, ps)
     out = scratch("out", 1, x.dtype, strm)
     _finish_vals(ps, 1, nchunk, chunk, root, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
 
 
 @register("gpu", "dot", _VEC + _CVEC, mode="compensated")
@@ -480,7 +478,7 @@ def sum2(x):
     _sum2_pass[blocks, threads, strm](x, chunk, ps, pc)
     out = scratch("out", 1, x.dtype, strm)
     _finish_pairs(ps, pc, 1, nchunk, chunk, 0, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
 
 
 @register("gpu", "sum", _VEC, mode="native")
@@ -495,7 +493,7 @@ def sum_native(x):
     _sum_pass[blocks, threads, strm](x, chunk, ps)
     out = scratch("out", 1, x.dtype, strm)
     _finish_vals(ps, 1, nchunk, chunk, 0, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
 
 
 def _wide(dtype):
@@ -571,7 +569,7 @@ def axpy2_nrm2(a, x, y, b, u, v):
     _axpy2_nrm2_pass[blocks, threads, strm](t(a), x, y, t(b), u, v, chunk, ps)
     out = scratch("out", 1, rdt, strm)
     _finish_vals(ps, 1, nchunk, chunk, 1, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
 
 
 # --- what the compile test compiles (kernels/cuda/__init__.py: func.cuda_kernels) ----------

@@ -13,6 +13,10 @@ copy of ``x`` or ``y``).  The accumulator is a separate choice:
 * ``acc32`` -- the same in FP32 (what a pure FP32 library does); the ``fma`` rounds once
   per entry where a separate product would round twice.
 
+Complex values (complex64/complex128, with complex vectors; the CPU's keys): the same
+kernels typed for complex arrays (:mod:`.field`): ``acc64`` accumulates in complex128,
+``acc32`` in complex64, one ``fma`` per real product, each shuffle two real shuffles.
+
 Layout: a sub-warp per row
 --------------------------
 A *sub-warp* of ``W`` consecutive lanes (``W`` in 2, 4, 8, 16, 32) owns one row: lane
@@ -75,7 +79,7 @@ from numba import cuda
 from ..registry import register, register_plan
 from ._intrin import SIM
 from .field import ffma, narrow, nzero, shfl, wide, wzero
-from ._launch import cdiv, config, dev, expose, stream
+from ._launch import cdiv, config, dev, expose, read_scalar, stream  # noqa: F401 (fused)
 
 __all__ = ["CsrPlan", "csr_plan", "subwarp_width", "csr_spmv_acc64", "csr_spmv_acc32",
            "csr_residual", "row_sum64", "row_sum32", "WIDTHS"]
@@ -100,18 +104,6 @@ def _block_grid(units, per_block_of, block, grid):
     else:
         g = max(1, int(grid))
     return blk, g
-
-
-def read_scalar(out, strm):
-    """``out[0]`` to the host: the one device-to-host copy (synchronises ``strm``); a
-    Python float, or a Python complex for a complex ``out``."""
-    if not strm:
-        v = out.copy_to_host()[0]
-    else:
-        host = out.copy_to_host(stream=strm)
-        strm.synchronize()
-        v = host[0]
-    return complex(v) if np.iscomplexobj(v) else float(v)
 
 
 # --- the plan ---------------------------------------------------------------------------
