@@ -9,6 +9,12 @@ LLVM vectorises) instead of one complex accumulator.
 Run (one command, prints a table; the numbers are indicative on a shared machine)::
 
     python3 -m mpsolve.bench.bench_complex_spmv_dot [grid=80] [repeats=15]
+
+One run here (grid 80, 512k rows, 2 shared cores, best of 15): float64 fused 3.89 ms vs
+8.44 ms for the pair (0.46x); complex128 fused 6.88 ms vs 24.84 ms (0.28x); the
+two-real-accumulator variant 20.40 ms (0.82x).  The registered complex kernel (one complex
+accumulator, interleaved with the row sums, which no variant vectorises across rows) is
+kept.
 """
 from __future__ import annotations
 
