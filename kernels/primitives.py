@@ -180,18 +180,21 @@ CONTRACT = (
     Op("bilu0_factor", "bilu0_factor(indptr, indices, data, diag, dinv) -> int",
        "A = L U on the block pattern of A, in place on data (block IKJ: L_ik = A_ik "
        "U_kk^-1, A_ij -= L_ik U_kj); dinv[i] = U_ii^-1 (FP64); -1 or the first block row "
-       "with a bad pivot block", keys=(("float64",),), host=True),
+       "with a bad pivot block (complex: pivoting on the modulus)", keys=(("float64",),),
+       host=True, complex=True),
     Op("bilu_split", "bilu_split(indptr, indices, data, diag, dinv, symmetric, mirror, lval, "
        "lind, lptr, uval, uind, uptr)", "lay the BILU(0) factors out for bilu_sweeps "
-       "(L forward, U' = D^-1 U block rows reversed; U' = L^T with symmetric)",
-       keys=(("float64",),), host=True),
+       "(L forward, U' = D^-1 U block rows reversed; U' = L^T with symmetric, L^H for "
+       "complex data)", keys=(("float64",),), host=True, complex=True),
     Op("block_tri_isai", "block_tri_isai(pptr, pind, tptr, tind, tdata, tdiag, dinv, lower, "
        "cond_limit, out, bad)", "X T[J_i, J_i] = E_i^T by block substitution for each block "
        "row i of the pattern (T: BILU(0)'s unit lower or upper factor); bad[i] = 1 when X is "
-       "not finite or ||T_J|| ||X|| > cond_limit", keys=(("float64",),), host=True),
+       "not finite or ||T_J|| ||X|| > cond_limit", keys=(("float64",),), host=True,
+       complex=True),
     Op("bilu_sweeps", "bilu_sweeps(lptr, lind, lval, uptr, uind, uval, dinv, x, y)",
        "y = U'^-1 D^-1 L^-1 x by block sweeps (BILU(0) layout of bilu_split, blocks "
-       "(nnzb, b, b)); each block row's sums in FP64; dtypes (values, x, y)", keys=_MAT),
+       "(nnzb, b, b)); each block row's sums in FP64 (complex128); dtypes (values, x, y)",
+       keys=_MAT, complex=True),
     # --- (Block-)ISAI set-up (mpsolve.precond._pattern, ._localsolve): host, FP64, int64
     # patterns, BSR blocks (nnzb, b, b).  The local solves take block rows in any order
     # (grouped by |J_i| inside), gather, solve, check (backward error, ||Mat|| ||X||) and

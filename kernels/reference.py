@@ -678,7 +678,7 @@ def ref_gather_local(rows, pptr, pind, aptr, aind, adata, out):
 def _ref_inv_block(a):
     """``a^{-1}`` by Gauss-Jordan with partial pivoting (the CPU's order), or None."""
     b = a.shape[0]
-    w = np.hstack([a.astype(np.float64), np.eye(b)])
+    w = np.hstack([a.astype(np.result_type(a.dtype, np.float64)), np.eye(b)])
     for c in range(b):
         p = c + int(np.argmax(np.abs(w[c:, c])))
         if not abs(w[p, c]) > 0.0:
@@ -696,13 +696,13 @@ def _ref_inv_block(a):
 def _ref_gemm(a, b_):
     """``a b_`` with each entry summed left to right (as the CPU kernel)."""
     b = a.shape[0]
-    c = np.zeros((b, b))
+    c = np.zeros((b, b), dtype=np.result_type(a.dtype, b_.dtype))
     for w in range(b):
         c = c + np.outer(a[:, w], b_[w, :])
     return c
 
 
-@_reg_pc("reference", "bilu0_factor", _PC_SETUP)
+@_reg_pc("reference", "bilu0_factor", _PC_SETUP_C)
 def ref_bilu0_factor(indptr, indices, data, diag, dinv):
     """Block ILU(0), block IKJ, in place on ``data``; ``dinv[i] = U_ii^{-1}``.  -1 or the
     first block row with a missing or singular pivot block."""
@@ -728,15 +728,18 @@ def ref_bilu0_factor(indptr, indices, data, diag, dinv):
     return -1
 
 
-@_reg_pc("reference", "bilu_split", _PC_SETUP)
+@_reg_pc("reference", "bilu_split", _PC_SETUP_C)
 def ref_bilu_split(indptr, indices, data, diag, dinv, symmetric, mirror, lval, lind, lptr, uval,
                    uind, uptr):
     """The block factors laid out for ``bilu_sweeps``: ``L`` rows in order, ``U' = D^-1 U``
-    rows reversed (``L_ji^T`` with ``symmetric``, ``dinv`` then symmetrised)."""
+    rows reversed (``L_ji^T`` with ``symmetric``, ``dinv`` then symmetrised; complex:
+    Hermitian, ``L_ji^H``)."""
     nb = indptr.size - 1
     if symmetric:
         for i in range(nb):
-            dinv[i] = 0.5 * (dinv[i] + dinv[i].T)           # the diagonal stays exact
+            d = np.diag(dinv[i]).real.copy()
+            dinv[i] = 0.5 * (dinv[i] + dinv[i].T.conj())    # the diagonal stays exact
+            dinv[i][np.diag_indices(dinv.shape[1])] = d
     q = 0
     for i in range(nb):
         lptr[i] = q
@@ -750,13 +753,13 @@ def ref_bilu_split(indptr, indices, data, diag, dinv, symmetric, mirror, lval, l
         i = nb - 1 - p
         uptr[p] = q
         for k in range(int(diag[i]) + 1, int(indptr[i + 1])):
-            uval[q] = data[mirror[k]].T if symmetric else _ref_gemm(dinv[i], data[k])
+            uval[q] = data[mirror[k]].T.conj() if symmetric else _ref_gemm(dinv[i], data[k])
             uind[q] = indices[k]
             q += 1
     uptr[nb] = q
 
 
-@_reg_pc("reference", "block_tri_isai", _PC_SETUP)
+@_reg_pc("reference", "block_tri_isai", _PC_SETUP_C)
 def ref_block_tri_isai(pptr, pind, tptr, tind, tdata, tdiag, dinv, lower, cond_limit, out,
                        bad):
     """Block ISAI of a block triangular factor (combined BILU(0) storage): for block row
@@ -768,7 +771,7 @@ def ref_block_tri_isai(pptr, pind, tptr, tind, tdata, tdiag, dinv, lower, cond_l
         J = [int(c) for c in pind[j0:j1]]
         m = len(J)
         pos = {c: p for p, c in enumerate(J)}
-        S = np.zeros((m, b, b))
+        S = np.zeros((m, b, b), dtype=tdata.dtype)
         rown = np.zeros((m, b))
         order = range(m - 1, -1, -1) if lower else range(m)
         for step, q in enumerate(order):
@@ -793,17 +796,18 @@ def ref_block_tri_isai(pptr, pind, tptr, tind, tdata, tdiag, dinv, lower, cond_l
         bad[i] = 0 if np.isfinite(X).all() and tn * xn <= cond_limit else 1
 
 
-@_reg_pc("reference", "bilu_sweeps", _PC_MAT)
+@_reg_pc("reference", "bilu_sweeps", _PC_MAT_C)
 def ref_bilu_sweeps(lptr, lind, lval, uptr, uind, uval, dinv, x, y):
     """``y = U'^-1 D^-1 L^-1 x`` block row by block row, FP64 sums rounded to ``y``'s
     dtype on each store (``y`` may end inside the last block)."""
     n = y.size
     nb, b = dinv.shape[0], dinv.shape[1]
-    o = np.zeros(nb * b)
-    o[:n] = x.astype(np.float64)
-    lv, uv, di = (a.astype(np.float64) for a in (lval, uval, dinv))
-    rnd = (lambda v: v.astype(np.float32).astype(np.float64)) if y.dtype == np.float32 \
-        else (lambda v: v)
+    wd = np.complex128 if y.dtype.kind == "c" else np.float64
+    o = np.zeros(nb * b, dtype=wd)
+    o[:n] = x.astype(wd)
+    lv, uv, di = (a.astype(wd) for a in (lval, uval, dinv))
+    narrow = {np.dtype(np.float32): np.float32, np.dtype(np.complex64): np.complex64}.get(y.dtype)
+    rnd = (lambda v: v.astype(narrow).astype(wd)) if narrow is not None else (lambda v: v)
     for i in range(nb):                                  # L z = x
         acc = o[i * b:(i + 1) * b].copy()
         for k in range(lptr[i], lptr[i + 1]):

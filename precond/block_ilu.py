@@ -41,6 +41,11 @@ finite, or whose condition bound ``||T_J||_inf ||X||_inf`` exceeds
 :data:`~mpsolve.precond._localsolve.COND_LIMIT`, keeps only its diagonal block
 ``T_ii^{-1}`` (``I`` for ``L``, ``U_ii^{-1}`` for ``U``), is listed in
 ``fallback_rows`` and reported by a :class:`PreconditionerWarning`.
+
+Complex data: both run in complex128 (the same kernels, field-generic; partial pivoting on
+the modulus), stored in complex64/complex128, and "symmetric" means Hermitian: the
+``L D L^H`` form (``U' = L^H``, ``D^{-1}`` made Hermitian) and ``M = G^H G`` with
+``G = C^H L_isai``, ``D^{-1} = C C^H``.
 """
 from __future__ import annotations
 
@@ -51,12 +56,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from mpsolve.backend import HOST_DEVICE, array_module, to_device, to_host
-from mpsolve.kernels import lookup
+from mpsolve.kernels import lookup, provides
 from mpsolve.operator import BlockTriangularSweeps, BSROperator, OperatorChain
 
 from ._localsolve import COND_LIMIT, transpose_stored
 from ._pattern import block_pattern, detect_block_size, to_bsr
-from ._util import PreconditionerWarning, rows_text, setup_device
+from ._util import PreconditionerWarning, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
 from .ilu import SYMMETRY_RTOL, ZeroPivotError
 
@@ -76,23 +81,18 @@ def _pad(C, b):
     return P
 
 
-def _real_only(A):
-    """BILU(0) has no complex kernels: a complex ``A`` is refused, naming the others."""
-    if A.dtype.kind == "c":
-        raise TypeError("BILU(0) (BlockILU0, BlockISAI(variant='bilu')) runs on real A only; "
-                        "for complex A use ILU0, BlockJacobi, ISAI or BlockISAI with variant "
-                        "'auto', 'general', 'right' or 'spd'")
-
-
 def _symmetric(A, host, rtol):
-    """Whether canonical CSR ``A`` is symmetric to ``rtol`` (the ``symmetric_mirror`` kernel)."""
+    """Whether canonical CSR ``A`` is symmetric (complex: Hermitian) to ``rtol`` (the
+    ``symmetric_mirror`` kernel)."""
     mirror = np.empty(A.indices.size, np.int64)
-    return bool(lookup(host, "symmetric_mirror", _F64)(
-        A.indptr, A.indices, A.data.astype(np.float64, copy=False), rtol, mirror))
+    wide = wide_dtype(A.dtype)
+    return bool(lookup(host, "symmetric_mirror", (wide,))(
+        A.indptr, A.indices, A.data.astype(wide, copy=False), rtol, mirror))
 
 
 def bilu0_factor(C, b, device=HOST_DEVICE):
-    """FP64 BILU(0) of canonical CSR ``C`` with ``b x b`` blocks.
+    """FP64 (complex128 for complex ``C``) BILU(0) of canonical CSR ``C`` with ``b x b``
+    blocks.
 
     Returns ``(indptr, indices, data, diag, dinv)``: the combined block factors of the
     padded ``C`` on its block pattern (BSR, ``data`` of shape ``(nnzb, b, b)``: strictly
@@ -106,13 +106,14 @@ def bilu0_factor(C, b, device=HOST_DEVICE):
         If a pivot block ``U_ii`` is singular (a zero pivot in Gauss-Jordan with partial
         pivoting) or not finite; the message names the block row and its rows.
     """
-    _real_only(C)
     n = C.shape[0]
+    wide = wide_dtype(C.dtype)                         # the set-up's dtype and kernel key
     indptr, indices, data = to_bsr(_pad(C, b), b)      # every diagonal block stored
+    data = data.astype(wide, copy=False)
     nb = indptr.size - 1
     diag = lookup(device, "diag_positions", _F64)(indptr, indices)
-    dinv = np.zeros((nb, b, b))
-    bad = lookup(device, "bilu0_factor", _F64)(indptr, indices, data, diag, dinv)
+    dinv = np.zeros((nb, b, b), dtype=wide)
+    bad = lookup(device, "bilu0_factor", (wide,))(indptr, indices, data, diag, dinv)
     if bad >= 0:
         blk = data[diag[bad]]
         what = ("is zero" if not np.any(blk) else
@@ -162,13 +163,14 @@ class BlockILU0(Preconditioner):
         point ILU(0) -- without block structure).  A ``b`` that does not divide ``n``
         pads ``A`` with an identity block.
     dtype : {"float32", "float64"} or None
-        Storage precision of the factors (FP32 when set up on its own).  The
-        factorisation and the pivot-block inverses are FP64; the sweeps carry each
-        block row's sums in FP64.
+        Storage precision of the factors (FP32 when set up on its own; complex64 /
+        complex128 for complex ``A``).  The factorisation and the pivot-block inverses
+        are FP64 (complex128); the sweeps carry each block row's sums in FP64
+        (complex128).
     symmetric : bool or None
-        ``True``: ``A`` is symmetric; use ``U' = L^T`` and a symmetrised ``D^{-1}`` (the
-        block ``L D L^T`` form), so ``M`` is symmetric (CG, PETSc's
-        ``applyTranspose``).  ``False``: general BILU(0).  ``None`` (default):
+        ``True``: ``A`` is symmetric (complex: Hermitian); use ``U' = L^T`` (``L^H``) and
+        a symmetrised ``D^{-1}`` (the block ``L D L^T`` / ``L D L^H`` form), so ``M`` is
+        symmetric / Hermitian (CG, PETSc's ``applyTranspose``).  ``False``: general BILU(0).  ``None`` (default):
         symmetric when ``A``'s pattern is and its values agree to ``SYMMETRY_RTOL``
         (1e-12) relative.
 
@@ -206,6 +208,7 @@ class BlockILU0(Preconditioner):
     """
 
     name = "block-ilu0"
+    supports_complex = True      # complex128 set-up, complex64/128 storage
     symmetric = False
 
     def __init__(self, block_size=None, dtype=None, symmetric=None):
@@ -219,7 +222,6 @@ class BlockILU0(Preconditioner):
         self.block_size = self._block_request
 
     def _setup(self, A, dtype):
-        _real_only(A)
         host = self._setup_device
         n = A.shape[0]
         b = self._block_request or detect_block_size(A)
@@ -243,10 +245,10 @@ class BlockILU0(Preconditioner):
         uptr = np.empty(nb + 1, np.int64)
         lind = np.empty(nl, np.int32)
         uind = np.empty(nu, np.int32)
-        lval = np.empty((nl, b, b))
-        uval = np.empty((nu, b, b))
-        lookup(host, "bilu_split", _F64)(indptr, indices, data, diag, dinv, sym, mirror, lval,
-                                         lind, lptr, uval, uind, uptr)
+        lval = np.empty((nl, b, b), dtype=data.dtype)
+        uval = np.empty((nu, b, b), dtype=data.dtype)
+        lookup(host, "bilu_split", (data.dtype,))(indptr, indices, data, diag, dinv, sym, mirror,
+                                                  lval, lind, lptr, uval, uind, uptr)
         self.symmetric = bool(sym)
         # out = U'^-1 D^-1 L^-1 r: two block sweeps
         self._op = BlockTriangularSweeps(lptr.astype(np.int32), lind, lval,
@@ -254,7 +256,7 @@ class BlockILU0(Preconditioner):
                                          device=self.device)
 
     def factors(self):
-        """``(L, U)`` as SciPy CSR FP64 ``n x n`` matrices from the stored values (``L``
+        """``(L, U)`` as SciPy CSR FP64 (complex128) ``n x n`` matrices from the stored values (``L``
         with its unit diagonal, ``U = D (I + U')``, ``D`` the inverses of the stored
         ``D^{-1}`` blocks)."""
         self._check_ready()
@@ -265,13 +267,14 @@ class BlockILU0(Preconditioner):
                                  op.dinv))
         nb = dinv.shape[0]
         N = nb * b
-        L = sp.bsr_matrix((lval.astype(np.float64), lind, lptr), shape=(N, N)).tocsr()
+        wide = wide_dtype(dinv.dtype)
+        L = sp.bsr_matrix((lval.astype(wide), lind, lptr), shape=(N, N)).tocsr()
         L = (L + sp.identity(N, format="csr")).tocsr()
         rows = (nb - 1 - np.repeat(np.arange(nb), np.diff(uptr))).astype(np.int64)
         order = np.argsort(rows, kind="stable")
-        Up = sp.bsr_matrix((uval.astype(np.float64)[order], uind[order],
+        Up = sp.bsr_matrix((uval.astype(wide)[order], uind[order],
                             _ptr(rows[order], nb)), shape=(N, N)).tocsr()
-        D = sp.bsr_matrix((np.linalg.inv(dinv.astype(np.float64)), np.arange(nb),
+        D = sp.bsr_matrix((np.linalg.inv(dinv.astype(wide)), np.arange(nb),
                            np.arange(nb + 1)), shape=(N, N)).tocsr()
         U = (D @ (Up + sp.identity(N, format="csr"))).tocsr()
         L, U = L[:n, :n].tocsr(), U[:n, :n].tocsr()
@@ -293,10 +296,10 @@ def _tri_isai(sdev, pptr, pind, fac, lower):
     indptr, indices, data, diag, dinv = fac
     nb = pptr.size - 1
     b = data.shape[1]
-    out = array_module(sdev).zeros((pind.size, b, b))
+    out = array_module(sdev).zeros((pind.size, b, b), dtype=data.dtype)
     bad = np.zeros(nb, np.uint8)
-    lookup(sdev, "block_tri_isai", _F64)(pptr, pind, indptr, indices, data, diag, dinv,
-                                         bool(lower), COND_LIMIT, out, bad)
+    lookup(sdev, "block_tri_isai", (data.dtype,))(pptr, pind, indptr, indices, data, diag,
+                                                  dinv, bool(lower), COND_LIMIT, out, bad)
     rows = np.flatnonzero(bad)
     for i in rows:                      # fallback: the diagonal block rule
         seg = slice(pptr[i], pptr[i + 1])
@@ -325,6 +328,8 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     """
     host = setup_device(device)
     sdev = setup_device(device, "block_tri_isai")   # the block substitutions
+    if not provides(sdev, "block_tri_isai", (wide_dtype(C.dtype),)):
+        sdev = host                                 # (complex data: on the host)
     xp = array_module(sdev)
     n = C.shape[0]
     t0 = time.perf_counter()
@@ -342,9 +347,10 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     chol = None
     if symmetric is None or symmetric:
         if _symmetric(C, host, SYMMETRY_RTOL if symmetric is None else 1e-8):
-            Dinv = 0.5 * (dinv + dinv.transpose(0, 2, 1))
+            # (complex: Hermitian, D^-1 = C C^H)
+            Dinv = 0.5 * (dinv + dinv.transpose(0, 2, 1).conj())
             if b == 1:                                 # 1 x 1: LAPACK's potrf is a sqrt
-                d = Dinv.reshape(-1)
+                d = Dinv.reshape(-1).real
                 chol = np.sqrt(d).reshape(nb, 1, 1) if np.all(d > 0) else None
             else:
                 try:
@@ -356,13 +362,16 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     stats = dict(pattern_nnz_blocks_L=int(li.size), solve_device=sdev)
     if chol is not None:
         # G = C^T L_isai (block row i scaled by C_i^T); M = G^T G = L_isai^T D^-1 L_isai
+        # (complex: G = C^H L_isai, M = G^H G)
         rows = np.repeat(np.arange(nb), np.diff(lp))
         if b == 1:                                  # scalar blocks: the product, elementwise
             G = to_device(chol[rows], sdev) * Lx
         else:
-            G = xp.matmul(to_device(np.ascontiguousarray(chol.transpose(0, 2, 1)[rows]), sdev),
-                          Lx)
+            G = xp.matmul(to_device(np.ascontiguousarray(
+                chol.transpose(0, 2, 1).conj()[rows]), sdev), Lx)
         tp, ti, td = transpose_stored(lp, li, G, host)
+        if td.dtype.kind == "c":
+            td = td.conj()                          # G^H
         ops = [BSROperator(lp, li, G, n, dtype, accumulate, f"{name} factor G", device=device),
                BSROperator(tp, ti, td, n, dtype, accumulate, f"{name} factor G^T",
                            device=device)]

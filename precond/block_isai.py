@@ -48,8 +48,8 @@ class BlockISAI(_ISAIBase):
           ``tril(S^k)`` and ``U_isai ~ U^{-1}`` on ``triu(S^k)``; each block row a small
           block triangular system solved by block substitution (``b x b`` GEMMs).
           Symmetric ``A`` with SPD pivot blocks: ``M = G^T G``, ``G = C^T L_isai``,
-          ``C C^T = D^{-1}`` (symmetric, for CG).  Two BSR SpMVs; ``max_local`` is
-          not used (the substitution costs ``O(|J_i| nnz_row b^3)`` per block row).
+          ``C C^T = D^{-1}`` (symmetric, for CG; complex data: Hermitian ``A``,
+          ``M = G^H G``).  Two BSR SpMVs; ``max_local`` is not used (the substitution costs ``O(|J_i| nnz_row b^3)`` per block row).
     sparsity_power : int, optional
         ``k`` (default 2 for ``general``/``right``, 1 for ``spd`` and ``bilu``; see
         :class:`~mpsolve.precond.ISAI` for when ``1`` is faster on nonsymmetric ``A``).

@@ -323,8 +323,9 @@ def test_cb_gmres_refuses_complex_clearly():
 
 
 def test_device_without_complex_kernels_refuses_at_setup(monkeypatch):
-    """A device with no complex kernels (the GPU today) stops at set-up with a clear error,
-    never inside a kernel (shown with the query that decides it answering "no")."""
+    """A device with no complex kernels stops at set-up with a clear error, never inside a
+    kernel (shown with the query that decides it answering "no"; the devices that exist
+    all have them: the GPU's in tests/cuda/sim_complex.py)."""
     import mpsolve._system as system
 
     monkeypatch.setattr(system, "provides", lambda *a, **k: False)

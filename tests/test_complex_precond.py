@@ -265,13 +265,154 @@ def test_indefinite_spd_request_falls_back_finite():
     assert np.isfinite(M.to_sparse().data).all()
 
 
-def test_bilu_refuses_complex_by_name():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")          # refused before any cast
-        with pytest.raises(TypeError, match="real A only"):
-            BlockISAI(variant="bilu", block_size=2).setup(_helm())
-        with pytest.raises(TypeError, match="real A only"):
-            BlockILU0(block_size=2).setup(_helm())
+# ----------------------------------------------------------------- complex BILU(0)
+def _block_coupled_c(nb=6, b=3, seed=0):
+    """A complex block-coupled matrix: a block tridiagonal skeleton, dense ``b x b`` blocks,
+    diagonally dominant pivot blocks, plus a few far blocks (so BILU(0) is not exact)."""
+    rng = np.random.default_rng(seed)
+    blocks, rows, cols = [], [], []
+    for i in range(nb):
+        for j in {i - 1, i, i + 1, (i + 3) % nb} - {-1, nb}:
+            B = rng.standard_normal((b, b)) + 1j * rng.standard_normal((b, b))
+            if i == j:
+                B += 4 * b * np.eye(b)
+            blocks.append(B)
+            rows.append(i)
+            cols.append(j)
+    order = np.lexsort((cols, rows))
+    ptr = np.zeros(nb + 1, np.int64)
+    np.add.at(ptr, np.asarray(rows) + 1, 1)
+    A = sp.bsr_matrix((np.array(blocks)[order], np.asarray(cols)[order], np.cumsum(ptr)),
+                      shape=(nb * b, nb * b)).tocsr()
+    return canonical_csr(A)
+
+
+def _dense_block_lu(A, b):
+    """Block LU without pivoting of a dense matrix (unit block lower L, block upper U)."""
+    n = A.shape[0]
+    L, U = np.eye(n, dtype=complex), A.astype(complex).copy()
+    for k in range(0, n, b):
+        K = slice(k, k + b)
+        inv = np.linalg.inv(U[K, K])
+        for i in range(k + b, n, b):
+            I_ = slice(i, i + b)
+            L[I_, K] = U[I_, K] @ inv
+            U[I_, :] -= L[I_, K] @ U[K, :]
+    return L, U
+
+
+def test_bilu0_of_a_complex_block_tridiagonal_matrix_is_its_block_lu():
+    from mpsolve.precond.block_ilu import bilu0_split
+    nb, b = 6, 2
+    T = _block_coupled_c(nb, b, seed=3).toarray()
+    for i in range(0, nb * b, b):                      # drop the far blocks: tridiagonal
+        for j in range(0, nb * b, b):
+            if abs(i - j) > b:
+                T[i:i + b, j:j + b] = 0
+    A = canonical_csr(sp.csr_matrix(T))
+    L, U = bilu0_split(A, b)
+    assert L.dtype == U.dtype == np.complex128
+    Ld, Ud = _dense_block_lu(T, b)                     # no fill: BILU(0) is the exact block LU
+    assert np.abs(L.toarray() - Ld).max() <= 1e3 * EPS64 * np.abs(Ld).max()
+    assert np.abs(U.toarray() - Ud).max() <= 1e3 * EPS64 * np.abs(Ud).max()
+    assert np.abs(L @ U - T).max() <= 1e3 * EPS64 * np.abs(T).max()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_complex_blockilu0_matches_a_on_its_pattern_and_applies_its_inverse(device):
+    """(L U)_ij = A_ij on the block pattern (ILU(0)'s defining property, exact arithmetic
+    up to rounding), and ``M r = U^-1 L^-1 r`` by dense complex triangular solves."""
+    import scipy.linalg as sla
+    A = _block_coupled_c(7, 3, seed=1)
+    M = BlockILU0(block_size=3, dtype="float64").setup(A, device=device)
+    assert M.storage_dtype == np.complex128 and not M.symmetric
+    L, U = M.factors()
+    LU = (L @ U).toarray()
+    Ad = A.toarray()
+    mask = np.kron((abs(sp.bsr_matrix(A, blocksize=(3, 3))).toarray().reshape(7, 3, 7, 3)
+                    .sum(axis=(1, 3)) > 0), np.ones((3, 3), bool))
+    assert np.abs((LU - Ad)[mask]).max() <= 1e3 * EPS64 * np.abs(Ad).max()
+    assert np.abs((LU - Ad)[~mask]).max() > 1e-3            # fill dropped: not the exact LU
+    r = _rand_vec(A.shape[0], 4)
+    want = np.linalg.solve(U.toarray(), sla.solve_triangular(L.toarray(), r, lower=True))
+    got = M.matvec(r)
+    assert got.dtype == np.complex128
+    assert np.abs(got - want).max() <= 1e3 * EPS64 * np.abs(want).max()
+
+
+def test_hermitian_a_gives_a_hermitian_blockilu0():
+    A = _mag(6)                                        # Hermitian positive definite
+    M = BlockILU0(block_size=2, dtype="float64").setup(A)
+    assert M.symmetric                                 # detected: L D L^H
+    Md = _dense_of(M)
+    assert np.abs(Md - Md.conj().T).max() <= 10 * EPS64 * np.abs(Md).max()
+    G = BlockILU0(block_size=2, dtype="float64", symmetric=False).setup(A)
+    r = _rand_vec(A.shape[0], 2)
+    np.testing.assert_allclose(M.matvec(r), G.matvec(r), rtol=1e-10,
+                               atol=1e-10 * np.abs(G.matvec(r)).max())
+
+
+def test_complex_bilu_isai_with_full_pattern_is_the_exact_triangular_inverse():
+    import scipy.linalg as sla
+    from mpsolve.precond.block_ilu import bilu0_split, bilu_isai_operators
+    A = _block_coupled_c(6, 2, seed=5)
+    L, U = bilu0_split(A, 2)
+    chain, bad, stats = bilu_isai_operators(A, 2, 6, "float64", "float64", symmetric=False)
+    assert bad.size == 0 and stats["symmetric"] is False
+    Li, Ui = (op.to_scipy().toarray() for op in chain.ops)
+    I = np.eye(A.shape[0])
+    Linv = sla.solve_triangular(L.toarray(), I, lower=True)
+    Uinv = np.linalg.solve(U.toarray(), I)
+    assert np.abs(Li - Linv).max() <= 1e-10 * max(1.0, np.abs(Linv).max())
+    assert np.abs(Ui - Uinv).max() <= 1e-10 * max(1.0, np.abs(Uinv).max())
+    M = BlockISAI(variant="bilu", block_size=2, sparsity_power=6, dtype="float64",
+                  accumulate="float64").setup(A)
+    r = _rand_vec(A.shape[0], 6)
+    want = Uinv @ (Linv @ r)
+    assert np.abs(M.matvec(r) - want).max() <= 1e-10 * np.abs(want).max()
+
+
+def test_hermitian_bilu_isai_is_g_hermitian_g():
+    from mpsolve.precond.block_ilu import bilu0_factor, bilu_isai_operators
+    import scipy.linalg as sla
+    A = _mag(6)
+    chain, bad, stats = bilu_isai_operators(A, 2, 1, "float64", "float64")
+    assert stats["symmetric"] and bad.size == 0
+    G, Gh = (op.to_scipy() for op in chain.ops)
+    assert abs(G.conj().T - Gh).max() == 0.0
+    ch2, _, _ = bilu_isai_operators(A, 2, 1, "float64", "float64", symmetric=False)
+    Li = ch2.ops[0].to_scipy().toarray()
+    Dinv = sla.block_diag(*bilu0_factor(A, 2)[4])
+    np.testing.assert_allclose((Gh @ G).toarray(), Li.conj().T @ Dinv @ Li, atol=1e-12)
+    M = BlockISAI(variant="bilu", block_size=2).setup(A)
+    Md = _dense_of(M)
+    assert M.symmetric and np.abs(Md - Md.conj().T).max() <= 10 * EPS64 * np.abs(Md).max()
+
+
+@pytest.mark.parametrize("precond", ["block-ilu0", "block-isai-bilu"])
+@pytest.mark.parametrize("precision", ["double", "mixed"])
+def test_complex_block_coupled_solve_like_scipy(precond, precision):
+    """GMRES with complex BILU(0) / Block-ISAI(bilu) on a complex block-coupled system,
+    against SciPy's GMRES (ILU-preconditioned) on the same system."""
+    A = _block_coupled_c(40, 3, seed=11)
+    n = A.shape[0]
+    b = A @ np.exp(2j * np.pi * np.arange(n) / n)
+    rtol = 1e-8
+    M = (BlockILU0(block_size=3, dtype="float32" if precision == "mixed" else "float64")
+         if precond == "block-ilu0" else
+         BlockISAI(variant="bilu", block_size=3,
+                   dtype="float32" if precision == "mixed" else "float64"))
+    r = mpsolve.solve(A, b, method="gmres", precond=M, precision=precision, rtol=rtol,
+                      maxiter=500)
+    assert r.info == 0 and r.x.dtype == np.complex128
+    assert _true_rel_residual(A, r.x, b) <= rtol
+    r0 = mpsolve.solve(A, b, method="gmres", precond=None, precision=precision, rtol=rtol,
+                       maxiter=500)
+    assert r.iterations < r0.iterations                     # it does help
+    sx, sinfo = spla.gmres(A, b, rtol=rtol, atol=0.0, M=_spilu_op(A), maxiter=500)
+    assert sinfo == 0
+    cond = np.linalg.cond(A.toarray())
+    assert np.linalg.norm(r.x - sx) <= 4 * rtol * cond * np.linalg.norm(sx)
 
 
 # ----------------------------------------------------------------- cpu vs reference
@@ -282,9 +423,12 @@ def test_bilu_refuses_complex_by_name():
     lambda: ISAI(dtype="float64"), lambda: ISAI(variant="general", dtype="float32"),
     lambda: BlockISAI(block_size=2, dtype="float64"),
     lambda: BlockISAI(block_size=3, variant="general", dtype="float64"),
-    lambda: BlockISAI(block_size=2, variant="spd", dtype="float64")],
+    lambda: BlockISAI(block_size=2, variant="spd", dtype="float64"),
+    lambda: BlockILU0(block_size=2, dtype="float64"),
+    lambda: BlockILU0(block_size=3, dtype="float32"),
+    lambda: BlockISAI(block_size=2, variant="bilu", dtype="float64")],
     ids=["ilu0", "ilu0-c64", "bjacobi", "isai", "isai-general-c64", "bisai", "bisai-general",
-         "bisai-spd"])
+         "bisai-spd", "bilu0", "bilu0-c64", "bisai-bilu"])
 def test_cpu_and_reference_build_the_same_preconditioner(make, build):
     A = make()
     with warnings.catch_warnings():

@@ -21,23 +21,30 @@ Set-up (FP64, host):
 
 Apply: ``bilu_sweeps`` -- ``y = U'^{-1} D^{-1} L^{-1} x`` by a block forward and a
 block backward sweep, each block row's ``b`` sums carried in FP64.
+
+Complex data: every kernel is written once for both fields (:mod:`.field`): the set-up in
+complex128 (its scratch in the data's dtype, Gauss-Jordan pivoting on the modulus), the
+sweeps' sums in complex128, and ``symmetric`` meaning Hermitian (``A = L D L^H``:
+``U'_ij = L_ji^H``, ``D^{-1}`` made Hermitian).
 """
 import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..registry import register
 from ._config import JIT
+from .field import conj, wide
 
 _F = ("float32", "float64")
-_MAT = [(v, x, y) for v in _F for x in _F for y in _F]
-_SETUP = [("float64",)]
+_C = ("complex64", "complex128")
+_MAT = [(v, x, y) for f in (_F, _C) for v in f for x in f for y in f]
+_SETUP = [("float64",), ("complex128",)]
 
 
 # --------------------------------------------------------------------------- helpers
 @njit(inline="always", **JIT)
 def _invert(a, out, w):
-    """``out = a^{-1}`` (``b x b``, FP64) by Gauss-Jordan with partial pivoting on the
-    work array ``w`` (``b x 2b``).  False when a pivot is zero or the inverse is not
+    """``out = a^{-1}`` (``b x b``, FP64 or complex128) by Gauss-Jordan with partial
+    pivoting (largest modulus) on the work array ``w`` (``b x 2b``, ``a``'s dtype).  False when a pivot is zero or the inverse is not
     finite (``a`` singular, or not finite)."""
     b = a.shape[0]
     for u in range(b):
@@ -78,11 +85,11 @@ def _invert(a, out, w):
 
 @njit(inline="always", **JIT)
 def _gemm_sub(a, b_, c):
-    """``c -= a b_`` (``b x b`` blocks, FP64 sums)."""
+    """``c -= a b_`` (``b x b`` blocks, sums in ``c``'s dtype)."""
     b = c.shape[0]
     for u in range(b):
         for v in range(b):
-            s = 0.0
+            s = c.dtype.type(0.0)
             for w in range(b):
                 s += a[u, w] * b_[w, v]
             c[u, v] -= s
@@ -94,7 +101,7 @@ def _gemm_to(a, b_, c):
     b = c.shape[0]
     for u in range(b):
         for v in range(b):
-            s = 0.0
+            s = c.dtype.type(0.0)
             for w in range(b):
                 s += a[u, w] * b_[w, v]
             c[u, v] = s
@@ -110,8 +117,8 @@ def _bilu0(indptr, indices, data, diag, dinv):
     nb = indptr.size - 1
     b = data.shape[1]
     pos = np.full(nb, -1, dtype=np.int64)
-    tmp = np.empty((b, b), dtype=np.float64)
-    w = np.empty((b, 2 * b), dtype=np.float64)
+    tmp = np.empty((b, b), dtype=data.dtype)
+    w = np.empty((b, 2 * b), dtype=data.dtype)
     for i in range(nb):
         s, e = indptr[i], indptr[i + 1]
         for kk in range(s, e):
@@ -139,7 +146,7 @@ def _bilu0(indptr, indices, data, diag, dinv):
 
 @register("cpu", "bilu0_factor", _SETUP)
 def bilu0_factor(indptr, indices, data, diag, dinv):
-    """Block ILU(0) of sorted BSR in place on ``data`` (FP64, ``(nnzb, b, b)``):
+    """Block ILU(0) of sorted BSR in place on ``data`` (FP64 or complex128, ``(nnzb, b, b)``):
     strictly lower blocks ``L`` (unit diagonal implied), upper blocks ``U``;
     ``dinv[i] = U_ii^{-1}``.  Returns -1, or the first block row whose pivot block is
     singular, not finite or missing (``diag[i] < 0``)."""
@@ -157,7 +164,8 @@ def bilu_split(indptr, indices, data, diag, dinv, symmetric, mirror, lval, lind,
     backward sweep streams forward through memory.  With ``symmetric`` (``A = L D L^T``
     in exact arithmetic) ``U'_ij = L_ji^T`` (``mirror[k]``: position of block ``k``'s
     transpose) and ``dinv`` is symmetrised in place, so the stored
-    ``M = (L D L^T)^{-1}`` is symmetric bit for bit.
+    ``M = (L D L^T)^{-1}`` is symmetric bit for bit.  Complex data: Hermitian
+    (``U'_ij = L_ji^H``, ``dinv`` made Hermitian).
     """
     nb = indptr.size - 1
     b = data.shape[1]
@@ -165,9 +173,11 @@ def bilu_split(indptr, indices, data, diag, dinv, symmetric, mirror, lval, lind,
         for i in range(nb):
             for u in range(b):
                 for v in range(u + 1, b):
-                    t = 0.5 * (dinv[i, u, v] + dinv[i, v, u])
+                    t = 0.5 * (dinv[i, u, v] + conj(dinv[i, v, u]))
                     dinv[i, u, v] = t
-                    dinv[i, v, u] = t
+                    dinv[i, v, u] = conj(t)
+            for u in range(b):                          # a Hermitian diagonal is real
+                dinv[i, u, u] = dinv[i, u, u].real
     q = 0
     for i in range(nb):
         lptr[i] = q
@@ -187,7 +197,7 @@ def bilu_split(indptr, indices, data, diag, dinv, symmetric, mirror, lval, lind,
                 m = mirror[k]
                 for u in range(b):
                     for v in range(b):
-                        uval[q, u, v] = data[m, v, u]       # L_ji^T
+                        uval[q, u, v] = conj(data[m, v, u])  # L_ji^T (complex: L_ji^H)
             else:
                 _gemm_to(dinv[i], data[k], uval[q])         # U_ii^-1 U_ij
             uind[q] = indices[k]
@@ -206,8 +216,8 @@ def _tri_isai(pptr, pind, tptr, tind, tdata, tdiag, dinv, lower, cond_limit, max
         lo = t * nb // nchunks
         hi = (t + 1) * nb // nchunks
         pos = np.full(n_t, -1, dtype=np.int64)
-        S = np.zeros((maxm, b, b), dtype=np.float64)   # S_p = sum_q X_q T[J_q, J_p]
-        R = np.empty((b, b), dtype=np.float64)
+        S = np.zeros((maxm, b, b), dtype=tdata.dtype)  # S_p = sum_q X_q T[J_q, J_p]
+        R = np.empty((b, b), dtype=tdata.dtype)
         rown = np.zeros((maxm, b), dtype=np.float64)   # |T_J| row sums
         for i in range(lo, hi):
             j0 = pptr[i]
@@ -252,7 +262,7 @@ def _tri_isai(pptr, pind, tptr, tind, tdata, tdiag, dinv, lower, cond_limit, max
                         Tk = tdata[k]
                         for u in range(b):
                             for v in range(b):
-                                s = 0.0
+                                s = S.dtype.type(0.0)
                                 for w in range(b):
                                     s += X[u, w] * Tk[w, v]
                                 S[p, u, v] += s
@@ -298,28 +308,29 @@ def block_tri_isai(pptr, pind, tptr, tind, tdata, tdiag, dinv, lower, cond_limit
 
 # --------------------------------------------------------------------------- sweeps
 @njit(**JIT)
-def _bsweeps(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
+def _bsweeps(lptr, lind, lval, uptr, uind, uval, dinv, r, out, work):
     """``out = (L D U')^{-1} r``: block forward sweep with unit ``L``, block backward
     sweep ``y_i = D_i^{-1} z_i - sum_j U'_ij y_j``; each block row's ``b`` sums in
-    FP64.  ``out.size = n`` may end inside the last block (the padding is skipped)."""
+    FP64 (complex128: ``work``, ``(3, b)``, is in that dtype).  ``out.size = n`` may end
+    inside the last block (the padding is skipped)."""
     n = out.size
     nb = dinv.shape[0]
     b = dinv.shape[1]
-    acc = np.empty(b, dtype=np.float64)
-    z = np.empty(b, dtype=np.float64)
-    xb = np.empty(b, dtype=np.float64)
+    acc = work[0]
+    z = work[1]
+    xb = work[2]
     for i in range(nb):                                  # L z = r
         bw = min(b, n - i * b)
         for u in range(bw):
-            acc[u] = np.float64(r[i * b + u])
+            acc[u] = wide(r[i * b + u])
         for k in range(lptr[i], lptr[i + 1]):
             c = lind[k] * b                             # a full block (left of i)
             for v in range(b):
-                xb[v] = np.float64(out[c + v])
+                xb[v] = wide(out[c + v])
             for u in range(bw):                         # acc -= L_ik z_k
                 a = acc[u]
                 for v in range(b):
-                    a -= np.float64(lval[k, u, v]) * xb[v]
+                    a -= wide(lval[k, u, v]) * xb[v]
                 acc[u] = a
         for u in range(bw):
             out[i * b + u] = acc[u]
@@ -327,21 +338,21 @@ def _bsweeps(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
         i = nb - 1 - p
         bw = min(b, n - i * b)
         for v in range(bw):
-            z[v] = np.float64(out[i * b + v])
+            z[v] = wide(out[i * b + v])
         for u in range(bw):
-            s = 0.0
+            s = z.dtype.type(0.0)
             for v in range(bw):
-                s += np.float64(dinv[i, u, v]) * z[v]
+                s += wide(dinv[i, u, v]) * z[v]
             acc[u] = s
         for k in range(uptr[p], uptr[p + 1]):
             c = uind[k] * b
             cw = min(b, n - c)
             for v in range(cw):
-                xb[v] = np.float64(out[c + v])
+                xb[v] = wide(out[c + v])
             for u in range(bw):                         # acc -= U'_ij y_j
                 a = acc[u]
                 for v in range(cw):
-                    a -= np.float64(uval[k, u, v]) * xb[v]
+                    a -= wide(uval[k, u, v]) * xb[v]
                 acc[u] = a
         for u in range(bw):
             out[i * b + u] = acc[u]
@@ -350,4 +361,6 @@ def _bsweeps(lptr, lind, lval, uptr, uind, uval, dinv, r, out):
 @register("cpu", "bilu_sweeps", _MAT)
 def bilu_sweeps(lptr, lind, lval, uptr, uind, uval, dinv, x, y):
     """``y = U'^{-1} D^{-1} L^{-1} x`` (BILU(0) layout of ``bilu_split``); FP64 sums."""
-    _bsweeps(lptr, lind, lval, uptr, uind, uval, dinv, x, y)
+    b = dinv.shape[1]
+    work = np.empty((3, b), np.complex128 if y.dtype.kind == "c" else np.float64)
+    _bsweeps(lptr, lind, lval, uptr, uind, uval, dinv, x, y, work)

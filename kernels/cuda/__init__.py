@@ -3,7 +3,9 @@
 The registry (:mod:`mpsolve.kernels.registry`) imports this package the first time a
 ``"gpu"`` kernel is asked for, so ``import mpsolve`` never imports numba-cuda on a CPU run.
 Every op is registered under the same name and dtype keys as the CPU's
-(:data:`mpsolve.kernels.primitives.CONTRACT`), so the Krylov methods run unchanged.
+(:data:`mpsolve.kernels.primitives.CONTRACT`), complex keys included for the ops the GPU
+runs (not the host set-up ops: a complex set-up runs on the host device), so the Krylov
+methods run unchanged.
 
 Modules
 -------
@@ -17,6 +19,9 @@ Modules
               simulator NumPy arrays wrapped without a copy, so an array passed twice is one
               array); reusable ``scratch`` buffers; ``expose`` (below).
 ``eft``       the scalar EFTs of :mod:`mpsolve.kernels.eft`, compiled for CUDA.
+``field``     scalar helpers (``fadd``, ``fmul``, ``cfma``, ``shfl``, ``wide``, ...) that let one
+              kernel body serve real and complex arrays: the real expression for
+              FP32/FP64, the same rounded operations part by part for complex64/128.
 ``blas1``     the BLAS-1 updates (grid-stride, coalesced).
 ``reduce``    ``dot``/``nrm2``/``sum``/``mdot`` native and compensated, ``axpy2_nrm2``:
               fixed chunks merged in a fixed order (bitwise reproducible).

@@ -44,7 +44,7 @@ from numba import cuda
 from ._intrin import SIM, WARP
 
 __all__ = ["Launch", "THREADS", "config", "override", "grid", "grid_warps", "stream",
-           "dev", "device_view", "scratch", "expose", "cdiv"]
+           "dev", "device_view", "read_scalar", "scratch", "expose", "cdiv"]
 
 #: Threads per block of the streaming kernels on hardware (8 warps: enough loads in
 #: flight per SM with the grid capped at one full wave, and a multiple of every warp size).
@@ -204,6 +204,18 @@ def device_view(a):
     if hasattr(a, "__cuda_array_interface__"):
         return cuda.as_cuda_array(a, sync=False)
     return None
+
+
+def read_scalar(out, strm):
+    """``out[0]`` to the host: the one device-to-host copy of a reduction (synchronises
+    ``strm``); a Python float, or a Python complex for a complex ``out``."""
+    if not strm:
+        v = out.copy_to_host()[0]
+    else:
+        host = out.copy_to_host(stream=strm)
+        strm.synchronize()
+        v = host[0]
+    return complex(v) if np.iscomplexobj(v) else float(v)
 
 
 # --- scratch -------------------------------------------------------------------------------

@@ -13,32 +13,42 @@ updates agree with both **bit for bit**, on any GPU and in the simulator.  ``lin
 ``maxpy`` sum over the ``k`` basis vectors in order ``i = 0, 1, ...`` per element
 (``maxpy`` bitwise the CPU's; ``lincomb`` within rounding of the CPU's BLAS GEMV).
 
+Complex vectors (complex64/complex128): the same kernels, typed by the arrays, through
+:mod:`.field` (``fadd``/``fsub``/``fmul``: the complex product as two rounded products and one
+rounded add or subtract per part, as NumPy's and Numba's), so the complex updates agree with
+the CPU's bit for bit too.  ``copy``/``dmul`` keys stay within one field.
+
 Memory traffic per element: ``axpy``/``xpay``/``waxpy``/``axpby`` 3 values, ``axpy2`` 6,
 ``bicg_dir`` 4, ``scal``/``copy`` 2, ``dmul`` 3, ``lincomb`` ``k + 1``, ``maxpy`` ``k + 2``.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32, float64, int64
+from numba import complex64, complex128, cuda, float32, float64, int64
 
 from ..registry import register
-from ._intrin import add_rn, mul_rn, sub_rn
+from .field import fadd, fmul, fsub, zero
 from ._launch import dev, device_view, expose, grid, scratch, stream
 
 __all__ = ["axpy", "xpay", "axpby", "waxpy", "axpy2", "bicg_dir", "scal", "copy", "dmul",
            "lincomb", "maxpy"]
 
 _F = ("float32", "float64")
-_VEC = [(d,) for d in _F]
-_T = (float32, float64)
-_NB = {"float32": float32, "float64": float64}
+_C = ("complex64", "complex128")
+#: every op on real and complex vectors (the complex twins of the CPU's keys); the
+#: multi-dtype keys stay within one field
+_VEC = [(d,) for d in _F + _C]
+_PAIRS = [(a, b) for f in (_F, _C) for a in f for b in f]
+_TRIPLES = [(d, x, o) for f in (_F, _C) for d in f for x in f for o in f]
+_T = (float32, float64, complex64, complex128)
+_TF = ((float32, float64), (complex64, complex128))
 
 
 @cuda.jit
 def _axpy(a, x, y):
     i = cuda.grid(1)
     while i < x.size:
-        y[i] = add_rn(y[i], mul_rn(a, x[i]))            # y = y + a x
+        y[i] = fadd(y[i], fmul(a, x[i]))            # y = y + a x
         i += cuda.gridsize(1)
 
 
@@ -46,7 +56,7 @@ def _axpy(a, x, y):
 def _xpay(x, a, y):
     i = cuda.grid(1)
     while i < x.size:
-        y[i] = add_rn(x[i], mul_rn(a, y[i]))            # y = x + a y
+        y[i] = fadd(x[i], fmul(a, y[i]))            # y = x + a y
         i += cuda.gridsize(1)
 
 
@@ -54,7 +64,7 @@ def _xpay(x, a, y):
 def _axpby(a, x, b, y):
     i = cuda.grid(1)
     while i < x.size:
-        y[i] = add_rn(mul_rn(a, x[i]), mul_rn(b, y[i]))  # y = a x + b y
+        y[i] = fadd(fmul(a, x[i]), fmul(b, y[i]))  # y = a x + b y
         i += cuda.gridsize(1)
 
 
@@ -62,7 +72,7 @@ def _axpby(a, x, b, y):
 def _waxpy(a, x, y, w):
     i = cuda.grid(1)
     while i < x.size:
-        w[i] = add_rn(y[i], mul_rn(a, x[i]))            # w = y + a x
+        w[i] = fadd(y[i], fmul(a, x[i]))            # w = y + a x
         i += cuda.gridsize(1)
 
 
@@ -70,8 +80,8 @@ def _waxpy(a, x, y, w):
 def _axpy2(a, x, y, b, u, v):
     i = cuda.grid(1)
     while i < x.size:
-        y[i] = add_rn(y[i], mul_rn(a, x[i]))            # y = y + a x
-        v[i] = add_rn(v[i], mul_rn(b, u[i]))            # v = v + b u
+        y[i] = fadd(y[i], fmul(a, x[i]))            # y = y + a x
+        v[i] = fadd(v[i], fmul(b, u[i]))            # v = v + b u
         i += cuda.gridsize(1)
 
 
@@ -80,7 +90,7 @@ def _bicg_dir(r, beta, omega, v, p):
     i = cuda.grid(1)
     while i < r.size:
         # p = r + beta (p - omega v)
-        p[i] = add_rn(r[i], mul_rn(beta, sub_rn(p[i], mul_rn(omega, v[i]))))
+        p[i] = fadd(r[i], fmul(beta, fsub(p[i], fmul(omega, v[i]))))
         i += cuda.gridsize(1)
 
 
@@ -88,7 +98,7 @@ def _bicg_dir(r, beta, omega, v, p):
 def _scal(a, x):
     i = cuda.grid(1)
     while i < x.size:
-        x[i] = mul_rn(a, x[i])                          # x = a x
+        x[i] = fmul(a, x[i])                          # x = a x
         i += cuda.gridsize(1)
 
 
@@ -104,8 +114,9 @@ def _copy(x, out):
 def _dmul(d, x, out):
     i = cuda.grid(1)
     while i < x.size:
-        # FP32 x FP32 in FP32, any FP64 operand in FP64 (NumPy's promotion), then out's dtype
-        out[i] = mul_rn(d[i], x[i])
+        # FP32 x FP32 in FP32, any FP64 operand in FP64 (NumPy's promotion), then out's dtype;
+        # complex: the product of field.fmul
+        out[i] = fmul(d[i], x[i])
         i += cuda.gridsize(1)
 
 
@@ -113,9 +124,9 @@ def _dmul(d, x, out):
 def _lincomb(V, k, c, out):
     j = cuda.grid(1)
     while j < out.size:
-        s = out.dtype.type(0.0)
+        s = zero(out)
         for i in range(k):                              # out = sum_{i<k} c_i V[i], in order
-            s = add_rn(s, mul_rn(c[i], V[i, j]))
+            s = fadd(s, fmul(c[i], V[i, j]))
         out[j] = s
         j += cuda.gridsize(1)
 
@@ -126,7 +137,7 @@ def _maxpy(V, k, h, w):
     while j < w.size:
         s = w[j]
         for i in range(k):                              # w = w - h_i V[i], i = 0, 1, ...
-            s = sub_rn(s, mul_rn(h[i], V[i, j]))
+            s = fsub(s, fmul(h[i], V[i, j]))
         w[j] = s
         j += cuda.gridsize(1)
 
@@ -199,7 +210,7 @@ def scal(a, x):
     _scal[blocks, threads, strm](x.dtype.type(a), x)
 
 
-@register("gpu", "copy", [(a, b) for a in _F for b in _F])
+@register("gpu", "copy", _PAIRS)
 def copy(x, out):
     """``out <- x``, the cast to ``out``'s dtype fused."""
     blocks, threads = grid(x.size)
@@ -208,7 +219,7 @@ def copy(x, out):
     _copy[blocks, threads, strm](x, out)
 
 
-@register("gpu", "dmul", [(d, x, o) for d in _F for x in _F for o in _F])
+@register("gpu", "dmul", _TRIPLES)
 def dmul(d, x, out):
     """``out <- diag(d) x``, casts fused (point Jacobi's apply); dtypes ``(d, x, out)``."""
     blocks, threads = grid(x.size)
@@ -268,12 +279,12 @@ for _f, _k, _sigs in (
         (axpy2, _axpy2, [(t, _v(t), _v(t), t, _v(t), _v(t)) for t in _T]),
         (bicg_dir, _bicg_dir, [(_v(t), t, t, _v(t), _v(t)) for t in _T]),
         (scal, _scal, [(t, _v(t)) for t in _T]),
-        (copy, _copy, [(_v(a), _v(b)) for a in _T for b in _T]),
-        (dmul, _dmul, [(_v(d), _v(x), _v(o)) for d in _T for x in _T for o in _T]),
+        (copy, _copy, [(_v(a), _v(b)) for f in _TF for a in f for b in f]),
+        (dmul, _dmul, [(_v(d), _v(x), _v(o)) for f in _TF for d in f for x in f for o in f]),
         (lincomb, _lincomb, [(t[:, ::1], int64, _v(t), _v(t)) for t in _T]),
         (maxpy, _maxpy, [(t[:, ::1], int64, _v(t), _v(t)) for t in _T])):
     expose(_f, [(_k, _sigs)], eft=_ALL)
 expose(lincomb, [(_lincomb, lincomb.cuda_kernels[0][1]),
-                 (_copy, [(_v(a), _v(b)) for a in _T for b in _T])], eft=_ALL)
+                 (_copy, [(_v(a), _v(b)) for f in _TF for a in f for b in f])], eft=_ALL)
 expose(maxpy, [(_maxpy, maxpy.cuda_kernels[0][1]),
-               (_copy, [(_v(a), _v(b)) for a in _T for b in _T])], eft=_ALL)
+               (_copy, [(_v(a), _v(b)) for f in _TF for a in f for b in f])], eft=_ALL)

@@ -6,6 +6,8 @@ blocks: ``indptr``/``indices`` over block rows/columns and ``data`` of shape
 ``(nnzb, b, b)`` (C order), registered for device ``"gpu"`` under the CPU's dtype keys
 ``(data, x, y)`` (:mod:`mpsolve.kernels.cpu.bsr`).  Casts are fused; ``acc64`` carries the
 row sums in FP64, ``acc32`` in FP32 (``fma`` per entry, one rounding to ``y``'s dtype).
+Complex blocks (complex64/complex128 with complex vectors) run the same kernels typed for
+complex arrays (:mod:`.field`: complex128/complex64 sums, ``fma`` per real product).
 A trailing partial block is allowed as on the CPU: scalar rows ``>= len(y)`` are not
 written and columns ``>= len(x)`` are skipped.
 
@@ -52,7 +54,7 @@ import numpy as np
 from numba import cuda
 
 from ..registry import register, register_plan
-from ._intrin import fma, shfl_down
+from .field import ffma, narrow, nzero, shfl, wide, wzero
 from ._launch import dev, expose, stream
 from .spmv import _block_grid, kernel
 
@@ -87,7 +89,7 @@ def bsr_plan(indptr, block=None, grid=None) -> BsrPlan:
     return BsrPlan(nbr, blk, g)
 
 
-def _make(ACC, name):
+def _make(CAST, ZERO, name):
     @kernel(name)
     def bsr_kernel(indptr, indices, data, x, y):
         b = data.shape[1]
@@ -111,7 +113,7 @@ def _make(ACC, name):
             u0 = 0
             while u0 < b:                 # one slab unless b > 32
                 u = u0 + ui
-                acc = ACC(0.0)
+                acc = ZERO(data)              # FP64/FP32 (complex: complex128/64)
                 if ib < nbr and j < G and u < b:
                     uu = np.uint64(u)
                     k = np.uint64(indptr[np.uint64(ib)]) + np.uint64(j)
@@ -121,12 +123,12 @@ def _make(ACC, name):
                         vend = ub if c0 + ub <= nx else np.uint64(nx) - c0  # partial last
                         v = np.uint64(0)
                         while v < vend:
-                            acc = fma(ACC(data[k, uu, v]), ACC(x[c0 + v]), acc)
+                            acc = ffma(CAST(data[k, uu, v]), CAST(x[c0 + v]), acc)
                             v += np.uint64(1)
                         k += np.uint64(G)
                 s = P >> 1
                 while s > 0:              # fixed tree over the slots j
-                    t = shfl_down(acc, s * bw)
+                    t = shfl(acc, s * bw)
                     if j + s < G:
                         acc += t
                     s >>= 1
@@ -138,11 +140,12 @@ def _make(ACC, name):
     return bsr_kernel
 
 
-_bsr_acc64 = _make(np.float64, "bsr_spmv_acc64")
-_bsr_acc32 = _make(np.float32, "bsr_spmv_acc32")
+_bsr_acc64 = _make(wide, wzero, "bsr_spmv_acc64")
+_bsr_acc32 = _make(narrow, nzero, "bsr_spmv_acc32")
 
 _F = ("float32", "float64")
-_ALL = [(v, xi, yo) for v in _F for xi in _F for yo in _F]
+_C = ("complex64", "complex128")
+_ALL = [(v, xi, yo) for f in (_F, _C) for v in f for xi in f for yo in f]
 
 
 def _launch(kern, plan, indptr, indices, data, x, y):
@@ -166,8 +169,8 @@ def bsr_spmv_acc32(plan, indptr, indices, data, x, y):
 
 def _expose():
     from numba import types as t
-    fl = {"float32": t.float32[::1], "float64": t.float64[::1]}
-    blk = {"float32": t.float32[:, :, ::1], "float64": t.float64[:, :, ::1]}
+    fl = {d: getattr(t, d)[::1] for d in _F + _C}
+    blk = {d: getattr(t, d)[:, :, ::1] for d in _F + _C}
     i32 = t.int32[::1]
     sigs = [(i32, i32, blk[v], fl[a], fl[c]) for v, a, c in _ALL]
     expose(bsr_spmv_acc64, [(_bsr_acc64, sigs)], warp=[_bsr_acc64])

@@ -15,10 +15,8 @@ build on:
 * :func:`pair_add` -- merge two ``(high, low)`` accumulator pairs: the high parts added
   error-free, their error joins the low parts (the CPU's chunk merge, ORO 2005 Alg. 4.4's
   accumulation of errors);
-* :func:`pair_warp_merge` -- the 32 lanes' pairs merged in a fixed binary tree by
-  ``shfl_down`` (offsets 16, 8, 4, 2, 1; lane ``l`` merges ``(own, lane l + offset)`` in
-  that order); lane 0 holds the warp's pair;
-* :func:`value_warp_merge` -- the same tree for one native (FP32/FP64) value.
+and the warp trees over them (``pair_warp_merge``, ``value_warp_merge``) are in
+:mod:`.field`, written once for real and complex values.
 
 Every function here is an EFT step in the sense of the compile test: its floating-point
 arithmetic is ``add.rn``/``sub.rn``/``mul.rn``/``fma.rn`` only.
@@ -33,10 +31,10 @@ from numba import cuda
 
 from .. import eft as _eft
 from . import _intrin
-from ._intrin import SIM, WARP, add_rn, shfl_down
+from ._intrin import SIM, add_rn
 
 __all__ = ["two_sum", "fast_two_sum", "two_prod", "two_prod_dekker", "split", "round_pair",
-           "sqrt_pair", "pair_add", "pair_warp_merge", "value_warp_merge", "DEVICE_JIT"]
+           "sqrt_pair", "pair_add", "DEVICE_JIT"]
 
 #: Options of every device function of the package: inlined into its callers on hardware
 #: (LLVM ``alwaysinline``; the simulator's ``cuda.jit`` has no such option).
@@ -84,30 +82,3 @@ def pair_add(p, s, p2, s2):
     p, q = two_sum(p, p2)
     s = add_rn(s, add_rn(s2, q))
     return p, s
-
-
-@cuda.jit(**DEVICE_JIT)
-def pair_warp_merge(p, s, lane):
-    """Merge the warp's 32 pairs in a fixed tree (``shfl_down`` 16, 8, 4, 2, 1); the
-    result is valid in lane 0.  All 32 lanes must call it (full-mask shuffles)."""
-    off = WARP // 2
-    while off > 0:
-        p2 = shfl_down(p, off)
-        s2 = shfl_down(s, off)
-        if lane + off < WARP:             # lanes without a partner keep their pair
-            p, s = pair_add(p, s, p2, s2)
-        off //= 2
-    return p, s
-
-
-@cuda.jit(**DEVICE_JIT)
-def value_warp_merge(v, lane):
-    """Sum the warp's 32 values in the fixed tree of :func:`pair_warp_merge` (``add_rn``);
-    the result is valid in lane 0."""
-    off = WARP // 2
-    while off > 0:
-        v2 = shfl_down(v, off)
-        if lane + off < WARP:
-            v = add_rn(v, v2)
-        off //= 2
-    return v

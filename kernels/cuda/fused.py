@@ -38,7 +38,8 @@ import numpy as np
 from numba import cuda
 
 from ..registry import register
-from ._intrin import SIM, shfl_down
+from ._intrin import SIM
+from .field import cmul, shfl
 from ._launch import cdiv, dev, expose, scratch, stream
 from .spmv import _DEV, kernel, log2_width, read_scalar, row_sum64
 
@@ -51,15 +52,16 @@ SLOTS = 256
 
 
 def _make(YT, NT, tag):
-    """Kernels for dot dtype ``YT`` (``np.float32``/``np.float64``; ``NT`` the Numba type
-    of the shared arrays)."""
+    """Kernels for dot dtype ``YT`` (``np.float32``/``np.float64``, or ``np.complex64``/
+    ``np.complex128``: then the dot is ``x^H y``; ``NT`` the Numba type of the shared
+    arrays)."""
 
     @cuda.jit(**_DEV)
     def tree32(v):
         """Sum over the 32 lanes of a warp in the fixed tree order (result on lane 0)."""
         off = 16
         while off > 0:
-            v += shfl_down(v, off)
+            v += shfl(v, off)
             off >>= 1
         return v
 
@@ -109,7 +111,7 @@ def _make(YT, NT, tag):
                         i = np.uint64(row)
                         yi = YT(s)
                         y[i] = yi
-                        prod[lr] = YT(x[i]) * yi
+                        prod[lr] = cmul(YT(x[i]), yi)    # x_i y_i (complex: conj(x_i) y_i)
                     else:
                         prod[lr] = YT(0.0)
                 off += rows
@@ -144,20 +146,26 @@ def _make(YT, NT, tag):
     return spmv_dot_kernel, final_sum_kernel
 
 
+#: the kernels' name tags (PTX entry names) per dot dtype
+_TAG = {np.float32: "y32", np.float64: "y64", np.complex64: "c64", np.complex128: "c128"}
 if SIM:
-    _K32 = _make(np.float32, np.float32, "y32")
-    _K64 = _make(np.float64, np.float64, "y64")
+    _K = {np.dtype(t): _make(t, t, _TAG[t]) for t in _TAG}
 else:
-    from numba import float32 as _nf32, float64 as _nf64
-    _K32 = _make(np.float32, _nf32, "y32")
-    _K64 = _make(np.float64, _nf64, "y64")
+    from numba import complex64 as _nc64, complex128 as _nc128, float32 as _nf32, \
+        float64 as _nf64
+    _K = {np.dtype(t): _make(t, nt, _TAG[t]) for t, nt in (
+        (np.float32, _nf32), (np.float64, _nf64), (np.complex64, _nc64),
+        (np.complex128, _nc128))}
+_K32, _K64 = _K[np.dtype(np.float32)], _K[np.dtype(np.float64)]
 
 
-@register("gpu", "spmv_dot", [(v, d, d) for v in ("float32", "float64")
-                              for d in ("float32", "float64")], mode="acc64")
+@register("gpu", "spmv_dot", [(v, d, d) for f in (("float32", "float64"),
+                                                  ("complex64", "complex128"))
+                              for v in f for d in f], mode="acc64")
 def csr_spmv_dot(plan, indptr, indices, data, x, y):
-    """``y <- A x`` (row sums in FP64) and return ``x . y`` accumulated in ``y``'s dtype
-    in a fixed order (bitwise the same for every launch configuration).  ``A`` square.
+    """``y <- A x`` (row sums in FP64, complex128 for complex data) and return ``x . y``
+    (complex: ``x^H y``, a Python complex) accumulated in ``y``'s dtype in a fixed order
+    (bitwise the same for every launch configuration).  ``A`` square.
     Dtypes key: ``(data, x, y)`` with ``x`` and ``y`` alike."""
     n = plan.n
     if n == 0:
@@ -166,7 +174,7 @@ def csr_spmv_dot(plan, indptr, indices, data, x, y):
     strm = stream(x, y)
     part = scratch("spmv_dot_part", nchunks, y.dtype, strm)
     out = scratch("spmv_dot_out", 1, y.dtype, strm)
-    main, final = _K32 if y.dtype == np.float32 else _K64
+    main, final = _K[np.dtype(y.dtype)]
     indptr, indices, data, x, y = dev(indptr, indices, data, x, y)
     main[min(plan.grid, nchunks), plan.block, strm](log2_width(plan.width), indptr, indices,
                                                     data, x, y, part)
@@ -176,12 +184,13 @@ def csr_spmv_dot(plan, indptr, indices, data, x, y):
 
 def _expose():
     from numba import types as t
-    fl = {"float32": t.float32[::1], "float64": t.float64[::1]}
+    fl = {d: getattr(t, d)[::1] for d in ("float32", "float64", "complex64", "complex128")}
     i32 = t.int32[::1]
     pairs, warp = [], []
-    for (main, final), d in ((_K32, "float32"), (_K64, "float64")):
-        pairs.append((main, [(t.int32, i32, i32, fl[v], fl[d], fl[d], fl[d])
-                             for v in ("float32", "float64")]))
+    for dt, (main, final) in _K.items():
+        d = dt.name
+        field = ("complex64", "complex128") if dt.kind == "c" else ("float32", "float64")
+        pairs.append((main, [(t.int32, i32, i32, fl[v], fl[d], fl[d], fl[d]) for v in field]))
         pairs.append((final, [(fl[d], fl[d])]))
         warp += [main, final]
     expose(csr_spmv_dot, pairs, warp=warp)

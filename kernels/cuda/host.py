@@ -15,7 +15,7 @@ registered here: set-up runs on ``mpsolve.backend.HOST_DEVICE``.
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32, float64, int32
+from numba import complex64, complex128, cuda, float32, float64, int32
 
 from ..cpu import hessenberg as _cpu
 from ..registry import register
@@ -24,14 +24,14 @@ from ._launch import dev, expose, grid, scratch, stream
 __all__ = ["givens", "back_substitute", "range_scan"]
 
 
-@register("gpu", "givens", [("float64",)])
+@register("gpu", "givens", [("float64",), ("complex128",)])
 def givens(H, cs, sn, g, j):
-    """GMRES's next Givens rotation on the host FP64 Hessenberg matrix (the CPU kernel):
-    rotate ``H[:, j]``, make rotation ``j``, update ``g``; return ``|g[j+1]|``."""
+    """GMRES's next Givens rotation on the host FP64 (complex128) Hessenberg matrix (the
+    CPU kernel): rotate ``H[:, j]``, make rotation ``j``, update ``g``; return ``|g[j+1]|``."""
     return _cpu.givens(H, cs, sn, g, j)
 
 
-@register("gpu", "back_substitute", [("float64",)])
+@register("gpu", "back_substitute", [("float64",), ("complex128",)])
 def back_substitute(H, g, k, y):
     """``y[:k] = R^-1 g[:k]``, ``R = H[:k, :k]`` upper triangular, on the host (the CPU kernel)."""
     _cpu.back_substitute(H, g, k, y)
@@ -45,7 +45,7 @@ back_substitute.cuda_kernels = []
 def _range_scan(v, big, tiny, flags):
     i = cuda.grid(1)
     while i < v.size:
-        a = abs(v[i])
+        a = abs(v[i])                                # complex: the modulus (as the CPU)
         if a > big:                                  # NaN is neither big nor tiny
             flags[0] = 1
         elif a < tiny and a > 0.0:
@@ -53,7 +53,7 @@ def _range_scan(v, big, tiny, flags):
         i += cuda.gridsize(1)
 
 
-@register("gpu", "range_scan", [("float64",), ("float32",)])
+@register("gpu", "range_scan", [("float64",), ("float32",), ("complex128",), ("complex64",)])
 def range_scan(v, big, tiny):
     """``(any |v_i| > big, any 0 < |v_i| < tiny)`` in one pass over the device vector."""
     strm = stream(v)
@@ -70,4 +70,4 @@ def range_scan(v, big, tiny):
 
 
 expose(range_scan, [(_range_scan, [(t[::1], float64, float64, int32[::1])
-                                   for t in (float32, float64)])])
+                                   for t in (float32, float64, complex64, complex128)])])

@@ -15,7 +15,7 @@ The order of every floating-point operation depends on ``n`` only:
    consecutive elements per step) into its own ``(p, s)`` pair -- Dot2: ``h, r =
    TwoProd(x_i, y_i)`` (by ``fma``), ``p, q = TwoSum(p, h)`` (by ``*_rn``), ``s += q + r``;
    Sum2 the same without the product -- and the 32 lane pairs are merged by ``shfl_down``
-   in a fixed binary tree (offsets 16, 8, 4, 2, 1; :func:`~.eft.pair_warp_merge`).  Lane 0
+   in a fixed binary tree (offsets 16, 8, 4, 2, 1; :func:`~.field.pair_warp_merge`).  Lane 0
    writes the chunk's pair to slot ``c`` of a partials array.  Which warp of which block
    reduces chunk ``c`` depends on the launch configuration (a grid-stride loop over
    chunks); the chunk's pair does not.
@@ -41,21 +41,30 @@ Error bound (compensated): the tree is still an error-free transformation of the
 followed by a floating-point sum of the errors, so ORO's bound holds:
 ``|dot2 - x.y| <= u |x.y| + gamma_n^2 |x|.|y|`` (``u = 2^-53`` FP64, ``2^-24`` FP32).
 
+Complex vectors: ``dot``/``mdot`` return ``x^H y`` (Python complex; ``mdot``'s ``out``
+complex128) from the same kernels typed for complex arrays (:mod:`.field`): native
+``fma`` per real product of ``conj(x_i) y_i``, compensated Dot2 on the four real products of
+each element in the order of the CPU's ``cdot2`` (a pair per part, so each part meets the
+real bound with ``n -> 2n``), the trees merging both parts; the complex Dot2 pass keeps two
+pairs per lane and is compiled a second time with the pair merges' register cap.
+``nrm2`` of a complex vector is the real kernel on its ``2n`` parts (as the CPU);
+``axpy2_nrm2`` sums ``|v_i|^2`` in a real accumulator.
+
 Memory traffic: ``dot`` reads ``2n`` values (+ ``2n/1024`` partials), ``nrm2``/``sum``
 ``n``, ``mdot`` ``(k + 1) n`` (``w`` re-read from cache per row), ``axpy2_nrm2`` ``6n``.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from numba import cuda, float32, float64, int64
+from numba import complex64, complex128, cuda, float32, float64, int64
 
 from ..registry import register
-from ._intrin import SIM, WARP, add_rn, fma, lane_id, mul_rn
-from ._launch import THREADS, cdiv, dev, device_view, expose, grid_warps, scratch, stream
-from .eft import DEVICE_JIT, pair_add, pair_warp_merge, round_pair, sqrt_pair, two_prod, two_sum, \
-    value_warp_merge
+from ._intrin import SIM, WARP, add_rn, lane_id
+from ._launch import THREADS, cdiv, dev, device_view, expose, grid_warps, read_scalar, scratch, \
+    stream
+from .eft import DEVICE_JIT, two_sum
+from .field import abs2_fma, cfma, dot2_step, fadd, fmul, pair_add, pair_warp_merge, \
+    root as sqrt_value, root_pair, round_pair, rzero, value_warp_merge, zero
 
 __all__ = ["CHUNK", "dot", "dot2", "nrm2", "nrm2_compensated", "sum_native", "sum2", "mdot",
            "mdot2", "axpy2_nrm2"]
@@ -67,7 +76,12 @@ __all__ = ["CHUNK", "dot", "dot2", "nrm2", "nrm2_compensated", "sum_native", "su
 CHUNK = 1024
 
 _VEC = [("float64",), ("float32",)]
+_CVEC = [("complex128",), ("complex64",)]
 _T = (float32, float64)
+_CT = (complex64, complex128)
+#: FP64 twin of each type: the dtype of mdot's results (and of a widened FP32 result)
+_W = {float32: float64, float64: float64, complex64: complex128, complex128: complex128}
+_R = {complex64: float32, complex128: float64}
 
 #: The grid-stride passes: at most ``THREADS`` threads per block and at least 3 blocks per
 #: SM resident, which caps ptxas at 80 registers (measured: the multi-row ``mdot`` passes
@@ -90,13 +104,12 @@ def _warp_coords():
 
 # --- compensated passes ------------------------------------------------------------------
 
-@cuda.jit(**_PASS_JIT)
 def _dot2_pass(x, y, chunk, ps, pc):
     """Dot2 pair of every chunk of ``x . y`` into ``ps[0, c], pc[0, c]``."""
     n = x.size
     gw, nw, lane = _warp_coords()
     nchunk = (n + chunk - 1) // chunk
-    z = x.dtype.type(0.0)
+    z = zero(x)
     for r in range((nchunk + nw - 1) // nw):     # the same trip count for every warp
         c = gw + r * nw
         lo = c * chunk
@@ -105,14 +118,20 @@ def _dot2_pass(x, y, chunk, ps, pc):
         s = z
         i = lo + lane
         while i < hi:
-            h, e = two_prod(x[i], y[i])          # h + e == x_i y_i
-            p, q = two_sum(p, h)                 # p + q == p_old + h
-            s = add_rn(s, add_rn(q, e))          # s collects both errors
+            # h + e == x_i y_i (TwoProd); p + q == p_old + h (TwoSum); s += q + e.
+            # Complex: the four real products of conj(x_i) y_i (field.dot2_step)
+            p, s = dot2_step(x[i], y[i], p, s)
             i += WARP
         p, s = pair_warp_merge(p, s, lane)
         if lane == 0 and c < nchunk:
             ps[0, c] = p
             pc[0, c] = s
+
+
+#: the same body twice: the complex pass holds two pairs per lane (80 registers spill on
+#: sm_80 under the 3-blocks cap), so it gets the 2-blocks cap of the pair merges
+_dot2_pass, _cdot2_pass = (cuda.jit(**_PASS_JIT)(_dot2_pass),
+                           cuda.jit(**_PAIRS_JIT)(_dot2_pass))
 
 
 @cuda.jit(**_PASS_JIT)
@@ -121,7 +140,7 @@ def _sum2_pass(x, chunk, ps, pc):
     n = x.size
     gw, nw, lane = _warp_coords()
     nchunk = (n + chunk - 1) // chunk
-    z = x.dtype.type(0.0)
+    z = zero(x)
     for r in range((nchunk + nw - 1) // nw):
         c = gw + r * nw
         lo = c * chunk
@@ -145,7 +164,7 @@ def _mdot2_pass(V, k, w, chunk, ps, pc):
     n = w.size
     gw, nw, lane = _warp_coords()
     nchunk = (n + chunk - 1) // chunk
-    z = w.dtype.type(0.0)
+    z = zero(w)
     for r in range((nchunk + nw - 1) // nw):
         c = gw + r * nw
         lo = c * chunk
@@ -155,9 +174,7 @@ def _mdot2_pass(V, k, w, chunk, ps, pc):
             s = z
             i = lo + lane
             while i < hi:
-                h, e = two_prod(V[row, i], w[i])
-                p, q = two_sum(p, h)
-                s = add_rn(s, add_rn(q, e))
+                p, s = dot2_step(V[row, i], w[i], p, s)
                 i += WARP
             p, s = pair_warp_merge(p, s, lane)
             if lane == 0 and c < nchunk:
@@ -172,7 +189,7 @@ def _pairs_pass(ps, pc, m, chunk, qs, qc):
     row = cuda.blockIdx.y
     gw, nw, lane = _warp_coords()
     nchunk = (m + chunk - 1) // chunk
-    z = ps.dtype.type(0.0)
+    z = zero(ps)
     for r in range((nchunk + nw - 1) // nw):
         c = gw + r * nw
         lo = c * chunk
@@ -195,7 +212,7 @@ def _pairs_final(ps, pc, m, root, out):
     ``out[row] = fl(p + s)``, or ``sqrt(p + s)`` with ``root``."""
     row = cuda.blockIdx.y
     lane = lane_id()
-    z = ps.dtype.type(0.0)
+    z = zero(ps)
     p = z
     s = z
     i = lane
@@ -205,7 +222,7 @@ def _pairs_final(ps, pc, m, root, out):
     p, s = pair_warp_merge(p, s, lane)
     if lane == 0:
         if root:
-            out[row] = sqrt_pair(p, s)
+            out[row] = root_pair(p, s)
         else:
             out[row] = round_pair(p, s)
 
@@ -218,7 +235,7 @@ def _dot_pass(x, y, chunk, ps):
     n = x.size
     gw, nw, lane = _warp_coords()
     nchunk = (n + chunk - 1) // chunk
-    z = x.dtype.type(0.0)
+    z = zero(x)
     for r in range((nchunk + nw - 1) // nw):
         c = gw + r * nw
         lo = c * chunk
@@ -226,7 +243,7 @@ def _dot_pass(x, y, chunk, ps):
         s = z
         i = lo + lane
         while i < hi:
-            s = fma(x[i], y[i], s)               # s += x_i y_i, one rounding
+            s = cfma(x[i], y[i], s)              # s += x_i y_i (complex: conj(x_i) y_i), fma
             i += WARP
         s = value_warp_merge(s, lane)
         if lane == 0 and c < nchunk:
@@ -239,7 +256,7 @@ def _sum_pass(x, chunk, ps):
     n = x.size
     gw, nw, lane = _warp_coords()
     nchunk = (n + chunk - 1) // chunk
-    z = x.dtype.type(0.0)
+    z = zero(x)
     for r in range((nchunk + nw - 1) // nw):
         c = gw + r * nw
         lo = c * chunk
@@ -260,7 +277,7 @@ def _mdot_pass(V, k, w, chunk, ps):
     n = w.size
     gw, nw, lane = _warp_coords()
     nchunk = (n + chunk - 1) // chunk
-    z = w.dtype.type(0.0)
+    z = zero(w)
     for r in range((nchunk + nw - 1) // nw):
         c = gw + r * nw
         lo = c * chunk
@@ -269,7 +286,7 @@ def _mdot_pass(V, k, w, chunk, ps):
             s = z
             i = lo + lane
             while i < hi:
-                s = fma(V[row, i], w[i], s)
+                s = cfma(V[row, i], w[i], s)
                 i += WARP
             s = value_warp_merge(s, lane)
             if lane == 0 and c < nchunk:
@@ -283,18 +300,17 @@ def _axpy2_nrm2_pass(a, x, y, b, u, v, chunk, ps):
     n = x.size
     gw, nw, lane = _warp_coords()
     nchunk = (n + chunk - 1) // chunk
-    z = x.dtype.type(0.0)
     for r in range((nchunk + nw - 1) // nw):
         c = gw + r * nw
         lo = c * chunk
         hi = min(lo + chunk, n)
-        s = z
+        s = rzero(x)                             # ||v||^2 is real
         i = lo + lane
         while i < hi:
-            y[i] = add_rn(y[i], mul_rn(a, x[i]))     # y += a x
-            t = add_rn(v[i], mul_rn(b, u[i]))        # v += b u
+            y[i] = fadd(y[i], fmul(a, x[i]))         # y += a x
+            t = fadd(v[i], fmul(b, u[i]))            # v += b u
             v[i] = t
-            s = fma(t, t, s)                         # ||v||^2
+            s = abs2_fma(t, s)                       # ||v||^2 (complex: |t|^2)
             i += WARP
         s = value_warp_merge(s, lane)
         if lane == 0 and c < nchunk:
@@ -307,7 +323,7 @@ def _vals_pass(ps, m, chunk, qs):
     row = cuda.blockIdx.y
     gw, nw, lane = _warp_coords()
     nchunk = (m + chunk - 1) // chunk
-    z = ps.dtype.type(0.0)
+    z = zero(ps)
     for r in range((nchunk + nw - 1) // nw):
         c = gw + r * nw
         lo = c * chunk
@@ -315,7 +331,7 @@ def _vals_pass(ps, m, chunk, qs):
         s = z
         i = lo + lane
         while i < hi:
-            s = add_rn(s, ps[row, i])
+            s = fadd(s, ps[row, i])
             i += WARP
         s = value_warp_merge(s, lane)
         if lane == 0 and c < nchunk:
@@ -327,15 +343,15 @@ def _vals_final(ps, m, root, out):
     """One warp per row: ``out[row] = sum ps[row, :m]`` (``m <= CHUNK``), or its root."""
     row = cuda.blockIdx.y
     lane = lane_id()
-    s = ps.dtype.type(0.0)
+    s = zero(ps)
     i = lane
     while i < m:
-        s = add_rn(s, ps[row, i])
+        s = fadd(s, ps[row, i])
         i += WARP
     s = value_warp_merge(s, lane)
     if lane == 0:
         if root:
-            out[row] = math.sqrt(s)              # sqrt.rn: correctly rounded
+            out[row] = sqrt_value(s)             # sqrt.rn: correctly rounded
         else:
             out[row] = s
 
@@ -375,13 +391,9 @@ def _finish_vals(ps, rows, m, chunk, root, out, strm):
     _vals_final[(1, rows), WARP, strm](ps, m, root, out)
 
 
-def _scalar(out, strm) -> float:
-    """The one device-to-host copy of a reduction (synchronises ``strm``)."""
-    if not strm:
-        return float(out.copy_to_host()[0])
-    host = out.copy_to_host(stream=strm)
-    strm.synchronize()
-    return float(host[0])
+def _real_view(x):
+    """A complex vector as the real vector of its ``2n`` interleaved parts (no copy)."""
+    return x.view(np.dtype(x.dtype).type(0).real.dtype)
 
 
 def _dot2_any(x, y, root):
@@ -393,10 +405,11 @@ def _dot2_any(x, y, root):
     ps = _partials("ps", 1, nchunk, x.dtype, strm)
     pc = _partials("pc", 1, nchunk, x.dtype, strm)
     blocks, threads = grid_warps(nchunk)
-    _dot2_pass[blocks, threads, strm](x, y, chunk, ps, pc)
+    kern = _cdot2_pass if x.dtype.kind == "c" else _dot2_pass
+    kern[blocks, threads, strm](x, y, chunk, ps, pc)
     out = scratch("out", 1, x.dtype, strm)
     _finish_pairs(ps, pc, 1, nchunk, chunk, root, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
 
 
 def _dot_any(x, y, root):
@@ -409,12 +422,14 @@ def _dot_any(x, y, root):
     _dot_pass[blocks, threads, strm](x, y, chunk, ps)
     out = scratch("out", 1, x.dtype, strm)
     _finish_vals(ps, 1, nchunk, chunk, root, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
 
 
-@register("gpu", "dot", _VEC, mode="compensated")
+@register("gpu", "dot", _VEC + _CVEC, mode="compensated")
 def dot2(x, y):
-    """Compensated ``x . y`` (ORO Dot2), bitwise reproducible; FP32 as an FP32 pair."""
+    """Compensated ``x . y`` (ORO Dot2), bitwise reproducible; FP32 as an FP32 pair.
+    Complex: ``x^H y`` from the four real products of each element (the CPU's ``cdot2``:
+    a Dot2 pair for each part), a Python complex."""
     return _dot2_any(x, y, 0)
 
 
@@ -424,9 +439,10 @@ def nrm2_compensated(x):
     return _dot2_any(x, x, 1)
 
 
-@register("gpu", "dot", _VEC, mode="native")
+@register("gpu", "dot", _VEC + _CVEC, mode="native")
 def dot(x, y):
-    """``x . y`` in the vectors' dtype (``fma`` per element, fixed tree)."""
+    """``x . y`` in the vectors' dtype (``fma`` per element, fixed tree); complex: ``x^H y``
+    (``fma`` per real product), a Python complex."""
     return _dot_any(x, y, 0)
 
 
@@ -434,6 +450,19 @@ def dot(x, y):
 def nrm2(x):
     """``sqrt(x . x)`` in the vector's dtype (no overflow scaling, as the CPU)."""
     return _dot_any(x, x, 1)
+
+
+@register("gpu", "nrm2", _CVEC, mode="native")
+def cnrm2(x):
+    """``||x||_2`` of a complex vector: :func:`nrm2` of its ``2n`` real parts (as the CPU)."""
+    return nrm2(_real_view(x))
+
+
+@register("gpu", "nrm2", _CVEC, mode="compensated")
+def cnrm2_compensated(x):
+    """Compensated ``||x||_2`` of a complex vector: :func:`nrm2_compensated` of its ``2n``
+    real parts."""
+    return nrm2_compensated(_real_view(x))
 
 
 @register("gpu", "sum", _VEC, mode="compensated")
@@ -449,7 +478,7 @@ def sum2(x):
     _sum2_pass[blocks, threads, strm](x, chunk, ps, pc)
     out = scratch("out", 1, x.dtype, strm)
     _finish_pairs(ps, pc, 1, nchunk, chunk, 0, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
 
 
 @register("gpu", "sum", _VEC, mode="native")
@@ -464,7 +493,11 @@ def sum_native(x):
     _sum_pass[blocks, threads, strm](x, chunk, ps)
     out = scratch("out", 1, x.dtype, strm)
     _finish_vals(ps, 1, nchunk, chunk, 0, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
+
+
+def _wide(dtype):
+    return np.complex128 if np.dtype(dtype).kind == "c" else np.float64
 
 
 def _mdot_out(res, k, out, strm):
@@ -482,10 +515,10 @@ def _mdot_out(res, k, out, strm):
         dev[:k].copy_to_device(res[:k], stream=strm)
 
 
-@register("gpu", "mdot", _VEC, mode="compensated")
+@register("gpu", "mdot", _VEC + _CVEC, mode="compensated")
 def mdot2(V, k, w, out):
     """``out[i] = V[i] . w`` for ``i < k`` by Dot2, each as :func:`dot2` would give it;
-    ``out`` FP64 (host or device)."""
+    ``out`` FP64, complex128 for complex ``w`` (host or device)."""
     if k <= 0:
         return
     strm = stream(V, w)
@@ -496,15 +529,15 @@ def mdot2(V, k, w, out):
     pc = _partials("pc", k, nchunk, w.dtype, strm)
     blocks, threads = grid_warps(nchunk)
     _mdot2_pass[blocks, threads, strm](V, k, w, chunk, ps, pc)
-    res = scratch("mout", k, np.float64, strm)
+    res = scratch("mout", k, _wide(w.dtype), strm)
     _finish_pairs(ps, pc, k, nchunk, chunk, 0, res, strm)
     _mdot_out(res, k, out, strm)
 
 
-@register("gpu", "mdot", _VEC, mode="native")
+@register("gpu", "mdot", _VEC + _CVEC, mode="native")
 def mdot(V, k, w, out):
     """``out[i] = V[i] . w`` for ``i < k`` in ``w``'s dtype, each as :func:`dot` would give
-    it; ``out`` FP64 (host or device)."""
+    it; ``out`` FP64, complex128 for complex ``w`` (host or device)."""
     if k <= 0:
         return
     strm = stream(V, w)
@@ -514,27 +547,29 @@ def mdot(V, k, w, out):
     ps = _partials("pv", k, nchunk, w.dtype, strm)
     blocks, threads = grid_warps(nchunk)
     _mdot_pass[blocks, threads, strm](V, k, w, chunk, ps)
-    res = scratch("mout", k, np.float64, strm)
+    res = scratch("mout", k, _wide(w.dtype), strm)
     _finish_vals(ps, k, nchunk, chunk, 0, res, strm)
     _mdot_out(res, k, out, strm)
 
 
-@register("gpu", "axpy2_nrm2", _VEC, mode="native")
+@register("gpu", "axpy2_nrm2", _VEC + _CVEC, mode="native")
 def axpy2_nrm2(a, x, y, b, u, v):
     """``y += a x; v += b u; return ||v||_2`` in one pass (CG's step 2 and its residual
     norm); the updates bitwise those of ``axpy2``, the norm bitwise :func:`nrm2` of the new
-    ``v``."""
+    ``v`` (complex: ``sum |v_i|^2`` element by element, within rounding of :func:`cnrm2`,
+    which sums the parts in another order)."""
     t = x.dtype.type
     strm = stream(x, y, u, v)
     x, y, u, v = dev(x, y, u, v)
     chunk = CHUNK
     nchunk = cdiv(x.size, chunk)
-    ps = _partials("pv", 1, nchunk, x.dtype, strm)
+    rdt = np.dtype(x.dtype).type(0).real.dtype       # the norm's squares are real
+    ps = _partials("pv", 1, nchunk, rdt, strm)
     blocks, threads = grid_warps(nchunk)
     _axpy2_nrm2_pass[blocks, threads, strm](t(a), x, y, t(b), u, v, chunk, ps)
-    out = scratch("out", 1, x.dtype, strm)
+    out = scratch("out", 1, rdt, strm)
     _finish_vals(ps, 1, nchunk, chunk, 1, out, strm)
-    return _scalar(out, strm)
+    return read_scalar(out, strm)
 
 
 # --- what the compile test compiles (kernels/cuda/__init__.py: func.cuda_kernels) ----------
@@ -547,25 +582,36 @@ def _m(t):
     return t[:, ::1]
 
 
-_PAIRS = [(_pairs_pass, [(_m(t), _m(t), int64, int64, _m(t), _m(t)) for t in _T]),
-          (_pairs_final, [(_m(t), _m(t), int64, int64, _v(o)) for t in _T
-                          for o in ((t, float64) if t is float32 else (t,))])]
-_VALS = [(_vals_pass, [(_m(t), int64, int64, _m(t)) for t in _T]),
-         (_vals_final, [(_m(t), int64, int64, _v(o)) for t in _T
-                        for o in ((t, float64) if t is float32 else (t,))])]
-_ALL_PAIRS = {_dot2_pass, _sum2_pass, _mdot2_pass, _pairs_pass, _pairs_final}
+_TA = _T + _CT                            # dot, mdot (native, compensated) take both fields
+
+
+def _outs(t):
+    return (t, _W[t]) if _W[t] is not t else (t,)
+
+
+_PAIRS = [(_pairs_pass, [(_m(t), _m(t), int64, int64, _m(t), _m(t)) for t in _TA]),
+          (_pairs_final, [(_m(t), _m(t), int64, int64, _v(o)) for t in _TA for o in _outs(t)])]
+_VALS = [(_vals_pass, [(_m(t), int64, int64, _m(t)) for t in _TA]),
+         (_vals_final, [(_m(t), int64, int64, _v(o)) for t in _TA for o in _outs(t)])]
+_ALL_PAIRS = {_dot2_pass, _cdot2_pass, _sum2_pass, _mdot2_pass, _pairs_pass, _pairs_final}
 _ALL_VALS = {_dot_pass, _sum_pass, _mdot_pass, _axpy2_nrm2_pass, _vals_pass, _vals_final}
 _ALL = _ALL_PAIRS | _ALL_VALS
 
 for _f, _pass in ((dot2, (_dot2_pass, [(_v(t), _v(t), int64, _m(t), _m(t)) for t in _T])),
                   (nrm2_compensated, (_dot2_pass, [(_v(t), _v(t), int64, _m(t), _m(t)) for t in _T])),
+                  (cnrm2_compensated, (_dot2_pass, [(_v(t), _v(t), int64, _m(t), _m(t))
+                                                    for t in _T])),
                   (sum2, (_sum2_pass, [(_v(t), int64, _m(t), _m(t)) for t in _T])),
-                  (mdot2, (_mdot2_pass, [(_m(t), int64, _v(t), int64, _m(t), _m(t)) for t in _T]))):
+                  (mdot2, (_mdot2_pass, [(_m(t), int64, _v(t), int64, _m(t), _m(t)) for t in _TA]))):
     expose(_f, [_pass] + _PAIRS, warp=_ALL, eft=_ALL)
-for _f, _pass in ((dot, (_dot_pass, [(_v(t), _v(t), int64, _m(t)) for t in _T])),
+expose(dot2, dot2.cuda_kernels + [(_cdot2_pass, [(_v(t), _v(t), int64, _m(t), _m(t))
+                                                 for t in _CT])], warp=_ALL, eft=_ALL)
+for _f, _pass in ((dot, (_dot_pass, [(_v(t), _v(t), int64, _m(t)) for t in _TA])),
                   (nrm2, (_dot_pass, [(_v(t), _v(t), int64, _m(t)) for t in _T])),
+                  (cnrm2, (_dot_pass, [(_v(t), _v(t), int64, _m(t)) for t in _T])),
                   (sum_native, (_sum_pass, [(_v(t), int64, _m(t)) for t in _T])),
-                  (mdot, (_mdot_pass, [(_m(t), int64, _v(t), int64, _m(t)) for t in _T])),
+                  (mdot, (_mdot_pass, [(_m(t), int64, _v(t), int64, _m(t)) for t in _TA])),
                   (axpy2_nrm2, (_axpy2_nrm2_pass,
-                                [(t, _v(t), _v(t), t, _v(t), _v(t), int64, _m(t)) for t in _T]))):
+                                [(t, _v(t), _v(t), t, _v(t), _v(t), int64, _m(_R.get(t, t)))
+                                 for t in _TA]))):
     expose(_f, [_pass] + _VALS, warp=_ALL, eft=_ALL)

@@ -13,6 +13,10 @@ copy of ``x`` or ``y``).  The accumulator is a separate choice:
 * ``acc32`` -- the same in FP32 (what a pure FP32 library does); the ``fma`` rounds once
   per entry where a separate product would round twice.
 
+Complex values (complex64/complex128, with complex vectors; the CPU's keys): the same
+kernels typed for complex arrays (:mod:`.field`): ``acc64`` accumulates in complex128,
+``acc32`` in complex64, one ``fma`` per real product, each shuffle two real shuffles.
+
 Layout: a sub-warp per row
 --------------------------
 A *sub-warp* of ``W`` consecutive lanes (``W`` in 2, 4, 8, 16, 32) owns one row: lane
@@ -73,8 +77,9 @@ import numpy as np
 from numba import cuda
 
 from ..registry import register, register_plan
-from ._intrin import SIM, fma, shfl_down
-from ._launch import cdiv, config, dev, expose, stream
+from ._intrin import SIM
+from .field import ffma, narrow, nzero, shfl, wide, wzero
+from ._launch import cdiv, config, dev, expose, read_scalar, stream  # noqa: F401 (fused)
 
 __all__ = ["CsrPlan", "csr_plan", "subwarp_width", "csr_spmv_acc64", "csr_spmv_acc32",
            "csr_residual", "row_sum64", "row_sum32", "WIDTHS"]
@@ -99,15 +104,6 @@ def _block_grid(units, per_block_of, block, grid):
     else:
         g = max(1, int(grid))
     return blk, g
-
-
-def read_scalar(out, strm) -> float:
-    """``out[0]`` to the host: the one device-to-host copy (synchronises ``strm``)."""
-    if not strm:
-        return float(out.copy_to_host()[0])
-    host = out.copy_to_host(stream=strm)
-    strm.synchronize()
-    return float(host[0])
 
 
 # --- the plan ---------------------------------------------------------------------------
@@ -163,12 +159,14 @@ def csr_plan(indptr, width=None, block=None, grid=None) -> CsrPlan:
 
 
 # --- device code ------------------------------------------------------------------------
-def _make_row_sum(ACC):
+def _make_row_sum(CAST, ZERO):
     @cuda.jit(**_DEV)
     def row_sum(indptr, indices, data, x, row, n, sub, width):
-        """Row ``row``'s sum in ``ACC`` on lane 0 of the calling sub-warp (``sub`` is the
-        lane within it).  Every lane of the warp calls it (rows ``>= n`` contribute 0)."""
-        acc = ACC(0.0)
+        """Row ``row``'s sum in ``CAST``'s precision (FP64/complex128: ``field.wide``,
+        FP32/complex64: ``field.narrow``, the field of ``data``) on lane 0 of the calling
+        sub-warp (``sub`` is the lane within it).  Every lane of the warp calls it (rows
+        ``>= n`` contribute 0)."""
+        acc = ZERO(data)
         if row < n:
             # unsigned indices: no negative-index wraparound test in the loop
             r = np.uint64(row)
@@ -176,19 +174,20 @@ def _make_row_sum(ACC):
             end = np.uint64(indptr[r + np.uint64(1)])
             step = np.uint64(width)
             while k < end:                # entries sub, sub + W, ... in stored order
-                acc = fma(ACC(data[k]), ACC(x[np.uint64(indices[k])]), acc)
+                # acc += a_ik x_k, one rounding (complex: per real product, field.ffma)
+                acc = ffma(CAST(data[k]), CAST(x[np.uint64(indices[k])]), acc)
                 k += step
         off = width >> 1
         while off > 0:                    # fixed tree: lane s += lane s + off
-            acc += shfl_down(acc, off)
+            acc += shfl(acc, off)
             off >>= 1
         return acc
 
     return row_sum
 
 
-row_sum64 = _make_row_sum(np.float64)
-row_sum32 = _make_row_sum(np.float32)
+row_sum64 = _make_row_sum(wide, wzero)
+row_sum32 = _make_row_sum(narrow, nzero)
 
 
 def kernel(name):
@@ -238,14 +237,16 @@ def _csr_residual(lw, indptr, indices, data, x, b, r):
         s = row_sum64(indptr, indices, data, x, row, n, sub, width)
         if sub == 0 and row < n:
             i = np.uint64(row)
-            r[i] = np.float64(b[i]) - s
+            r[i] = wide(b[i]) - s
         base += step
 
 
 # --- registered host entry points -------------------------------------------------------
 _F = ("float32", "float64")
-_ALL = [(v, xi, yo) for v in _F for xi in _F for yo in _F]
-_RES = [(v, d, d, d) for v in _F for d in _F]
+_C = ("complex64", "complex128")
+#: the CPU's keys: each field on its own (complex values with complex vectors)
+_ALL = [(v, xi, yo) for f in (_F, _C) for v in f for xi in f for yo in f]
+_RES = [(v, d, d, d) for f in (_F, _C) for v in f for d in f]
 
 
 def log2_width(width):
@@ -280,7 +281,8 @@ def csr_residual(plan, indptr, indices, data, x, b, r):
 # --- what the compile test builds (func.cuda_kernels, see kernels/cuda/__init__.py) ------
 def _expose():
     from numba import types as t
-    fl = {"float32": t.float32[::1], "float64": t.float64[::1]}
+    fl = {"float32": t.float32[::1], "float64": t.float64[::1],
+          "complex64": t.complex64[::1], "complex128": t.complex128[::1]}
     i32, i64 = t.int32[::1], t.int64[::1]
     spmv = [(t.int32, i32, i32, fl[v], fl[a], fl[b]) for v, a, b in _ALL]
     # 64-bit row pointers and indices (nnz >= 2**31): one combination proves the arithmetic

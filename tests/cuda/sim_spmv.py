@@ -443,14 +443,14 @@ def test_bsrmv_block_sizes_and_launch_configurations(b):
 
 # --- registration ----------------------------------------------------------------------------
 def test_registered_like_the_cpu():
-    """The same real dtype keys and modes as the CPU (complex data is refused on the GPU at
-    set-up: it has no complex kernels, so the CPU's complex keys are left out here)."""
+    """The same dtype keys and modes as the CPU, real and complex (the complex kernels:
+    tests/cuda/sim_complex.py)."""
     from mpsolve.kernels import available
     for op in ("spmv", "spmv_dot", "residual", "bsrmv"):
         gpu = {(k[2], k[3]) for k in available("gpu") if k[1] == op}
-        cpu = {(k[2], k[3]) for k in available("cpu") if k[1] == op
-               and not any(d.startswith("complex") for d in k[2])}
+        cpu = {(k[2], k[3]) for k in available("cpu") if k[1] == op}
         assert gpu == cpu, op
+        assert any(d.startswith("complex") for k in gpu for d in k[0]), op
 
 
 # --- double-double residual and update (issue 15; kernels/cuda/dd.py) --------------------
