@@ -120,6 +120,29 @@ CONTRACT = (
     Op("bsrmv", "bsrmv(plan, indptr, indices, data, x, y)",
        "y = A x, BSR data (nnzb, b, b); row sums FP64/FP32 (complex128/complex64 for complex "
        "data); dtypes (data, x, y)", keys=_MAT, modes=("acc64", "acc32"), complex=True),
+    # --- several right-hand sides: (n, k) C-contiguous blocks, one column per right-hand
+    # side (kernels/cpu/spmm.py); one sweep over a matrix serves every column.  Real only
+    Op("spmm", "spmm(plan, indptr, indices, data, X, Y)",
+       "Y = A X, CSR, (n, k) blocks; row sums FP64 (acc64) or FP32 (acc32); plan of 'spmv'; "
+       "dtypes (data, X, Y)", keys=_MAT, modes=("acc64", "acc32")),
+    Op("residual_mm", "residual_mm(plan, indptr, indices, data, X, B, R)",
+       "R = B - A X, FP64 row sums; dtypes (data, X, B, R)",
+       keys=tuple((v, d, d, d) for v in _F for d in _F), modes=("acc64",)),
+    Op("dmul_mm", "dmul_mm(d, X, Y)", "Y = diag(d) X  (dtypes d, X, Y)", keys=_MAT),
+    Op("ilu_sweeps_mm", "ilu_sweeps_mm(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X, Y)",
+       "ilu_sweeps on each column of X, k right-hand sides per row; dtypes (values, X, Y)",
+       keys=_MAT),
+    Op("col_dot", "col_dot(X, Y, out)", "out[c] = X[:, c] . Y[:, c]  (out FP64)",
+       modes=("native",)),
+    Op("col_axpy2_nrm2", "col_axpy2_nrm2(a, X, Y, b, U, V, out)",
+       "Y_c += a_c X_c;  V_c += b_c U_c;  out_c = ||V_c||_2  (a, b, out FP64 length k)",
+       modes=("native",)),
+    Op("col_xpay", "col_xpay(X, a, Y)", "Y_c = X_c + a_c Y_c"),
+    Op("col_scal", "col_scal(a, X, out)", "out_c = a_c X_c  (out may be X)"),
+    Op("col_mdot", "col_mdot(V, j, W, out)", "out[i, c] = V[i, :, c] . W[:, c], i < j; V "
+       "(m + 1, n, k): k bases; out FP64", modes=("native",)),
+    Op("col_maxpy", "col_maxpy(V, j, H, W)", "W[:, c] -= sum_{i<j} H[i, c] V[i, :, c]"),
+    Op("col_lincomb", "col_lincomb(V, Y, j, out)", "out[:, c] = sum_{i<j} Y[i, c] V[i, :, c]"),
     # --- preconditioner apply and set-up
     Op("ilu_sweeps", "ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y)",
        "y = U'^-1 D^-1 L^-1 x per diagonal block [bounds[t], bounds[t+1]) (ILU(0) layout of "

@@ -5,3 +5,4 @@ from . import bilu  # noqa: F401  (block ILU(0): set-up, sweeps, ISAI of its fac
 from . import eft  # noqa: F401  (the compensated reductions)
 from . import dd  # noqa: F401  (double-double x and the compensated residual)
 from . import localsolve, pattern  # noqa: F401  ((Block-)ISAI set-up: patterns, local solves)
+from . import spmm  # noqa: F401  (several right-hand sides: SpMM, block sweeps, column ops)
