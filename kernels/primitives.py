@@ -27,8 +27,9 @@ import numpy as np
 from .registry import dtype_name, lookup
 from .safenorm import safe_after, safe_dot_ratio, safe_nrm2
 
-__all__ = ["Op", "CONTRACT", "VECTOR_OPS", "BASIS_OPS", "Primitives", "BasisPrimitives",
-           "bind_primitives", "bind_basis"]
+__all__ = ["Op", "CONTRACT", "VECTOR_OPS", "BASIS_OPS", "BLOCK_OPS", "Primitives",
+           "BasisPrimitives", "BlockPrimitives", "bind_primitives", "bind_basis",
+           "bind_block_primitives"]
 
 _F = ("float32", "float64")
 _VEC = tuple((d,) for d in _F)
@@ -240,6 +241,11 @@ VECTOR_OPS = ("dot", "nrm2", "mdot", "axpy", "xpay", "axpby", "waxpy", "axpy2",
               "axpy2_nrm2", "bicg_dir", "scal", "copy", "lincomb", "maxpy", "givens",
               "back_substitute")
 
+#: The ops of the block methods (several right-hand sides), bound by
+#: :func:`bind_block_primitives`.
+BLOCK_OPS = ("col_dot", "col_axpy2_nrm2", "col_xpay", "col_scal", "col_mdot", "col_maxpy",
+             "col_lincomb")
+
 #: The ops of a Krylov basis stored below the working precision (:func:`bind_basis`).
 BASIS_OPS = ("cb_mdot", "cb_maxpy", "cb_lincomb", "cb_store", "cb_mdot_nrm2",
              "cb_maxpy_nrm2")
@@ -412,3 +418,43 @@ def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:
 
         k["axpy2_nrm2"] = axpy2_nrm2
     return Primitives(device=device, dtype=np.dtype(dtype), dot_mode=dot_mode, xp=xp, **k)
+
+
+@dataclass(frozen=True)
+class BlockPrimitives:
+    """The column ops of a block solve (``k`` right-hand sides iterated together, blocks
+    ``(n, k)``), looked up once per solve by :func:`bind_block_primitives`; per-column
+    scalars are FP64 arrays of length ``k``."""
+
+    device: str
+    dtype: object
+    col_dot: Callable          # out_c = X_c . Y_c
+    col_axpy2_nrm2: Callable   # Y_c += a_c X_c; V_c += b_c U_c; out_c = ||V_c||
+    col_xpay: Callable         # Y_c = X_c + a_c Y_c
+    col_scal: Callable         # out_c = a_c X_c
+    col_mdot: Callable         # out[i, c] = V[i, :, c] . W_c
+    col_maxpy: Callable        # W_c -= sum_i H[i, c] V[i, :, c]
+    col_lincomb: Callable      # out_c = sum_i Y[i, c] V[i, :, c]
+    givens: Callable           # GMRES's small problem, per column (host FP64)
+    back_substitute: Callable
+
+
+def bind_block_primitives(device: str, dtype) -> BlockPrimitives:
+    """Look the block ops up for one solve (native reductions; a ``KeyError`` naming what
+    exists where the device or dtype has none: the caller then solves column by column).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ops = bind_block_primitives("reference", "float64")
+    >>> X = np.array([[1.0, 2.0], [3.0, 4.0]]); out = np.zeros(2)
+    >>> ops.col_dot(X, X, out); out
+    array([10., 20.])
+    """
+    dt = (dtype_name(dtype),)
+    k = {name: lookup(device, name, dt, "native" if name in ("col_dot", "col_axpy2_nrm2",
+                                                               "col_mdot") else "")
+         for name in BLOCK_OPS}
+    for name in ("givens", "back_substitute"):
+        k[name] = lookup(device, name, ("float64",))
+    return BlockPrimitives(device=device, dtype=np.dtype(dtype), **k)

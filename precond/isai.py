@@ -292,6 +292,9 @@ class _ISAIBase(Preconditioner):
     def apply(self, r, out):
         self._chain(r, out)  # out = M r (one SpMV, or two: G^T (G r) / U_isai (L_isai r))
 
+    def _block_operator(self):
+        return self._chain            # Z = M R: one SpMM per stored factor
+
     @property
     def nbytes(self):
         return self._chain.nbytes if self._chain is not None else 0
