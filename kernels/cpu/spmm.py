@@ -26,7 +26,9 @@ import numpy as np
 from numba import njit, prange
 
 from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN
+from .ilu import ilu_sweeps
 from .intrin import madd
+from .spmv import csr_spmv_acc32, csr_spmv_acc64
 from ..registry import register
 
 _F = ("float32", "float64")
@@ -38,105 +40,153 @@ CHUNK = 2048
 
 
 # --------------------------------------------------------------------------- SpMM
-@njit(inline="always", **JIT)
-def _rows_mm64(lo, hi, indptr, indices, data, X, Y):
-    k = X.shape[1]
-    acc = np.empty(k, np.float64)
-    for i in range(lo, hi):
-        for c in range(k):
-            acc[c] = 0.0
-        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
-            a = np.float64(data[p])
-            j = np.uint64(indices[p])
-            for c in range(k):
-                acc[c] += a * np.float64(X[j, c])
-        for c in range(k):
-            Y[i, c] = acc[c]                  # rounded once to Y's dtype
-
+# Each row's k sums are kept in scalar registers, a group of 8, 4, 2 or 1 columns at a
+# time (an accumulator *array* indexed by a run-time column costs a store-to-load round
+# trip per product: 10x slower than the SpMV here).  The blocks are read flat
+# (``X.reshape(-1)``: entry (j, c) at j k + c) with unsigned indices, as :mod:`.spmv`
+# does, so no wraparound test enters the inner loop.  ``acc`` (a length-1 array) carries
+# the accumulator's dtype: FP64 for ``acc64``, FP32 for ``acc32``.  ``res``: ``R = B - A X``
+# (the sums start from ``B`` and subtract: ``b - a x`` and ``b + (-a) x`` round alike).
 
 @njit(inline="always", **JIT)
-def _rows_mm32(lo, hi, indptr, indices, data, X, Y):
-    k = X.shape[1]
-    acc = np.empty(k, np.float32)
+def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+    t = acc.dtype.type
     for i in range(lo, hi):
-        for c in range(k):
-            acc[c] = 0.0
+        o = np.uint64(i) * k + c0
+        if res:
+            s0, s1, s2, s3 = t(Bf[o]), t(Bf[o + 1]), t(Bf[o + 2]), t(Bf[o + 3])
+            s4, s5, s6, s7 = t(Bf[o + 4]), t(Bf[o + 5]), t(Bf[o + 6]), t(Bf[o + 7])
+        else:
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = t(0.0)
         for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
-            a = np.float32(data[p])
-            j = np.uint64(indices[p])
-            for c in range(k):
-                acc[c] += a * np.float32(X[j, c])
-        for c in range(k):
-            Y[i, c] = acc[c]
+            a = -t(data[p]) if res else t(data[p])
+            j = np.uint64(indices[p]) * k + c0
+            s0 += a * t(Xf[j])
+            s1 += a * t(Xf[j + 1])
+            s2 += a * t(Xf[j + 2])
+            s3 += a * t(Xf[j + 3])
+            s4 += a * t(Xf[j + 4])
+            s5 += a * t(Xf[j + 5])
+            s6 += a * t(Xf[j + 6])
+            s7 += a * t(Xf[j + 7])
+        Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
+        Yf[o + 4], Yf[o + 5], Yf[o + 6], Yf[o + 7] = s4, s5, s6, s7
 
 
 @njit(inline="always", **JIT)
-def _rows_res_mm(lo, hi, indptr, indices, data, X, B, R):
-    k = X.shape[1]
-    acc = np.empty(k, np.float64)
+def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+    t = acc.dtype.type
     for i in range(lo, hi):
-        for c in range(k):
-            acc[c] = np.float64(B[i, c])
+        o = np.uint64(i) * k + c0
+        if res:
+            s0, s1, s2, s3 = t(Bf[o]), t(Bf[o + 1]), t(Bf[o + 2]), t(Bf[o + 3])
+        else:
+            s0 = s1 = s2 = s3 = t(0.0)
         for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
-            a = np.float64(data[p])
-            j = np.uint64(indices[p])
-            for c in range(k):
-                acc[c] -= a * np.float64(X[j, c])
-        for c in range(k):
-            R[i, c] = acc[c]
+            a = -t(data[p]) if res else t(data[p])
+            j = np.uint64(indices[p]) * k + c0
+            s0 += a * t(Xf[j])
+            s1 += a * t(Xf[j + 1])
+            s2 += a * t(Xf[j + 2])
+            s3 += a * t(Xf[j + 3])
+        Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
+
+
+@njit(inline="always", **JIT)
+def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+    t = acc.dtype.type
+    for i in range(lo, hi):
+        o = np.uint64(i) * k + c0
+        if res:
+            s0, s1 = t(Bf[o]), t(Bf[o + 1])
+        else:
+            s0 = s1 = t(0.0)
+        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            a = -t(data[p]) if res else t(data[p])
+            j = np.uint64(indices[p]) * k + c0
+            s0 += a * t(Xf[j])
+            s1 += a * t(Xf[j + 1])
+        Yf[o], Yf[o + 1] = s0, s1
+
+
+@njit(inline="always", **JIT)
+def _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+    t = acc.dtype.type
+    for i in range(lo, hi):
+        o = np.uint64(i) * k + c0
+        s0 = t(Bf[o]) if res else t(0.0)
+        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            a = -t(data[p]) if res else t(data[p])
+            s0 += a * t(Xf[np.uint64(indices[p]) * k + c0])
+        Yf[o] = s0
+
+
+@njit(inline="always", **JIT)
+def _rows_mm(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, acc, res):
+    """Rows ``lo..hi-1`` of ``Y = A X`` (or ``R = B - A X``), ``k`` columns in groups."""
+    ku = np.uint64(k)
+    c = 0
+    while c + 8 <= k:
+        _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        c += 8
+    if c + 4 <= k:
+        _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        c += 4
+    if c + 2 <= k:
+        _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        c += 2
+    if c < k:
+        _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
 
 
 @njit(parallel=True, **JIT)
-def _mm64_par(parts, indptr, indices, data, X, Y):
+def _mm_par(parts, indptr, indices, data, Xf, Bf, Yf, k, acc, res):
     for t in prange(parts.size - 1):
-        _rows_mm64(parts[t], parts[t + 1], indptr, indices, data, X, Y)
+        _rows_mm(parts[t], parts[t + 1], indptr, indices, data, Xf, Bf, Yf, k, acc, res)
 
 
 @njit(**JIT)
-def _mm64_ser(parts, indptr, indices, data, X, Y):
-    _rows_mm64(0, indptr.size - 1, indptr, indices, data, X, Y)
+def _mm_ser(parts, indptr, indices, data, Xf, Bf, Yf, k, acc, res):
+    _rows_mm(0, indptr.size - 1, indptr, indices, data, Xf, Bf, Yf, k, acc, res)
 
 
-@njit(parallel=True, **JIT)
-def _mm32_par(parts, indptr, indices, data, X, Y):
-    for t in prange(parts.size - 1):
-        _rows_mm32(parts[t], parts[t + 1], indptr, indices, data, X, Y)
+_ACC64 = np.zeros(1, np.float64)
+_ACC32 = np.zeros(1, np.float32)
 
 
-@njit(**JIT)
-def _mm32_ser(parts, indptr, indices, data, X, Y):
-    _rows_mm32(0, indptr.size - 1, indptr, indices, data, X, Y)
+def _mm(parts, indptr, indices, data, X, B, Y, acc, res):
+    (_mm_par if parts.size > 2 else _mm_ser)(parts, indptr, indices, data, X.reshape(-1),
+                                             B.reshape(-1), Y.reshape(-1), X.shape[1], acc,
+                                             res)
 
 
-@njit(parallel=True, **JIT)
-def _res_mm_par(parts, indptr, indices, data, X, B, R):
-    for t in prange(parts.size - 1):
-        _rows_res_mm(parts[t], parts[t + 1], indptr, indices, data, X, B, R)
-
-
-@njit(**JIT)
-def _res_mm_ser(parts, indptr, indices, data, X, B, R):
-    _rows_res_mm(0, indptr.size - 1, indptr, indices, data, X, B, R)
-
+# One column (a block narrowed to k = 1 by deflation): the SpMV kernels on the column as a
+# vector (a C-contiguous (n, 1) block reshapes to one without a copy); same sums, same bits.
 
 @register("cpu", "spmm", _MAT, mode="acc64")
 def spmm_acc64(parts, indptr, indices, data, X, Y):
     """``Y <- A X`` for CSR ``A`` and ``(n, k)`` blocks, row sums in FP64.  The launch plan
     is the SpMV's (``parts``).  Dtypes key ``(data, X, Y)``."""
-    (_mm64_par if parts.size > 2 else _mm64_ser)(parts, indptr, indices, data, X, Y)
+    if X.shape[1] == 1:
+        csr_spmv_acc64(parts, indptr, indices, data, X.reshape(-1), Y.reshape(-1))
+        return
+    _mm(parts, indptr, indices, data, X, Y, Y, _ACC64, False)
 
 
 @register("cpu", "spmm", _MAT, mode="acc32")
 def spmm_acc32(parts, indptr, indices, data, X, Y):
     """``Y <- A X``, row sums in FP32.  Dtypes key ``(data, X, Y)``."""
-    (_mm32_par if parts.size > 2 else _mm32_ser)(parts, indptr, indices, data, X, Y)
+    if X.shape[1] == 1:
+        csr_spmv_acc32(parts, indptr, indices, data, X.reshape(-1), Y.reshape(-1))
+        return
+    _mm(parts, indptr, indices, data, X, Y, Y, _ACC32, False)
 
 
 @register("cpu", "residual_mm", [(v, d, d, d) for v in _F for d in _F], mode="acc64")
 def residual_mm(parts, indptr, indices, data, X, B, R):
     """``R <- B - A X`` in one sweep over ``A``, FP64 row sums.  Dtypes key
     ``(data, X, B, R)``."""
-    (_res_mm_par if parts.size > 2 else _res_mm_ser)(parts, indptr, indices, data, X, B, R)
+    _mm(parts, indptr, indices, data, X, B, R, _ACC64, True)
 
 
 # --------------------------------------------------------------------------- Jacobi
@@ -228,21 +278,27 @@ def ilu_sweeps_mm(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X, Y):
     """``Y = U'^-1 D^-1 L^-1 X`` for ``(n, k)`` blocks, per diagonal block of ``bounds``
     (ILU(0)'s layout, :func:`.ilu.ilu_sweeps`); FP64 row sums.  Dtypes key
     ``(values, X, Y)``."""
-    if bounds.size > 2:
+    if X.shape[1] == 1:                     # one column: the single-vector sweeps
+        ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X.reshape(-1),
+                   Y.reshape(-1))
+    elif bounds.size > 2:
         _ilu_mm_blocks(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X, Y)
     else:
         _ilu_mm_one(lptr, lind, lval, uptr, uind, uval, dinv, X, Y)
 
 
 # --------------------------------------------------------------------------- column ops
+# The reductions run column by column over a chunk of rows (in cache after the first
+# column): one scalar accumulator each (an accumulator array indexed by the column costs a
+# store-to-load round trip per term).
+
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _col_dot_rows(X, Y, lo, hi, part):
-    k = X.shape[1]
-    for c in range(k):
-        part[c] = 0.0
-    for i in range(lo, hi):
-        for c in range(k):
-            part[c] += X[i, c] * Y[i, c]
+    for c in range(X.shape[1]):
+        s = X.dtype.type(0.0)
+        for i in range(lo, hi):
+            s += X[i, c] * Y[i, c]
+        part[c] = s
 
 
 @njit(parallel=True, **JIT)
@@ -277,14 +333,15 @@ def col_dot(X, Y, out):
 @njit(fastmath={"reassoc"}, **JIT)
 def _col_axpy2_rows(a, X, Y, b, U, V, lo, hi, part):
     k = X.shape[1]
-    for c in range(k):
-        part[c] = 0.0
     for i in range(lo, hi):
         for c in range(k):
             Y[i, c] += Y.dtype.type(a[c]) * X[i, c]
-            t = V[i, c] + V.dtype.type(b[c]) * U[i, c]
-            V[i, c] = t
-            part[c] += t * t
+            V[i, c] += V.dtype.type(b[c]) * U[i, c]
+    for c in range(k):                  # the chunk of V, still in cache
+        s = V.dtype.type(0.0)
+        for i in range(lo, hi):
+            s += V[i, c] * V[i, c]
+        part[c] = s
 
 
 @njit(parallel=True, **JIT)
@@ -362,14 +419,13 @@ def col_scal(a, X, out):
 
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _col_mdot_rows(V, j, W, lo, hi, part):
-    k = W.shape[1]
     for i in range(j):
-        for c in range(k):
-            part[i, c] = 0.0
         Vi = V[i]
-        for r in range(lo, hi):
-            for c in range(k):
-                part[i, c] += Vi[r, c] * W[r, c]
+        for c in range(W.shape[1]):
+            s = W.dtype.type(0.0)
+            for r in range(lo, hi):
+                s += Vi[r, c] * W[r, c]
+            part[i, c] = s
 
 
 @njit(parallel=True, **JIT)
