@@ -491,34 +491,10 @@ def col_maxpy(V, j, H, W):
     (_col_maxpy_par if W.size >= PARALLEL_MIN else _col_maxpy_ser)(V, j, H, W)
 
 
-@njit(**JIT)
-def _col_lincomb_rows(V, Y, j, out, lo, hi):
-    k = out.shape[1]
-    for r in range(lo, hi):
-        for c in range(k):
-            out[r, c] = 0.0
-    for i in range(j):
-        Vi = V[i]
-        for r in range(lo, hi):
-            for c in range(k):
-                out[r, c] += out.dtype.type(Y[i, c]) * Vi[r, c]
-
-
-@njit(parallel=True, **JIT)
-def _col_lincomb_par(V, Y, j, out):
-    n = out.shape[0]
-    nch = (n + CHUNK - 1) // CHUNK
-    for t in prange(nch):
-        lo = t * CHUNK
-        _col_lincomb_rows(V, Y, j, out, lo, min(lo + CHUNK, n))
-
-
-@njit(**JIT)
-def _col_lincomb_ser(V, Y, j, out):
-    _col_lincomb_rows(V, Y, j, out, 0, out.shape[0])
-
-
 @register("cpu", "col_lincomb", _VEC)
 def col_lincomb(V, Y, j, out):
-    """``out[:, c] <- sum_{i<j} Y[i, c] V[i, :, c]`` (GMRES's ``V_j y`` for ``k`` bases)."""
-    (_col_lincomb_par if out.size >= PARALLEL_MIN else _col_lincomb_ser)(V, Y, j, out)
+    """``out[:, c] <- sum_{i<j} Y[i, c] V[i, :, c]`` (GMRES's ``V_j y`` for ``k`` bases):
+    :func:`col_maxpy` on a zeroed ``out`` with ``-Y`` (the negation is exact, so the sums
+    round as ``out += y v`` would)."""
+    out.fill(0.0)
+    col_maxpy(V, j, -np.asarray(Y[:j]), out)
