@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from ._configure import _gmres_maxiter, configure  # noqa: F401  (configure: re-exported)
 from .driver import run
 from .krylov import BODIES
@@ -249,6 +251,9 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
         from .solver import Solver
 
         t0 = time.perf_counter()
+        a_kind = np.dtype(getattr(A, "dtype", None) or np.float64).kind
+        if np.iscomplexobj(b) and a_kind != "c" and hasattr(A, "astype"):
+            A = A.astype(np.complex128)     # a real A with complex b: a complex problem
         s = Solver(A, method=method, precond=precond, precision=precision, rtol=rtol,
                    atol=atol, maxiter=maxiter, restart=restart, side=side, escalate=escalate,
                    device=device, **precond_params)

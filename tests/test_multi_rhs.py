@@ -407,3 +407,16 @@ def test_petsc_mat_apply_and_mat_solve():
         ksp.solve(b, x)
         np.testing.assert_allclose(got[:, j], x.array, atol=1e-7 * np.abs(x.array).max())
         assert np.linalg.norm(A @ got[:, j] - (A @ R)[:, j]) <= 1e-9 * np.linalg.norm(A @ R[:, j])
+
+
+def test_complex_right_hand_sides_run_column_by_column():
+    A = poisson2d(12)
+    n = A.shape[0]
+    rng = np.random.default_rng(15)
+    B = rng.standard_normal((n, 2)) + 1j * rng.standard_normal((n, 2))
+    res = mpsolve.solve(A, B, method="cg", precond="jacobi", precision="double", rtol=1e-10)
+    assert res.rhs_mode == "by column" and res.info == 0 and res.x.dtype == np.complex128
+    for c in range(2):
+        one = mpsolve.solve(A, B[:, c], method="cg", precond="jacobi", precision="double",
+                            rtol=1e-10)
+        np.testing.assert_allclose(res.x[:, c], one.x, atol=1e-12 * np.abs(one.x).max())
