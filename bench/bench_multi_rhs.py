@@ -1,7 +1,8 @@
 """Several right-hand sides in one sweep: the k-RHS goal of issue 14.
 
 Run ``python -m mpsolve.bench.bench_multi_rhs`` (1M unknowns, about 10-20 minutes on an
-idle machine) or ``--small`` (a quick check of the script, 27k unknowns); options
+idle machine), ``--medium`` (262k unknowns) or ``--small`` (a quick check of the script,
+27k unknowns); options
 ``[--ks 1 2 4 8] [--precision mixed] [--rtol 1e-8] [--repeat 1] [--out FILE]``.
 
 Two cases, the goal's: CG + Jacobi on ``poisson3d:100`` and GMRES(30) + ILU(0) (left) on
@@ -45,10 +46,12 @@ from mpsolve.precond import make_preconditioner
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CASES = [("cg", "jacobi", "poisson3d:100"), ("gmres", "ilu0", "convdiff3d:100,peclet=10")]
 SMALL = [("cg", "jacobi", "poisson3d:30"), ("gmres", "ilu0", "convdiff3d:30,peclet=10")]
+MEDIUM = [("cg", "jacobi", "poisson3d:64"), ("gmres", "ilu0", "convdiff3d:64,peclet=10")]
 #: A first, untimed round on a smaller problem of each case compiles every kernel (Numba
 #: compiles on first call; the parallel forms need vectors of 32k entries or more)
 WARM = {"poisson3d:100": "poisson3d:36", "convdiff3d:100,peclet=10": "convdiff3d:36,peclet=10",
-        "poisson3d:30": "poisson3d:34", "convdiff3d:30,peclet=10": "convdiff3d:34,peclet=10"}
+        "poisson3d:30": "poisson3d:34", "convdiff3d:30,peclet=10": "convdiff3d:34,peclet=10",
+        "poisson3d:64": "poisson3d:34", "convdiff3d:64,peclet=10": "convdiff3d:34,peclet=10"}
 
 
 def _best(f, repeat):
@@ -130,6 +133,7 @@ def kernels(A, ks, repeat):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="27k unknowns: check the script")
+    ap.add_argument("--medium", action="store_true", help="262k unknowns (64^3)")
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--precision", default="mixed")
     ap.add_argument("--rtol", type=float, default=1e-8)
@@ -139,11 +143,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if 1 not in args.ks:
         args.ks = [1] + args.ks
-    cases = SMALL if args.small else CASES
+    cases = SMALL if args.small else MEDIUM if args.medium else CASES
+    size = " --small" if args.small else " --medium" if args.medium else ""
     out = pathlib.Path(args.out or ROOT / "bench" / "results" /
-                       ("multi_rhs_small.md" if args.small else "multi_rhs.md"))
+                       f"multi_rhs{size.replace(' --', '_')}.md")
     lines = ["# Several right-hand sides in one sweep (issue 14, item 2)", "",
-             f"`python -m mpsolve.bench.bench_multi_rhs{' --small' if args.small else ''}` -- "
+             f"`python -m mpsolve.bench.bench_multi_rhs{size}` -- "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
              f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}; precision "
              f"`{args.precision}`, rtol {args.rtol:g}, b_c = A x_c (x_0 = 1, others random), "

@@ -288,17 +288,84 @@ def ilu_sweeps_mm(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X, Y):
 
 
 # --------------------------------------------------------------------------- column ops
-# The reductions run column by column over a chunk of rows (in cache after the first
-# column): one scalar accumulator each (an accumulator array indexed by the column costs a
-# store-to-load round trip per term).
+# The column reductions keep each column's sum in a scalar register, 8/4/2/1 columns a
+# group, reading the rows flat (the SpMM's scheme): a row's group is contiguous, so the
+# group's sums vectorise across the columns.  (An accumulator array indexed by the column
+# costs a store-to-load round trip per term; a column-by-column strided loop does not
+# vectorise: 6x the native dots here.)
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _rd8(Xf, Yf, lo, hi, k, c0, part):
+    t = Xf.dtype.type
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = t(0.0)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * k + c0
+        s0 += Xf[o] * Yf[o]
+        s1 += Xf[o + 1] * Yf[o + 1]
+        s2 += Xf[o + 2] * Yf[o + 2]
+        s3 += Xf[o + 3] * Yf[o + 3]
+        s4 += Xf[o + 4] * Yf[o + 4]
+        s5 += Xf[o + 5] * Yf[o + 5]
+        s6 += Xf[o + 6] * Yf[o + 6]
+        s7 += Xf[o + 7] * Yf[o + 7]
+    part[c0], part[c0 + 1], part[c0 + 2], part[c0 + 3] = s0, s1, s2, s3
+    part[c0 + 4], part[c0 + 5], part[c0 + 6], part[c0 + 7] = s4, s5, s6, s7
+
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _rd4(Xf, Yf, lo, hi, k, c0, part):
+    t = Xf.dtype.type
+    s0 = s1 = s2 = s3 = t(0.0)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * k + c0
+        s0 += Xf[o] * Yf[o]
+        s1 += Xf[o + 1] * Yf[o + 1]
+        s2 += Xf[o + 2] * Yf[o + 2]
+        s3 += Xf[o + 3] * Yf[o + 3]
+    part[c0], part[c0 + 1], part[c0 + 2], part[c0 + 3] = s0, s1, s2, s3
+
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _rd2(Xf, Yf, lo, hi, k, c0, part):
+    t = Xf.dtype.type
+    s0 = s1 = t(0.0)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * k + c0
+        s0 += Xf[o] * Yf[o]
+        s1 += Xf[o + 1] * Yf[o + 1]
+    part[c0], part[c0 + 1] = s0, s1
+
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _rd1(Xf, Yf, lo, hi, k, c0, part):
+    s0 = Xf.dtype.type(0.0)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * k + c0
+        s0 += Xf[o] * Yf[o]
+    part[c0] = s0
+
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _red_rows(Xf, Yf, lo, hi, k, part):
+    """``part[c] = sum_{lo <= i < hi} X[i, c] Y[i, c]`` for flat ``(n, k)`` blocks."""
+    ku = np.uint64(k)
+    c = 0
+    while c + 8 <= k:
+        _rd8(Xf, Yf, lo, hi, ku, np.uint64(c), part)
+        c += 8
+    if c + 4 <= k:
+        _rd4(Xf, Yf, lo, hi, ku, np.uint64(c), part)
+        c += 4
+    if c + 2 <= k:
+        _rd2(Xf, Yf, lo, hi, ku, np.uint64(c), part)
+        c += 2
+    if c < k:
+        _rd1(Xf, Yf, lo, hi, ku, np.uint64(c), part)
+
 
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _col_dot_rows(X, Y, lo, hi, part):
-    for c in range(X.shape[1]):
-        s = X.dtype.type(0.0)
-        for i in range(lo, hi):
-            s += X[i, c] * Y[i, c]
-        part[c] = s
+    _red_rows(X.reshape(-1), Y.reshape(-1), lo, hi, X.shape[1], part)
 
 
 @njit(parallel=True, **JIT)
@@ -337,11 +404,8 @@ def _col_axpy2_rows(a, X, Y, b, U, V, lo, hi, part):
         for c in range(k):
             Y[i, c] += Y.dtype.type(a[c]) * X[i, c]
             V[i, c] += V.dtype.type(b[c]) * U[i, c]
-    for c in range(k):                  # the chunk of V, still in cache
-        s = V.dtype.type(0.0)
-        for i in range(lo, hi):
-            s += V[i, c] * V[i, c]
-        part[c] = s
+    Vf = V.reshape(-1)                  # the chunk of V, still in cache
+    _red_rows(Vf, Vf, lo, hi, k, part)
 
 
 @njit(parallel=True, **JIT)
@@ -419,13 +483,9 @@ def col_scal(a, X, out):
 
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _col_mdot_rows(V, j, W, lo, hi, part):
+    Wf = W.reshape(-1)
     for i in range(j):
-        Vi = V[i]
-        for c in range(W.shape[1]):
-            s = W.dtype.type(0.0)
-            for r in range(lo, hi):
-                s += Vi[r, c] * W[r, c]
-            part[i, c] = s
+        _red_rows(V[i].reshape(-1), Wf, lo, hi, W.shape[1], part[i])
 
 
 @njit(parallel=True, **JIT)
