@@ -522,12 +522,19 @@ def col_mdot(V, j, W, out):
 
 @njit(**JIT)
 def _col_maxpy_rows(V, j, H, W, lo, hi):
-    k = W.shape[1]
+    # flat unsigned indexing (no wraparound tests in the inner loop); the row's h_i in a
+    # small array of W's dtype, read k at a time
+    k = np.uint64(W.shape[1])
+    Wf = W.reshape(-1)
+    h = np.empty(W.shape[1], W.dtype)
     for i in range(j):
-        Vi = V[i]
-        for r in range(lo, hi):
-            for c in range(k):
-                W[r, c] -= W.dtype.type(H[i, c]) * Vi[r, c]
+        Vf = V[i].reshape(-1)
+        for c in range(W.shape[1]):
+            h[c] = H[i, c]
+        for r in range(np.uint64(lo), np.uint64(hi)):
+            o = r * k
+            for c in range(np.uint64(0), k):
+                Wf[o + c] -= h[c] * Vf[o + c]
 
 
 @njit(parallel=True, **JIT)

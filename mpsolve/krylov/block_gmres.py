@@ -64,6 +64,7 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
     flags[done] = 0
     mask = deflation == "mask"
     bnrm = np.asarray(bsys.bnrm, np.float64)
+    space = {}                                   # the bases of each block width used
     while True:
         live = np.flatnonzero(~done)
         if live.size == 0:
@@ -77,9 +78,12 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
         ka = blk.size
         on = ~done[blk]                          # the columns that iterate in this cycle
         tl = np.asarray(tol)[blk]
-        V = np.empty((m + 1, n, ka), wdt)
-        Z = np.empty((m, n, ka), wdt) if right else None
-        U = np.empty((n, ka), wdt)
+        bufs = space.get(ka)
+        if bufs is None:                         # allocated once per block width
+            bufs = space[ka] = (np.empty((m + 1, n, ka), wdt),
+                                np.empty((m, n, ka), wdt) if right else None,
+                                np.empty((n, ka), wdt))
+        V, Z, U = bufs
         beta = rn[blk].copy()
         ratio = np.ones(ka)
         if left:
