@@ -18,3 +18,5 @@ mpsolve bench --full --collection "$COLL" --precisions double mixed --preconds j
     --out bench/results/suitesparse
 # Solver.solve's per-call cost against PETSc's KSPSolve on the small SuiteSparse matrices
 python -m mpsolve.bench.bench_solver --collection "$COLL" --out bench/results/solver.md
+# several right-hand sides in one sweep: k = 1, 2, 4, 8 on 1M unknowns (issue 14, item 2)
+python -m mpsolve.bench.bench_multi_rhs --out bench/results/multi_rhs.md
