@@ -28,3 +28,5 @@ python -m mpsolve.bench.bench_setup
 python -m mpsolve.bench.coverage --collection "$COLL"
 # issue 13: the cost of the overflow-safe norms
 python -m mpsolve.bench.bench_safenorm
+# several right-hand sides in one sweep: k = 1, 2, 4, 8 on 1M unknowns (issue 14, item 2)
+python -m mpsolve.bench.bench_multi_rhs --out bench/results/multi_rhs.md

@@ -27,8 +27,9 @@ import numpy as np
 from .registry import dtype_name, lookup
 from .safenorm import safe_after, safe_dot_ratio, safe_nrm2
 
-__all__ = ["Op", "CONTRACT", "VECTOR_OPS", "BASIS_OPS", "Primitives", "BasisPrimitives",
-           "bind_primitives", "bind_basis"]
+__all__ = ["Op", "CONTRACT", "VECTOR_OPS", "BASIS_OPS", "BLOCK_OPS", "Primitives",
+           "BasisPrimitives", "BlockPrimitives", "bind_primitives", "bind_basis",
+           "bind_block_primitives"]
 
 _F = ("float32", "float64")
 _VEC = tuple((d,) for d in _F)
@@ -120,6 +121,29 @@ CONTRACT = (
     Op("bsrmv", "bsrmv(plan, indptr, indices, data, x, y)",
        "y = A x, BSR data (nnzb, b, b); row sums FP64/FP32 (complex128/complex64 for complex "
        "data); dtypes (data, x, y)", keys=_MAT, modes=("acc64", "acc32"), complex=True),
+    # --- several right-hand sides: (n, k) C-contiguous blocks, one column per right-hand
+    # side (kernels/cpu/spmm.py); one sweep over a matrix serves every column.  Real only
+    Op("spmm", "spmm(plan, indptr, indices, data, X, Y)",
+       "Y = A X, CSR, (n, k) blocks; row sums FP64 (acc64) or FP32 (acc32); plan of 'spmv'; "
+       "dtypes (data, X, Y)", keys=_MAT, modes=("acc64", "acc32")),
+    Op("residual_mm", "residual_mm(plan, indptr, indices, data, X, B, R)",
+       "R = B - A X, FP64 row sums; dtypes (data, X, B, R)",
+       keys=tuple((v, d, d, d) for v in _F for d in _F), modes=("acc64",)),
+    Op("dmul_mm", "dmul_mm(d, X, Y)", "Y = diag(d) X  (dtypes d, X, Y)", keys=_MAT),
+    Op("ilu_sweeps_mm", "ilu_sweeps_mm(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X, Y)",
+       "ilu_sweeps on each column of X, k right-hand sides per row; dtypes (values, X, Y)",
+       keys=_MAT),
+    Op("col_dot", "col_dot(X, Y, out)", "out[c] = X[:, c] . Y[:, c]  (out FP64)",
+       modes=("native",)),
+    Op("col_axpy2_nrm2", "col_axpy2_nrm2(a, X, Y, b, U, V, out)",
+       "Y_c += a_c X_c;  V_c += b_c U_c;  out_c = ||V_c||_2  (a, b, out FP64 length k)",
+       modes=("native",)),
+    Op("col_xpay", "col_xpay(X, a, Y)", "Y_c = X_c + a_c Y_c"),
+    Op("col_scal", "col_scal(a, X, out)", "out_c = a_c X_c  (out may be X)"),
+    Op("col_mdot", "col_mdot(V, j, W, out)", "out[i, c] = V[i, :, c] . W[:, c], i < j; V "
+       "(m + 1, n, k): k bases; out FP64", modes=("native",)),
+    Op("col_maxpy", "col_maxpy(V, j, H, W)", "W[:, c] -= sum_{i<j} H[i, c] V[i, :, c]"),
+    Op("col_lincomb", "col_lincomb(V, Y, j, out)", "out[:, c] = sum_{i<j} Y[i, c] V[i, :, c]"),
     # --- preconditioner apply and set-up
     Op("ilu_sweeps", "ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y)",
        "y = U'^-1 D^-1 L^-1 x per diagonal block [bounds[t], bounds[t+1]) (ILU(0) layout of "
@@ -237,6 +261,11 @@ CONTRACT = (
 VECTOR_OPS = ("dot", "nrm2", "mdot", "axpy", "xpay", "axpby", "waxpy", "axpy2",
               "axpy2_nrm2", "bicg_dir", "scal", "copy", "lincomb", "maxpy", "givens",
               "back_substitute")
+
+#: The ops of the block methods (several right-hand sides), bound by
+#: :func:`bind_block_primitives`.
+BLOCK_OPS = ("col_dot", "col_axpy2_nrm2", "col_xpay", "col_scal", "col_mdot", "col_maxpy",
+             "col_lincomb")
 
 #: The ops of a Krylov basis stored below the working precision (:func:`bind_basis`).
 BASIS_OPS = ("cb_mdot", "cb_maxpy", "cb_lincomb", "cb_store", "cb_mdot_nrm2",
@@ -410,3 +439,43 @@ def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:
 
         k["axpy2_nrm2"] = axpy2_nrm2
     return Primitives(device=device, dtype=np.dtype(dtype), dot_mode=dot_mode, xp=xp, **k)
+
+
+@dataclass(frozen=True)
+class BlockPrimitives:
+    """The column ops of a block solve (``k`` right-hand sides iterated together, blocks
+    ``(n, k)``), looked up once per solve by :func:`bind_block_primitives`; per-column
+    scalars are FP64 arrays of length ``k``."""
+
+    device: str
+    dtype: object
+    col_dot: Callable          # out_c = X_c . Y_c
+    col_axpy2_nrm2: Callable   # Y_c += a_c X_c; V_c += b_c U_c; out_c = ||V_c||
+    col_xpay: Callable         # Y_c = X_c + a_c Y_c
+    col_scal: Callable         # out_c = a_c X_c
+    col_mdot: Callable         # out[i, c] = V[i, :, c] . W_c
+    col_maxpy: Callable        # W_c -= sum_i H[i, c] V[i, :, c]
+    col_lincomb: Callable      # out_c = sum_i Y[i, c] V[i, :, c]
+    givens: Callable           # GMRES's small problem, per column (host FP64)
+    back_substitute: Callable
+
+
+def bind_block_primitives(device: str, dtype) -> BlockPrimitives:
+    """Look the block ops up for one solve (native reductions; a ``KeyError`` naming what
+    exists where the device or dtype has none: the caller then solves column by column).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ops = bind_block_primitives("reference", "float64")
+    >>> X = np.array([[1.0, 2.0], [3.0, 4.0]]); out = np.zeros(2)
+    >>> ops.col_dot(X, X, out); out
+    array([10., 20.])
+    """
+    dt = (dtype_name(dtype),)
+    k = {name: lookup(device, name, dt, "native" if name in ("col_dot", "col_axpy2_nrm2",
+                                                               "col_mdot") else "")
+         for name in BLOCK_OPS}
+    for name in ("givens", "back_substitute"):
+        k[name] = lookup(device, name, ("float64",))
+    return BlockPrimitives(device=device, dtype=np.dtype(dtype), **k)

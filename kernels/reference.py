@@ -1472,3 +1472,91 @@ def _ref_bicgstab_loop(mode):
 _register("reference", "bicgstab_loop", _VEC, mode="native")(_ref_bicgstab_loop("native"))
 _register("reference", "bicgstab_loop", _VEC, mode="compensated")(
     _ref_bicgstab_loop("compensated"))
+# --- several right-hand sides: (n, k) blocks, one column per right-hand side -------------
+# (kernels/cpu/spmm.py; a block op is the single-vector op applied to each column)
+_BMAT = [(v, x, y) for v in _F for x in _F for y in _F]
+
+
+def _ref_spmm(mode):
+    def spmm(plan, indptr, indices, data, X, Y):
+        """``Y = A X``, products and row sums in the accumulator's precision."""
+        acc = _acc(mode)
+        Y[:] = _csr(indptr, indices, data, X.shape[0], acc) @ X.astype(acc)
+    return spmm
+
+
+_register("reference", "spmm", _BMAT, mode="acc64")(_ref_spmm("acc64"))
+_register("reference", "spmm", _BMAT, mode="acc32")(_ref_spmm("acc32"))
+
+
+@_register("reference", "residual_mm", [(v, d, d, d) for v in _F for d in _F], mode="acc64")
+def ref_residual_mm(plan, indptr, indices, data, X, B, R):
+    """``R = B - A X``, FP64 row sums, rounded once."""
+    R[:] = B.astype(np.float64) - _csr(indptr, indices, data, X.shape[0], np.float64) @ \
+        X.astype(np.float64)
+
+
+@_register("reference", "dmul_mm", _BMAT)
+def ref_dmul_mm(d, X, Y):
+    """``Y = diag(d) X``."""
+    Y[:] = d[:, None] * X
+
+
+@_register("reference", "ilu_sweeps_mm", _BMAT)
+def ref_ilu_sweeps_mm(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X, Y):
+    """``ilu_sweeps`` on each column of ``X``."""
+    col = np.empty(X.shape[0], Y.dtype)
+    for c in range(X.shape[1]):
+        ref_ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv,
+                       np.ascontiguousarray(X[:, c]), col)
+        Y[:, c] = col
+
+
+@_register("reference", "col_dot", _VEC, mode="native")
+def ref_col_dot(X, Y, out):
+    """``out[c] = X[:, c] . Y[:, c]`` in the blocks' dtype."""
+    out[:X.shape[1]] = [np.dot(X[:, c], Y[:, c]) for c in range(X.shape[1])]
+
+
+@_register("reference", "col_axpy2_nrm2", _VEC, mode="native")
+def ref_col_axpy2_nrm2(a, X, Y, b, U, V, out):
+    """Per column: ``Y_c += a_c X_c; V_c += b_c U_c; out_c = ||V_c||``."""
+    t = X.dtype.type
+    Y += np.asarray(a).astype(t)[None, :] * X
+    V += np.asarray(b).astype(t)[None, :] * U
+    out[:X.shape[1]] = np.sqrt((V.astype(np.float64) ** 2).sum(axis=0))
+
+
+@_register("reference", "col_xpay", _VEC)
+def ref_col_xpay(X, a, Y):
+    """``Y_c = X_c + a_c Y_c``."""
+    Y[:] = X + np.asarray(a).astype(X.dtype)[None, :] * Y
+
+
+@_register("reference", "col_scal", _VEC)
+def ref_col_scal(a, X, out):
+    """``out_c = a_c X_c``."""
+    out[:] = np.asarray(a).astype(X.dtype)[None, :] * X
+
+
+@_register("reference", "col_mdot", _VEC, mode="native")
+def ref_col_mdot(V, j, W, out):
+    """``out[i, c] = V[i, :, c] . W[:, c]``, ``i < j``."""
+    for i in range(j):
+        for c in range(W.shape[1]):
+            out[i, c] = np.dot(V[i, :, c], W[:, c])
+
+
+@_register("reference", "col_maxpy", _VEC)
+def ref_col_maxpy(V, j, H, W):
+    """``W_c -= sum_{i<j} H[i, c] V[i, :, c]``."""
+    for i in range(j):
+        W -= np.asarray(H[i]).astype(W.dtype)[None, :] * V[i]
+
+
+@_register("reference", "col_lincomb", _VEC)
+def ref_col_lincomb(V, Y, j, out):
+    """``out_c = sum_{i<j} Y[i, c] V[i, :, c]``."""
+    out[:] = 0
+    for i in range(j):
+        out += np.asarray(Y[i]).astype(out.dtype)[None, :] * V[i]

@@ -1,8 +1,11 @@
 """Public entry points: SciPy-compatible ``cg``/``gmres``/``bicgstab`` and ``solve``."""
 from __future__ import annotations
 
-import warnings
+import time
 
+import numpy as np
+
+from ._configure import _gmres_maxiter, configure  # noqa: F401  (configure: re-exported)
 from .driver import run
 from .krylov import BODIES
 from .result import SolveResult
@@ -53,6 +56,18 @@ _COMMON_DOC = """
 """
 
 
+def _one_rhs(b, name):
+    """SciPy's shape rule for the SciPy-style functions: ``b`` of shape ``(n,)`` or
+    ``(n, 1)``; several right-hand sides are refused with the way to solve them."""
+    shape = getattr(b, "shape", None)
+    if shape is not None and len(shape) == 2 and shape[1] > 1:
+        raise ValueError(
+            f"b has shape {tuple(shape)}: mpsolve.{name} takes one right-hand side, shape "
+            f"({shape[0]},) or ({shape[0]}, 1), as scipy.sparse.linalg.{name} does; solve "
+            f"{shape[1]} right-hand sides together with mpsolve.solve(A, b, method="
+            f"{name!r}) or mpsolve.Solver(A, method={name!r}).solve(b)")
+
+
 def _fmt(doc, **kw):
     kw.setdefault("maxiter_note", " (default ``10 n``)")
     kw.setdefault("callback_note", "Called as ``callback(xk)`` after each iteration.")
@@ -62,6 +77,7 @@ def _fmt(doc, **kw):
 
 def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
        precision=None, escalate=True, device=None):
+    _one_rhs(b, "cg")
     r = run("cg", BODIES["cg"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
             callback=callback, precision=precision, escalate=escalate, device=device)
     return r.x, r.info
@@ -87,6 +103,7 @@ cg.__doc__ = _fmt("""Solve ``A x = b`` with the (preconditioned) conjugate gradi
 
 def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
              precision=None, escalate=True, device=None):
+    _one_rhs(b, "bicgstab")
     r = run("bicgstab", BODIES["bicgstab"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter,
             M=M, callback=callback, precision=precision, escalate=escalate, device=device,
             precond_side="right")
@@ -111,19 +128,10 @@ bicgstab.__doc__ = _fmt("""Solve ``A x = b`` with right-preconditioned BiCGSTAB.
 """)
 
 
-def _gmres_maxiter(restart, callback, callback_type):
-    if callback is not None and callback_type is None:
-        callback_type = "legacy"
-    if callback_type not in (None, "x", "pr_norm", "legacy"):
-        raise ValueError(f"callback_type={callback_type!r}: use 'x', 'pr_norm' or 'legacy'")
-    if restart is not None and (isinstance(restart, bool) or int(restart) != restart or restart < 1):
-        raise ValueError(f"restart={restart!r}: must be a positive integer")
-    return callback_type or "x"
-
-
 def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=None,
           callback=None, callback_type=None, precision=None, escalate=True, side="left",
           device=None):
+    _one_rhs(b, "gmres")
     r = _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter, M=M,
                       callback=callback, callback_type=callback_type, precision=precision,
                       escalate=escalate, side=side, device=device)
@@ -175,7 +183,7 @@ gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
 
 def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=1e-5,
           atol=0.0, maxiter=None, restart=None, callback=None, escalate=True, side=None,
-          device=None, **precond_params) -> SolveResult:
+          device=None, deflation="compact", **precond_params) -> SolveResult:
     """Solve ``A x = b`` and report everything about the solve.
 
     Parameters
@@ -200,6 +208,19 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     side : {None, 'left', 'right'}
         GMRES only: preconditioning side (default left, as SciPy and PETSc; right with
         ``'auto'``).
+    b : ndarray, shape (n,), (n, 1) or (n, k)
+        ``(n, k)``: ``k`` right-hand sides, set up once (a :class:`mpsolve.Solver`) and
+        iterated together where the method and policy allow -- CG and GMRES under
+        ``double``/``mixed``: one sweep over ``A`` (and ``M``'s stored operators) per
+        iteration serves every column, converged columns leave the block -- else solved
+        one after the other (:mod:`mpsolve.multi`).  ``x`` is ``(n, k)``; per-column
+        figures in ``column_info``, ``column_iterations``, ``column_true_residual``;
+        ``info`` is 0 when every column converged, ``iterations`` the largest count.
+        ``x0``: ``(n,)`` (every column) or ``(n, k)``.  With ``"auto"`` the choice is
+        made once for all columns, without the fallbacks of a single solve.
+    deflation : {'compact', 'mask'}
+        Several right-hand sides iterated together: converged columns leave the block
+        by compaction (default) or are frozen in place.
     **precond_params
         Passed to the preconditioner's constructor when ``precond`` is a name;
         ``reorder='mc64'`` first permutes and scales ``A`` to a unit diagonal
@@ -226,6 +247,19 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     >>> res.converged, res.method, res.choices[0].precond
     (True, 'cg', 'ilu0')
     """
+    if getattr(b, "ndim", None) == 2 and b.shape[1] != 1:
+        from .solver import Solver
+
+        t0 = time.perf_counter()
+        a_kind = np.dtype(getattr(A, "dtype", None) or np.float64).kind
+        if np.iscomplexobj(b) and a_kind != "c" and hasattr(A, "astype"):
+            A = A.astype(np.complex128)     # a real A with complex b: a complex problem
+        s = Solver(A, method=method, precond=precond, precision=precision, rtol=rtol,
+                   atol=atol, maxiter=maxiter, restart=restart, side=side, escalate=escalate,
+                   device=device, **precond_params)
+        res = s.solve(b, x0, callback=callback, deflation=deflation)
+        res.setup_time = time.perf_counter() - t0 - res.solve_time
+        return res
     if method == "auto" or (isinstance(precond, str) and precond == "auto"):
         from .auto import auto_solve
 
@@ -239,36 +273,3 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     return run(method, BODIES[method], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
                callback=callback, precision=precision, escalate=escalate, body_kw=body_kw,
                precond_name=name, device=device, precond_side=m_side)
-
-
-def configure(method, precond, restart=None, side=None, precond_params=None, stacklevel=3):
-    """:func:`solve`'s named ``method`` and ``precond`` as ``(body_kw, M, precond_name,
-    precond_side)``: the Krylov body's options (GMRES: ``restart``, default 20, and
-    ``side``, default left), the preconditioner made from its name (not set up yet) or
-    ``precond`` itself, and the side the method applies it on.  Shared with
-    :class:`mpsolve.Solver`."""
-    from .precond import make_preconditioner
-
-    if method not in BODIES:
-        raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
-    name = None
-    M = precond
-    if isinstance(precond, str):
-        M = make_preconditioner(precond, **(precond_params or {}))
-        name = getattr(M, "name", precond) if M is not None else precond
-    elif precond_params:
-        raise TypeError(f"unexpected keyword arguments {sorted(precond_params)} "
-                        "(preconditioner parameters need precond=<name>)")
-    if method == "gmres":
-        from .krylov.gmres import SIDES
-
-        _gmres_maxiter(restart, None, "x")              # checks restart
-        side = side or "left"
-        if side not in SIDES:
-            raise ValueError(f"side={side!r}: preconditioning side must be 'left' or 'right'")
-        return ({"restart": 20 if restart is None else int(restart), "callback_type": "x",
-                 "side": side}, M, name, side)
-    if restart is not None:
-        warnings.warn(f"restart is a GMRES option; ignored by method={method!r}",
-                      stacklevel=stacklevel)
-    return {}, M, name, "right" if method == "bicgstab" else "left"

@@ -58,6 +58,21 @@ class _Stored:
             f = self._bound[key] = self._kernel(*key)
         return f
 
+    def bind_block(self, x_dtype, y_dtype):
+        """Kernel ``f(X, Y)`` computing ``Y <- F X`` for ``(n, k)`` C-contiguous blocks in
+        one sweep over the stored operator (cached), or ``None`` where this operator or its
+        device has no block kernel (the caller then applies it column by column)."""
+        key = ("block", dtype_name(x_dtype), dtype_name(y_dtype))
+        if key not in self._bound:
+            try:
+                self._bound[key] = self._block_kernel(*key[1:])
+            except KeyError:        # the device registers no block kernel for these dtypes
+                self._bound[key] = None
+        return self._bound[key]
+
+    def _block_kernel(self, xd, yd):
+        return None
+
     def matvec(self, x):
         """``F @ x`` into a new array (convenience; not used in the loops)."""
         xp = array_module(self.device)
@@ -123,6 +138,27 @@ class SparseOperator(_Stored):
 
         def f(x, y):
             kern(parts, ip, ix, d, x, y)  # y = A x
+
+        return f
+
+    def _block_kernel(self, xd, yd):
+        kern = lookup(self.device, "spmm", (self.dtype, xd, yd), self._mode)
+        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
+
+        def f(X, Y):
+            kern(parts, ip, ix, d, X, Y)  # Y = A X, one sweep over A
+
+        return f
+
+    def bind_block_residual(self, dtype):
+        """Kernel ``f(X, B, R)`` computing ``R <- B - A X`` for ``(n, k)`` blocks (FP64 row
+        sums, one sweep over ``A``); ``KeyError`` where the device has none."""
+        dt = dtype_name(dtype)
+        kern = lookup(self.device, "residual_mm", (self.dtype, dt, dt, dt), "acc64")
+        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
+
+        def f(X, B, R):
+            kern(parts, ip, ix, d, X, B, R)  # R = B - A X
 
         return f
 
@@ -257,6 +293,15 @@ class DiagonalOperator(_Stored):
 
         return f
 
+    def _block_kernel(self, xd, yd):
+        kern = lookup(self.device, "dmul_mm", (self.dtype, xd, yd))
+        d = self.d
+
+        def f(X, Y):
+            kern(d, X, Y)  # Y = diag(d) X
+
+        return f
+
     def to_scipy(self):
         d = to_host(self.d)
         return sp.diags(d.astype(np.result_type(d.dtype, np.float64)), format="csr")
@@ -300,6 +345,16 @@ class TriangularSweeps(_Stored):
 
         def f(x, y):
             kern(*args, x, y)  # y = U'^-1 D^-1 L^-1 x
+
+        return f
+
+    def _block_kernel(self, xd, yd):
+        kern = lookup(self.device, "ilu_sweeps_mm", (self.dtype, xd, yd))
+        args = (self.bounds, self.lptr, self.lind, self.lval, self.uptr, self.uind, self.uval,
+                self.dinv)
+
+        def f(X, Y):
+            kern(*args, X, Y)  # Y = U'^-1 D^-1 L^-1 X, k right-hand sides per row
 
         return f
 
@@ -378,6 +433,32 @@ class OperatorChain:
             dst = out if j == len(fs) - 1 else bufs[j % len(bufs)]
             f(src, dst)  # dst = F_j src
             src = dst
+
+    def bind_block(self, x_dtype, y_dtype):
+        """``f(X, Y)``: ``Y <- F_k ... F_1 X`` for ``(n, k)`` blocks, each operator in one
+        sweep (:meth:`_Stored.bind_block`), scratch blocks made once per width; ``None``
+        when an operator of the chain has no block kernel."""
+        fs = [op.bind_block(x_dtype if j == 0 else y_dtype, y_dtype)
+              for j, op in enumerate(self.ops)]
+        if any(f is None for f in fs):
+            return None
+        if len(fs) == 1:
+            return fs[0]
+        xp = array_module(self.device)
+        scratch = {}
+
+        def f(X, Y):
+            bufs = scratch.get(Y.shape)
+            if bufs is None:
+                bufs = scratch[Y.shape] = [xp.empty(Y.shape, dtype=Y.dtype)
+                                           for _ in range(min(2, len(fs) - 1))]
+            src = X
+            for j, g in enumerate(fs):
+                dst = Y if j == len(fs) - 1 else bufs[j % len(bufs)]
+                g(src, dst)  # dst = F_j src
+                src = dst
+
+        return f
 
     @property
     def nbytes(self):

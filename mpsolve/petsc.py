@@ -280,8 +280,19 @@ class _MpsolvePC:
         download(yd, ya)                 # device -> host
 
     def matApply(self, pc, X, Y):
+        """``Y = M X`` for PETSc's dense blocks (``PCMatApply``, used by ``KSPMatSolve``):
+        on the host one :meth:`Preconditioner.apply_block` -- one sweep over the stored
+        operators for every column where the preconditioner has a block kernel (PETSc's
+        column-major block is copied to mpsolve's row-major one and back); on a device
+        column by column."""
         Xa = X.getDenseArray(readonly=True)
         Ya = Y.getDenseArray()
+        if self._bufs is None:
+            R = np.ascontiguousarray(Xa)         # row-major: row i's k values adjacent
+            Z = np.empty_like(R)
+            self.M.apply_block(R, Z)             # Z = M R, one sweep
+            Ya[...] = Z
+            return
         for j in range(Xa.shape[1]):
             xj = Xa[:, j]
             yj = Ya[:, j]

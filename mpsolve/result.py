@@ -104,6 +104,15 @@ class SolveResult:
         ``"auto"``: what the analysis of ``A`` found (:class:`mpsolve.auto.Analysis`).
     analysis_time : float
         Seconds the analysis took (included in ``setup_time``).
+    column_info, column_iterations, column_true_residual : ndarray or None
+        Several right-hand sides (``b`` of shape ``(n, k)``, :mod:`mpsolve.multi`): each
+        column's ``info``, iterations and relative FP64 true residual; the scalar fields
+        then summarise them (``info``: 0 when every column converged, else a failing
+        column's code, a breakdown before a count; ``iterations``: the largest;
+        ``true_residual``: the largest).  ``None`` for one right-hand side.
+    rhs_mode : str
+        ``"block"`` (the columns iterated together) or ``"by column"`` (one after the
+        other); ``""`` for one right-hand side.
     x_lo : ndarray or None
         The low part of the double-double solution of a policy with
         ``residual="dd"`` (the ``eft`` presets, :mod:`mpsolve.refine`): ``x + x_lo`` is
@@ -132,6 +141,10 @@ class SolveResult:
     analysis: dict = field(default_factory=dict)
     analysis_time: float = 0.0
     x_lo: Optional[np.ndarray] = None
+    column_info: Optional[np.ndarray] = None
+    column_iterations: Optional[np.ndarray] = None
+    column_true_residual: Optional[np.ndarray] = None
+    rhs_mode: str = ""
 
     @property
     def converged(self) -> bool:

@@ -35,7 +35,7 @@ import numpy as np
 from ._demote import PrecisionRangeError
 from ._sparse import canonical_csr, check_matrix
 from ._system import make_problem, set_rhs, system_for
-from .api import configure
+from ._configure import configure
 from .backend import on_host, resolve_device
 from .driver import iterate, report_fields
 from .krylov import BODIES
@@ -231,15 +231,23 @@ class Solver:
         return self._problem.n
 
     def solve(self, b, x0=None, *, rtol=None, atol=None, maxiter=None,
-              callback=None) -> SolveResult:
+              callback=None, deflation="compact") -> SolveResult:
         """Solve ``A x = b`` with the stored set-up.
 
         Parameters
         ----------
-        b : ndarray, shape (n,) or (n, 1)
-            Never modified (it is checked and copied).
+        b : ndarray, shape (n,), (n, 1) or (n, k)
+            Never modified (it is checked and copied).  ``(n, k)`` with ``k > 1``: ``k``
+            right-hand sides, solved together where the method and policy allow (CG and
+            GMRES under ``double``/``mixed``: one sweep over ``A`` and ``M`` serves every
+            column), else one after the other; ``x`` then has shape ``(n, k)`` and the
+            result per-column figures (:mod:`mpsolve.multi`).
         x0 : ndarray, ``'Mb'`` or None
-            As in :func:`mpsolve.solve`.
+            As in :func:`mpsolve.solve`; with ``k`` right-hand sides ``(n,)`` (one start
+            for every column) or ``(n, k)``.
+        deflation : {'compact', 'mask'}
+            ``k`` right-hand sides iterated together: how converged columns leave the
+            block (narrower blocks, or frozen columns at full width).
         rtol, atol, maxiter : optional
             This call's values (default: the constructor's).
         callback : callable, optional
@@ -253,18 +261,29 @@ class Solver:
         """
         t0 = time.perf_counter()
         a = self._args
+        if getattr(b, "ndim", None) == 2 and b.shape[1] != 1:
+            from .multi import solve_block
+
+            return solve_block(self, b, x0, rtol=a["rtol"] if rtol is None else rtol,
+                               atol=a["atol"] if atol is None else atol,
+                               maxiter=self._maxiter if maxiter is None else maxiter,
+                               callback=callback, deflation=deflation, t0=t0)
         problem = set_rhs(self._problem, b, x0, rtol=a["rtol"] if rtol is None else rtol,
                           atol=a["atol"] if atol is None else atol,
                           maxiter=self._maxiter if maxiter is None else maxiter)
-        dt = problem.data_dtype
-        policy = self._policies.get(dt)
-        if policy is None:   # the policy a fresh solve starts from (the data's dtype decides
-            # with precision=None: an FP32 A with an FP64 b runs in FP64); the Systems'
-            # cached range errors then escalate it as in the constructor
-            policy = self._policies[dt] = as_precision(self._start, dt)
+        policy = self._policy_for(problem.data_dtype)
         return iterate(self.method, self._body, problem, policy, callback=callback,
                        escalate=self.escalate, body_kw=self._body_kw, t0=t0,
                        report=self._report)
+
+    def _policy_for(self, dt):
+        """The policy a fresh solve of data dtype ``dt`` starts from (with precision=None
+        the data's dtype decides: an FP32 A with an FP64 b runs in FP64); the Systems'
+        cached range errors then escalate it as in the constructor."""
+        policy = self._policies.get(dt)
+        if policy is None:
+            policy = self._policies[dt] = as_precision(self._start, dt)
+        return policy
 
     def _a_dtype(self):
         a = np.dtype(getattr(self._problem.A_user, "dtype", None) or np.float64)

@@ -156,6 +156,47 @@ class Preconditioner:
         The description must compute exactly what :meth:`apply` computes."""
         return None
 
+    def apply_block(self, R, Z):
+        """``Z <- M R`` for ``(n, k)`` C-contiguous blocks, one column per right-hand side.
+
+        Where the stored operator has a block kernel (Jacobi's diagonal, ILU(0)'s sweeps
+        with ``k`` right-hand sides per row, an ISAI's sparse products: one sweep over the
+        stored operator for all ``k`` columns) it is used; otherwise (block operators:
+        BlockJacobi, BILU(0), Block-ISAI; ILUT and reordered preconditioners) ``apply`` runs
+        on each column in turn through a contiguous scratch column (correct, not faster)."""
+        f = self._block_apply(R.dtype, Z.dtype)
+        if f is not None:
+            f(R, Z)  # Z = M R, one sweep
+            return
+        xp = array_module(self.device)
+        key = ("columns", R.dtype, Z.dtype, R.shape[0])
+        bufs = self._bound.get(key)
+        if bufs is None:
+            bufs = self._bound[key] = (xp.empty(R.shape[0], R.dtype),
+                                       xp.empty(R.shape[0], Z.dtype))
+        r, z = bufs
+        for c in range(R.shape[1]):
+            r[:] = R[:, c]
+            self.apply(r, z)  # z = M r
+            Z[:, c] = z
+
+    def _block_apply(self, rd, zd):
+        """The block kernel of :meth:`apply_block` (cached), or ``None``: the stored
+        operator's ``bind_block`` where ``apply`` is the plain operator apply."""
+        key = ("block", rd, zd)
+        if key not in self._bound:
+            op = self._block_operator()
+            self._bound[key] = None if op is None else op.bind_block(rd, zd)
+        return self._bound[key]
+
+    def _block_operator(self):
+        """The operator whose block kernel :meth:`apply_block` may use: ``self._op`` when
+        ``apply`` is this class's plain ``out = op r`` (a subclass that overrides ``apply``
+        -- a permutation, a scaling around the operator -- says so by overriding this)."""
+        if type(self).apply is Preconditioner.apply and hasattr(self._op, "bind_block"):
+            return self._op
+        return None
+
     @property
     def nbytes(self) -> int:
         return int(self._op.nbytes) if self._op is not None else 0

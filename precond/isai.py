@@ -302,6 +302,8 @@ class _ISAIBase(Preconditioner):
         if len(modes) != 1:
             return None
         return "csr", tuple((op.indptr, op.indices, op.data) for op in ops), modes.pop()
+    def _block_operator(self):
+        return self._chain            # Z = M R: one SpMM per stored factor
 
     @property
     def nbytes(self):

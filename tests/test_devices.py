@@ -311,7 +311,8 @@ _LAYERS = [
     ("precond", ["precond"]),
     ("solve", ["mpsolve/_system.py", "mpsolve/driver.py", "mpsolve/refine.py",
                "mpsolve/krylov", "mpsolve/result.py", "mpsolve/api.py", "mpsolve/__init__.py",
-               "mpsolve/auto.py", "mpsolve/solver.py"]),
+               "mpsolve/auto.py", "mpsolve/solver.py", "mpsolve/_configure.py",
+               "mpsolve/multi.py"]),
     ("face", ["mpsolve/cli.py", "mpsolve/petsc.py", "mpsolve/__main__.py", "bench"]),
 ]
 
@@ -418,7 +419,8 @@ def test_no_import_cycles_between_modules():
 
 def test_krylov_holds_methods_only():
     files = sorted(p.name for p in (ROOT / "mpsolve" / "krylov").glob("*.py"))
-    assert files == ["__init__.py", "bicgstab.py", "cg.py", "gmres.py"]
+    assert files == ["__init__.py", "bicgstab.py", "block_cg.py", "block_gmres.py", "cg.py",
+                     "gmres.py"]
 
 
 # ----------------------------------------------------------------- kernels vs the reference
@@ -500,6 +502,36 @@ def _kernel_inputs(op, key, rng, n=300):
         ip, ix = B.indptr.astype(np.int32), B.indices.astype(np.int32)
         return [launch_plan("cpu", "bsrmv", ip), ip, ix, B.data.astype(dt[0]), vec(dt[1]),
                 np.empty(n, dt[2])]
+    if op in ("spmm", "residual_mm", "dmul_mm") or op.startswith("col_"):
+        k = 3                                  # blocks (n, k) of three right-hand sides
+        blk = lambda d=dt[0]: rand((n, k), d)  # noqa: E731
+        if op in ("spmm", "residual_mm"):
+            A = sp.csr_matrix(sp.random(n, n, density=0.03, random_state=rng, format="csr")
+                              + sp.eye(n))
+            A.sort_indices()
+            ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+            plan = launch_plan("cpu", "spmv", ip)
+            if op == "residual_mm":
+                return [plan, ip, ix, A.data.astype(dt[0]), blk(dt[1]), blk(dt[2]),
+                        np.empty((n, k), dt[3])]
+            return [plan, ip, ix, A.data.astype(dt[0]), blk(dt[1]), np.empty((n, k), dt[2])]
+        if op == "dmul_mm":
+            return [vec(dt[0]), blk(dt[1]), np.empty((n, k), dt[2])]
+        coef = lambda: rng.standard_normal(k)  # noqa: E731
+        if op == "col_dot":
+            return [blk(), blk(), np.zeros(k)]
+        if op == "col_axpy2_nrm2":
+            return [coef(), blk(), blk(), coef(), blk(), blk(), np.zeros(k)]
+        if op == "col_xpay":
+            return [blk(), coef(), blk()]
+        if op == "col_scal":
+            return [coef(), blk(), blk()]
+        V = rand((6, n, k))
+        if op == "col_mdot":
+            return [V, 5, blk(), np.zeros((6, k))]
+        if op == "col_maxpy":
+            return [V, 5, rng.standard_normal((6, k)), blk()]
+        return [V, rng.standard_normal((6, k)), 5, blk()]
     if op == "givens":
         m = 6
         H = rand((m + 1, m), hdt)
@@ -515,7 +547,7 @@ def _kernel_inputs(op, key, rng, n=300):
 #: Ops whose inputs need structure (ILU factors, patterns): cpu vs reference for them is
 #: in tests/test_precond.py (test_ilu_sweeps_kernels_agree, test_gather_local_kernels_agree,
 #: test_ilu_setup_kernels_agree).
-_STRUCTURED = {"ilu_sweeps", "diag_positions", "ilu0_factor", "symmetric_mirror", "ilu_split",
+_STRUCTURED = {"ilu_sweeps", "ilu_sweeps_mm", "diag_positions", "ilu0_factor", "symmetric_mirror", "ilu_split",
                "drop_coupling", "gather_local",
                # block ILU(0): tests/test_block_ilu.py
                "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps",
@@ -550,7 +582,7 @@ def test_cpu_kernel_matches_reference(op, key, mode):
     args = _kernel_inputs(op, key, rng)
     a_cpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     a_ref = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    if op in ("spmv", "spmv_dot", "residual", "bsrmv"):
+    if op in ("spmv", "spmv_dot", "residual", "bsrmv", "spmm", "residual_mm"):
         a_ref[0] = None                                   # the reference needs no plan
     r_cpu = lookup("cpu", op, key, mode)(*a_cpu)
     r_ref = lookup("reference", op, key, mode)(*a_ref)

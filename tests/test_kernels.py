@@ -35,6 +35,10 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               "axpy2", "bicg_dir", "copy", "dmul", "scal", "lincomb", "mdot", "maxpy",
               "axpy2_nrm2", "spmv_dot", "cb_mdot", "cb_maxpy", "cb_lincomb", "cb_store",
               "cb_mdot_nrm2", "cb_maxpy_nrm2",
+              # several right-hand sides: against the reference device, tests/test_devices.py
+              # (ilu_sweeps_mm: tests/test_multi_rhs.py)
+              "spmm", "residual_mm", "dmul_mm", "ilu_sweeps_mm", "col_dot", "col_axpy2_nrm2",
+              "col_xpay", "col_scal", "col_mdot", "col_maxpy", "col_lincomb",
               # against the reference device: tests/test_devices.py
               "givens", "back_substitute", "range_scan",
               # against the reference device: tests/test_precond.py

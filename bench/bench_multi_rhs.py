@@ -1,0 +1,188 @@
+"""Several right-hand sides in one sweep: the k-RHS goal of issue 14.
+
+Run ``python -m mpsolve.bench.bench_multi_rhs`` (1M unknowns, about 10-20 minutes on an
+idle machine), ``--medium`` (262k unknowns) or ``--small`` (a quick check of the script,
+27k unknowns); options
+``[--ks 1 2 4 8] [--precision mixed] [--rtol 1e-8] [--repeat 1] [--out FILE]``.
+
+Two cases, the goal's: CG + Jacobi on ``poisson3d:100`` and GMRES(30) + ILU(0) (left) on
+``convdiff3d:100,peclet=10`` (``--small``: the same at 30^3).  The right-hand sides are
+``b_c = A x_c`` for random ``x_c`` (column 0: ``x = 1``), ``x0 = 0``, FP64 true residual
+``rtol``.  A :class:`mpsolve.Solver` is set up once per case (not timed); then, for each
+``k``:
+
+* ``block``      -- ``Solver.solve(B[:, :k])``: the k systems iterated together, converged
+  columns compacted out of the block (the default);
+* ``block mask`` -- the same with ``deflation="mask"`` (frozen columns stay in the block);
+* ``separate``   -- ``k`` calls ``Solver.solve(B[:, c])``.
+
+Reported: seconds (best of ``--repeat``), the ratio to one right-hand side's solve
+(``k = 1`` separate), the largest column iteration count, and whether every column
+converged.  Goal: ``block`` at ``k = 8`` within 3x of one solve.  Also the kernels alone:
+one SpMM over ``A`` with ``k`` columns against ``k`` SpMVs, and ILU(0)'s sweeps with ``k``
+right-hand sides per row against ``k`` single sweeps.
+
+Ratios come from one run of this script; the machine may be shared, so compare ratios,
+not absolute times across runs.  Writes Markdown (``--out``; default
+``bench/results/multi_rhs.md``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import platform
+import sys
+import time
+
+import numpy as np
+
+from mpsolve import Solver
+from mpsolve.kernels import lookup
+from mpsolve.kernels.registry import launch_plan
+from mpsolve.matrices import generate
+from mpsolve.precond import make_preconditioner
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CASES = [("cg", "jacobi", "poisson3d:100"), ("gmres", "ilu0", "convdiff3d:100,peclet=10")]
+SMALL = [("cg", "jacobi", "poisson3d:30"), ("gmres", "ilu0", "convdiff3d:30,peclet=10")]
+MEDIUM = [("cg", "jacobi", "poisson3d:64"), ("gmres", "ilu0", "convdiff3d:64,peclet=10")]
+#: A first, untimed round on a smaller problem of each case compiles every kernel (Numba
+#: compiles on first call; the parallel forms need vectors of 32k entries or more)
+WARM = {"poisson3d:100": "poisson3d:36", "convdiff3d:100,peclet=10": "convdiff3d:36,peclet=10",
+        "poisson3d:30": "poisson3d:34", "convdiff3d:30,peclet=10": "convdiff3d:34,peclet=10",
+        "poisson3d:64": "poisson3d:34", "convdiff3d:64,peclet=10": "convdiff3d:34,peclet=10"}
+
+
+def _best(f, repeat):
+    best, out = np.inf, None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = f()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def solves(method, precond, spec, ks, args, warm=None):
+    if warm is not None:   # compile every kernel (serial and parallel forms) untimed
+        solves(method, precond, warm, ks, args)
+    A = generate(spec)
+    n = A.shape[0]
+    rng = np.random.default_rng(0)
+    kmax = max(ks)
+    Xt = rng.standard_normal((n, kmax))
+    Xt[:, 0] = 1.0
+    B = np.ascontiguousarray(A @ Xt)
+    kw = dict(restart=30) if method == "gmres" else {}
+    s = Solver(A, method=method, precond=precond, precision=args.precision, rtol=args.rtol,
+               maxiter=args.maxiter, **kw)
+    rows = []
+    one = None
+    for k in ks:
+        Bk = np.ascontiguousarray(B[:, :k])
+        t_sep, res_sep = _best(lambda: [s.solve(np.ascontiguousarray(Bk[:, c]))
+                                        for c in range(k)], args.repeat)
+        if k == 1:
+            one = t_sep
+        t_blk, res_blk = _best(lambda: s.solve(Bk), args.repeat)
+        t_msk, res_msk = _best(lambda: s.solve(Bk, deflation="mask"), args.repeat)
+        rows.append(dict(
+            k=k, block=t_blk, mask=t_msk, separate=t_sep,
+            its_block=int(np.max(res_blk.column_iterations)) if k > 1 else res_blk.iterations,
+            its_sep=max(r.iterations for r in res_sep),
+            ok=bool(res_blk.converged and res_msk.converged
+                    and all(r.converged for r in res_sep)),
+            mode=res_blk.rhs_mode or "single"))
+        print(f"  {spec} k={k}: block {t_blk:.2f} s, mask {t_msk:.2f} s, separate "
+              f"{t_sep:.2f} s", flush=True)
+    for r in rows:
+        r["ratio_block"], r["ratio_mask"], r["ratio_sep"] = (r["block"] / one, r["mask"] / one,
+                                                             r["separate"] / one)
+    return A, rows
+
+
+def kernels(A, ks, repeat):
+    """Seconds of one SpMM with k columns and of k SpMVs (FP32 values: ``mixed`` stores M
+    in FP32, ``A`` stays FP64 -- FP64 values here), and of ILU(0)'s sweeps (FP32 factors)."""
+    ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    plan = launch_plan("cpu", "spmv", ip)
+    key = ("float64", "float64", "float64")
+    spmm, spmv = lookup("cpu", "spmm", key, "acc64"), lookup("cpu", "spmv", key, "acc64")
+    M = make_preconditioner("ilu0", dtype="float32").setup(A)
+    op = M._op
+    sargs = (op.bounds, op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv)
+    key32 = ("float32", "float64", "float64")
+    sw, swm = lookup("cpu", "ilu_sweeps", key32), lookup("cpu", "ilu_sweeps_mm", key32)
+    n = A.shape[0]
+    rows = []
+    for k in ks:
+        X = np.random.default_rng(1).standard_normal((n, k))
+        Y = np.empty_like(X)
+        cols = [np.ascontiguousarray(X[:, c]) for c in range(k)]
+        y = np.empty(n)
+        spmm(plan, ip, ix, A.data, X, Y)        # compile / warm
+        swm(*sargs, X, Y)
+        t_mm, _ = _best(lambda: spmm(plan, ip, ix, A.data, X, Y), repeat + 2)
+        t_mv, _ = _best(lambda: [spmv(plan, ip, ix, A.data, c, y) for c in cols], repeat + 2)
+        t_swm, _ = _best(lambda: swm(*sargs, X, Y), repeat + 2)
+        t_sw, _ = _best(lambda: [sw(*sargs, c, y) for c in cols], repeat + 2)
+        rows.append(dict(k=k, spmm=t_mm, spmv=t_mv, swm=t_swm, sw=t_sw))
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", action="store_true", help="27k unknowns: check the script")
+    ap.add_argument("--medium", action="store_true", help="262k unknowns (64^3)")
+    ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--precision", default="mixed")
+    ap.add_argument("--rtol", type=float, default=1e-8)
+    ap.add_argument("--maxiter", type=int, default=None)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if 1 not in args.ks:
+        args.ks = [1] + args.ks
+    cases = SMALL if args.small else MEDIUM if args.medium else CASES
+    size = " --small" if args.small else " --medium" if args.medium else ""
+    out = pathlib.Path(args.out or ROOT / "bench" / "results" /
+                       f"multi_rhs{size.replace(' --', '_')}.md")
+    lines = ["# Several right-hand sides in one sweep (issue 14, item 2)", "",
+             f"`python -m mpsolve.bench.bench_multi_rhs{size}` -- "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
+             f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}; precision "
+             f"`{args.precision}`, rtol {args.rtol:g}, b_c = A x_c (x_0 = 1, others random), "
+             f"x0 = 0, best of {args.repeat}, after an untimed round on a smaller problem (Numba's compilation). A Solver is set up once per case (not timed). "
+             "Ratios are to one right-hand side's solve (k = 1) in the same run.", ""]
+    A_last = None
+    for method, precond, spec in cases:
+        print(f"{method} + {precond} on {spec}", flush=True)
+        A, rows = solves(method, precond, spec, args.ks, args, WARM.get(spec))
+        A_last = A
+        label = "GMRES(30)" if method == "gmres" else "CG"
+        lines += [f"## {label} + {precond} on `{spec}` (n = {A.shape[0]}, nnz = {A.nnz})", "",
+                  "| k | block s | block / one | block mask s | mask / one | k separate s "
+                  "| separate / one | max its block | max its separate | all converged |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['k']} | {r['block']:.3f} | {r['ratio_block']:.2f}x | "
+                         f"{r['mask']:.3f} | {r['ratio_mask']:.2f}x | {r['separate']:.3f} | "
+                         f"{r['ratio_sep']:.2f}x | {r['its_block']} | {r['its_sep']} | "
+                         f"{'yes' if r['ok'] else 'NO'} |")
+        lines.append("")
+    print("kernels", flush=True)
+    krows = kernels(A_last, args.ks, args.repeat)
+    lines += [f"## Kernels alone on the last case's matrix (n = {A_last.shape[0]})", "",
+              "| k | SpMM (FP64 A) s | k SpMV s | SpMM / k SpMV | ILU(0) sweeps k RHS s | "
+              "k single sweeps s | ratio |", "|---|---|---|---|---|---|---|"]
+    for r in krows:
+        lines.append(f"| {r['k']} | {r['spmm'] * 1e3:.2f} ms | {r['spmv'] * 1e3:.2f} ms | "
+                     f"{r['spmm'] / r['spmv']:.2f} | {r['swm'] * 1e3:.2f} ms | "
+                     f"{r['sw'] * 1e3:.2f} ms | {r['swm'] / r['sw']:.2f} |")
+    lines.append("")
+    out.write_text("\n".join(lines))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

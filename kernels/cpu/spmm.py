@@ -1,0 +1,567 @@
+"""Several right-hand sides at once on the CPU (Numba): the block kernels.
+
+A block of ``k`` vectors is an ``(n, k)`` C-contiguous array: row ``i``'s ``k`` values are
+adjacent, so one sweep over a sparse matrix reads each stored entry once and applies it to
+all ``k`` columns (a CSR x dense product, *SpMM*).  The matrix traffic of ``k`` products is
+then that of one; the vectors' traffic stays ``k`` times a vector's.
+
+* ``spmm`` / ``residual_mm`` -- ``Y = A X`` and ``R = B - A X`` over CSR ``A``, each row's
+  ``k`` sums carried in FP64 (``acc64``; ``acc32``: FP32), the casts fused, the products
+  of one column in the stored order of :mod:`.spmv` (so column ``c`` of ``Y`` is bit for
+  bit the ``spmv`` of column ``c`` of ``X``);
+* ``dmul_mm`` -- ``Y = diag(d) X`` (point Jacobi);
+* ``ilu_sweeps_mm`` -- ILU(0)'s two triangular sweeps (:mod:`.ilu`) with ``k`` right-hand
+  sides per row: the latency-bound chain from row to row is paid once for ``k`` columns;
+* the column ops: per-column dots and norms, and updates with one scalar per column
+  (``a`` an FP64 array of length ``k``): what a block Krylov method with ``k``
+  independent iterations needs (``mpsolve.krylov.block_cg``, ``block_gmres``);
+* the basis ops of ``k`` independent GMRES bases stored as ``V`` of shape ``(m + 1, n, k)``:
+  ``V[i]`` is the ``i``-th basis vector of every column.
+
+Every kernel has a serial and a ``prange`` form (rows split in chunks for the
+reductions, merged in a fixed order), dispatched on ``n`` as :mod:`.blas1` does.  Real
+data only (FP32/FP64): a complex block solve runs column by column.
+"""
+import numpy as np
+from numba import njit, prange
+
+from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN
+from .ilu import ilu_sweeps
+from .intrin import madd
+from .spmv import csr_spmv_acc32, csr_spmv_acc64
+from ..registry import register
+
+_F = ("float32", "float64")
+_MAT = [(v, x, y) for v in _F for x in _F for y in _F]
+_VEC = [(d,) for d in _F]
+
+#: Rows per chunk of the chunked reductions (a chunk of an ``(n, k)`` block stays in cache).
+CHUNK = 2048
+
+
+# --------------------------------------------------------------------------- SpMM
+# Each row's k sums are kept in scalar registers, a group of 8, 4, 2 or 1 columns at a
+# time (an accumulator *array* indexed by a run-time column costs a store-to-load round
+# trip per product: 10x slower than the SpMV here).  The blocks are read flat
+# (``X.reshape(-1)``: entry (j, c) at j k + c) with unsigned indices, as :mod:`.spmv`
+# does, so no wraparound test enters the inner loop.  ``acc`` (a length-1 array) carries
+# the accumulator's dtype: FP64 for ``acc64``, FP32 for ``acc32``.  ``res``: ``R = B - A X``
+# (the sums start from ``B`` and subtract: ``b - a x`` and ``b + (-a) x`` round alike).
+
+@njit(inline="always", **JIT)
+def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+    t = acc.dtype.type
+    for i in range(lo, hi):
+        o = np.uint64(i) * k + c0
+        if res:
+            s0, s1, s2, s3 = t(Bf[o]), t(Bf[o + 1]), t(Bf[o + 2]), t(Bf[o + 3])
+            s4, s5, s6, s7 = t(Bf[o + 4]), t(Bf[o + 5]), t(Bf[o + 6]), t(Bf[o + 7])
+        else:
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = t(0.0)
+        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            a = -t(data[p]) if res else t(data[p])
+            j = np.uint64(indices[p]) * k + c0
+            s0 += a * t(Xf[j])
+            s1 += a * t(Xf[j + 1])
+            s2 += a * t(Xf[j + 2])
+            s3 += a * t(Xf[j + 3])
+            s4 += a * t(Xf[j + 4])
+            s5 += a * t(Xf[j + 5])
+            s6 += a * t(Xf[j + 6])
+            s7 += a * t(Xf[j + 7])
+        Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
+        Yf[o + 4], Yf[o + 5], Yf[o + 6], Yf[o + 7] = s4, s5, s6, s7
+
+
+@njit(inline="always", **JIT)
+def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+    t = acc.dtype.type
+    for i in range(lo, hi):
+        o = np.uint64(i) * k + c0
+        if res:
+            s0, s1, s2, s3 = t(Bf[o]), t(Bf[o + 1]), t(Bf[o + 2]), t(Bf[o + 3])
+        else:
+            s0 = s1 = s2 = s3 = t(0.0)
+        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            a = -t(data[p]) if res else t(data[p])
+            j = np.uint64(indices[p]) * k + c0
+            s0 += a * t(Xf[j])
+            s1 += a * t(Xf[j + 1])
+            s2 += a * t(Xf[j + 2])
+            s3 += a * t(Xf[j + 3])
+        Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
+
+
+@njit(inline="always", **JIT)
+def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+    t = acc.dtype.type
+    for i in range(lo, hi):
+        o = np.uint64(i) * k + c0
+        if res:
+            s0, s1 = t(Bf[o]), t(Bf[o + 1])
+        else:
+            s0 = s1 = t(0.0)
+        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            a = -t(data[p]) if res else t(data[p])
+            j = np.uint64(indices[p]) * k + c0
+            s0 += a * t(Xf[j])
+            s1 += a * t(Xf[j + 1])
+        Yf[o], Yf[o + 1] = s0, s1
+
+
+@njit(inline="always", **JIT)
+def _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+    t = acc.dtype.type
+    for i in range(lo, hi):
+        o = np.uint64(i) * k + c0
+        s0 = t(Bf[o]) if res else t(0.0)
+        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            a = -t(data[p]) if res else t(data[p])
+            s0 += a * t(Xf[np.uint64(indices[p]) * k + c0])
+        Yf[o] = s0
+
+
+@njit(inline="always", **JIT)
+def _rows_mm(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, acc, res):
+    """Rows ``lo..hi-1`` of ``Y = A X`` (or ``R = B - A X``), ``k`` columns in groups."""
+    ku = np.uint64(k)
+    c = 0
+    while c + 8 <= k:
+        _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        c += 8
+    if c + 4 <= k:
+        _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        c += 4
+    if c + 2 <= k:
+        _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        c += 2
+    if c < k:
+        _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+
+
+@njit(parallel=True, **JIT)
+def _mm_par(parts, indptr, indices, data, Xf, Bf, Yf, k, acc, res):
+    for t in prange(parts.size - 1):
+        _rows_mm(parts[t], parts[t + 1], indptr, indices, data, Xf, Bf, Yf, k, acc, res)
+
+
+@njit(**JIT)
+def _mm_ser(parts, indptr, indices, data, Xf, Bf, Yf, k, acc, res):
+    _rows_mm(0, indptr.size - 1, indptr, indices, data, Xf, Bf, Yf, k, acc, res)
+
+
+_ACC64 = np.zeros(1, np.float64)
+_ACC32 = np.zeros(1, np.float32)
+
+
+def _mm(parts, indptr, indices, data, X, B, Y, acc, res):
+    (_mm_par if parts.size > 2 else _mm_ser)(parts, indptr, indices, data, X.reshape(-1),
+                                             B.reshape(-1), Y.reshape(-1), X.shape[1], acc,
+                                             res)
+
+
+# One column (a block narrowed to k = 1 by deflation): the SpMV kernels on the column as a
+# vector (a C-contiguous (n, 1) block reshapes to one without a copy); same sums, same bits.
+
+@register("cpu", "spmm", _MAT, mode="acc64")
+def spmm_acc64(parts, indptr, indices, data, X, Y):
+    """``Y <- A X`` for CSR ``A`` and ``(n, k)`` blocks, row sums in FP64.  The launch plan
+    is the SpMV's (``parts``).  Dtypes key ``(data, X, Y)``."""
+    if X.shape[1] == 1:
+        csr_spmv_acc64(parts, indptr, indices, data, X.reshape(-1), Y.reshape(-1))
+        return
+    _mm(parts, indptr, indices, data, X, Y, Y, _ACC64, False)
+
+
+@register("cpu", "spmm", _MAT, mode="acc32")
+def spmm_acc32(parts, indptr, indices, data, X, Y):
+    """``Y <- A X``, row sums in FP32.  Dtypes key ``(data, X, Y)``."""
+    if X.shape[1] == 1:
+        csr_spmv_acc32(parts, indptr, indices, data, X.reshape(-1), Y.reshape(-1))
+        return
+    _mm(parts, indptr, indices, data, X, Y, Y, _ACC32, False)
+
+
+@register("cpu", "residual_mm", [(v, d, d, d) for v in _F for d in _F], mode="acc64")
+def residual_mm(parts, indptr, indices, data, X, B, R):
+    """``R <- B - A X`` in one sweep over ``A``, FP64 row sums.  Dtypes key
+    ``(data, X, B, R)``."""
+    _mm(parts, indptr, indices, data, X, B, R, _ACC64, True)
+
+
+# --------------------------------------------------------------------------- Jacobi
+@njit(**JIT)
+def _dmul_mm_ser(d, X, Y):
+    for i in range(X.shape[0]):
+        a = d[i]
+        for c in range(X.shape[1]):
+            Y[i, c] = a * X[i, c]
+
+
+@njit(parallel=True, **JIT)
+def _dmul_mm_par(d, X, Y):
+    for i in prange(X.shape[0]):
+        a = d[i]
+        for c in range(X.shape[1]):
+            Y[i, c] = a * X[i, c]
+
+
+@register("cpu", "dmul_mm", _MAT)
+def dmul_mm(d, X, Y):
+    """``Y <- diag(d) X`` for ``(n, k)`` blocks (casts fused).  Dtypes key ``(d, X, Y)``."""
+    (_dmul_mm_par if X.size >= PARALLEL_MIN else _dmul_mm_ser)(d, X, Y)
+
+
+# --------------------------------------------------------------------------- ILU(0)
+@njit(inline="always", **JIT)
+def _sweeps_mm(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
+    """:func:`.ilu._sweeps` with ``k`` right-hand sides: the same operations on each
+    column, in the same order (the previous row's term last, by FMA), so each column is
+    bit for bit the single-vector sweep."""
+    n = out.shape[0]
+    k = out.shape[1]
+    acc = np.empty(k, np.float64)
+    prev = np.zeros(k, np.float64)
+    for i in range(lo, hi):
+        s, e = lptr[i], lptr[i + 1]
+        near = 0.0
+        if e > s and lind[e - 1] == i - 1:
+            e -= 1
+            near = np.float64(lval[e])
+        for c in range(k):
+            acc[c] = np.float64(R[i, c])
+        for p in range(s, e):
+            lv = np.float64(lval[p])
+            j = lind[p]
+            for c in range(k):
+                acc[c] -= lv * np.float64(out[j, c])
+        for c in range(k):
+            a = madd(-near, prev[c], acc[c])
+            out[i, c] = a
+            prev[c] = a
+    for c in range(k):
+        prev[c] = 0.0
+    for q in range(n - hi, n - lo):
+        i = n - 1 - q
+        s, e = uptr[q], uptr[q + 1]
+        near = 0.0
+        if e > s and uind[e - 1] == i + 1:
+            e -= 1
+            near = np.float64(uval[e])
+        di = np.float64(dinv[i])
+        for c in range(k):
+            acc[c] = np.float64(out[i, c]) * di
+        for p in range(s, e):
+            uv = np.float64(uval[p])
+            j = uind[p]
+            for c in range(k):
+                acc[c] -= uv * np.float64(out[j, c])
+        for c in range(k):
+            a = madd(-near, prev[c], acc[c])
+            out[i, c] = a
+            prev[c] = a
+
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _ilu_mm_one(lptr, lind, lval, uptr, uind, uval, dinv, R, out):
+    _sweeps_mm(0, out.shape[0], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
+
+
+@njit(parallel=True, fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _ilu_mm_blocks(bounds, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
+    for t in prange(bounds.size - 1):
+        _sweeps_mm(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
+
+
+@register("cpu", "ilu_sweeps_mm", _MAT)
+def ilu_sweeps_mm(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X, Y):
+    """``Y = U'^-1 D^-1 L^-1 X`` for ``(n, k)`` blocks, per diagonal block of ``bounds``
+    (ILU(0)'s layout, :func:`.ilu.ilu_sweeps`); FP64 row sums.  Dtypes key
+    ``(values, X, Y)``."""
+    if X.shape[1] == 1:                     # one column: the single-vector sweeps
+        ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X.reshape(-1),
+                   Y.reshape(-1))
+    elif bounds.size > 2:
+        _ilu_mm_blocks(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X, Y)
+    else:
+        _ilu_mm_one(lptr, lind, lval, uptr, uind, uval, dinv, X, Y)
+
+
+# --------------------------------------------------------------------------- column ops
+# The column reductions keep each column's sum in a scalar register, 8/4/2/1 columns a
+# group, reading the rows flat (the SpMM's scheme): a row's group is contiguous, so the
+# group's sums vectorise across the columns.  (An accumulator array indexed by the column
+# costs a store-to-load round trip per term; a column-by-column strided loop does not
+# vectorise: 6x the native dots here.)
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _rd8(Xf, Yf, lo, hi, k, c0, part):
+    t = Xf.dtype.type
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = t(0.0)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * k + c0
+        s0 += Xf[o] * Yf[o]
+        s1 += Xf[o + 1] * Yf[o + 1]
+        s2 += Xf[o + 2] * Yf[o + 2]
+        s3 += Xf[o + 3] * Yf[o + 3]
+        s4 += Xf[o + 4] * Yf[o + 4]
+        s5 += Xf[o + 5] * Yf[o + 5]
+        s6 += Xf[o + 6] * Yf[o + 6]
+        s7 += Xf[o + 7] * Yf[o + 7]
+    part[c0], part[c0 + 1], part[c0 + 2], part[c0 + 3] = s0, s1, s2, s3
+    part[c0 + 4], part[c0 + 5], part[c0 + 6], part[c0 + 7] = s4, s5, s6, s7
+
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _rd4(Xf, Yf, lo, hi, k, c0, part):
+    t = Xf.dtype.type
+    s0 = s1 = s2 = s3 = t(0.0)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * k + c0
+        s0 += Xf[o] * Yf[o]
+        s1 += Xf[o + 1] * Yf[o + 1]
+        s2 += Xf[o + 2] * Yf[o + 2]
+        s3 += Xf[o + 3] * Yf[o + 3]
+    part[c0], part[c0 + 1], part[c0 + 2], part[c0 + 3] = s0, s1, s2, s3
+
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _rd2(Xf, Yf, lo, hi, k, c0, part):
+    t = Xf.dtype.type
+    s0 = s1 = t(0.0)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * k + c0
+        s0 += Xf[o] * Yf[o]
+        s1 += Xf[o + 1] * Yf[o + 1]
+    part[c0], part[c0 + 1] = s0, s1
+
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _rd1(Xf, Yf, lo, hi, k, c0, part):
+    s0 = Xf.dtype.type(0.0)
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * k + c0
+        s0 += Xf[o] * Yf[o]
+    part[c0] = s0
+
+
+@njit(inline="always", fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _red_rows(Xf, Yf, lo, hi, k, part):
+    """``part[c] = sum_{lo <= i < hi} X[i, c] Y[i, c]`` for flat ``(n, k)`` blocks."""
+    ku = np.uint64(k)
+    c = 0
+    while c + 8 <= k:
+        _rd8(Xf, Yf, lo, hi, ku, np.uint64(c), part)
+        c += 8
+    if c + 4 <= k:
+        _rd4(Xf, Yf, lo, hi, ku, np.uint64(c), part)
+        c += 4
+    if c + 2 <= k:
+        _rd2(Xf, Yf, lo, hi, ku, np.uint64(c), part)
+        c += 2
+    if c < k:
+        _rd1(Xf, Yf, lo, hi, ku, np.uint64(c), part)
+
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _col_dot_rows(X, Y, lo, hi, part):
+    _red_rows(X.reshape(-1), Y.reshape(-1), lo, hi, X.shape[1], part)
+
+
+@njit(parallel=True, **JIT)
+def _col_dot_par(X, Y, out):
+    n, k = X.shape
+    nch = (n + CHUNK - 1) // CHUNK
+    parts = np.empty((nch, k), dtype=X.dtype)
+    for t in prange(nch):
+        lo = t * CHUNK
+        _col_dot_rows(X, Y, lo, min(lo + CHUNK, n), parts[t])
+    for c in range(k):
+        s = X.dtype.type(0.0)
+        for t in range(nch):          # fixed order
+            s += parts[t, c]
+        out[c] = s
+
+
+@njit(**JIT)
+def _col_dot_ser(X, Y, out):
+    part = np.empty(X.shape[1], dtype=X.dtype)
+    _col_dot_rows(X, Y, 0, X.shape[0], part)
+    for c in range(X.shape[1]):
+        out[c] = part[c]
+
+
+@register("cpu", "col_dot", _VEC, mode="native")
+def col_dot(X, Y, out):
+    """``out[c] <- X[:, c] . Y[:, c]`` (sums in the blocks' dtype; ``out`` FP64)."""
+    (_col_dot_par if X.size >= PARALLEL_MIN else _col_dot_ser)(X, Y, out)
+
+
+@njit(fastmath={"reassoc"}, **JIT)
+def _col_axpy2_rows(a, X, Y, b, U, V, lo, hi, part):
+    k = X.shape[1]
+    for i in range(lo, hi):
+        for c in range(k):
+            Y[i, c] += Y.dtype.type(a[c]) * X[i, c]
+            V[i, c] += V.dtype.type(b[c]) * U[i, c]
+    Vf = V.reshape(-1)                  # the chunk of V, still in cache
+    _red_rows(Vf, Vf, lo, hi, k, part)
+
+
+@njit(parallel=True, **JIT)
+def _col_axpy2_par(a, X, Y, b, U, V, out):
+    n, k = X.shape
+    nch = (n + CHUNK - 1) // CHUNK
+    parts = np.empty((nch, k), dtype=V.dtype)
+    for t in prange(nch):
+        lo = t * CHUNK
+        _col_axpy2_rows(a, X, Y, b, U, V, lo, min(lo + CHUNK, n), parts[t])
+    for c in range(k):
+        s = V.dtype.type(0.0)
+        for t in range(nch):
+            s += parts[t, c]
+        out[c] = np.sqrt(np.float64(s))
+
+
+@njit(**JIT)
+def _col_axpy2_ser(a, X, Y, b, U, V, out):
+    part = np.empty(X.shape[1], dtype=V.dtype)
+    _col_axpy2_rows(a, X, Y, b, U, V, 0, X.shape[0], part)
+    for c in range(X.shape[1]):
+        out[c] = np.sqrt(np.float64(part[c]))
+
+
+@register("cpu", "col_axpy2_nrm2", _VEC, mode="native")
+def col_axpy2_nrm2(a, X, Y, b, U, V, out):
+    """Per column ``c``: ``Y_c += a_c X_c;  V_c += b_c U_c;  out_c = ||V_c||_2`` in one
+    pass (block CG's ``x += alpha p; r -= alpha q``)."""
+    (_col_axpy2_par if X.size >= PARALLEL_MIN else _col_axpy2_ser)(a, X, Y, b, U, V, out)
+
+
+@njit(**JIT)
+def _col_xpay_ser(X, a, Y):
+    for i in range(X.shape[0]):
+        for c in range(X.shape[1]):
+            Y[i, c] = X[i, c] + Y.dtype.type(a[c]) * Y[i, c]
+
+
+@njit(parallel=True, **JIT)
+def _col_xpay_par(X, a, Y):
+    for i in prange(X.shape[0]):
+        for c in range(X.shape[1]):
+            Y[i, c] = X[i, c] + Y.dtype.type(a[c]) * Y[i, c]
+
+
+@register("cpu", "col_xpay", _VEC)
+def col_xpay(X, a, Y):
+    """``Y_c <- X_c + a_c Y_c`` per column (block CG's ``p = z + beta p``)."""
+    (_col_xpay_par if X.size >= PARALLEL_MIN else _col_xpay_ser)(X, a, Y)
+
+
+@njit(**JIT)
+def _col_scal_ser(a, X, out):
+    for i in range(X.shape[0]):
+        for c in range(X.shape[1]):
+            out[i, c] = out.dtype.type(a[c]) * X[i, c]
+
+
+@njit(parallel=True, **JIT)
+def _col_scal_par(a, X, out):
+    for i in prange(X.shape[0]):
+        for c in range(X.shape[1]):
+            out[i, c] = out.dtype.type(a[c]) * X[i, c]
+
+
+@register("cpu", "col_scal", _VEC)
+def col_scal(a, X, out):
+    """``out_c <- a_c X_c`` per column (``out`` may be ``X``)."""
+    (_col_scal_par if X.size >= PARALLEL_MIN else _col_scal_ser)(a, X, out)
+
+
+# --------------------------------------------------------------------------- k GMRES bases
+# V has shape (m + 1, n, k): V[i, r, c] is entry r of the i-th basis vector of column c.
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _col_mdot_rows(V, j, W, lo, hi, part):
+    Wf = W.reshape(-1)
+    for i in range(j):
+        _red_rows(V[i].reshape(-1), Wf, lo, hi, W.shape[1], part[i])
+
+
+@njit(parallel=True, **JIT)
+def _col_mdot_par(V, j, W, out):
+    n, k = W.shape
+    nch = (n + CHUNK - 1) // CHUNK
+    parts = np.empty((nch, j, k), dtype=W.dtype)
+    for t in prange(nch):
+        lo = t * CHUNK
+        _col_mdot_rows(V, j, W, lo, min(lo + CHUNK, n), parts[t])
+    for i in range(j):
+        for c in range(k):
+            s = W.dtype.type(0.0)
+            for t in range(nch):
+                s += parts[t, i, c]
+            out[i, c] = s
+
+
+@njit(**JIT)
+def _col_mdot_ser(V, j, W, out):
+    part = np.empty((j, W.shape[1]), dtype=W.dtype)
+    _col_mdot_rows(V, j, W, 0, W.shape[0], part)
+    for i in range(j):
+        for c in range(W.shape[1]):
+            out[i, c] = part[i, c]
+
+
+@register("cpu", "col_mdot", _VEC, mode="native")
+def col_mdot(V, j, W, out):
+    """``out[i, c] <- V[i, :, c] . W[:, c]`` for ``i < j`` (Gram--Schmidt coefficients of
+    ``k`` bases at once; ``out`` FP64 ``(>= j, k)``)."""
+    (_col_mdot_par if W.size >= PARALLEL_MIN else _col_mdot_ser)(V, j, W, out)
+
+
+@njit(**JIT)
+def _col_maxpy_rows(V, j, H, W, lo, hi):
+    # flat unsigned indexing (no wraparound tests in the inner loop); the row's h_i in a
+    # small array of W's dtype, read k at a time
+    k = np.uint64(W.shape[1])
+    Wf = W.reshape(-1)
+    h = np.empty(W.shape[1], W.dtype)
+    for i in range(j):
+        Vf = V[i].reshape(-1)
+        for c in range(W.shape[1]):
+            h[c] = H[i, c]
+        for r in range(np.uint64(lo), np.uint64(hi)):
+            o = r * k
+            for c in range(np.uint64(0), k):
+                Wf[o + c] -= h[c] * Vf[o + c]
+
+
+@njit(parallel=True, **JIT)
+def _col_maxpy_par(V, j, H, W):
+    n = W.shape[0]
+    nch = (n + CHUNK - 1) // CHUNK
+    for t in prange(nch):
+        lo = t * CHUNK
+        _col_maxpy_rows(V, j, H, W, lo, min(lo + CHUNK, n))
+
+
+@njit(**JIT)
+def _col_maxpy_ser(V, j, H, W):
+    _col_maxpy_rows(V, j, H, W, 0, W.shape[0])
+
+
+@register("cpu", "col_maxpy", _VEC)
+def col_maxpy(V, j, H, W):
+    """``W[:, c] <- W[:, c] - sum_{i<j} H[i, c] V[i, :, c]`` (the projection of ``k``
+    Gram--Schmidt steps at once)."""
+    (_col_maxpy_par if W.size >= PARALLEL_MIN else _col_maxpy_ser)(V, j, H, W)
+
+
+@register("cpu", "col_lincomb", _VEC)
+def col_lincomb(V, Y, j, out):
+    """``out[:, c] <- sum_{i<j} Y[i, c] V[i, :, c]`` (GMRES's ``V_j y`` for ``k`` bases):
+    :func:`col_maxpy` on a zeroed ``out`` with ``-Y`` (the negation is exact, so the sums
+    round as ``out += y v`` would)."""
+    out.fill(0.0)
+    col_maxpy(V, j, -np.asarray(Y[:j]), out)

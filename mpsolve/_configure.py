@@ -1,0 +1,52 @@
+"""Shared by :func:`mpsolve.solve` and :class:`mpsolve.Solver`: a named method and
+preconditioner turned into the Krylov body's options and the preconditioner object."""
+from __future__ import annotations
+
+import warnings
+
+from .krylov import BODIES
+
+__all__ = ["configure"]
+
+
+def _gmres_maxiter(restart, callback, callback_type):
+    if callback is not None and callback_type is None:
+        callback_type = "legacy"
+    if callback_type not in (None, "x", "pr_norm", "legacy"):
+        raise ValueError(f"callback_type={callback_type!r}: use 'x', 'pr_norm' or 'legacy'")
+    if restart is not None and (isinstance(restart, bool) or int(restart) != restart or restart < 1):
+        raise ValueError(f"restart={restart!r}: must be a positive integer")
+    return callback_type or "x"
+
+
+def configure(method, precond, restart=None, side=None, precond_params=None, stacklevel=3):
+    """:func:`solve`'s named ``method`` and ``precond`` as ``(body_kw, M, precond_name,
+    precond_side)``: the Krylov body's options (GMRES: ``restart``, default 20, and
+    ``side``, default left), the preconditioner made from its name (not set up yet) or
+    ``precond`` itself, and the side the method applies it on.  Shared with
+    :class:`mpsolve.Solver`."""
+    from .precond import make_preconditioner
+
+    if method not in BODIES:
+        raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
+    name = None
+    M = precond
+    if isinstance(precond, str):
+        M = make_preconditioner(precond, **(precond_params or {}))
+        name = getattr(M, "name", precond) if M is not None else precond
+    elif precond_params:
+        raise TypeError(f"unexpected keyword arguments {sorted(precond_params)} "
+                        "(preconditioner parameters need precond=<name>)")
+    if method == "gmres":
+        from .krylov.gmres import SIDES
+
+        _gmres_maxiter(restart, None, "x")              # checks restart
+        side = side or "left"
+        if side not in SIDES:
+            raise ValueError(f"side={side!r}: preconditioning side must be 'left' or 'right'")
+        return ({"restart": 20 if restart is None else int(restart), "callback_type": "x",
+                 "side": side}, M, name, side)
+    if restart is not None:
+        warnings.warn(f"restart is a GMRES option; ignored by method={method!r}",
+                      stacklevel=stacklevel)
+    return {}, M, name, "right" if method == "bicgstab" else "left"

@@ -1,0 +1,206 @@
+"""Block GMRES(m) -- ``k`` independent restarted GMRES iterations run together.
+
+Saad & Schultz's GMRES (doi:10.1137/0907058), left, right (flexible, Saad 1993,
+doi:10.1137/0914028) or not preconditioned, applied to each of ``k`` right-hand sides with
+its own Krylov basis, Hessenberg matrix and rotations -- the recurrence of
+:func:`mpsolve.krylov.gmres.gmres_body` column by column, not a block-Krylov method with a
+shared space.  The columns share the sweeps: ``W = A V_j`` is one SpMM over ``A``, ``M``
+one sweep over its stored operators, and the Gram--Schmidt passes (CGS with a second pass
+when any column lost more than ``eta``, as the single body) read the ``k`` bases, stored
+as ``V`` of shape ``(m + 1, n, k)``, once per pass (:mod:`mpsolve.kernels.cpu.spmm`).
+
+Per-column convergence: inside a cycle, a column whose estimate meets its target (or
+that has a happy breakdown) is *frozen*: its later Arnoldi steps are masked (its new
+basis vector scaled by 0) and its update uses the steps up to its own; between cycles the
+columns that are done leave the block (``deflation="compact"``: narrower blocks from
+then on; ``"mask"``: they stay frozen at full width).
+
+Deviations from the single body: no callback, no compressed basis, no ``max_inner``
+(the driver runs those column by column).
+
+Memory: ``k`` bases, ``(m + 1) k n`` values (``(2 m + 1) k n`` with right
+preconditioning): ``k`` times one solve's.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["block_gmres_body"]
+
+
+def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
+                     deflation="compact", callback_type=None):
+    """At most ``limits[c]`` restart cycles on column ``c``.
+
+    ``X``, ``R``, ``B``: ``(n, k)`` C-contiguous blocks (working dtype); ``X`` and ``R``
+    updated in place (``R = B - A X`` after each cycle).  Returns ``(cycles, its, flags)``
+    per column, flags as :func:`~mpsolve.krylov.gmres.gmres_body`'s: 0 converged (or the
+    estimate met its target and the driver judges by the true residual), 1 out of cycles,
+    -13 happy breakdown short of the tolerance, -14 non-finite values.
+    """
+    ops, mm, psolve, residual = bsys.ops, bsys.matvec, bsys.psolve, bsys.residual
+    col_dot, col_scal, col_mdot = ops.col_dot, ops.col_scal, ops.col_mdot
+    col_maxpy, col_lincomb = ops.col_maxpy, ops.col_lincomb
+    givens, back_substitute = ops.givens, ops.back_substitute
+    n, k = X.shape
+    wdt = X.dtype
+    m = max(1, min(restart, n))
+    left = psolve is not None and side == "left"
+    right = psolve is not None and not left
+    eps = float(np.finfo(wdt).eps)
+    reorth = max(1e-3, eps ** 0.25)
+    cycles = np.zeros(k, np.int64)
+    its = np.zeros(k, np.int64)
+    flags = np.ones(k, np.int64)
+    factor = np.ones(k)
+    last_happy = np.full(k, math.inf)
+    active = np.arange(k)                      # caller's columns still iterating
+    rn = np.empty(k)
+    col_dot(R, R, rn)
+    np.sqrt(rn, out=rn)
+    done = rn <= np.asarray(tol)
+    flags[done] = 0
+    mask = deflation == "mask"
+    bnrm = np.asarray(bsys.bnrm, np.float64)
+    space = {}                                   # the bases of each block width used
+    while True:
+        live = np.flatnonzero(~done)
+        if live.size == 0:
+            break
+        # the block of this cycle: every column (mask) or the live ones (compact)
+        blk = np.arange(k) if mask else live
+        full = blk.size == k
+        x = X if full else np.ascontiguousarray(X[:, blk])
+        r = R if full else np.ascontiguousarray(R[:, blk])
+        b = B if full else np.ascontiguousarray(B[:, blk])
+        ka = blk.size
+        on = ~done[blk]                          # the columns that iterate in this cycle
+        tl = np.asarray(tol)[blk]
+        bufs = space.get(ka)
+        if bufs is None:                         # allocated once per block width
+            bufs = space[ka] = (np.empty((m + 1, n, ka), wdt),
+                                np.empty((m, n, ka), wdt) if right else None,
+                                np.empty((n, ka), wdt))
+        V, Z, U = bufs
+        beta = rn[blk].copy()
+        ratio = np.ones(ka)
+        if left:
+            psolve(r, V[0])                      # v0 = M r (normalised below)
+            col_dot(V[0], V[0], beta)
+            np.sqrt(beta, out=beta)
+            bad = on & ~(np.isfinite(beta) & (beta > 0))
+            for c in np.flatnonzero(bad):
+                flags[blk[c]] = -14 if not math.isfinite(beta[c]) else -13
+                done[blk[c]] = True
+            on &= ~bad
+            ratio = np.where(on, rn[blk] / np.where(on, beta, 1.0), 1.0)
+        else:
+            V[0] = r
+        col_scal(np.where(on, 1.0 / np.where(on, beta, 1.0), 0.0), V[0], V[0])
+        target = tl / ratio * factor[blk]
+        H = np.zeros((ka, m + 1, m))
+        cs = np.zeros((ka, m))
+        sn = np.zeros((ka, m))
+        g = np.zeros((ka, m + 1))
+        g[:, 0] = beta
+        hcol = np.zeros((m + 1, ka))
+        wn = np.empty(ka)
+        wn0 = np.empty(ka)
+        est = beta.copy()
+        jend = np.zeros(ka, np.int64)
+        happy = np.zeros(ka, bool)
+        wnorm_in = np.zeros(ka)
+        frozen = ~on
+        for j in range(m):
+            W = V[j + 1]
+            if left:
+                mm(V[j], U)                      # U = A v_j
+                psolve(U, W)                     # W = M A v_j
+            elif right:
+                psolve(V[j], Z[j])               # z_j = M v_j
+                mm(Z[j], W)                      # W = A z_j
+            else:
+                mm(V[j], W)                      # W = A v_j
+            col_dot(W, W, wn0)
+            np.sqrt(wn0, out=wn0)
+            wnorm_in[:] = wn0
+            step = np.zeros((j + 1, ka))
+            for _pass in range(2):               # CGS, again where a column lost too much
+                col_mdot(V, j + 1, W, hcol)      # h_ic = v_ic . w_c
+                col_maxpy(V, j + 1, hcol, W)     # w_c -= sum_i h_ic v_ic
+                step += hcol[:j + 1]
+                col_dot(W, W, wn)
+                np.sqrt(wn, out=wn)
+                if not np.any(~frozen & (wn <= reorth * wn0)):
+                    break
+                wn0[:] = wn
+            scale = np.zeros(ka)
+            for c in np.flatnonzero(~frozen):
+                H[c, :j + 1, j] = step[:, c]
+                H[c, j + 1, j] = wn[c]
+                if not math.isfinite(wn[c]):
+                    flags[blk[c]] = -14
+                    done[blk[c]] = True
+                    frozen[c] = True
+                    continue
+                est[c] = givens(H[c], cs[c], sn[c], g[c], j)
+                its[blk[c]] += 1
+                jend[c] = j + 1
+                if wn[c] <= eps * wnorm_in[c] or wn[c] == 0.0:
+                    happy[c] = True
+                    frozen[c] = True
+                    continue
+                scale[c] = 1.0 / wn[c]
+                if est[c] <= target[c]:
+                    frozen[c] = True
+            col_scal(scale, W, W)                # v_{j+1} = w / ||w|| (0 for frozen columns)
+            live_now = on & (jend == j + 1)
+            if live_now.any():
+                rel = est[live_now] * ratio[live_now] / np.where(bnrm[blk][live_now] > 0,
+                                                                 bnrm[blk][live_now], 1.0)
+                hist.append(float(rel.max()))
+            if frozen.all():
+                break
+        Y = np.zeros((m, ka))
+        for c in np.flatnonzero(on & (jend > 0)):
+            kc = int(jend[c])
+            if happy[c] and abs(H[c, kc - 1, kc - 1]) <= eps * wnorm_in[c]:
+                kc -= 1
+            back_substitute(H[c].copy(), g[c].copy(), kc, Y[:, c])   # y_c = R_c^-1 g_c
+        jmax = int(jend.max()) if ka else 0
+        col_lincomb(Z if right else V, Y, jmax, U)   # U = Z y or V y, per column
+        x += U                                   # x += U (frozen-from-start columns: 0)
+        residual(x, b, r)                        # R = B - A X, one sweep
+        rnew = np.empty(ka)
+        col_dot(r, r, rnew)
+        np.sqrt(rnew, out=rnew)
+        if not full:
+            X[:, blk] = x
+            R[:, blk] = r
+        for c in np.flatnonzero(on):
+            col = blk[c]
+            if done[col]:
+                continue
+            cycles[col] += 1
+            rn[col] = rnew[c]
+            if not math.isfinite(rnew[c]):
+                flags[col], done[col] = -14, True
+            elif rnew[c] <= tl[c]:
+                flags[col], done[col] = 0, True
+            elif happy[c]:
+                if not rnew[c] < last_happy[col]:
+                    flags[col], done[col] = -13, True
+                else:
+                    last_happy[col] = rnew[c]
+            elif est[c] <= target[c]:
+                if left and factor[col] > eps:
+                    factor[col] *= 0.25
+                else:
+                    flags[col], done[col] = 0, True
+            elif left:
+                factor[col] = min(1.0, 1.5 * factor[col])
+            if not done[col] and cycles[col] >= limits[col]:
+                flags[col], done[col] = 1, True
+    return cycles, its, flags

@@ -1,0 +1,371 @@
+"""Several right-hand sides: ``b`` of shape ``(n, k)`` in :func:`mpsolve.solve` and
+:meth:`mpsolve.Solver.solve`.
+
+**The block path** (CG and GMRES(m); policies whose working precision is FP64 with native
+reductions -- ``double``, ``mixed`` --, a real sparse ``A``, no callback): the ``k``
+systems iterate together (:mod:`mpsolve.krylov.block_cg`, :mod:`.krylov.block_gmres`):
+each product with ``A`` is one SpMM sweep over its stored copy (FP32 where the policy
+stores ``A`` in FP32), each preconditioner apply one sweep over the preconditioner's
+stored operators where it has a block kernel (:meth:`Preconditioner.apply_block`: Jacobi,
+ILU(0), ISAI; the others column by column), and the columns have their own scalars.
+Columns leave the block as they converge (deflation).  Around the block bodies the
+driver applies :mod:`mpsolve.driver`'s rules *per column*: when a column's recursive
+residual says "converged", its FP64 true residual ``||b_c - A x_c||`` is computed (one
+sweep for all such columns, :meth:`SparseOperator.bind_block_residual`); a column that
+misses its tolerance restarts from its true residual (residual replacement); one whose
+true residual stops halving, or whose iteration produced a non-finite value with FP32
+parts, is handed to the single-vector driver from its current ``x_c`` (which escalates
+to a stronger policy as a single solve does); a diverged column gets its starting ``x``
+back.  ``info_c == 0`` only when ``||b_c - A x_c|| <= max(atol, rtol ||b_c||)`` in FP64.
+
+**The column path** (everything else: BiCGSTAB, the ``eft``/``mixed-eft``/``ir``/``single``
+/``-cb`` presets, complex systems, a ``LinearOperator`` ``A``, a callback, ``x0='Mb'``,
+devices without the block kernels): the single-vector solve on each column in turn,
+with the set-up done once (a :class:`mpsolve.Solver`).  Correct, not faster.
+
+The result is one :class:`~mpsolve.result.SolveResult`: ``x`` of shape ``(n, k)``, the
+per-column figures in ``column_info``, ``column_iterations`` and
+``column_true_residual``, and the scalar fields summarising them: ``info`` is 0 when
+every column converged, else a failing column's code (a breakdown code, which is
+negative, before a positive count); ``iterations`` is the largest column count (the
+number of block sweeps, without deflation); ``true_residual`` the largest relative true
+residual; ``residuals`` per iteration the largest estimate among the active columns.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from ._demote import PrecisionRangeError
+from ._sparse import dtype_check
+from ._system import STAGNATION, _B_RANGE, _check_maxiter, _check_tol, system_for
+from .backend import on_host, to_device, to_host
+from .kernels.primitives import BlockPrimitives, bind_block_primitives
+from .krylov.block_cg import block_cg_body
+from .krylov.block_gmres import block_gmres_body
+from .precond.base import Preconditioner
+from .result import SolveResult, status_text
+
+__all__ = ["BLOCK_BODIES", "BlockSystem", "solve_block", "check_block"]
+
+#: The methods with a block body; the others run column by column.
+BLOCK_BODIES = {"cg": block_cg_body, "gmres": block_gmres_body}
+
+#: How converged columns leave the active block (:mod:`mpsolve.krylov.block_cg`).
+DEFLATIONS = ("compact", "mask")
+
+
+@dataclass
+class BlockSystem:
+    """What a block body calls: the block kernels bound once per solve."""
+
+    ops: BlockPrimitives
+    matvec: Callable                  # f(X, Y): Y = A X, one sweep (A at the policy's precision)
+    psolve: Optional[Callable]        # f(R, Z): Z = M R (None: no preconditioner)
+    residual: Callable                # f(X, B, R): R = B - A X, FP64 row sums
+    bnrm: np.ndarray                  # ||b_c|| of the block's columns
+
+
+def check_block(b, n, name="b"):
+    """``b`` as a host ``(n, k)`` array, checked as :func:`mpsolve._system.make_problem`
+    checks a vector (numeric dtype, finite values); every rejection names ``name``."""
+    arr = b if type(b) is np.ndarray else to_host(b)
+    if arr.dtype == object:
+        raise TypeError(f"{name} must be a numeric array, got {type(b).__name__}")
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise ValueError(f"{name} has shape {np.shape(b)}, but A is {n}x{n}: several "
+                         f"right-hand sides are a 2-D array of shape ({n}, k)")
+    dtype_check(arr.dtype, name)
+    if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).sum())
+        raise ValueError(f"{name} contains {bad} NaN or Inf value(s)")
+    return arr
+
+
+def _check_x0(x0, n, k):
+    """``x0`` for ``k`` columns: ``None``, ``'Mb'``, an ``(n,)`` start shared by every
+    column, or one start per column ``(n, k)``."""
+    if x0 is None or isinstance(x0, str):
+        if isinstance(x0, str) and x0 != "Mb":
+            raise ValueError(f"x0={x0!r}: the only string accepted is 'Mb' (start from M @ b)")
+        return None
+    arr = x0 if type(x0) is np.ndarray else to_host(x0)
+    if arr.ndim == 1 or (arr.ndim == 2 and arr.shape[1] == 1 and k != 1):
+        arr = np.repeat(arr.reshape(-1, 1), k, axis=1)
+    if arr.shape != (n, k):
+        raise ValueError(f"x0 has shape {np.shape(x0)}, but b has shape ({n}, {k}): x0 must "
+                         f"have shape ({n},) (one start for every column) or ({n}, {k})")
+    return check_block(arr, n, "x0")
+
+
+def _worst(infos) -> int:
+    """The scalar ``info`` of several columns: 0 when all converged, else the first
+    breakdown code (negative), else the largest count."""
+    infos = np.asarray(infos)
+    neg = infos[infos < 0]
+    if neg.size:
+        return int(neg[0])
+    return int(infos.max()) if infos.size else 0
+
+
+def solve_block(solver, b, x0=None, *, rtol, atol, maxiter, callback=None,
+                deflation="compact", t0=None) -> SolveResult:
+    """Solve ``A X = B`` for the ``k`` columns of ``b`` with ``solver``'s set-up (see the
+    module docstring).  ``deflation``: ``"compact"`` or ``"mask"`` (block path only)."""
+    t0 = time.perf_counter() if t0 is None else t0
+    problem = solver._problem
+    n = problem.n
+    if deflation not in DEFLATIONS:
+        raise ValueError(f"deflation={deflation!r}: use 'compact' or 'mask'")
+    bh = check_block(b, n, "b")
+    k = bh.shape[1]
+    x0h = _check_x0(x0, n, k)
+    rtol = _check_tol(rtol, "rtol")
+    atol = _check_tol(atol, "atol")
+    maxiter = _check_maxiter(maxiter, solver._maxiter)
+    plan = _block_plan(solver, bh, x0, callback)
+    if plan is None:
+        return _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0)
+    return _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, on_host(b))
+
+
+# ------------------------------------------------------------------ the column path
+def _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0):
+    k = bh.shape[1]
+    host = on_host(b)
+    results = []
+    for c in range(k):
+        bc = np.ascontiguousarray(bh[:, c]) if host else b[:, c]
+        xc = x0 if (x0 is None or isinstance(x0, str)) else np.ascontiguousarray(x0h[:, c])
+        results.append(solver.solve(bc, xc, rtol=rtol, atol=atol, maxiter=maxiter,
+                                    callback=callback))
+    xs = [r.x for r in results]
+    if host:
+        x = np.column_stack(xs) if k else np.zeros((bh.shape[0], 0))
+    else:
+        import importlib
+
+        xp = importlib.import_module(type(xs[0]).__module__.split(".")[0])
+        x = xp.stack(xs, axis=1)
+    return _combine(solver, results, x, "by column", time.perf_counter() - t0)
+
+
+def _combine(solver, results, x, mode, elapsed, hist=None, extra=""):
+    infos = np.array([r.info for r in results], np.int64)
+    iters = np.array([r.iterations for r in results], np.int64)
+    trues = np.array([r.true_residual for r in results])
+    info = _worst(infos)
+    k = len(results)
+    solve_time = float(sum(r.solve_time for r in results))
+    conv = int((infos == 0).sum())
+    head = results[0] if results else None
+    rel_tol = max((r.tolerance for r in results), default=0.0)
+    true = float(trues.max()) if k else 0.0
+    status = (f"{conv} of {k} right-hand sides converged ({mode}); " +
+              status_text(info, int(iters.max()) if k else 0, true, rel_tol, extra))
+    escal = [e for r in results for e in r.escalations]
+    if hist is None:
+        hist = results[int(np.argmax(iters))].residuals if k else np.zeros(0)
+    fields = dict(solver._report)
+    fields["precond_stats"] = dict(fields.get("precond_stats", {}))
+    return SolveResult(
+        x=x, info=info, iterations=int(iters.max()) if k else 0, residuals=np.asarray(hist),
+        true_residual=true, tolerance=rel_tol, setup_time=max(0.0, elapsed - solve_time),
+        solve_time=solve_time, status=status,
+        precision=head.precision if head is not None else solver.precision.name,
+        escalations=escal, restarts=int(sum(r.restarts for r in results)),
+        column_info=infos, column_iterations=iters, column_true_residual=trues,
+        rhs_mode=mode, **fields)
+
+
+# ------------------------------------------------------------------ the block path
+def _block_plan(solver, bh, x0, callback):
+    """The bound block kernels ``(body, body_kw, policy, sys, BlockSystem)``, or ``None``
+    when this solve runs column by column (the module docstring's list)."""
+    problem = solver._problem
+    if (solver.method not in BLOCK_BODIES or callback is not None or isinstance(x0, str)
+            or problem.A_csr is None or problem.is_complex or bh.dtype.kind == "c"
+            or bh.shape[1] == 0 or solver._body_kw.get("max_inner") is not None):
+        return None
+    dt = np.dtype(np.result_type(solver._a_dtype(), bh.dtype if bh.dtype.kind == "f"
+                                 else np.float64))
+    policy = solver._policy_for(dt)
+    if (policy.inner is not None or policy.residual == "dd" or policy.dot != "native"
+            or policy.compressed or np.dtype(policy.working) != np.float64):
+        return None
+    try:
+        sys = system_for(problem, policy)
+    except PrecisionRangeError:
+        return None                       # the single path escalates, column by column
+    wdt = sys.dtype
+    try:
+        ops = bind_block_primitives(problem.device, wdt)
+        matvec = sys.A_op.bind_block(wdt, wdt)
+        residual = problem.A64.bind_block_residual(wdt)
+    except (KeyError, AttributeError):
+        return None
+    if matvec is None:
+        return None
+    psolve = _block_psolve(sys, wdt)
+    body_kw = {key: v for key, v in solver._body_kw.items() if key in ("restart", "side")}
+    return (BLOCK_BODIES[solver.method], body_kw, policy, sys,
+            BlockSystem(ops=ops, matvec=matvec, psolve=psolve, residual=residual,
+                        bnrm=np.zeros(0)))
+
+
+def _block_psolve(sys, wdt):
+    """``Z = M R`` on blocks: the preconditioner's :meth:`apply_block`, a stored matrix's
+    block kernel, or (a user's operator) its apply on each column in turn."""
+    M = sys.M_obj
+    if sys.psolve is None:
+        return None
+    if isinstance(M, Preconditioner):
+        return M.apply_block
+    f = getattr(M, "bind_block", lambda *a: None)(wdt, wdt)
+    if f is not None:
+        return f
+    one = sys.psolve
+    scratch = {}
+
+    def by_column(R, Z):
+        bufs = scratch.get(R.shape[0])
+        if bufs is None:
+            bufs = scratch[R.shape[0]] = (np.empty(R.shape[0], R.dtype),
+                                          np.empty(R.shape[0], Z.dtype))
+        r, z = bufs
+        for c in range(R.shape[1]):
+            r[:] = R[:, c]
+            one(r, z)                     # z = M r
+            Z[:, c] = z
+
+    return by_column
+
+
+def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
+    body, body_kw, policy, sys, bsys = plan
+    problem = solver._problem
+    xp = problem.xp
+    n, k = bh.shape
+    B = xp.array(to_device(bh, problem.device), dtype=np.float64, order="C")
+    X = (xp.zeros((n, k), np.float64) if x0h is None else
+         xp.array(to_device(x0h, problem.device), dtype=np.float64, order="C"))
+    R = xp.empty((n, k), np.float64)
+    ops = bsys.ops
+    bnrm = np.zeros(k)
+    ops.col_dot(B, B, bnrm)
+    np.sqrt(bnrm, out=bnrm)
+    if not np.all((bnrm == 0) | ((bnrm >= _B_RANGE[0]) & (bnrm <= _B_RANGE[1]))):
+        # a column whose norm needs scaling: the single path scales it
+        return _by_columns(solver, bh, bh, None if x0h is None else x0h, x0h, rtol, atol,
+                           maxiter, None, t0)
+    tol = np.maximum(atol, rtol * bnrm)
+    zero = bnrm == 0
+    X[:, zero] = 0.0                      # SciPy: a zero right-hand side has the solution 0
+    setup = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    count = np.zeros(k, np.int64)
+    iters = np.zeros(k, np.int64)
+    info = np.zeros(k, np.int64)
+    final = zero.copy()
+    diverged = np.zeros(k, bool)
+    straggle = []
+    hist = []
+    true = np.zeros(k)
+    last_true = np.full(k, np.inf)
+    X_start = X.copy()
+    bsys.residual(X, B, R)                # R = B - A X
+    ops.col_dot(R, R, true)
+    np.sqrt(true, out=true)
+    true[zero] = 0.0
+    start_true = true.copy()
+    final |= true <= tol
+    act = np.flatnonzero(~final)
+    while act.size:
+        whole = act.size == k
+        Xa = X if whole else xp.ascontiguousarray(X[:, act])
+        Ra = R if whole else xp.ascontiguousarray(R[:, act])
+        Ba = B if whole else xp.ascontiguousarray(B[:, act])
+        sub = dataclasses.replace(bsys, bnrm=bnrm[act])
+        c_, it_, fl = body(sub, Xa, Ra, Ba, maxiter - count[act], tol[act], hist,
+                           deflation=deflation, **body_kw)
+        count[act] += c_
+        iters[act] += it_
+        finite = xp.isfinite(Xa).all(axis=0)
+        finite = to_host(finite) if not isinstance(finite, np.ndarray) else finite
+        for i in np.flatnonzero(~finite):
+            Xa[:, i] = X_start[:, act[i]]  # never hand back a non-finite x
+            fl[i] = -14
+        bsys.residual(Xa, Ba, Ra)         # R = B - A X in FP64: the true residuals
+        ta = np.empty(act.size)
+        ops.col_dot(Ra, Ra, ta)
+        np.sqrt(ta, out=ta)
+        if not whole:
+            X[:, act] = Xa
+            R[:, act] = Ra
+        low = "float32" in (policy.working, policy.matrix)
+        for i, c in enumerate(act):
+            t = ta[i]
+            true[c] = t
+            if t <= tol[c]:
+                final[c], info[c] = True, 0
+            elif fl[i] == -14:
+                if solver.escalate and low and policy.stronger() is not None:
+                    straggle.append(c)
+                final[c], info[c] = True, -14
+            elif fl[i] != 0 or count[c] >= maxiter:
+                if t > start_true[c]:     # diverged: the starting x back
+                    X[:, c] = X_start[:, c]
+                    true[c] = start_true[c]
+                    R[:, c] = 0.0
+                    diverged[c] = True
+                final[c] = True
+                info[c] = fl[i] if fl[i] < 0 else max(int(count[c]), 1)
+            elif t > STAGNATION * last_true[c]:
+                # the true residual stopped improving: the precision's floor
+                if solver.escalate and policy.stronger() is not None:
+                    straggle.append(c)
+                final[c], info[c] = True, max(int(count[c]), 1)
+            else:
+                last_true[c] = t          # replaced: the next round starts from R = B - A X
+        act = np.flatnonzero(~final)
+    solve_time = time.perf_counter() - t1
+    results = []
+    escal = {}
+    for c in straggle:                    # escalation: the single path from x_c
+        r = solver.solve(np.ascontiguousarray(bh[:, c]),
+                         np.ascontiguousarray(to_host(X[:, c])), rtol=rtol, atol=atol,
+                         maxiter=max(1, maxiter - int(count[c])))
+        X[:, c] = to_device(np.asarray(r.x, np.float64), problem.device)
+        info[c] = r.info
+        iters[c] += r.iterations
+        true[c] = r.true_residual * bnrm[c]
+        escal[c] = r
+    rel_tol = float(np.max(np.where(bnrm > 0, tol / np.where(bnrm > 0, bnrm, 1.0), rtol)))
+    name = {"cg": "block CG", "gmres": "block GMRES"}[solver.method]
+    extra = f"{name}, deflation {deflation!r}"
+    if diverged.any():
+        extra += f"; column(s) {np.flatnonzero(diverged).tolist()} diverged: their starting x " \
+                 "is returned"
+    for c in range(k):
+        rel = true[c] / bnrm[c] if bnrm[c] else 0.0
+        r = escal.get(c)
+        results.append(dataclasses.replace(
+            r, iterations=int(iters[c])) if r is not None else _column_stub(
+            info[c], iters[c], rel, rel_tol, policy.name))
+    out = to_host(X) if host else X
+    res = _combine(solver, results, out, "block", time.perf_counter() - t0,
+                   hist=np.asarray(hist), extra=extra)
+    res.setup_time = setup
+    res.solve_time = solve_time + sum(r.solve_time for r in escal.values())
+    return res
+
+
+def _column_stub(info, iters, rel, rel_tol, precision):
+    """One column's figures in the shape :func:`_combine` reads."""
+    return SolveResult(x=None, info=int(info), iterations=int(iters), residuals=np.zeros(0),
+                       true_residual=float(rel), tolerance=rel_tol, setup_time=0.0,
+                       solve_time=0.0, status="", method="", precision=precision)

@@ -1,0 +1,422 @@
+"""Several right-hand sides: ``b`` of shape ``(n, k)`` (mpsolve.multi, krylov/block_*.py,
+kernels/cpu/spmm.py)."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mpsolve
+from mpsolve.kernels import lookup
+from mpsolve.kernels.registry import launch_plan
+from mpsolve.matrices import convection_diffusion2d, poisson2d
+from mpsolve.precond import make_preconditioner
+
+
+def _rhs(A, rng):
+    """Columns that converge at different iterations: A 1 (easy), random (harder), zero
+    (done at once), A (random) (another)."""
+    n = A.shape[0]
+    return np.column_stack([A @ np.ones(n), rng.standard_normal(n), np.zeros(n),
+                            A @ rng.standard_normal(n)])
+
+
+def _certified(A, x, b):
+    """``||b - A x||_2`` in long double (products and sums in 80-bit), relative to ``||b||``."""
+    A = sp.csr_matrix(A)
+    xl = x.astype(np.longdouble)
+    r = b.astype(np.longdouble).copy()
+    for i in range(A.shape[0]):
+        s, e = A.indptr[i], A.indptr[i + 1]
+        r[i] -= np.dot(A.data[s:e].astype(np.longdouble), xl[A.indices[s:e]])
+    bn = np.sqrt(np.sum(b.astype(np.longdouble) ** 2))
+    return float(np.sqrt(np.sum(r * r)) / (bn if bn else 1))
+
+
+# ----------------------------------------------------------------- kernels (parallel forms)
+@pytest.mark.parametrize("key", [("float64", "float64", "float64"),
+                                 ("float32", "float64", "float64"),
+                                 ("float32", "float32", "float64")])
+@pytest.mark.parametrize("mode", ["acc64", "acc32"])
+def test_spmm_parallel_form_matches_reference_and_spmv(key, mode):
+    """Large enough for the prange form: each column of the SpMM is the SpMV of that
+    column, bit for bit (same products in the same order), and the reference agrees."""
+    rng = np.random.default_rng(1)
+    n, k = 60000, 3
+    A = sp.random(n, n, density=4e-5, random_state=rng, format="csr") + sp.eye(n)
+    A = sp.csr_matrix(A)
+    A.sort_indices()
+    ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    plan = launch_plan("cpu", "spmv", ip)
+    assert plan.size > 2
+    data = A.data.astype(key[0])
+    X = rng.standard_normal((n, k)).astype(key[1])
+    Y = np.empty((n, k), key[2])
+    lookup("cpu", "spmm", key, mode)(plan, ip, ix, data, X, Y)
+    spmv = lookup("cpu", "spmv", key, mode)
+    y = np.empty(n, key[2])
+    for c in range(k):
+        spmv(plan, ip, ix, data, np.ascontiguousarray(X[:, c]), y)
+        assert np.array_equal(Y[:, c], y)
+    Yr = np.empty_like(Y)
+    lookup("reference", "spmm", key, mode)(None, ip, ix, data, X, Yr)
+    tol = 1e-4 if mode == "acc32" else 1e-12
+    np.testing.assert_allclose(Y, Yr, rtol=tol, atol=tol * np.abs(Yr).max())
+
+
+def test_block_kernels_parallel_forms_match_reference():
+    rng = np.random.default_rng(2)
+    n, k = 20000, 3
+    blk = lambda: rng.standard_normal((n, k))  # noqa: E731
+    A = sp.csr_matrix(sp.random(n, n, density=3e-4, random_state=rng) + sp.eye(n))
+    A.sort_indices()
+    ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    cases = {
+        "residual_mm": ([launch_plan("cpu", "spmv", ip), ip, ix, A.data, blk(), blk(),
+                         np.empty((n, k))], ("float64",) * 4, "acc64"),
+        "dmul_mm": ([rng.standard_normal(n), blk(), np.empty((n, k))], ("float64",) * 3, ""),
+        "col_dot": ([blk(), blk(), np.zeros(k)], ("float64",), "native"),
+        "col_axpy2_nrm2": ([rng.standard_normal(k), blk(), blk(), rng.standard_normal(k),
+                            blk(), blk(), np.zeros(k)], ("float64",), "native"),
+        "col_xpay": ([blk(), rng.standard_normal(k), blk()], ("float64",), ""),
+        "col_scal": ([rng.standard_normal(k), blk(), blk()], ("float64",), ""),
+        "col_mdot": ([rng.standard_normal((5, n, k)), 4, blk(), np.zeros((5, k))],
+                     ("float64",), "native"),
+        "col_maxpy": ([rng.standard_normal((5, n, k)), 4, rng.standard_normal((5, k)), blk()],
+                      ("float64",), ""),
+        "col_lincomb": ([rng.standard_normal((5, n, k)), rng.standard_normal((5, k)), 4,
+                         blk()], ("float64",), ""),
+    }
+    for op, (args, key, mode) in cases.items():
+        a_cpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        a_ref = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        if op == "residual_mm":
+            a_ref[0] = None
+        lookup("cpu", op, key, mode)(*a_cpu)
+        lookup("reference", op, key, mode)(*a_ref)
+        for x, y in zip(a_cpu, a_ref):
+            if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+                np.testing.assert_allclose(x, y, rtol=1e-11, atol=1e-11 * np.abs(y).max(),
+                                           err_msg=op)
+
+
+@pytest.mark.parametrize("blocks", [1, 4])
+@pytest.mark.parametrize("key", [("float64", "float64", "float64"),
+                                 ("float32", "float64", "float64"),
+                                 ("float32", "float32", "float32")])
+def test_ilu_sweeps_mm_matches_single_sweeps_and_reference(blocks, key):
+    """ILU(0)'s sweeps with k right-hand sides per row: each column as the single-vector
+    sweep (to rounding), and as the reference's."""
+    A = convection_diffusion2d(30)
+    M = make_preconditioner("ilu0", dtype=key[0], blocks=blocks).setup(A)
+    op = M._op
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((A.shape[0], 3)).astype(key[1])
+    Y = np.empty(X.shape, key[2])
+    args = (op.bounds, op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv)
+    lookup("cpu", "ilu_sweeps_mm", key)(*args, X, Y)
+    Yr = np.empty_like(Y)
+    lookup("reference", "ilu_sweeps_mm", key)(*args, X, Yr)
+    y = np.empty(X.shape[0], key[2])
+    tol = 1e-5 if "float32" in key[1:] else 1e-12
+    for c in range(3):
+        lookup("cpu", "ilu_sweeps", key)(*args, np.ascontiguousarray(X[:, c]), y)
+        np.testing.assert_allclose(Y[:, c], y, rtol=tol, atol=tol * np.abs(y).max())
+    np.testing.assert_allclose(Y, Yr, rtol=tol, atol=tol * np.abs(Yr).max())
+
+
+# ----------------------------------------------------------------- preconditioner blocks
+@pytest.mark.parametrize("name,params", [("jacobi", {}), ("ilu0", {}), ("ilu0", {"blocks": 3}),
+                                         ("isai", {}), ("isai", {"variant": "general"}),
+                                         ("block-jacobi", {"block_size": 2}),
+                                         ("block-ilu0", {"block_size": 2}),
+                                         ("block-isai", {"block_size": 2}), ("ilut", {})])
+def test_apply_block_equals_column_by_column_apply(name, params):
+    A = poisson2d(20)
+    M = make_preconditioner(name, dtype="float32", **params).setup(A)
+    rng = np.random.default_rng(4)
+    R = rng.standard_normal((A.shape[0], 5))
+    R0 = R.copy()
+    Z = np.empty_like(R)
+    M.apply_block(R, Z)
+    assert np.array_equal(R, R0)
+    want = np.column_stack([M.matvec(R[:, c]) for c in range(5)])
+    np.testing.assert_allclose(Z, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
+# ----------------------------------------------------------------- block solves
+CG_CASES = [(p, pc) for p in ("double", "mixed") for pc in ("none", "jacobi", "ilu0")]
+
+
+@pytest.mark.parametrize("precision,precond", CG_CASES)
+@pytest.mark.parametrize("deflation", ["compact", "mask"])
+def test_block_cg_columns_equal_single_solves(precision, precond, deflation):
+    A = poisson2d(30)
+    B = _rhs(A, np.random.default_rng(5))
+    B0 = B.copy()
+    res = mpsolve.solve(A, B, method="cg", precond=precond, precision=precision, rtol=1e-10,
+                        deflation=deflation)
+    assert np.array_equal(B, B0)
+    assert res.rhs_mode == "block" and res.x.shape == B.shape
+    assert res.info == 0 and list(res.column_info) == [0, 0, 0, 0]
+    assert res.column_iterations[2] == 0 and np.all(res.x[:, 2] == 0)
+    assert len(set(res.column_iterations.tolist())) == 4      # deflation exercised
+    for c in range(4):
+        one = mpsolve.solve(A, B[:, c], method="cg", precond=precond, precision=precision,
+                            rtol=1e-10)
+        assert res.column_iterations[c] == one.iterations
+        np.testing.assert_allclose(res.x[:, c], one.x, rtol=0,
+                                   atol=1e-9 * max(1.0, np.abs(one.x).max()))
+        if c != 2:
+            assert _certified(A, res.x[:, c], B[:, c]) <= 1e-10
+            assert res.column_true_residual[c] <= 1e-10
+    assert res.iterations == res.column_iterations.max()
+    assert res.true_residual == res.column_true_residual.max()
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("precond", ["none", "ilu0", "jacobi"])
+def test_block_gmres_columns_equal_single_solves(side, precond):
+    A = convection_diffusion2d(24, peclet=20)
+    B = _rhs(A, np.random.default_rng(6))
+    res = mpsolve.solve(A, B, method="gmres", precond=precond, precision="mixed", rtol=1e-10,
+                        restart=30, side=side)
+    assert res.rhs_mode == "block" and res.info == 0
+    for c in range(4):
+        one = mpsolve.solve(A, B[:, c], method="gmres", precond=precond, precision="mixed",
+                            rtol=1e-10, restart=30, side=side)
+        assert abs(int(res.column_iterations[c]) - one.iterations) <= 1
+        np.testing.assert_allclose(res.x[:, c], one.x, rtol=0,
+                                   atol=1e-8 * max(1.0, np.abs(one.x).max()))
+        if c != 2:
+            assert _certified(A, res.x[:, c], B[:, c]) <= 1e-10
+
+
+def test_x0_per_column_and_shared():
+    A = poisson2d(20)
+    n = A.shape[0]
+    rng = np.random.default_rng(7)
+    B = A @ rng.standard_normal((n, 3))
+    X0 = rng.standard_normal((n, 3))
+    X00 = X0.copy()
+    res = mpsolve.solve(A, B, X0, method="cg", precond="jacobi", precision="double",
+                        rtol=1e-10)
+    assert np.array_equal(X0, X00)
+    for c in range(3):
+        one = mpsolve.solve(A, B[:, c], X0[:, c], method="cg", precond="jacobi",
+                            precision="double", rtol=1e-10)
+        assert res.column_iterations[c] == one.iterations
+        np.testing.assert_allclose(res.x[:, c], one.x, atol=1e-12 * np.abs(one.x).max())
+    shared = mpsolve.solve(A, B, X0[:, 0], method="cg", precond="jacobi", precision="double",
+                           rtol=1e-10)
+    one = mpsolve.solve(A, B[:, 1], X0[:, 0], method="cg", precond="jacobi",
+                        precision="double", rtol=1e-10)
+    assert shared.column_iterations[1] == one.iterations
+    # a start that already solves a column: 0 iterations there
+    exact = np.linalg.solve(A.toarray(), B[:, 2])
+    X1 = X0.copy()
+    X1[:, 2] = exact
+    r = mpsolve.solve(A, B, X1, method="cg", precision="double", rtol=1e-8)
+    assert r.column_iterations[2] == 0 and r.column_info[2] == 0
+
+
+def test_no_false_success_and_worst_info():
+    """Too few iterations: the columns that did not converge say so (info > 0, true
+    residual above the tolerance), the scalar info is theirs."""
+    A = poisson2d(30)
+    B = _rhs(A, np.random.default_rng(8))
+    res = mpsolve.solve(A, B, method="cg", precond="none", precision="double", rtol=1e-10,
+                        maxiter=60)
+    assert res.info > 0 and not res.converged
+    for c in range(4):
+        rel = _certified(A, res.x[:, c], B[:, c])
+        if res.column_info[c] == 0:
+            assert rel <= 1e-10
+        else:
+            assert res.column_info[c] == 60 and rel > 1e-10
+    assert res.column_info[2] == 0
+    assert "of 4 right-hand sides converged" in res.status
+
+
+def test_breakdown_in_one_column_only():
+    """CG on an indefinite matrix: a column in its positive eigenspace converges, one that
+    meets the negative part breaks down (-12); the scalar info is the breakdown."""
+    n = 50
+    d = np.linspace(1, 10, n)
+    d[-1] = -1.0
+    A = sp.diags(d).tocsr()
+    B = np.zeros((n, 2))
+    B[0, 0] = 1.0                                    # e_0: positive part only
+    B[:, 1] = 1.0                                    # touches the negative eigenvalue
+    res = mpsolve.solve(A, B, method="cg", precond="none", precision="double", rtol=1e-10,
+                        escalate=False)
+    assert res.column_info[0] == 0
+    assert res.column_info[1] != 0
+    assert res.info == res.column_info[1]
+    assert _certified(A, res.x[:, 0], B[:, 0]) <= 1e-10
+
+
+def test_solver_reuses_the_set_up_for_blocks():
+    A = poisson2d(24)
+    n = A.shape[0]
+    s = mpsolve.Solver(A, method="cg", precond="ilu0", precision="mixed", rtol=1e-10)
+    rng = np.random.default_rng(9)
+    for k in (2, 5):
+        B = rng.standard_normal((n, k))
+        res = s.solve(B)
+        assert res.rhs_mode == "block" and res.info == 0 and res.x.shape == (n, k)
+        for c in range(k):
+            one = s.solve(B[:, c])
+            assert res.column_iterations[c] == one.iterations
+            np.testing.assert_allclose(res.x[:, c], one.x, atol=1e-9 * np.abs(one.x).max())
+    one = s.solve(B[:, :1])                            # (n, 1): one right-hand side
+    assert one.x.shape == (n,) and one.rhs_mode == "" and one.column_info is None
+
+
+@pytest.mark.parametrize("kw", [dict(method="bicgstab", precond="ilu0", precision="mixed"),
+                                dict(method="cg", precond="jacobi", precision="mixed-eft"),
+                                dict(method="gmres", precond="ilu0", precision="mixed-cb"),
+                                dict(method="cg", precond="jacobi", precision="ir")])
+def test_column_path_for_the_other_methods_and_policies(kw):
+    """What has no block body runs column by column: each column is exactly the single
+    solve (same code), certified in FP64."""
+    A = poisson2d(20)
+    B = _rhs(A, np.random.default_rng(10))
+    res = mpsolve.solve(A, B, rtol=1e-9, **kw)
+    assert res.rhs_mode == "by column" and res.info == 0
+    for c in range(4):
+        one = mpsolve.solve(A, B[:, c], rtol=1e-9, **kw)
+        assert res.column_iterations[c] == one.iterations
+        assert np.array_equal(res.x[:, c], one.x)
+        if c != 2:
+            assert _certified(A, res.x[:, c], B[:, c]) <= 1e-9
+
+
+def test_callback_runs_column_by_column():
+    A = poisson2d(12)
+    B = np.random.default_rng(11).standard_normal((A.shape[0], 2))
+    seen = []
+    res = mpsolve.solve(A, B, method="cg", precond="jacobi", precision="double", rtol=1e-8,
+                        callback=lambda xk: seen.append(xk.shape))
+    assert res.rhs_mode == "by column" and res.info == 0
+    assert len(seen) == res.column_iterations.sum()
+
+
+def test_dtypes_as_single_rhs():
+    A = poisson2d(16)
+    n = A.shape[0]
+    B = np.random.default_rng(12).standard_normal((n, 3))
+    r32 = mpsolve.solve(A.astype(np.float32), B.astype(np.float32), method="cg",
+                        precond="jacobi", rtol=1e-5)
+    one = mpsolve.solve(A.astype(np.float32), B[:, 0].astype(np.float32), method="cg",
+                        precond="jacobi", rtol=1e-5)
+    assert r32.x.dtype == one.x.dtype == np.float32 and r32.info == 0
+    assert r32.precision == one.precision
+    Bi = np.arange(3 * n).reshape(n, 3) % 7                     # integers: as FP64
+    ri = mpsolve.solve(A, Bi, method="cg", precond="jacobi", precision="double", rtol=1e-10)
+    assert ri.x.dtype == np.float64 and ri.rhs_mode == "block" and ri.info == 0
+    with pytest.raises(TypeError, match="b has dtype"):
+        mpsolve.solve(A, np.zeros((n, 2), dtype="U1"), method="cg")
+
+
+def test_auto_with_several_right_hand_sides():
+    A = poisson2d(20)
+    B = _rhs(A, np.random.default_rng(13))
+    res = mpsolve.solve(A, B, rtol=1e-9)
+    assert res.info == 0 and res.x.shape == B.shape
+    for c in (0, 1, 3):
+        assert _certified(A, res.x[:, c], B[:, c]) <= 1e-9
+
+
+# ----------------------------------------------------------------- bad input
+def test_bad_shapes_are_refused_naming_the_argument():
+    A = poisson2d(10)
+    n = A.shape[0]
+    with pytest.raises(ValueError, match=r"b has shape \(99, 3\)"):
+        mpsolve.solve(A, np.zeros((99, 3)), method="cg")
+    with pytest.raises(ValueError, match=r"x0 has shape"):
+        mpsolve.solve(A, np.ones((n, 3)), np.zeros((n, 2)), method="cg")
+    with pytest.raises(ValueError, match="b contains 1 NaN"):
+        B = np.ones((n, 2))
+        B[3, 1] = np.nan
+        mpsolve.solve(A, B, method="cg")
+    with pytest.raises(ValueError, match="deflation"):
+        mpsolve.solve(A, np.ones((n, 2)), method="cg", deflation="drop")
+    with pytest.raises(ValueError, match="b has shape"):
+        mpsolve.Solver(A, method="cg").solve(np.ones((n, 2, 2)))
+
+
+@pytest.mark.parametrize("fn", ["cg", "gmres", "bicgstab"])
+def test_scipy_style_functions_refuse_several_rhs_and_say_what_to_use(fn):
+    A = poisson2d(10)
+    n = A.shape[0]
+    f = getattr(mpsolve, fn)
+    with pytest.raises(ValueError) as err:
+        f(A, np.ones((n, 3)))
+    msg = str(err.value)
+    assert "b has shape" in msg and "mpsolve.solve" in msg and "Solver" in msg
+    x, info = f(A, np.ones((n, 1)), rtol=1e-8)            # (n, 1): SciPy accepts it
+    assert info == 0 and x.shape == (n,)
+
+
+# ----------------------------------------------------------------- PETSc
+def test_petsc_mat_apply_and_mat_solve():
+    PETSc = pytest.importorskip("petsc4py.PETSc")
+    import mpsolve.petsc as mp
+
+    A = convection_diffusion2d(30, peclet=20)
+    n = A.shape[0]
+    if mp.scalar_dtype().kind == "c":
+        pytest.skip("complex PETSc build")
+    P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
+                                                 A.indices.astype(PETSc.IntType), A.data),
+                              comm=PETSc.COMM_SELF)
+    P.assemble()
+    ctx = mp.ILU0(dtype="float64")
+    ksp = PETSc.KSP().create(PETSc.COMM_SELF)
+    ksp.setOperators(P)
+    ksp.setType("gmres")
+    ksp.setTolerances(rtol=1e-10, atol=0.0, max_it=2000)
+    pc = ksp.getPC()
+    pc.setType("python")
+    pc.setPythonContext(ctx)
+    ksp.setUp()
+    calls = []
+    block = ctx.M.apply_block
+    ctx.M.apply_block = lambda R, Z: (calls.append(R.shape), block(R, Z))
+    rng = np.random.default_rng(14)
+    R = rng.standard_normal((n, 4))
+    X = PETSc.Mat().createDense((n, 4), array=np.asfortranarray(R), comm=PETSc.COMM_SELF)
+    Y = PETSc.Mat().createDense((n, 4), comm=PETSc.COMM_SELF)
+    Y.setUp()
+    X.assemble()
+    Y.assemble()
+    pc.matApply(X, Y)
+    assert calls == [(n, 4)]                                   # one sweep for 4 columns
+    want = np.column_stack([ctx.M.matvec(R[:, j]) for j in range(4)])
+    np.testing.assert_allclose(Y.getDenseArray(), want, rtol=0, atol=1e-12 * np.abs(want).max())
+    # KSPMatSolve with the python PC: each column as the single KSPSolve
+    Bm = PETSc.Mat().createDense((n, 4), array=np.asfortranarray(A @ R), comm=PETSc.COMM_SELF)
+    Bm.assemble()
+    Xm = PETSc.Mat().createDense((n, 4), comm=PETSc.COMM_SELF)
+    Xm.setUp()
+    Xm.assemble()
+    ksp.matSolve(Bm, Xm)
+    got = Xm.getDenseArray().copy()
+    for j in range(4):
+        b, x = P.createVecs()
+        b.array[:] = (A @ R)[:, j]
+        ksp.solve(b, x)
+        np.testing.assert_allclose(got[:, j], x.array, atol=1e-7 * np.abs(x.array).max())
+        assert np.linalg.norm(A @ got[:, j] - (A @ R)[:, j]) <= 1e-9 * np.linalg.norm(A @ R[:, j])
+
+
+def test_complex_right_hand_sides_run_column_by_column():
+    A = poisson2d(12)
+    n = A.shape[0]
+    rng = np.random.default_rng(15)
+    B = rng.standard_normal((n, 2)) + 1j * rng.standard_normal((n, 2))
+    res = mpsolve.solve(A, B, method="cg", precond="jacobi", precision="double", rtol=1e-10)
+    assert res.rhs_mode == "by column" and res.info == 0 and res.x.dtype == np.complex128
+    for c in range(2):
+        one = mpsolve.solve(A, B[:, c], method="cg", precond="jacobi", precision="double",
+                            rtol=1e-10)
+        np.testing.assert_allclose(res.x[:, c], one.x, atol=1e-12 * np.abs(one.x).max())
