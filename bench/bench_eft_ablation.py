@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import linecache
 import math
+import os
 import pathlib
 import platform
 import sys
@@ -125,8 +126,13 @@ class Switch:
 
 
 def run(A, b, method, precision, rtol, switch=None):
-    """One solve; ``switch`` rewires the System's reductions (see :class:`Switch`)."""
+    """One solve; ``switch`` rewires the System's reductions (see :class:`Switch`).  Every
+    solve runs the methods' Python bodies (``MPSOLVE_FUSED=0``), where the switch acts: a
+    compiled loop (small systems) would take its reductions from the policy alone.  The
+    compiled loops give the Python bodies' bits, so the counts are those of any solve."""
     orig = _system.make_system
+    fused = os.environ.get("MPSOLVE_FUSED")
+    os.environ["MPSOLVE_FUSED"] = "0"
     if switch is not None:
         def make(problem, policy):
             return switch.wrap(orig(problem, policy))
@@ -137,6 +143,10 @@ def run(A, b, method, precision, rtol, switch=None):
                      escalate=False, maxiter=maxiter, **_kw(method))
     finally:
         _system.make_system = orig
+        if fused is None:
+            del os.environ["MPSOLVE_FUSED"]
+        else:
+            os.environ["MPSOLVE_FUSED"] = fused
 
 
 def ablation_rows(problems, rtol, log):
