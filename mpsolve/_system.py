@@ -584,7 +584,11 @@ def compiled_loop(sys: System, op: str):
     CSR product) and the device's launch plan for the op accepts the sizes (the CPU: only
     where every kernel of the Python loop is serial, so both give the same bits).  The
     environment variable ``MPSOLVE_FUSED`` overrides: ``0`` never, ``1`` wherever the
-    op exists, whatever the size (read when the System first asks)."""
+    op exists, whatever the size (read when the System first asks).  An object that is
+    not a :class:`System` (a body driven on bare primitives, as the GPU checks do) gets
+    ``None``: the loops need the System's stored operators."""
+    if not isinstance(sys, System):
+        return None
     M = sys.problem.M_user
     arrays = _desc_arrays(M)
     got = sys.loops.get(op)

@@ -519,3 +519,29 @@ def test_auto_monitor_is_periodic_without_a_user_callback(monkeypatch):
     calls = []
     mpsolve.solve(A, b, rtol=1e-8, callback=calls.append)
     assert seen == [auto.CHECK_EVERY, None] and calls
+
+
+def test_a_body_on_bare_primitives_runs_its_python_loop():
+    """cg_body driven on an object that is not a System (bound primitives only, as the GPU
+    checks drive it): no compiled loop is asked for, the Python loop converges."""
+    import types
+
+    from mpsolve._system import Workspace
+    from mpsolve.kernels.primitives import bind_primitives
+    from mpsolve.krylov.cg import cg_body
+
+    A = poisson2d(6)
+    b = A @ np.ones(36)
+    ops = bind_primitives("cpu", np.float64, "native", np)
+
+    def matvec_dot(p, q):
+        q[:] = A @ p
+        return ops.dot(p, q)
+
+    bare = types.SimpleNamespace(ops=ops, matvec_dot=matvec_dot, psolve=None,
+                                 workspace=Workspace(np), dtype=np.dtype(np.float64))
+    assert compiled_loop(bare, "cg_loop") is None
+    x, r, hist = np.zeros(36), b.copy(), []
+    it, _, flag = cg_body(bare, x, r, 100, 1e-10 * np.linalg.norm(b), None, hist)
+    assert flag == 0 and 0 < it == len(hist)
+    assert np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
