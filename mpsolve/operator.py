@@ -132,35 +132,29 @@ class SparseOperator(_Stored):
         """Bytes of matrix storage (values, indices, row pointers)."""
         return int(self.data.nbytes + self.indices.nbytes + self.indptr.nbytes)
 
-    def _kernel(self, xd, yd):
-        kern = lookup(self.device, "spmv", (self.dtype, xd, yd), self._mode)
+    def _csr_kernel(self, op, dtypes, mode=""):
+        """The device's ``op`` for ``(self.dtype, *dtypes)`` and ``mode`` with this matrix's
+        arrays bound: ``f(*vectors)`` calls ``op(parts, indptr, indices, data, *vectors)``.
+        ``KeyError`` (naming what exists) where the device has none."""
+        kern = lookup(self.device, op, (self.dtype, *dtypes), mode)
         parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
 
-        def f(x, y):
-            kern(parts, ip, ix, d, x, y)  # y = A x
+        def f(*vectors):
+            return kern(parts, ip, ix, d, *vectors)
 
         return f
+
+    def _kernel(self, xd, yd):
+        return self._csr_kernel("spmv", (xd, yd), self._mode)            # y = A x
 
     def _block_kernel(self, xd, yd):
-        kern = lookup(self.device, "spmm", (self.dtype, xd, yd), self._mode)
-        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
-
-        def f(X, Y):
-            kern(parts, ip, ix, d, X, Y)  # Y = A X, one sweep over A
-
-        return f
+        return self._csr_kernel("spmm", (xd, yd), self._mode)     # Y = A X, one sweep over A
 
     def bind_block_residual(self, dtype):
         """Kernel ``f(X, B, R)`` computing ``R <- B - A X`` for ``(n, k)`` blocks (FP64 row
         sums, one sweep over ``A``); ``KeyError`` where the device has none."""
         dt = dtype_name(dtype)
-        kern = lookup(self.device, "residual_mm", (self.dtype, dt, dt, dt), "acc64")
-        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
-
-        def f(X, B, R):
-            kern(parts, ip, ix, d, X, B, R)  # R = B - A X
-
-        return f
+        return self._csr_kernel("residual_mm", (dt, dt, dt), "acc64")     # R = B - A X
 
     def bind_dot(self, dtype):
         """Kernel ``f(x, y) -> x . y`` computing ``y <- A x`` and the native dot of
@@ -171,38 +165,20 @@ class SparseOperator(_Stored):
         if self._mode != "acc64" or self.shape[0] != self.shape[1]:
             return None
         try:
-            kern = lookup(self.device, "spmv_dot", (self.dtype, dt, dt), "acc64")
+            return self._csr_kernel("spmv_dot", (dt, dt), "acc64")  # y = A x; return x . y
         except KeyError:
             return None
-        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
-
-        def f(x, y):
-            return kern(parts, ip, ix, d, x, y)  # y = A x; return x . y
-
-        return f
 
     def bind_residual(self, dtype):
         """Kernel ``f(x, b, r)`` computing ``r <- b - A x`` (FP64 row sums)."""
         dt = dtype_name(dtype)
-        kern = lookup(self.device, "residual", (self.dtype, dt, dt, dt), "acc64")
-        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
-
-        def f(x, b, r):
-            kern(parts, ip, ix, d, x, b, r)  # r = b - A x
-
-        return f
+        return self._csr_kernel("residual", (dt, dt, dt), "acc64")        # r = b - A x
 
     def bind_residual_dd(self):
         """Kernel ``f(xh, xl, b, r, rl)`` computing ``r + rl <- b - A (xh + xl)`` with Dot2
         per row (FP64 values only; the device's ``residual_dd``: a ``KeyError`` naming what
         exists where it has none)."""
-        kern = lookup(self.device, "residual_dd", (self.dtype,))
-        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
-
-        def f(xh, xl, b, r, rl):
-            kern(parts, ip, ix, d, xh, xl, b, r, rl)  # r + rl = b - A (xh + xl)
-
-        return f
+        return self._csr_kernel("residual_dd", ())        # r + rl = b - A (xh + xl)
 
     def to_scipy(self):
         """The stored matrix as a SciPy CSR matrix with FP64 (complex128) values (on the

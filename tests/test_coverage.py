@@ -51,3 +51,8 @@ def test_fastest_repeats_only_short_runs(monkeypatch):
     calls.clear()
     out, t = coverage._fastest(lambda: calls.append(1) or len(calls))
     assert (out, t, len(calls)) == (1, 2.0, 1)          # 2 s: not repeated
+    own = iter([("a", 0.5), ("b", 0.125), ("c", 1.5)])  # runs that time themselves
+    monkeypatch.setattr(coverage.time, "perf_counter", lambda: 0.0)
+    assert coverage._fastest(lambda: next(own), own_clock=True) == ("b", 0.125)
+    own = iter([("a", 3.0), ("b", 0.1)])
+    assert coverage._fastest(lambda: next(own), own_clock=True) == ("a", 3.0)   # not repeated
