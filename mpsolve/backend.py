@@ -242,6 +242,45 @@ def _guard(fn, problems, what):
         return None
 
 
+#: The wheels of numba-cuda's compiler tool chain (a CUDA toolkit can stand in for them).
+_TOOLCHAIN = ("nvidia-cuda-nvrtc", "nvidia-nvjitlink", "nvidia-nvvm")
+
+
+def _smoke_kernel(cupy, report, missing) -> None:
+    """Compile a one-line numba-cuda kernel and run it on a CuPy array: the check that
+    the whole stack (numba-cuda, NVVM, the driver, NumPy) works together.  Sets
+    ``report["kernel"]``; a failure is appended to ``missing`` with what fixes it."""
+    def run():
+        from numba import cuda
+
+        @cuda.jit
+        def _twice_plus_one(a):
+            i = cuda.grid(1)
+            if i < a.size:
+                a[i] = 2.0 * a[i] + 1.0
+
+        a = cupy.arange(4, dtype=np.float64)
+        _twice_plus_one[1, 32](a)
+        return cupy.asnumpy(a).tolist() == [1.0, 3.0, 5.0, 7.0]
+
+    try:
+        ok = run()
+    except Exception as err:  # noqa: BLE001 - a diagnostic reports every failure
+        text = (str(err).strip().splitlines() or [""])[0]
+        why = f"numba-cuda cannot compile a kernel here: {type(err).__name__}: {text}"
+        if "row_stack" in text:
+            why += (f" (numba-cuda {_dist_version('numba-cuda')} calls numpy.row_stack, which "
+                    f"NumPy 2.5 removed; NumPy here is {np.__version__}: "
+                    "pip install 'numpy<2.5')")
+            report["fix_requirements"] = ["numpy<2.5"]
+        missing.append(why)
+        report["kernel"] = "failed"
+        return
+    report["kernel"] = "compiled and ran" if ok else "ran with a wrong result"
+    if not ok:
+        missing.append("a numba-cuda test kernel ran but gave a wrong result")
+
+
 def gpu_report() -> dict:
     """What this process finds of the GPU stack, and what is missing.
 
@@ -269,8 +308,12 @@ def gpu_report() -> dict:
         packages[other] = _dist_version(other)
         notes.append(f"{other} is installed too: CuPy for another CUDA major version may "
                      f"shadow cupy-cuda13x (pip uninstall {other})")
+    absent = []                # wheels of the compiler tool chain, judged by the smoke test
     for name, what, req in _GPU_PACKAGES:
         if packages[name] is None:
+            if name in _TOOLCHAIN:
+                absent.append((name, what, req))
+                continue
             missing.append(f"{name} is not installed ({what})")
             if req not in fix:
                 fix.append(req)
@@ -341,7 +384,21 @@ def gpu_report() -> dict:
         if _guard(_numba_sees_gpu, missing, "numba-cuda cannot reach the GPU") is False:
             missing.append("numba-cuda does not find the GPU that CuPy sees "
                            "(numba.cuda.is_available() is False)")
-    report["fix"] = ([f"pip install {' '.join(repr(r) if '[' in r else r for r in fix)}"]
+        elif not missing:
+            _smoke_kernel(cupy, report, missing)
+    # NVRTC, nvJitLink and NVVM come as wheels with numba-cuda[cu13] or from a CUDA
+    # toolkit that numba-cuda finds by itself: a missing wheel matters only where no
+    # kernel could be compiled and run
+    for name, what, req in absent:
+        if report.get("kernel") == "compiled and ran":
+            notes.append(f"{name} is not installed as a wheel ({what}): numba-cuda found "
+                         "it elsewhere (a CUDA toolkit)")
+        else:
+            missing.append(f"{name} is not installed ({what})")
+            if req not in fix:
+                fix.append(req)
+    fix += report.pop("fix_requirements", [])
+    report["fix"] = ([f"pip install {' '.join(repr(r) if set(r) & set('[<>=') else r for r in fix)}"]
                      if fix else [])
     report["usable"] = bool(report["gpus"]) and not missing
     return report
@@ -367,6 +424,8 @@ def format_gpu_report(report: dict) -> str:
             lines.append(f"{label:<{w}}{v[key] or 'not found'}")
     for name, ver in report["packages"].items():
         lines.append(f"{name:<{w}}{ver or 'NOT INSTALLED'}")
+    if "kernel" in report:
+        lines.append(f"{'test kernel':<{w}}{report['kernel']}")
     lines.append(f"{'CUDA simulator':<{w}}" + (
         "on (NUMBA_ENABLE_CUDASIM): device 'gpu' runs numba's CUDA simulator on NumPy "
         "arrays (slow; for tests)" if report["simulator"] else "off"))
@@ -378,7 +437,7 @@ def format_gpu_report(report: dict) -> str:
     if report["fix"]:
         lines.append("fix:")
         lines += [f"  {c}" for c in report["fix"]]
-    elif not report["usable"]:
+    elif not report["usable"] and not report["gpus"]:
         lines.append("the GPU packages are complete: what is missing is a GPU and its driver, "
                      "which pip cannot install (the simulator and the PTX/SASS compile checks "
                      "run without them)")

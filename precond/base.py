@@ -212,6 +212,8 @@ class Preconditioner:
     def matvec(self, r):
         """``M @ r`` into a new array (SciPy's operator protocol)."""
         self._check_ready()
+        if not on_host(r):                  # a device array: M r on the device, returned there
+            return self._matvec_on_device(r)
         r = np.asarray(r)
         squeeze = r.ndim == 2
         r1 = np.ascontiguousarray(r.reshape(-1))
@@ -234,10 +236,34 @@ class Preconditioner:
             out = to_host(od)
         return out.reshape(-1, 1) if squeeze else out
 
+    def _matvec_on_device(self, r):
+        if is_host(self.device):
+            raise TypeError(f"r is a device array but {type(self).__name__} is set up on "
+                            f"device {self.device!r}: set it up with device='gpu', or pass "
+                            "a NumPy array")
+        xp = array_module(self.device)
+        squeeze = r.ndim == 2
+        r1 = xp.ascontiguousarray(r.reshape(-1))
+        if r1.dtype.kind not in "fc" or r1.dtype.itemsize < 4:
+            r1 = r1.astype(np.float64)
+        if self.dtype.kind == "c" and r1.dtype.kind != "c":
+            r1 = r1.astype(self.dtype)
+        elif self.dtype.kind != "c" and r1.dtype.kind == "c":
+            raise TypeError(f"{type(self).__name__} was set up for a real A; it cannot "
+                            f"apply to the complex vector r (set it up for a complex A)")
+        if r1.shape[0] != self.shape[0]:
+            raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
+        out = xp.empty_like(r1)
+        self.apply(r1, out)
+        return out.reshape(-1, 1) if squeeze else out
+
     def __matmul__(self, r):
-        r = np.asarray(r)
+        on_dev = not on_host(r)             # CuPy in, CuPy out (matvec checks the device)
+        r = r if on_dev else np.asarray(r)
         if r.ndim == 2 and r.shape[1] > 1:
-            return np.column_stack([self.matvec(r[:, j]) for j in range(r.shape[1])])
+            cols = [self.matvec(r[:, j]) for j in range(r.shape[1])]
+            return array_module(self.device).stack(cols, axis=1) if on_dev \
+                else np.column_stack(cols)
         return self.matvec(r)
 
     def aslinearoperator(self) -> spla.LinearOperator:

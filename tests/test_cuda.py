@@ -191,3 +191,15 @@ def test_gpu(name, table):
     """``tests/cuda/*gpu*.py`` on a real device (skipped with the reason without one)."""
     _check("gpu", name,
            {"NUMBA_ENABLE_CUDASIM": "0", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0"}, 900, table)
+
+
+def test_launch_reads_device_attributes_cuda_has():
+    """``_launch`` reads the device's properties by name (``dev.NAME`` is numba-cuda's lazy
+    lookup of ``CU_DEVICE_ATTRIBUTE_NAME``): every name must exist in the driver API, or
+    the first launch on hardware fails (``MAX_THREADS_PER_MULTI_PROCESSOR`` did)."""
+    driver = pytest.importorskip("cuda.bindings.driver")
+    names = set(re.findall(r"\bdev\.([A-Z][A-Z0-9_]+)", (CUDA_PKG / "_launch.py").read_text()))
+    assert names >= {"WARP_SIZE", "MULTIPROCESSOR_COUNT"}, names
+    missing = sorted(n for n in names
+                     if not hasattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{n}"))
+    assert not missing, missing

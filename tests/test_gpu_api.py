@@ -473,3 +473,38 @@ def test_bench_gpu_harness_runs_end_to_end_on_stand_ins(tmp_path, capsys):
     assert any(r["paper (A100)"] == 11.2 for r in data["paper"])
     assert "## Against the paper" in md and "## SpMV" in md
     assert "results_gpu.md" in capsys.readouterr().out
+
+
+def test_smoke_kernel_failure_names_the_fix(monkeypatch):
+    """``gpu_report`` compiles and runs a test kernel; where numba-cuda cannot compile (as
+    numba-cuda 0.30.4 under NumPy 2.5, whose ``row_stack`` it calls), the report says so
+    and names the pip command."""
+    from numba import cuda
+
+    def jit(*a, **k):
+        raise AttributeError("module 'numpy' has no attribute 'row_stack'")
+
+    monkeypatch.setattr(cuda, "jit", jit)
+    report, missing = {}, []
+    backend._smoke_kernel(None, report, missing)
+    assert report["kernel"] == "failed"
+    assert len(missing) == 1 and "row_stack" in missing[0] and "numpy<2.5" in missing[0]
+    assert report["fix_requirements"] == ["numpy<2.5"]
+
+
+def test_matvec_of_a_host_preconditioner_refuses_a_device_array_by_name():
+    """``M.matvec(r)`` keeps a CuPy ``r`` on the device (checked on a GPU by
+    ``tests/cuda/gpu_solvers.py``); a preconditioner set up on the CPU says which device
+    it is on instead of failing inside ``numpy.asarray``."""
+    from mpsolve.matrices import poisson2d
+    from mpsolve.precond import Jacobi
+
+    class FakeDeviceArray:              # what backend.on_host sees as a CuPy array
+        __module__ = "cupy._fake"
+        ndim, shape = 1, (16,)
+
+    M = Jacobi().setup(poisson2d(4))
+    with pytest.raises(TypeError, match="device='gpu'"):
+        M.matvec(FakeDeviceArray())
+    with pytest.raises(TypeError, match="device='gpu'"):
+        M @ FakeDeviceArray()

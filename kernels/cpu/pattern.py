@@ -76,14 +76,14 @@ def _bsr_fill(indptr, indices, data, b, nb, nchunk, bound, tmp, aptr, aind, adat
 @njit(parallel=True, **JIT)
 def _all_diagonal(indptr, indices):
     n = indptr.size - 1
-    missing = 0
+    # one flag a row, summed after the loop: numba 0.68.0's parfor reduction analysis
+    # rejects a reduction fed by a variable the inner loop assigns ("unexpected cycle")
+    hit = np.zeros(n, dtype=np.int64)
     for i in prange(n):
-        hit = 0
         for p in range(indptr[i], indptr[i + 1]):
             if indices[p] == i:
-                hit = 1
-        missing += 1 - hit
-    return missing == 0
+                hit[i] = 1
+    return hit.sum() == n
 
 
 @register("cpu", "bsr_from_csr", _F64 + [("complex128",)])
@@ -171,8 +171,9 @@ def _product_fill(pptr, pind, sptr, sind, part, nchunk, qptr, qind):
 @njit(parallel=True, **JIT)
 def _canonical_with_diagonal(sptr, sind):
     # every row strictly increasing and holding its diagonal?
+    # (flags a row, summed after the loop: see _all_diagonal)
     nb = sptr.size - 1
-    bad = 0
+    good = np.zeros(nb, dtype=np.int64)
     for i in prange(nb):
         hit = 0
         ok = 1
@@ -181,8 +182,8 @@ def _canonical_with_diagonal(sptr, sind):
                 hit = 1
             if p > sptr[i] and sind[p] <= sind[p - 1]:
                 ok = 0
-        bad += 1 - hit * ok
-    return bad == 0
+        good[i] = hit * ok
+    return good.sum() == nb
 
 
 @njit(parallel=True, **JIT)

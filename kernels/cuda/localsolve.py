@@ -409,7 +409,8 @@ def _launch(kernel, A, pos, *extra, nrhs=0):
     xp = np
     if type(A).__module__.split(".")[0] == "cupy":
         import cupy as xp  # noqa: F811
-    Xo = xp.zeros(shape, dtype=np.float64)
+        pos = xp.asarray(pos)           # checked on the host, uploaded once with A (numba
+    Xo = xp.zeros(shape, dtype=np.float64)   # would copy a host array at every launch)
     Qo = xp.zeros((batch, 2), dtype=np.float64)
     strm = stream(A, pos, Xo, Qo)
     dA, dpos, dX, dQ = dev(A, pos, Xo, Qo)
