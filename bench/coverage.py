@@ -243,7 +243,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m mpsolve.bench.coverage",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--collection", default=str(here.parent / "shared" / "matrices" / "suitesparse"))
-    p.add_argument("--out", default=str(here / "bench" / "results" / "coverage.md"))
+    p.add_argument("--out", default=str(here / "bench" / "results" / "coverage.md"),
+                   help="the Markdown file to write (or a folder: its coverage.md)")
     p.add_argument("--only", nargs="*", default=None, help="these matrices only")
     p.add_argument("--no-generated", action="store_true")
     p.add_argument("--time-limit", type=float, default=60.0,
@@ -270,8 +271,12 @@ def main(argv=None):
         print(name, A.shape[0], "auto", _cell(auto), "own best", _cell(own), "petsc",
               pet and _cell(pet), "scipy", _cell(sci), flush=True)
     text = _markdown(table, have_petsc)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    out = Path(args.out)
+    if out.is_dir():                        # a folder: its coverage.md
+        out = out / "coverage.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    args.out = str(out)
     print(f"written {args.out}")
     return 0
 

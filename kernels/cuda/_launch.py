@@ -236,9 +236,10 @@ def read_scalar(out, strm):
     if SIM:
         v = out.copy_to_host()[0]
         return complex(v) if np.iscomplexobj(v) else float(v)
-    host = _PINNED.get(out.dtype.char)
+    key = (out.dtype.char, threading.get_ident())   # a thread's own: no race between streams
+    host = _PINNED.get(key)
     if host is None:                    # one pinned scalar a dtype: no allocation a call
-        host = _PINNED[out.dtype.char] = cuda.pinned_array(1, dtype=out.dtype)
+        host = _PINNED[key] = cuda.pinned_array(1, dtype=out.dtype)
     src = out if out.size == 1 else out[:1]
     if not strm:
         src.copy_to_host(host)
@@ -249,7 +250,7 @@ def read_scalar(out, strm):
     return complex(v) if np.iscomplexobj(v) else float(v)
 
 
-_PINNED: Dict[str, np.ndarray] = {}
+_PINNED: Dict[tuple, np.ndarray] = {}
 
 
 # --- scratch -------------------------------------------------------------------------------
