@@ -177,7 +177,7 @@ def analyse(A) -> Analysis:
     C = canonical_csr(check_matrix(A, "A"))      # no copy when A is canonical already
     n = C.shape[0]
     cplx = C.dtype.kind == "c"
-    data = np.abs(C.data).astype(np.float64)
+    data = np.abs(C.data).astype(np.float64, copy=False)
     d = C.diagonal()
     ad = np.abs(d).astype(np.float64)
     lengths = np.diff(C.indptr)
@@ -188,7 +188,12 @@ def analyse(A) -> Analysis:
         starts = C.indptr[:-1][full]
         rowmax[full] = np.maximum.reduceat(data, starts)
         rowsum[full] = np.add.reduceat(data, starts)
-    nz = data[data > 0]
+    # the largest and smallest nonzero |a_ij|: a pass each, a masked one only where
+    # explicit zeros are stored (a gather of the nonzeros cost 12x a pass)
+    amax = float(data.max(initial=0.0))
+    amin = float(data.min(initial=np.inf))
+    if amin == 0.0:
+        amin = float(np.where(data > 0, data, np.inf).min(initial=np.inf))
     # the symmetry test of ILU(0)'s symmetric form (same kernel, same tolerance): when auto
     # calls A symmetric, IC(0) is symmetric too and CG may use it
     if cplx:                                     # Hermitian, to the same relative tolerance
@@ -212,8 +217,8 @@ def analyse(A) -> Analysis:
         if n else 1.0,
         block_size=int(detect_block_size(C)) if n else 1,
         row_length_spread=float(lengths.max() / max(lengths.mean(), 1)) if n else 1.0,
-        value_range=float(np.log10(nz.max() / nz.min())) if nz.size else 0.0,
-        fits_float32=bool(not nz.size or (nz.max() < f32.max / 16 and nz.min() >= f32.tiny)),
+        value_range=float(np.log10(amax / amin)) if amax > 0 else 0.0,
+        fits_float32=bool(amax == 0 or (amax < f32.max / 16 and amin >= f32.tiny)),
     )
     an.time = time.perf_counter() - t0
     return an
