@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from .common import emit
+
 
 def _best(f, repeat):
     best = np.inf
@@ -105,10 +107,7 @@ def main(argv=None):
         lines.append(f"| {name} | {how} | {its} | {ta:.4f} | {tb:.4f} | {tb / ta:.2f}x | "
                      f"{'yes' if same else 'NO'} |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -89,3 +89,11 @@ def sampled(values, points=400):
     """About ``points`` evenly spaced items of ``values`` (a residual history), as floats."""
     step = max(1, len(values) // points)
     return [float(v) for v in values[::step]]
+
+
+def emit(text, out=None):
+    """Print a result ``text`` and, given a path ``out``, write it there too."""
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)

@@ -25,6 +25,8 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
+from .common import emit
+
 
 def _problem(name, collection):
     from mpsolve.matrices import generate, read_mtx
@@ -110,10 +112,7 @@ def main(argv=None):
     rows, build = run(a.files, a.collection)
     text = markdown(rows, build, "python -m mpsolve.bench.gpu_petsc_cpu " + " ".join(
         argv if argv is not None else __import__("sys").argv[1:]))
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+    emit(text, a.out)
 
 
 if __name__ == "__main__":

@@ -30,3 +30,7 @@ python -m mpsolve.bench.coverage --collection "$COLL"
 python -m mpsolve.bench.bench_safenorm
 # several right-hand sides in one sweep: k = 1, 2, 4, 8 on 1M unknowns (issue 14, item 2)
 python -m mpsolve.bench.bench_multi_rhs --out bench/results/multi_rhs.md
+# the GPU (needs one: bench/results/gpu/ was made by `bash bench/gpu_device.sh` on a lent
+# H100); then here, PETSc on this CPU against the GPU's Block-ISAI times
+python -m mpsolve.bench.gpu_petsc_cpu bench/results/gpu/generated.json \
+    bench/results/gpu/suitesparse.json --collection "$COLL" --out bench/results/gpu/vs_petsc_cpu.md
