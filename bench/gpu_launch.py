@@ -9,7 +9,8 @@ wall clock over many calls with the device synchronised at the end, for ``n`` = 
   converts their ``__cuda_array_interface__`` at each launch);
 * ``cuda.as_cuda_array(x, sync=False)`` alone (what ``_launch.dev`` does per array);
 * mpsolve's registered ``axpy`` and native/compensated ``dot`` on CuPy arrays;
-* a whole CG + Jacobi iteration on the GPU (``mixed``), from a fixed iteration count.
+* a whole CG + Jacobi iteration on the GPU (``mixed``), from a fixed iteration count;
+* at n = 1e7, FP64 and FP32, the achieved bandwidth (vectors read and written once).
 
 Writes ``launch.md`` to ``--out``; nothing is asserted.
 """
@@ -20,6 +21,8 @@ import os
 import time
 
 import numpy as np
+
+from .common import emit
 
 
 def _per_call(fn, sync, reps):
@@ -50,10 +53,10 @@ def run(out_dir):
             y[i] += a * x[i]
 
     rows = []
-    for n in (1_000, 10_000_000):
+    for n, dtype in ((1_000, np.float64), (10_000_000, np.float64), (10_000_000, np.float32)):
         reps = 2000 if n < 10**5 else 50
-        x = cp.random.standard_normal(n)
-        y = cp.random.standard_normal(n)
+        x = cp.random.standard_normal(n).astype(dtype)
+        y = cp.random.standard_normal(n).astype(dtype)
         dx, dy = cuda.as_cuda_array(x, sync=False), cuda.as_cuda_array(y, sync=False)
         blocks = (n + 255) // 256
         cases = {
@@ -62,15 +65,18 @@ def run(out_dir):
             "numba kernel, numba arrays": lambda: axpy_k[blocks, 256](0.5, dx, dy),
             "numba kernel, CuPy arrays": lambda: axpy_k[blocks, 256](0.5, x, y),
             "as_cuda_array (one array)": lambda: cuda.as_cuda_array(x, sync=False),
-            "mpsolve axpy": lambda f=lookup("gpu", "axpy", ("float64",)): f(0.5, x, y),
-            "mpsolve dot native": lambda f=lookup("gpu", "dot", ("float64",), "native"):
-                f(x, y),
+            "mpsolve axpy": lambda f=lookup("gpu", "axpy", (dtype,)): f(0.5, x, y),
+            "mpsolve dot native": lambda f=lookup("gpu", "dot", (dtype,), "native"): f(x, y),
             "mpsolve dot compensated":
-                lambda f=lookup("gpu", "dot", ("float64",), "compensated"): f(x, y),
+                lambda f=lookup("gpu", "dot", (dtype,), "compensated"): f(x, y),
         }
+        moved = {"cupy y += a*x": 3, "numba kernel, numba arrays": 3,
+                 "numba kernel, CuPy arrays": 3, "mpsolve axpy": 3}   # vectors read+written
         for name, fn in cases.items():
             s = _per_call(fn, sync, reps)
-            rows.append((name, n, s * 1e6))
+            gbs = (moved.get(name, 2) * n * x.itemsize / s / 1e9
+                   if "as_cuda_array" not in name else None)
+            rows.append((f"{name} ({np.dtype(dtype).name})", n, s * 1e6, gbs))
     # a whole iteration: CG + Jacobi, mixed, fixed iteration counts
     for m in (20, 100):
         A = poisson3d(m)
@@ -87,20 +93,19 @@ def run(out_dir):
             its[k] = (time.perf_counter() - t0, r.iterations)
         (t1, k1), (t2, k2) = its[10], its[60]
         rows.append((f"CG+Jacobi iteration, poisson3d:{m}", A.shape[0],
-                     (t2 - t1) / max(1, k2 - k1) * 1e6))
+                     (t2 - t1) / max(1, k2 - k1) * 1e6, None))
         rows.append((f"CG+Jacobi solve overhead (10 its less 10 iterations), poisson3d:{m}",
-                     A.shape[0], (t1 - 10 * (t2 - t1) / max(1, k2 - k1)) * 1e6))
+                     A.shape[0], (t1 - 10 * (t2 - t1) / max(1, k2 - k1)) * 1e6, None))
     lines = ["# Cost of one GPU call from Python", "",
              f"`python -m mpsolve.bench.gpu_launch`, {time.strftime('%Y-%m-%d %H:%M')}, "
              f"{cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}", "",
-             "| call | n | us per call |", "| --- | --- | --- |"]
-    lines += [f"| {a} | {n} | {us:.1f} |" for a, n, us in rows]
+             "| call | n | us per call | GB/s |", "| --- | --- | --- | --- |"]
+    lines += [f"| {a} | {n} | {us:.1f} | {'-' if g is None else f'{g:.0f}'} |"
+              for a, n, us, g in rows]
     text = "\n".join(lines) + "\n"
-    print(text)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "launch.md"), "w") as f:
-            f.write(text)
+    emit(text, os.path.join(out_dir, "launch.md") if out_dir else None)
 
 
 def main(argv=None):

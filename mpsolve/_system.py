@@ -40,7 +40,7 @@ from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field
 from .precond.base import Preconditioner
-from .result import USER_STOP, wants_stop
+from .result import USER_STOP, callback_period, wants_stop
 
 __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
            "set_rhs", "system_for", "compiled_loop", "STAGNATION"]
@@ -599,6 +599,21 @@ def compiled_loop(sys: System, op: str):
     run = _make_loop(sys, op)
     sys.loops[op] = (run, arrays)
     return run
+
+
+def run_compiled_loop(sys, op: str, x, r, maxiter, tol, hist, callback):
+    """A single-vector body's whole iteration by its compiled loop ``op``
+    (:func:`compiled_loop`): ``(count, count, flag)`` as the body returns it, or ``None``
+    where the body's Python loop must run (no compiled loop here, or a callback wanting
+    every iteration -- one with a ``period`` is called every ``period`` iterations)."""
+    period = callback_period(callback)
+    if callback is not None and not period:
+        return None
+    loop = compiled_loop(sys, op)
+    if loop is None:
+        return None
+    count, flag = loop(x, r, maxiter, tol, hist, callback, period)
+    return count, count, flag
 
 
 def _desc_arrays(M) -> tuple:

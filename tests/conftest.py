@@ -105,3 +105,21 @@ def problem(name):
         if n == name:
             return A
     raise KeyError(name)
+
+
+def petsc_mat_apply(pc, R):
+    """``pc.matApply`` on the columns of ``R`` (dense PETSc matrices in and out, one
+    process); returns the result as a NumPy array."""
+    from petsc4py import PETSc
+
+    n, k = R.shape
+    X = PETSc.Mat().createDense((n, k), array=np.asfortranarray(R), comm=PETSc.COMM_SELF)
+    Y = PETSc.Mat().createDense((n, k), comm=PETSc.COMM_SELF)
+    Y.setUp()
+    X.assemble()
+    Y.assemble()
+    pc.matApply(X, Y)
+    out = Y.getDenseArray().copy()
+    X.destroy()
+    Y.destroy()
+    return out

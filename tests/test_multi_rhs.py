@@ -9,6 +9,7 @@ from mpsolve.kernels import lookup
 from mpsolve.kernels.registry import launch_plan
 from mpsolve.matrices import convection_diffusion2d, poisson2d
 from mpsolve.precond import make_preconditioner
+from conftest import petsc_mat_apply
 
 
 def _rhs(A, rng):
@@ -384,15 +385,10 @@ def test_petsc_mat_apply_and_mat_solve():
     ctx.M.apply_block = lambda R, Z: (calls.append(R.shape), block(R, Z))
     rng = np.random.default_rng(14)
     R = rng.standard_normal((n, 4))
-    X = PETSc.Mat().createDense((n, 4), array=np.asfortranarray(R), comm=PETSc.COMM_SELF)
-    Y = PETSc.Mat().createDense((n, 4), comm=PETSc.COMM_SELF)
-    Y.setUp()
-    X.assemble()
-    Y.assemble()
-    pc.matApply(X, Y)
+    got = petsc_mat_apply(pc, R)
     assert calls == [(n, 4)]                                   # one sweep for 4 columns
     want = np.column_stack([ctx.M.matvec(R[:, j]) for j in range(4)])
-    np.testing.assert_allclose(Y.getDenseArray(), want, rtol=0, atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
     # KSPMatSolve with the python PC: each column as the single KSPSolve
     Bm = PETSc.Mat().createDense((n, 4), array=np.asfortranarray(A @ R), comm=PETSc.COMM_SELF)
     Bm.assemble()

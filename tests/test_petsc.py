@@ -19,7 +19,7 @@ import mpsolve.petsc as mp  # noqa: E402
 from mpsolve.matrices import convection_diffusion2d, elasticity3d  # noqa: E402
 from mpsolve.bench.baselines import petsc_solve  # noqa: E402
 
-from conftest import COLLECTION, load_collection_matrix  # noqa: E402
+from conftest import COLLECTION, load_collection_matrix, petsc_mat_apply  # noqa: E402
 
 RTOL = 1e-8
 
@@ -210,13 +210,7 @@ def test_mat_apply_handles_several_right_hand_sides():
     ksp.setUp()
     pc = ksp.getPC()
     R = np.random.default_rng(0).standard_normal((n, 4))
-    X = PETSc.Mat().createDense((n, 4), array=np.asfortranarray(R), comm=PETSc.COMM_SELF)
-    Y = PETSc.Mat().createDense((n, 4), comm=PETSc.COMM_SELF)
-    Y.setUp()
-    X.assemble()
-    Y.assemble()
-    pc.matApply(X, Y)
-    got = Y.getDenseArray().copy()
+    got = petsc_mat_apply(pc, R)
     want = np.column_stack([ctx.M.matvec(R[:, j]) for j in range(4)])
     assert np.allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
 

@@ -214,6 +214,28 @@ def dmul_mm(d, X, Y):
 
 # --------------------------------------------------------------------------- ILU(0)
 @njit(inline="always", **JIT)
+def _row_mm(i, s, e, ind, val, near_col, out, acc, prev):
+    """One row of a sweep on ``k`` columns, ``acc`` holding its start: ``acc -= val[p]
+    out[ind[p]]`` over the row's entries but its last when that is column ``near_col``
+    (the previous row's term, applied last by FMA), then ``out[i] = prev = acc -
+    near prev``."""
+    k = out.shape[1]
+    near = 0.0
+    if e > s and ind[e - 1] == near_col:
+        e -= 1
+        near = np.float64(val[e])
+    for p in range(s, e):
+        v = np.float64(val[p])
+        j = ind[p]
+        for c in range(k):
+            acc[c] -= v * np.float64(out[j, c])
+    for c in range(k):
+        a = madd(-near, prev[c], acc[c])
+        out[i, c] = a
+        prev[c] = a
+
+
+@njit(inline="always", **JIT)
 def _sweeps_mm(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
     """:func:`.ilu._sweeps` with ``k`` right-hand sides: the same operations on each
     column, in the same order (the previous row's term last, by FMA), so each column is
@@ -222,44 +244,18 @@ def _sweeps_mm(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
     k = out.shape[1]
     acc = np.empty(k, np.float64)
     prev = np.zeros(k, np.float64)
-    for i in range(lo, hi):
-        s, e = lptr[i], lptr[i + 1]
-        near = 0.0
-        if e > s and lind[e - 1] == i - 1:
-            e -= 1
-            near = np.float64(lval[e])
+    for i in range(lo, hi):                              # L, forward
         for c in range(k):
             acc[c] = np.float64(R[i, c])
-        for p in range(s, e):
-            lv = np.float64(lval[p])
-            j = lind[p]
-            for c in range(k):
-                acc[c] -= lv * np.float64(out[j, c])
-        for c in range(k):
-            a = madd(-near, prev[c], acc[c])
-            out[i, c] = a
-            prev[c] = a
+        _row_mm(i, lptr[i], lptr[i + 1], lind, lval, i - 1, out, acc, prev)
     for c in range(k):
         prev[c] = 0.0
-    for q in range(n - hi, n - lo):
+    for q in range(n - hi, n - lo):                      # D^-1 U', backward (rows reversed)
         i = n - 1 - q
-        s, e = uptr[q], uptr[q + 1]
-        near = 0.0
-        if e > s and uind[e - 1] == i + 1:
-            e -= 1
-            near = np.float64(uval[e])
         di = np.float64(dinv[i])
         for c in range(k):
             acc[c] = np.float64(out[i, c]) * di
-        for p in range(s, e):
-            uv = np.float64(uval[p])
-            j = uind[p]
-            for c in range(k):
-                acc[c] -= uv * np.float64(out[j, c])
-        for c in range(k):
-            a = madd(-near, prev[c], acc[c])
-            out[i, c] = a
-            prev[c] = a
+        _row_mm(i, uptr[q], uptr[q + 1], uind, uval, i + 1, out, acc, prev)
 
 
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)

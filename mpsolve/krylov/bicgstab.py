@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from .._system import compiled_loop
+from .._system import run_compiled_loop
 from ..result import USER_STOP, callback_period, wants_stop
 
 __all__ = ["bicgstab_body"]
@@ -37,12 +37,10 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
     (:func:`mpsolve._system.compiled_loop`), that loop runs, with the same bits; a callback
     with a ``period`` is called every ``period`` iterations only (as in CG's body).
     """
-    period = callback_period(callback)
-    if callback is None or period:
-        loop = compiled_loop(sys, "bicgstab_loop")
-        if loop is not None:
-            count, flag = loop(x, r, maxiter, tol, hist, callback, period)
-            return count, count, flag
+    done = run_compiled_loop(sys, "bicgstab_loop", x, r, maxiter, tol, hist, callback)
+    if done is not None:
+        return done
+    period = callback_period(callback)      # the Python loop's calls of the callback
     ops, matvec, psolve = sys.ops, sys.matvec, sys.psolve
     dot, nrm2, waxpy, axpy2, bicg_dir = ops.dot, ops.nrm2, ops.waxpy, ops.axpy2, ops.bicg_dir
     n = x.size

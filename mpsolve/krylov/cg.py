@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from .._system import compiled_loop
+from .._system import run_compiled_loop
 from ..result import USER_STOP, callback_period, wants_stop
 
 __all__ = ["cg_body"]
@@ -45,12 +45,10 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
     attribute (:func:`~mpsolve.result.callback_period`: the automatic choice's monitor)
     is called every ``period`` iterations only, so the compiled loop runs between calls.
     """
-    period = callback_period(callback)
-    if callback is None or period:
-        loop = compiled_loop(sys, "cg_loop")
-        if loop is not None:
-            count, flag = loop(x, r, maxiter, tol, hist, callback, period)
-            return count, count, flag
+    done = run_compiled_loop(sys, "cg_loop", x, r, maxiter, tol, hist, callback)
+    if done is not None:
+        return done
+    period = callback_period(callback)      # the Python loop's calls of the callback
     ops, matvec_dot, psolve = sys.ops, sys.matvec_dot, sys.psolve
     dot, nrm2, axpy2_nrm2, xpay = ops.dot, ops.nrm2, ops.axpy2_nrm2, ops.xpay
     ratio = ops.dot_ratio

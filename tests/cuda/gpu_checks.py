@@ -1,4 +1,4 @@
-"""Checks that need a real CUDA device: CuPy arrays, the hardware's bits, timings.
+"""Checks that need a real CUDA device: CuPy arrays and the hardware's bits.
 
 Run by ``tests/test_cuda.py`` (simulator off).  Every test is marked ``gpu`` and skipped,
 with the reason, where numba-cuda finds no device or CuPy cannot allocate.
@@ -7,8 +7,9 @@ with the reason, where numba-cuda finds no device or CuPy cannot allocate.
   (``_tree_model.py``) -- the same bits the simulator gives -- for two launch
   configurations and on a non-default CuPy stream;
 * the BLAS-1 updates on CuPy arrays bitwise equal to the reference on host copies;
-* timings (CUDA events, after warm-up): Dot2 and the native dot against ``cupy.dot``,
-  ``axpy`` against CuPy's ``y += a * x``; GB/s printed, nothing asserted about speed.
+
+Timings are not tests: ``python -m mpsolve.bench.gpu_launch`` and ``mpsolve bench --device
+gpu`` measure the kernels against CuPy and cuSPARSE.
 """
 from __future__ import annotations
 
@@ -44,13 +45,6 @@ def _lookup(*a):
     from mpsolve.kernels import lookup
 
     return lookup(*a)
-
-
-def _device_info():
-    from numba import cuda
-
-    d = cuda.get_current_device()
-    return f"{d.name.decode() if isinstance(d.name, bytes) else d.name} cc {d.compute_capability}"
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -89,41 +83,3 @@ def test_updates_on_cupy_bitwise_reference(dtype):
     _lookup("reference", "axpy2", (dtype,))(0.7, x, y, -0.3, u, v)
     assert np.array_equal(cupy.asnumpy(dy).view(np.uint8), y.view(np.uint8))
     assert np.array_equal(cupy.asnumpy(dv).view(np.uint8), v.view(np.uint8))
-
-
-def _time(fn, reps=20):
-    import cupy
-
-    for _ in range(3):
-        fn()
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    start.record()
-    for _ in range(reps):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return cupy.cuda.get_elapsed_time(start, stop) / reps * 1e-3
-
-
-def test_timings(table):
-    import cupy
-
-    n = 1 << 24
-    t = table(f"CUDA timings ({_device_info()}), n = {n}", ("kernel", "ms", "GB/s"))
-    for dtype in (np.float64, np.float32):
-        x = cupy.random.standard_normal(n).astype(dtype)
-        y = cupy.random.standard_normal(n).astype(dtype)
-        nbytes = 2 * n * x.itemsize
-        cases = {f"cupy.dot {x.dtype}": lambda: float(cupy.dot(x, y)),
-                 f"dot native {x.dtype}": lambda: _lookup("gpu", "dot", (dtype,), "native")(x, y),
-                 f"dot compensated {x.dtype}":
-                     lambda: _lookup("gpu", "dot", (dtype,), "compensated")(x, y)}
-        for name, fn in cases.items():
-            s = _time(fn)
-            t.append((name, f"{s * 1e3:.3f}", f"{nbytes / s / 1e9:.0f}"))
-        ax = _lookup("gpu", "axpy", (dtype,))
-        s = _time(lambda: ax(0.5, x, y))
-        t.append((f"axpy {x.dtype}", f"{s * 1e3:.3f}", f"{3 * n * x.itemsize / s / 1e9:.0f}"))
-        s = _time(lambda: y.__iadd__(0.5 * x))
-        t.append((f"cupy y += a*x {x.dtype}", f"{s * 1e3:.3f}",
-                  f"{3 * n * x.itemsize / s / 1e9:.0f}"))
