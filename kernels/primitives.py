@@ -186,6 +186,10 @@ CONTRACT = (
     Op("ilu0_factor", "ilu0_factor(indptr, indices, data, diag) -> int",
        "A = L U on the pattern of A, in place on data (Saad Alg. 10.4, IKJ); -1 or the "
        "first row with a bad pivot", keys=(("float64",),), host=True, complex=True),
+    Op("ic0_factor", "ic0_factor(indptr, indices, data, diag, mirror) -> int",
+       "IC(0) of symmetric (Hermitian) A in ilu0_factor's layout: U by elimination over "
+       "j >= i, L = D^-1 U^H through mirror; -1 or the first row with a bad pivot",
+       keys=(("float64",),), host=True, complex=True),
     Op("symmetric_mirror", "symmetric_mirror(indptr, indices, data, rtol, mirror) -> bool",
        "is A symmetric (complex: Hermitian) to rtol? mirror[k] = position of entry k's "
        "transpose",
@@ -250,6 +254,10 @@ CONTRACT = (
     Op("local_tri_solve", "local_tri_solve(rows, pos, pptr, pind, aptr, aind, adata, lower, "
        "bwd_tol, cond_limit, out, bad)", "A triangular: A_J^T X = E_pos by substitution, "
        "M[i, J] = X^T", keys=(("float64",),), host=True, complex=True),
+    Op("row_stats", "row_stats(indptr, indices, data, tiny, eps) -> stats",
+       "one scan for method='auto': zero / tiny / dominant diagonal counts, max and min "
+       "nonzero |a_ij|, real positive diagonal (1/0), longest row (kernels/cpu/pattern.py "
+       "ROW_STATS)", keys=(("float32",), ("float64",)), host=True, complex=True),
     Op("block_capacity", "block_capacity(indptr, indices, ncols, b, max_excess=-1) -> int",
        "sum over the b x b blocks holding a stored entry of their places (a partial last "
        "block ncols % b wide): nnz / capacity = fill (block size detection); with "

@@ -519,6 +519,35 @@ def ref_ilu0_factor(indptr, indices, data, diag):
     return -1
 
 
+@_reg_pc("reference", "ic0_factor", _PC_SETUP_C)
+def ref_ic0_factor(indptr, indices, data, diag, mirror):
+    """IC(0) in place on sorted symmetric (Hermitian) CSR: row ``i``'s upper part by
+    ``w_j -= l_ik u_kj`` over ``j >= i`` of row ``k``, for each ``k < i`` of its pattern with
+    ``l_ik = conj(u_ki) / u_kk`` (``u_ki`` at ``mirror[kk]``).  Returns -1, or the first row
+    with a zero, non-finite or missing pivot."""
+    n = indptr.size - 1
+    w = np.zeros(n, dtype=data.dtype)
+    inv = np.empty(n, dtype=data.dtype)
+    for i in range(n):
+        s, d, e = int(indptr[i]), int(diag[i]), int(indptr[i + 1])
+        if d < 0:
+            return i
+        cols = indices[d:e]
+        w[cols] = data[d:e]
+        for kk in range(s, d):
+            k, m = int(indices[kk]), int(mirror[kk])
+            lik = np.conj(data[m]) * inv[k]
+            data[kk] = lik
+            up = slice(m, int(indptr[k + 1]))
+            w[indices[up]] -= lik * data[up]
+        data[d:e] = w[cols]
+        piv = data[d]
+        if piv == 0.0 or not np.isfinite(piv):
+            return i
+        inv[i] = 1.0 / piv
+    return -1
+
+
 @_reg_pc("reference", "diag_positions", _PC_SETUP_C)
 def ref_diag_positions(indptr, indices):
     """``diag[i]``: position of ``a_ii`` in sorted CSR (-1 where it is not stored)."""
@@ -1159,6 +1188,35 @@ def ref_block_capacity(indptr, indices, ncols, b, max_excess=-1):
     cap = int((width[keys // nbc] * width[keys % nbc]).sum())
     nnz = int(indptr[m])
     return nnz + max_excess + 1 if 0 <= max_excess < cap - nnz else cap
+
+
+@_reg_pc("reference", "row_stats", [("float32",), ("float64",), ("complex64",), ("complex128",)])
+def ref_row_stats(indptr, indices, data, tiny, eps):
+    """``row_stats`` by whole-array NumPy: zero / tiny / dominant diagonal counts, the
+    extreme nonzero ``|a_ij|``, the real positive diagonal flag, the longest row."""
+    n = indptr.size - 1
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    a = np.abs(data).astype(np.float64)
+    lengths = np.diff(indptr)
+    on = indices == rows
+    ad = np.zeros(n)
+    ad[rows[on]] = a[on]
+    d = np.zeros(n, data.dtype)
+    d[rows[on]] = data[on]
+    rmax = np.zeros(n)
+    np.maximum.at(rmax, rows, a)
+    rsum = np.zeros(n)
+    np.add.at(rsum, rows, a)
+    nz = a[a > 0]
+    return np.array([
+        float((ad == 0).sum()),
+        float(((ad > 0) & (ad <= tiny * rmax)).sum()),
+        float((ad >= (rsum - ad) * (1 - 4 * eps * lengths)).sum()),
+        float(a.max(initial=0.0)),
+        float(nz.min()) if nz.size else np.inf,
+        float(bool(np.all((d.real > 0) & (d.imag == 0)))),
+        float(lengths.max(initial=0)),
+    ])
 
 
 # --- double-double x and the compensated residual (mpsolve.refine's dd stage) ---------------

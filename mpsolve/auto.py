@@ -177,46 +177,26 @@ def analyse(A) -> Analysis:
     C = canonical_csr(check_matrix(A, "A"))      # no copy when A is canonical already
     n = C.shape[0]
     cplx = C.dtype.kind == "c"
-    data = np.abs(C.data).astype(np.float64, copy=False)
-    d = C.diagonal()
-    ad = np.abs(d).astype(np.float64)
-    lengths = np.diff(C.indptr)
-    full = lengths > 0
-    rowmax = np.zeros(n)
-    rowsum = np.zeros(n)
-    if data.size:
-        starts = C.indptr[:-1][full]
-        rowmax[full] = np.maximum.reduceat(data, starts)
-        rowsum[full] = np.add.reduceat(data, starts)
-    # the largest and smallest nonzero |a_ij|: a pass each, a masked one only where
-    # explicit zeros are stored (a gather of the nonzeros cost 12x a pass)
-    amax = float(data.max(initial=0.0))
-    amin = float(data.min(initial=np.inf))
-    if amin == 0.0:
-        amin = float(np.where(data > 0, data, np.inf).min(initial=np.inf))
+    # one compiled scan of the rows for the diagonal and value statistics
+    zero, tiny, dominant, amax, amin, d_pos, longest = lookup(
+        HOST_DEVICE, "row_stats", (C.dtype.name,))(C.indptr, C.indices, C.data, TINY, EPS)
     # the symmetry test of ILU(0)'s symmetric form (same kernel, same tolerance): when auto
     # calls A symmetric, IC(0) is symmetric too and CG may use it
     if cplx:                                     # Hermitian, to the same relative tolerance
         D = C - C.conj().T
-        symmetric = bool(D.nnz == 0 or np.abs(D.data).max() <= SYMMETRY_RTOL * data.max())
-        d_pos = bool(n and ((d.real > 0) & (d.imag == 0)).all())
+        symmetric = bool(D.nnz == 0 or np.abs(D.data).max() <= SYMMETRY_RTOL * amax)
     else:
         mirror = np.empty(C.nnz, np.int32 if C.nnz < 2**31 else np.int64)
         symmetric = bool(lookup(HOST_DEVICE, "symmetric_mirror", ("float64",))(
             C.indptr, C.indices, C.data.astype(np.float64, copy=False), SYMMETRY_RTOL, mirror))
-        d_pos = bool(n and (d > 0).all())
     f32 = np.finfo(np.float32)
     an = Analysis(
         n=n, nnz=int(C.nnz), symmetric=symmetric,
-        positive_diagonal=d_pos, is_complex=cplx,
-        zero_diagonal=int((ad == 0).sum()),
-        tiny_diagonal=int(((ad > 0) & (ad <= TINY * rowmax)).sum()),
-        # |a_ii| >= sum_{j != i} |a_ij|, up to the rounding of the row sum (rows that are
-        # dominant with equality, as in a Laplacian, must not flip with the summation order)
-        dominant_rows=float((ad >= (rowsum - ad) * (1 - 4 * EPS * lengths)).mean())
-        if n else 1.0,
+        positive_diagonal=bool(n and d_pos), is_complex=cplx,
+        zero_diagonal=int(zero), tiny_diagonal=int(tiny),
+        dominant_rows=float(dominant / n) if n else 1.0,
         block_size=int(detect_block_size(C)) if n else 1,
-        row_length_spread=float(lengths.max() / max(lengths.mean(), 1)) if n else 1.0,
+        row_length_spread=float(longest / max(C.nnz / n, 1)) if n else 1.0,
         value_range=float(np.log10(amax / amin)) if amax > 0 else 0.0,
         fits_float32=bool(amax == 0 or (amax < f32.max / 16 and amin >= f32.tiny)),
     )

@@ -37,11 +37,13 @@ class ZeroPivotError(ValueError):
     """ILU(0) met a zero (or missing) pivot; the message names the row."""
 
 
-def ilu0_factor(C, device=HOST_DEVICE, shift=0.0):
+def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None):
     """FP64 (complex128 for complex ``C``) ILU(0) of a canonical CSR matrix ``C``
     (Saad Alg. 10.4, IKJ) -- of ``C`` with its off-diagonal entries divided by
     ``1 + shift`` when ``shift > 0`` (Manteuffel's shifted factorisation, see
-    :class:`ILU0`).
+    :class:`ILU0`).  With ``mirror`` (the transpose positions from ``symmetric_mirror``,
+    for symmetric / Hermitian ``C``) it is IC(0): the same factors in exact arithmetic,
+    the lower one read off the upper, at half the work.
 
     Returns ``(indptr, indices, data, diag)``: the combined factors in the
     pattern of ``C`` (strictly lower part = ``L`` without its unit diagonal,
@@ -62,7 +64,10 @@ def ilu0_factor(C, device=HOST_DEVICE, shift=0.0):
         keep = data[diag[diag >= 0]]
         data /= 1.0 + shift                    # D + (A - D) / (1 + shift)
         data[diag[diag >= 0]] = keep
-    bad = lookup(device, "ilu0_factor", (wide,))(indptr, indices, data, diag)  # in place
+    if mirror is None:
+        bad = lookup(device, "ilu0_factor", (wide,))(indptr, indices, data, diag)  # in place
+    else:
+        bad = lookup(device, "ic0_factor", (wide,))(indptr, indices, data, diag, mirror)
     if bad >= 0:
         missing = np.flatnonzero(diag < 0)
         what = ("is structurally missing" if diag[bad] < 0 else
@@ -250,7 +255,7 @@ class ILU0(Preconditioner):
             raise ValueError("ILU0(symmetric=True): A is not symmetric (Hermitian, for complex "
                              "A: pattern or values differ by more than 1e-8 relative); use "
                              "symmetric=False or None")
-        indptr, indices, data, diag = self._factor(A, host, sym)
+        indptr, indices, data, diag = self._factor(A, host, sym, mirror if sym else None)
         n = A.shape[0]
         nl = int(np.sum(diag - indptr[:-1]))
         nu = indices.size - n - nl
@@ -269,15 +274,16 @@ class ILU0(Preconditioner):
                                     uind, uval, dinv, self.bounds, dtype, what="ILU(0)",
                                     device=self.device)
 
-    def _factor(self, A, host, sym):
-        """ILU(0) of ``A``, shifted as ``shift`` says (module docstring); sets ``self.shift``."""
+    def _factor(self, A, host, sym, mirror):
+        """ILU(0) of ``A`` (IC(0) given the ``mirror`` of symmetric ``A``), shifted as
+        ``shift`` says (module docstring); sets ``self.shift``."""
         req = self._shift_request
         if not (isinstance(req, str) and req == "auto"):
             self.shift = float(req) if req else None
-            return ilu0_factor(A, host, self.shift or 0.0)
+            return ilu0_factor(A, host, self.shift or 0.0, mirror)
         self.shift = None
         try:
-            factors = ilu0_factor(A, host)
+            factors = ilu0_factor(A, host, mirror=mirror)
         except ZeroPivotError:
             if not (sym and _positive_diagonal(A)):
                 raise
@@ -292,7 +298,7 @@ class ILU0(Preconditioner):
         s = SHIFT_START
         while True:
             try:
-                factors = ilu0_factor(A, host, s)
+                factors = ilu0_factor(A, host, s, mirror)
                 if _positive_pivots(factors):
                     self.shift = s
                     return factors

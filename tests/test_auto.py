@@ -301,6 +301,49 @@ def test_analysis_facts():
     assert not an.positive_diagonal
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_row_stats_kernel_matches_reference(dtype, parallel, monkeypatch):
+    """``row_stats`` (the analysis' one scan) against the reference device, field by field,
+    on a matrix with each case: a missing and a stored-zero diagonal, a tiny one, a
+    negative one, dominant rows, an empty row, explicit zeros off the diagonal; serial and
+    in parallel chunks."""
+    from mpsolve.kernels import lookup
+    from mpsolve.kernels.cpu import pattern
+
+    monkeypatch.setattr(pattern, "PARALLEL_MIN", 0 if parallel else 10**9)
+    rng = np.random.default_rng(7)
+    n = 120
+    A = sp.random(n, n, density=0.06, random_state=8, format="lil")
+    for i in range(n):
+        A[i, i] = 10.0 + i
+    A[3, 3] = -2.0                     # negative diagonal
+    A[5, 5] = 1e-13                    # tiny next to an entry of order 1
+    A[5, 6] = 1.0
+    A[9, 9] = 0.0                      # not stored
+    A[11, :] = 0.0                     # empty row
+    A = sp.csr_matrix(A)
+    A.sort_indices()
+    rows = np.repeat(np.arange(n), np.diff(A.indptr))
+    A.data[(rows == 17) & (A.indices == 17)] = 0.0               # a stored zero diagonal
+    A.data[np.flatnonzero((rows == 18) & (A.indices != 18))[0]] = 0.0   # ... and off it
+    A = A.astype(dtype)
+    if dtype.startswith("complex"):
+        A = sp.csr_matrix(A + 1j * sp.random(n, n, density=0.03, random_state=9))
+        A = A.astype(dtype)
+        A.data[A.indices == np.repeat(np.arange(n), np.diff(A.indptr))] += 0j
+    A.sort_indices()
+    assert A.nnz > n
+    args = (A.indptr, A.indices, A.data, auto.TINY, auto.EPS)
+    got = lookup("cpu", "row_stats", (dtype,))(*args)
+    want = lookup("reference", "row_stats", (dtype,))(*args)
+    np.testing.assert_array_equal(got, want)
+    assert got[0] >= 3 and got[1] >= 1 and got[5] == 0.0      # zeros, the tiny one, the -2
+    an = auto.analyse(A)
+    assert (an.zero_diagonal, an.tiny_diagonal) == (int(want[0]), int(want[1]))
+    assert an.dominant_rows == want[2] / n and not an.positive_diagonal
+
+
 def test_command_line_solve_defaults_to_auto(capsys):
     from mpsolve.cli import main
 

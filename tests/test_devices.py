@@ -547,7 +547,8 @@ def _kernel_inputs(op, key, rng, n=300):
 #: Ops whose inputs need structure (ILU factors, patterns): cpu vs reference for them is
 #: in tests/test_precond.py (test_ilu_sweeps_kernels_agree, test_gather_local_kernels_agree,
 #: test_ilu_setup_kernels_agree).
-_STRUCTURED = {"ilu_sweeps", "ilu_sweeps_mm", "diag_positions", "ilu0_factor", "symmetric_mirror", "ilu_split",
+_STRUCTURED = {"ilu_sweeps", "ilu_sweeps_mm", "diag_positions", "ilu0_factor", "ic0_factor",
+               "symmetric_mirror", "ilu_split",
                "drop_coupling", "gather_local",
                # block ILU(0): tests/test_block_ilu.py
                "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps",
@@ -555,6 +556,8 @@ _STRUCTURED = {"ilu_sweeps", "ilu_sweeps_mm", "diag_positions", "ilu0_factor", "
                # test_local_solve_kernels_agree)
                "bsr_from_csr", "pattern_power", "pattern_truncate", "bsr_transpose",
                "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
+               # the analysis' row scan: tests/test_auto.py
+               "row_stats",
                # double-double x and residual: tests/test_eft_refine.py (exact oracles)
                "residual_dd", "dd_axpy",
                # whole iterations: tests/test_fused.py (against the reference device, and

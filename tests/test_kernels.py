@@ -42,13 +42,16 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               # against the reference device: tests/test_devices.py
               "givens", "back_substitute", "range_scan",
               # against the reference device: tests/test_precond.py
-              "ilu_sweeps", "gather_local", "ilu0_factor", "diag_positions", "symmetric_mirror",
+              "ilu_sweeps", "gather_local", "ilu0_factor", "ic0_factor", "diag_positions",
+              "symmetric_mirror",
               "ilu_split", "drop_coupling",
               # against the reference device: tests/test_block_ilu.py
               "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps",
               # against the reference device: tests/test_precond.py
               "bsr_from_csr", "pattern_power", "pattern_truncate", "bsr_transpose",
               "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
+              # against the reference device: tests/test_auto.py
+              "row_stats",
               # against exact oracles and the reference device: tests/test_eft_refine.py
               "residual_dd", "dd_axpy",
               # against the reference device and the Python bodies: tests/test_fused.py

@@ -828,6 +828,48 @@ def test_ilu_setup_kernels_agree(kind):
     assert launch_plan("reference", "ilu_sweeps", A.indptr, "threads", 1).size == 2
 
 
+@pytest.mark.parametrize("field", ["real", "complex"])
+def test_ic0_factor_is_ilu0_factor_at_half_the_work(field):
+    """IC(0) (``ic0_factor``: the upper factor by elimination, the lower one read off it)
+    gives ILU(0)'s factors of a symmetric (Hermitian) matrix to rounding, the same bits on
+    cpu and reference (real data), and names the same bad row."""
+    A = sp.csr_matrix(random_spd(90, 0.08, 55))
+    if field == "complex":
+        rng = np.random.default_rng(56)
+        E = sp.triu(A, 1).tocsr()
+        E.data = E.data * np.exp(1j * rng.uniform(0, np.pi, E.nnz))
+        A = sp.csr_matrix(sp.diags(A.diagonal()) + E + E.conj().T)
+        A.sort_indices()
+    key = ("complex128",) if field == "complex" else ("float64",)
+    diag = lookup("cpu", "diag_positions", key)(A.indptr, A.indices)
+    mirror = np.zeros(A.nnz, np.int32)
+    assert lookup("cpu", "symmetric_mirror", key)(A.indptr, A.indices, A.data, 1e-12, mirror)
+    full = A.data.astype(key[0])
+    assert lookup("cpu", "ilu0_factor", key)(A.indptr, A.indices, full, diag) == -1
+    half = {}
+    for dev in ("cpu", "reference"):
+        half[dev] = A.data.astype(key[0])
+        assert lookup(dev, "ic0_factor", key)(A.indptr, A.indices, half[dev], diag, mirror) == -1
+    if field == "real":
+        assert np.array_equal(half["cpu"], half["reference"])
+    else:  # Numba's complex product rounds differently from NumPy's
+        np.testing.assert_allclose(half["cpu"], half["reference"], rtol=1e-14, atol=1e-16)
+    np.testing.assert_allclose(half["cpu"], full, rtol=1e-12, atol=1e-14 * abs(full).max())
+    # a missing diagonal entry (row 7): both name that row
+    C = A.tolil()
+    C[7, 7] = 0
+    C = sp.csr_matrix(C)
+    C.eliminate_zeros()
+    C.sort_indices()
+    d = lookup("cpu", "diag_positions", key)(C.indptr, C.indices)
+    mc = np.zeros(C.nnz, np.int32)
+    assert lookup("cpu", "symmetric_mirror", key)(C.indptr, C.indices, C.data, 1e-12, mc)
+    for dev in ("cpu", "reference"):
+        assert lookup(dev, "ilu0_factor", key)(C.indptr, C.indices, C.data.astype(key[0]), d) == 7
+        assert lookup(dev, "ic0_factor", key)(C.indptr, C.indices, C.data.astype(key[0]), d,
+                                              mc) == 7
+
+
 def test_precond_names_no_device():
     """Only kernels/ knows devices (house rule 11): nothing in precond/ names a device in
     a kernel lookup or launch plan, imports numba/cupy, or imports a device's kernels."""

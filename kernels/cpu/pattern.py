@@ -1,5 +1,6 @@
 """Sparsity patterns of the (Block-)ISAI set-up on the CPU (Numba): BSR conversion, the
-pattern of ``S^k``, the truncation of wide rows, the block transpose.
+pattern of ``S^k``, the truncation of wide rows, the block transpose; and the two scans
+of ``method="auto"``'s analysis: block size detection and the row statistics.
 
 All are host set-up ops on FP64 data and int64 indices (``mpsolve.precond._pattern``
 documents the math); the row loops run in parallel over chunks of rows, each chunk
@@ -444,3 +445,91 @@ def block_capacity(indptr, indices, ncols, b, max_excess=-1):
         return int(_block_capacity_serial(indptr, indices, b, width, 1, int(max_excess)))
     return int(_block_capacity(indptr, indices, b, width, _nchunk(-(-m // b)),
                                int(max_excess)))
+
+
+# ----------------------------------------------------------------- row statistics
+#: The fields of ``row_stats``'s output, in order.
+ROW_STATS = ("zero_diagonal", "tiny_diagonal", "dominant_rows", "max_abs", "min_abs_nonzero",
+             "positive_diagonal", "max_row_length")
+
+
+@njit(inline="always", **JIT)
+def _stats_rows(lo, hi, indptr, indices, data, tiny, eps, out):
+    zero = 0
+    small = 0
+    dom = 0
+    amax = 0.0
+    amin = np.inf
+    pos = True
+    longest = 0
+    for i in range(lo, hi):
+        s, e = indptr[i], indptr[i + 1]
+        if e - s > longest:
+            longest = e - s
+        ad = 0.0
+        rmax = 0.0
+        rsum = 0.0
+        diag_pos = False
+        for k in range(s, e):
+            v = data[k]
+            a = np.float64(abs(v))
+            if a > rmax:
+                rmax = a
+            if a > 0.0 and a < amin:
+                amin = a
+            rsum += a
+            if indices[k] == i:
+                ad = a
+                diag_pos = v.real > 0 and v.imag == 0
+        if rmax > amax:
+            amax = rmax
+        pos = pos and diag_pos
+        if ad == 0.0:
+            zero += 1
+        elif ad <= tiny * rmax:
+            small += 1
+        # dominant up to the rounding of the row sum (a Laplacian's rows, dominant with
+        # equality, must not flip with the summation order)
+        if ad >= (rsum - ad) * (1.0 - 4.0 * eps * (e - s)):
+            dom += 1
+    out[0] += zero
+    out[1] += small
+    out[2] += dom
+    out[3] = max(out[3], amax)
+    out[4] = min(out[4], amin)
+    out[5] = min(out[5], 1.0 if pos else 0.0)
+    out[6] = max(out[6], longest)
+
+
+@njit(parallel=True, **JIT)
+def _row_stats_par(indptr, indices, data, tiny, eps, nchunk, part):
+    n = indptr.size - 1
+    for ch in prange(nchunk):
+        _stats_rows(ch * n // nchunk, (ch + 1) * n // nchunk, indptr, indices, data, tiny, eps,
+                    part[ch])
+
+
+@njit(**JIT)
+def _row_stats_ser(indptr, indices, data, tiny, eps, out):
+    _stats_rows(0, indptr.size - 1, indptr, indices, data, tiny, eps, out)
+
+
+@register("cpu", "row_stats", [("float32",), ("float64",), ("complex64",), ("complex128",)])
+def row_stats(indptr, indices, data, tiny, eps):
+    """One scan of a canonical CSR matrix for ``method="auto"``: the values of
+    :data:`ROW_STATS` as an FP64 array -- the number of rows whose diagonal entry is zero
+    (or not stored), is tiny (``0 < |a_ii| <= tiny max_j |a_ij|``), is dominant
+    (``|a_ii| >= (sum_j |a_ij| - |a_ii|)(1 - 4 eps len_i)``); the largest and the smallest
+    nonzero ``|a_ij|`` (``inf`` if none); 1 when every diagonal entry is real and positive,
+    else 0; the longest row.  Rows in parallel chunks above ``PARALLEL_MIN`` entries."""
+    init = np.array([0.0, 0.0, 0.0, 0.0, np.inf, 1.0, 0.0])
+    n = indptr.size - 1
+    if indices.size < PARALLEL_MIN or n < 2:
+        out = init.copy()
+        _row_stats_ser(indptr, indices, data, float(tiny), float(eps), out)
+        return out
+    nchunk = _nchunk(n)
+    part = np.tile(init, (nchunk, 1))
+    _row_stats_par(indptr, indices, data, float(tiny), float(eps), nchunk, part)
+    return np.array([part[:, 0].sum(), part[:, 1].sum(), part[:, 2].sum(), part[:, 3].max(),
+                     part[:, 4].min(), part[:, 5].min(), part[:, 6].max()])

@@ -226,7 +226,7 @@ def _row_mm(i, s, e, ind, val, near_col, out, acc, prev):
         near = np.float64(val[e])
     for p in range(s, e):
         v = np.float64(val[p])
-        j = ind[p]
+        j = np.uint64(ind[p])  # unsigned: no negative-index test (as the single sweep)
         for c in range(k):
             acc[c] -= v * np.float64(out[j, c])
     for c in range(k):
