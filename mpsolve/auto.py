@@ -61,6 +61,7 @@ import numpy as np
 from ._demote import PrecisionRangeError
 from .backend import HOST_DEVICE
 from .kernels import lookup
+from .kernels.safenorm import norm
 from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
 from ._system import make_problem
@@ -352,7 +353,7 @@ class _Monitor:
             return False
         x = to_host(xk)
         x = x.astype(np.result_type(x.dtype, np.float64))   # FP64 or complex128
-        res = float(np.linalg.norm(self.b - self.A @ x))
+        res = norm(self.b - self.A @ x, np)   # compiled, not BLAS (see kernels.safenorm)
         self.best = min(self.best, res)
         self.marks.append((it, self.best))
         old = [m for i, m in self.marks if i <= it - STAGNATION_WINDOW]

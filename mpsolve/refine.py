@@ -52,6 +52,7 @@ import numpy as np
 
 from ._system import STAGNATION, system_for
 from .kernels.registry import lookup
+from .kernels.safenorm import norm
 from .result import USER_STOP, wants_stop
 
 __all__ = ["refine_stage", "dd_stage", "dd_supported", "INNER_RTOL", "DD_ETA"]
@@ -189,7 +190,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         problem._first_residual = False
     else:
         residual_dd(xh, xl, problem.b64, r64, rl)   # r + rl = b - A (x_hi + x_lo)
-    true = float(xp.linalg.norm(r64))
+    true = norm(r64, xp)
     eps = float(np.finfo(f64).eps)
     wfloor = 10.0 * float(np.finfo(wdt).eps) * problem.bnrm
     count = iters = 0
@@ -226,12 +227,12 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         keep_l[:] = xl
         dd_axpy(1.0, d64, xh, xl)               # x_hi + x_lo += d  (double-double)
         residual_dd(xh, xl, problem.b64, r64, rl)
-        new = float(xp.linalg.norm(r64))
+        new = norm(r64, xp)
         if not new <= true:                     # the correction made it worse: undo it
             xh[:] = keep_h
             xl[:] = keep_l
             residual_dd(xh, xl, problem.b64, r64, rl)
-            new = float(xp.linalg.norm(r64))
+            new = norm(r64, xp)
             if f != 0:
                 sys.diverged = True
             f = f if f != 0 else 2
