@@ -186,9 +186,10 @@ CONTRACT = (
     Op("ilu0_factor", "ilu0_factor(indptr, indices, data, diag) -> int",
        "A = L U on the pattern of A, in place on data (Saad Alg. 10.4, IKJ); -1 or the "
        "first row with a bad pivot", keys=(("float64",),), host=True, complex=True),
-    Op("ic0_factor", "ic0_factor(indptr, indices, data, diag, mirror) -> int",
+    Op("ic0_factor", "ic0_factor(indptr, indices, data, diag, mirror, positive=False) -> int",
        "IC(0) of symmetric (Hermitian) A in ilu0_factor's layout: U by elimination over "
-       "j >= i, L = D^-1 U^H through mirror; -1 or the first row with a bad pivot",
+       "j >= i, L = D^-1 U^H through mirror; -1 or the first row with a bad pivot (with "
+       "positive: one not > 0)",
        keys=(("float64",),), host=True, complex=True),
     Op("symmetric_mirror", "symmetric_mirror(indptr, indices, data, rtol, mirror) -> bool",
        "is A symmetric (complex: Hermitian) to rtol? mirror[k] = position of entry k's "

@@ -520,11 +520,11 @@ def ref_ilu0_factor(indptr, indices, data, diag):
 
 
 @_reg_pc("reference", "ic0_factor", _PC_SETUP_C)
-def ref_ic0_factor(indptr, indices, data, diag, mirror):
+def ref_ic0_factor(indptr, indices, data, diag, mirror, positive=False):
     """IC(0) in place on sorted symmetric (Hermitian) CSR: row ``i``'s upper part by
     ``w_j -= l_ik u_kj`` over ``j >= i`` of row ``k``, for each ``k < i`` of its pattern with
     ``l_ik = conj(u_ki) / u_kk`` (``u_ki`` at ``mirror[kk]``).  Returns -1, or the first row
-    with a zero, non-finite or missing pivot."""
+    with a zero, non-finite or missing pivot (with ``positive``: not positive)."""
     n = indptr.size - 1
     w = np.zeros(n, dtype=data.dtype)
     inv = np.empty(n, dtype=data.dtype)
@@ -542,7 +542,7 @@ def ref_ic0_factor(indptr, indices, data, diag, mirror):
             w[indices[up]] -= lik * data[up]
         data[d:e] = w[cols]
         piv = data[d]
-        if piv == 0.0 or not np.isfinite(piv):
+        if piv == 0.0 or not np.isfinite(piv) or (positive and not piv.real > 0):
             return i
         inv[i] = 1.0 / piv
     return -1

@@ -53,21 +53,22 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_
     """
     if not 0 < min_fill <= 1:
         raise ValueError(f"argument min_fill must lie in (0, 1], got {min_fill}")
-    A = sp.csr_matrix(A)
-    if not A.has_canonical_format:
-        A = A.copy()
-        A.sum_duplicates()
+    if not (sp.issparse(A) and A.format == "csr" and A.has_canonical_format):
+        A = sp.csr_matrix(A)                            # the canonical CSR matrix of auto's
+        if not A.has_canonical_format:                  # analysis passes as it is
+            A = A.copy()
+            A.sum_duplicates()
     m, n = A.shape
     if A.nnz == 0:
         return 1
     kern = lookup(device, "block_capacity", _F64)
     indptr, indices = A.indptr, A.indices               # int32 or int64: the kernel takes both
+    # fill >= min_fill  <=>  capacity - nnz <= nnz (1/min_fill - 1): the kernel stops
+    # counting once that excess is passed
+    slack = int(np.floor(A.nnz * (1.0 / min_fill - 1.0) * (1 + 1e-12)))
     for b in sorted({int(c) for c in candidates}, reverse=True):
         if b < 2 or b > min(m, n) or ((m % b or n % b) and m != n):
             continue
-        # fill >= min_fill  <=>  capacity - nnz <= nnz (1/min_fill - 1): the kernel stops
-        # counting once that excess is passed
-        slack = int(np.floor(A.nnz * (1.0 / min_fill - 1.0) * (1 + 1e-12)))
         cap = kern(indptr, indices, n, b, slack)
         if A.nnz >= min_fill * cap:
             return b

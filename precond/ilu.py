@@ -37,13 +37,15 @@ class ZeroPivotError(ValueError):
     """ILU(0) met a zero (or missing) pivot; the message names the row."""
 
 
-def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None):
+def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None, positive=False, diag=None):
     """FP64 (complex128 for complex ``C``) ILU(0) of a canonical CSR matrix ``C``
     (Saad Alg. 10.4, IKJ) -- of ``C`` with its off-diagonal entries divided by
     ``1 + shift`` when ``shift > 0`` (Manteuffel's shifted factorisation, see
     :class:`ILU0`).  With ``mirror`` (the transpose positions from ``symmetric_mirror``,
     for symmetric / Hermitian ``C``) it is IC(0): the same factors in exact arithmetic,
-    the lower one read off the upper, at half the work.
+    the lower one read off the upper, at half the work; ``positive`` then also refuses a
+    pivot that is not positive, at the first one.  ``diag``: the diagonal positions, when
+    the caller has them.
 
     Returns ``(indptr, indices, data, diag)``: the combined factors in the
     pattern of ``C`` (strictly lower part = ``L`` without its unit diagonal,
@@ -54,12 +56,14 @@ def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None):
     Raises
     ------
     ZeroPivotError
-        If a pivot ``u_ii`` is zero, not finite, or structurally missing.
+        If a pivot ``u_ii`` is zero, not finite, or structurally missing (or, with
+        ``positive``, not positive).
     """
     indptr, indices = C.indptr, C.indices
     wide = wide_dtype(C.dtype)
     data = C.data.astype(wide)  # a copy: the user's matrix is never touched
-    diag = lookup(device, "diag_positions", (wide,))(indptr, indices)
+    if diag is None:
+        diag = lookup(device, "diag_positions", (wide,))(indptr, indices)
     if shift:
         keep = data[diag[diag >= 0]]
         data /= 1.0 + shift                    # D + (A - D) / (1 + shift)
@@ -67,7 +71,8 @@ def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None):
     if mirror is None:
         bad = lookup(device, "ilu0_factor", (wide,))(indptr, indices, data, diag)  # in place
     else:
-        bad = lookup(device, "ic0_factor", (wide,))(indptr, indices, data, diag, mirror)
+        bad = lookup(device, "ic0_factor", (wide,))(indptr, indices, data, diag, mirror,
+                                                    positive)
     if bad >= 0:
         missing = np.flatnonzero(diag < 0)
         what = ("is structurally missing" if diag[bad] < 0 else
@@ -119,13 +124,6 @@ def _positive_diagonal(A) -> bool:
     d = A.diagonal()
     return bool(d.size and np.all(d.real > 0) and np.all(d.imag == 0)) if np.iscomplexobj(d) \
         else bool(d.size and np.all(d > 0))
-
-
-def _positive_pivots(factors) -> bool:
-    """The pivots ``u_ii`` of combined ILU(0) factors all positive and finite."""
-    _, _, data, diag = factors
-    piv = data[diag].real
-    return bool(np.all(piv > 0) and np.all(np.isfinite(piv)))
 
 
 class ILU0(Preconditioner):
@@ -282,14 +280,15 @@ class ILU0(Preconditioner):
             self.shift = float(req) if req else None
             return ilu0_factor(A, host, self.shift or 0.0, mirror)
         self.shift = None
+        # symmetric with a positive diagonal: IC(0) for CG, so its pivots must be positive;
+        # each try stops at its first pivot that is not
+        spd = bool(sym) and _positive_diagonal(A)
+        diag = lookup(host, "diag_positions", (wide_dtype(A.dtype),))(A.indptr, A.indices)
         try:
-            factors = ilu0_factor(A, host, mirror=mirror)
+            return ilu0_factor(A, host, mirror=mirror, positive=spd, diag=diag)
         except ZeroPivotError:
-            if not (sym and _positive_diagonal(A)):
+            if not spd:
                 raise
-        else:
-            if not sym or _positive_pivots(factors) or not _positive_diagonal(A):
-                return factors
         # D + (A - D) / (1 + s) is strictly diagonally dominant (IC(0) then exists)
         # once 1 + s > max_i sum_{j != i} |a_ij| / a_ii: the sequence ends there
         d = np.abs(A.diagonal())
@@ -298,10 +297,9 @@ class ILU0(Preconditioner):
         s = SHIFT_START
         while True:
             try:
-                factors = ilu0_factor(A, host, s, mirror)
-                if _positive_pivots(factors):
-                    self.shift = s
-                    return factors
+                factors = ilu0_factor(A, host, s, mirror, positive=True, diag=diag)
+                self.shift = s
+                return factors
             except ZeroPivotError:
                 pass
             if s > enough:

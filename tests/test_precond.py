@@ -855,6 +855,18 @@ def test_ic0_factor_is_ilu0_factor_at_half_the_work(field):
     else:  # Numba's complex product rounds differently from NumPy's
         np.testing.assert_allclose(half["cpu"], half["reference"], rtol=1e-14, atol=1e-16)
     np.testing.assert_allclose(half["cpu"], full, rtol=1e-12, atol=1e-14 * abs(full).max())
+    # positive=True: the first pivot that is not positive ends it, on both devices
+    B = sp.csr_matrix(A - sp.diags(np.full(A.shape[0], 0.8 * A.diagonal().real.min())) * 4)
+    B.sort_indices()
+    mb = np.zeros(B.nnz, np.int32)
+    assert lookup("cpu", "symmetric_mirror", key)(B.indptr, B.indices, B.data, 1e-12, mb)
+    db = lookup("cpu", "diag_positions", key)(B.indptr, B.indices)
+    f = B.data.astype(key[0])
+    assert lookup("cpu", "ic0_factor", key)(B.indptr, B.indices, f, db, mb) == -1
+    first = int(np.flatnonzero(~(f[db].real > 0))[0])        # its first pivot <= 0
+    for dev in ("cpu", "reference"):
+        assert lookup(dev, "ic0_factor", key)(B.indptr, B.indices, B.data.astype(key[0]), db, mb,
+                                              True) == first
     # a missing diagonal entry (row 7): both name that row
     C = A.tolil()
     C[7, 7] = 0

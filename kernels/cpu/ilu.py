@@ -84,7 +84,7 @@ def ilu0_factor(indptr, indices, data, diag):
 
 @register("cpu", "ic0_factor", _SETUP)
 @njit(**JIT)
-def ic0_factor(indptr, indices, data, diag, mirror):
+def ic0_factor(indptr, indices, data, diag, mirror, positive=False):
     """IC(0) of sorted CSR that :func:`symmetric_mirror` found symmetric (Hermitian), in place
     on ``data`` in :func:`ilu0_factor`'s layout: the upper part ``U`` by elimination, the
     strictly lower part ``L`` read off it (``l_ik = conj(u_ki) / u_kk``).  Same result as
@@ -92,7 +92,9 @@ def ic0_factor(indptr, indices, data, diag, mirror):
     those of ``l_ik u_kk``), at half its work: IKJ's row ``i`` is updated by row ``k``
     only from column ``i`` on -- from position ``mirror[kk]`` of the entry ``(k, i)`` --
     since its lower part is never eliminated.  ``mirror[k]``: position of entry ``k``'s
-    transpose.  Returns -1, or the first row whose pivot is zero, not finite or missing.
+    transpose.  Returns -1, or the first row whose pivot is zero, not finite or missing --
+    with ``positive``, not positive (the shifted IC(0) search of ``ILU0`` stops a try at its
+    first bad pivot instead of finishing the factorisation).
     """
     n = indptr.size - 1
     w = np.zeros(n, dtype=data.dtype)
@@ -113,7 +115,7 @@ def ic0_factor(indptr, indices, data, diag, mirror):
         for k in range(d, e):
             data[k] = w[np.uint64(indices[k])]
         piv = data[d]
-        if piv == 0.0 or not np.isfinite(piv):
+        if piv == 0.0 or not np.isfinite(piv) or (positive and not piv.real > 0.0):
             return i
         inv[i] = 1.0 / piv
     return -1
