@@ -18,7 +18,11 @@ Two cases, the goal's: CG + Jacobi on ``poisson3d:100`` and GMRES(30) + ILU(0) (
 
 Reported: seconds (best of ``--repeat``), the ratio to one right-hand side's solve
 (``k = 1`` separate), the largest column iteration count, and whether every column
-converged.  Goal: ``block`` at ``k = 8`` within 3x of one solve.  Also the kernels alone:
+converged.  Goal: ``block`` at ``k = 8`` within 3x of one solve.  Beside it the traffic
+model's ratio (:func:`traffic_ratio`): what the ratio would be if a block iteration moved
+just the bytes the model counts, at the bandwidth the one-RHS solve reaches -- the matrix
+and the preconditioner's stored operators once, the vectors once per column.  Also the
+kernels alone:
 one SpMM over ``A`` with ``k`` columns against ``k`` SpMVs, and ILU(0)'s sweeps with ``k``
 right-hand sides per row against ``k`` single sweeps.
 
@@ -42,6 +46,7 @@ from mpsolve.kernels import lookup
 from mpsolve.kernels.registry import launch_plan
 from mpsolve.matrices import generate
 from mpsolve.precond import make_preconditioner
+from mpsolve.bench.suite import _csr_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CASES = [("cg", "jacobi", "poisson3d:100"), ("gmres", "ilu0", "convdiff3d:100,peclet=10")]
@@ -61,6 +66,22 @@ def _best(f, repeat):
         out = f()
         best = min(best, time.perf_counter() - t)
     return best, out
+
+
+def traffic_ratio(method, n, nnz, m_bytes, k, restart=30, value_bytes=4, vec_bytes=8):
+    """Bytes of one block iteration with ``k`` columns over those with one, by the model of
+    :func:`mpsolve.bench.suite.iteration_bytes`: one pass over ``A`` (``value_bytes`` values,
+    32-bit indices) and one over M's stored ``m_bytes`` per iteration whatever ``k``; per
+    column the method's vector traffic (CG: 12n, 2n more for ``r . z``; GMRES(m): a
+    classical Gram--Schmidt step reads ``(m + 1) n`` basis values and ``2n`` working values
+    on average over a cycle) and the 2n of each product's input and output.  The
+    ``mixed`` preset's defaults: FP32 ``A``, FP64 vectors and basis."""
+    fixed = _csr_bytes(n, nnz, value_bytes) + m_bytes
+    if method == "cg":
+        per_col = (12 + 2 + 2 + 2) * n * vec_bytes
+    else:
+        per_col = ((restart + 1) + 2 + 2 + 2) * n * vec_bytes
+    return (fixed + k * per_col) / (fixed + per_col)
 
 
 def solves(method, precond, spec, ks, args, warm=None):
@@ -92,6 +113,7 @@ def solves(method, precond, spec, ks, args, warm=None):
             its_sep=max(r.iterations for r in res_sep),
             ok=bool(res_blk.converged and res_msk.converged
                     and all(r.converged for r in res_sep)),
+            model=traffic_ratio(method, n, A.nnz, res_sep[0].precond_nbytes, k),
             mode=res_blk.rhs_mode or "single"))
         print(f"  {spec} k={k}: block {t_blk:.2f} s, mask {t_msk:.2f} s, separate "
               f"{t_sep:.2f} s", flush=True)
@@ -161,11 +183,13 @@ def main(argv=None):
         A_last = A
         label = "GMRES(30)" if method == "gmres" else "CG"
         lines += [f"## {label} + {precond} on `{spec}` (n = {A.shape[0]}, nnz = {A.nnz})", "",
-                  "| k | block s | block / one | block mask s | mask / one | k separate s "
-                  "| separate / one | max its block | max its separate | all converged |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| k | block s | block / one | traffic model / one | block mask s | mask / one "
+                  "| k separate s | separate / one | max its block | max its separate "
+                  "| all converged |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {r['k']} | {r['block']:.3f} | {r['ratio_block']:.2f}x | "
+                         f"{r['model']:.2f}x | "
                          f"{r['mask']:.3f} | {r['ratio_mask']:.2f}x | {r['separate']:.3f} | "
                          f"{r['ratio_sep']:.2f}x | {r['its_block']} | {r['its_sep']} | "
                          f"{'yes' if r['ok'] else 'NO'} |")
