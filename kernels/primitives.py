@@ -126,6 +126,9 @@ CONTRACT = (
     Op("spmm", "spmm(plan, indptr, indices, data, X, Y)",
        "Y = A X, CSR, (n, k) blocks; row sums FP64 (acc64) or FP32 (acc32); plan of 'spmv'; "
        "dtypes (data, X, Y)", keys=_MAT, modes=("acc64", "acc32")),
+    Op("spmm_dot", "spmm_dot(plan, indptr, indices, data, X, Y, out)",
+       "Y = A X (FP64 row sums) and out[c] = X[:, c] . Y[:, c] (FP64) in one sweep; square "
+       "A; dtypes (data, X, Y)", keys=_MAT, modes=("acc64",)),
     Op("residual_mm", "residual_mm(plan, indptr, indices, data, X, B, R)",
        "R = B - A X, FP64 row sums; dtypes (data, X, B, R)",
        keys=tuple((v, d, d, d) for v in _F for d in _F), modes=("acc64",)),

@@ -1547,6 +1547,13 @@ _register("reference", "spmm", _BMAT, mode="acc64")(_ref_spmm("acc64"))
 _register("reference", "spmm", _BMAT, mode="acc32")(_ref_spmm("acc32"))
 
 
+@_register("reference", "spmm_dot", _BMAT, mode="acc64")
+def ref_spmm_dot(plan, indptr, indices, data, X, Y, out):
+    """``Y = A X`` (FP64 row sums), then ``out[c] = X[:, c] . Y[:, c]`` in FP64."""
+    _ref_spmm("acc64")(plan, indptr, indices, data, X, Y)
+    out[:] = np.einsum("ij,ij->j", X.astype(np.float64), Y.astype(np.float64))
+
+
 @_register("reference", "residual_mm", [(v, d, d, d) for v in _F for d in _F], mode="acc64")
 def ref_residual_mm(plan, indptr, indices, data, X, B, R):
     """``R = B - A X``, FP64 row sums, rounded once."""

@@ -68,6 +68,7 @@ class BlockSystem:
     psolve: Optional[Callable]        # f(R, Z): Z = M R (None: no preconditioner)
     residual: Callable                # f(X, B, R): R = B - A X, FP64 row sums
     bnrm: np.ndarray                  # ||b_c|| of the block's columns
+    matvec_dot: Optional[Callable] = None   # f(X, Y, out): Y = A X, out_c = X_c . Y_c, fused
 
 
 def check_block(b, n, name="b"):
@@ -210,11 +211,13 @@ def _block_plan(solver, bh, x0, callback):
         return None
     if matvec is None:
         return None
+    bind_dot = getattr(sys.A_op, "bind_block_dot", None)
+    matvec_dot = bind_dot(wdt) if bind_dot is not None else None
     psolve = _block_psolve(sys, wdt)
     body_kw = {key: v for key, v in solver._body_kw.items() if key in ("restart", "side")}
     return (BLOCK_BODIES[solver.method], body_kw, policy, sys,
             BlockSystem(ops=ops, matvec=matvec, psolve=psolve, residual=residual,
-                        bnrm=np.zeros(0)))
+                        bnrm=np.zeros(0), matvec_dot=matvec_dot))
 
 
 def _block_psolve(sys, wdt):

@@ -150,6 +150,18 @@ class SparseOperator(_Stored):
     def _block_kernel(self, xd, yd):
         return self._csr_kernel("spmm", (xd, yd), self._mode)     # Y = A X, one sweep over A
 
+    def bind_block_dot(self, dtype):
+        """Kernel ``f(X, Y, out)`` computing ``Y <- A X`` and ``out[c] <- X[:, c] . Y[:, c]``
+        (FP64) in one sweep over ``A`` (square ``A``, FP64 row sums), or ``None`` where the
+        device has none (the caller composes the product and a column dot)."""
+        dt = dtype_name(dtype)
+        if self._mode != "acc64" or self.shape[0] != self.shape[1]:
+            return None
+        try:
+            return self._csr_kernel("spmm_dot", (dt, dt), "acc64")
+        except KeyError:
+            return None
+
     def bind_block_residual(self, dtype):
         """Kernel ``f(X, B, R)`` computing ``R <- B - A X`` for ``(n, k)`` blocks (FP64 row
         sums, one sweep over ``A``); ``KeyError`` where the device has none."""

@@ -502,10 +502,10 @@ def _kernel_inputs(op, key, rng, n=300):
         ip, ix = B.indptr.astype(np.int32), B.indices.astype(np.int32)
         return [launch_plan("cpu", "bsrmv", ip), ip, ix, B.data.astype(dt[0]), vec(dt[1]),
                 np.empty(n, dt[2])]
-    if op in ("spmm", "residual_mm", "dmul_mm") or op.startswith("col_"):
+    if op in ("spmm", "spmm_dot", "residual_mm", "dmul_mm") or op.startswith("col_"):
         k = 3                                  # blocks (n, k) of three right-hand sides
         blk = lambda d=dt[0]: rand((n, k), d)  # noqa: E731
-        if op in ("spmm", "residual_mm"):
+        if op in ("spmm", "spmm_dot", "residual_mm"):
             A = sp.csr_matrix(sp.random(n, n, density=0.03, random_state=rng, format="csr")
                               + sp.eye(n))
             A.sort_indices()
@@ -514,6 +514,9 @@ def _kernel_inputs(op, key, rng, n=300):
             if op == "residual_mm":
                 return [plan, ip, ix, A.data.astype(dt[0]), blk(dt[1]), blk(dt[2]),
                         np.empty((n, k), dt[3])]
+            if op == "spmm_dot":
+                return [plan, ip, ix, A.data.astype(dt[0]), blk(dt[1]), np.empty((n, k), dt[2]),
+                        np.zeros(k)]
             return [plan, ip, ix, A.data.astype(dt[0]), blk(dt[1]), np.empty((n, k), dt[2])]
         if op == "dmul_mm":
             return [vec(dt[0]), blk(dt[1]), np.empty((n, k), dt[2])]
@@ -585,7 +588,7 @@ def test_cpu_kernel_matches_reference(op, key, mode):
     args = _kernel_inputs(op, key, rng)
     a_cpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     a_ref = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    if op in ("spmv", "spmv_dot", "residual", "bsrmv", "spmm", "residual_mm"):
+    if op in ("spmv", "spmv_dot", "residual", "bsrmv", "spmm", "spmm_dot", "residual_mm"):
         a_ref[0] = None                                   # the reference needs no plan
     r_cpu = lookup("cpu", op, key, mode)(*a_cpu)
     r_ref = lookup("reference", op, key, mode)(*a_ref)

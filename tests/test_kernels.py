@@ -37,7 +37,7 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               "cb_mdot_nrm2", "cb_maxpy_nrm2",
               # several right-hand sides: against the reference device, tests/test_devices.py
               # (ilu_sweeps_mm: tests/test_multi_rhs.py)
-              "spmm", "residual_mm", "dmul_mm", "ilu_sweeps_mm", "col_dot", "col_axpy2_nrm2",
+              "spmm", "spmm_dot", "residual_mm", "dmul_mm", "ilu_sweeps_mm", "col_dot", "col_axpy2_nrm2",
               "col_xpay", "col_scal", "col_mdot", "col_maxpy", "col_lincomb",
               # against the reference device: tests/test_devices.py
               "givens", "back_substitute", "range_scan",

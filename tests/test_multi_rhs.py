@@ -61,6 +61,12 @@ def test_spmm_parallel_form_matches_reference_and_spmv(key, mode):
     lookup("reference", "spmm", key, mode)(None, ip, ix, data, X, Yr)
     tol = 1e-4 if mode == "acc32" else 1e-12
     np.testing.assert_allclose(Y, Yr, rtol=tol, atol=tol * np.abs(Yr).max())
+    if mode == "acc64":   # the fused form: the same Y, and p_c . q_c to FP64 rounding
+        Yd, out = np.empty_like(Y), np.empty(k)
+        lookup("cpu", "spmm_dot", key, mode)(plan, ip, ix, data, X, Yd, out)
+        assert np.array_equal(Yd, Y)
+        want = np.einsum("ij,ij->j", X.astype(np.float64), Y.astype(np.float64))
+        np.testing.assert_allclose(out, want, rtol=1e-12)
 
 
 def test_block_kernels_parallel_forms_match_reference():

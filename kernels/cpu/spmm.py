@@ -49,7 +49,7 @@ CHUNK = 2048
 # (the sums start from ``B`` and subtract: ``b - a x`` and ``b + (-a) x`` round alike).
 
 @njit(inline="always", **JIT)
-def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
     for i in range(lo, hi):
         o = np.uint64(i) * k + c0
@@ -71,10 +71,13 @@ def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
             s7 += a * t(Xf[j + 7])
         Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
         Yf[o + 4], Yf[o + 5], Yf[o + 6], Yf[o + 7] = s4, s5, s6, s7
+        if dot:
+            for c in range(np.uint64(8)):
+                D[c0 + c] += np.float64(Xf[o + c]) * np.float64(Yf[o + c])
 
 
 @njit(inline="always", **JIT)
-def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
     for i in range(lo, hi):
         o = np.uint64(i) * k + c0
@@ -90,10 +93,13 @@ def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
             s2 += a * t(Xf[j + 2])
             s3 += a * t(Xf[j + 3])
         Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
+        if dot:
+            for c in range(np.uint64(4)):
+                D[c0 + c] += np.float64(Xf[o + c]) * np.float64(Yf[o + c])
 
 
 @njit(inline="always", **JIT)
-def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
     for i in range(lo, hi):
         o = np.uint64(i) * k + c0
@@ -107,10 +113,13 @@ def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
             s0 += a * t(Xf[j])
             s1 += a * t(Xf[j + 1])
         Yf[o], Yf[o + 1] = s0, s1
+        if dot:
+            D[c0] += np.float64(Xf[o]) * np.float64(Yf[o])
+            D[c0 + 1] += np.float64(Xf[o + 1]) * np.float64(Yf[o + 1])
 
 
 @njit(inline="always", **JIT)
-def _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
+def _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
     for i in range(lo, hi):
         o = np.uint64(i) * k + c0
@@ -119,45 +128,58 @@ def _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res):
             a = -t(data[p]) if res else t(data[p])
             s0 += a * t(Xf[np.uint64(indices[p]) * k + c0])
         Yf[o] = s0
+        if dot:
+            D[c0] += np.float64(Xf[o]) * np.float64(Yf[o])
 
 
 @njit(inline="always", **JIT)
-def _rows_mm(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, acc, res):
-    """Rows ``lo..hi-1`` of ``Y = A X`` (or ``R = B - A X``), ``k`` columns in groups."""
+def _rows_mm(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, acc, res, dot, D):
+    """Rows ``lo..hi-1`` of ``Y = A X`` (or ``R = B - A X``), ``k`` columns in groups; with
+    ``dot`` (square ``A``) also ``D[c] += X[i, c] Y[i, c]`` over these rows, in FP64, each
+    row's product added as the row is written (the ``Y`` and ``X`` rows still in cache)."""
     ku = np.uint64(k)
     c = 0
     while c + 8 <= k:
-        _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res, dot, D)
         c += 8
     if c + 4 <= k:
-        _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res, dot, D)
         c += 4
     if c + 2 <= k:
-        _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res, dot, D)
         c += 2
     if c < k:
-        _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res)
+        _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, ku, np.uint64(c), acc, res, dot, D)
 
 
 @njit(parallel=True, **JIT)
-def _mm_par(parts, indptr, indices, data, Xf, Bf, Yf, k, acc, res):
+def _mm_par(parts, indptr, indices, data, Xf, Bf, Yf, k, acc, res, dot, D):
     for t in prange(parts.size - 1):
-        _rows_mm(parts[t], parts[t + 1], indptr, indices, data, Xf, Bf, Yf, k, acc, res)
+        _rows_mm(parts[t], parts[t + 1], indptr, indices, data, Xf, Bf, Yf, k, acc, res, dot,
+                 D[t])
 
 
 @njit(**JIT)
-def _mm_ser(parts, indptr, indices, data, Xf, Bf, Yf, k, acc, res):
-    _rows_mm(0, indptr.size - 1, indptr, indices, data, Xf, Bf, Yf, k, acc, res)
+def _mm_ser(parts, indptr, indices, data, Xf, Bf, Yf, k, acc, res, dot, D):
+    _rows_mm(0, indptr.size - 1, indptr, indices, data, Xf, Bf, Yf, k, acc, res, dot, D[0])
 
 
 _ACC64 = np.zeros(1, np.float64)
 _ACC32 = np.zeros(1, np.float32)
 
 
-def _mm(parts, indptr, indices, data, X, B, Y, acc, res):
-    (_mm_par if parts.size > 2 else _mm_ser)(parts, indptr, indices, data, X.reshape(-1),
-                                             B.reshape(-1), Y.reshape(-1), X.shape[1], acc,
-                                             res)
+def _mm(parts, indptr, indices, data, X, B, Y, acc, res, out=None):
+    """The sweep; with ``out``, also ``out[c] = X[:, c] . Y[:, c]`` (one FP64 partial sum per
+    row part, added in part order)."""
+    parallel = parts.size > 2
+    D = np.zeros((parts.size - 1 if parallel else 1, X.shape[1] if out is not None else 0))
+    (_mm_par if parallel else _mm_ser)(parts, indptr, indices, data, X.reshape(-1),
+                                       B.reshape(-1), Y.reshape(-1), X.shape[1], acc, res,
+                                       out is not None, D)
+    if out is not None:
+        out[:] = D[0]
+        for t in range(1, D.shape[0]):
+            out += D[t]
 
 
 # One column (a block narrowed to k = 1 by deflation): the SpMV kernels on the column as a
@@ -180,6 +202,14 @@ def spmm_acc32(parts, indptr, indices, data, X, Y):
         csr_spmv_acc32(parts, indptr, indices, data, X.reshape(-1), Y.reshape(-1))
         return
     _mm(parts, indptr, indices, data, X, Y, Y, _ACC32, False)
+
+
+@register("cpu", "spmm_dot", _MAT, mode="acc64")
+def spmm_dot_acc64(parts, indptr, indices, data, X, Y, out):
+    """``Y <- A X`` (FP64 row sums) and ``out[c] <- X[:, c] . Y[:, c]`` (FP64) in one sweep
+    over ``A``: block CG's ``Q = A P`` with its ``p_c . q_c``, without a second pass over
+    the two blocks.  Dtypes key ``(data, X, Y)``."""
+    _mm(parts, indptr, indices, data, X, Y, Y, _ACC64, False, out)
 
 
 @register("cpu", "residual_mm", [(v, d, d, d) for v in _F for d in _F], mode="acc64")

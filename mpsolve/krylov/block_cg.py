@@ -23,7 +23,8 @@ whose FP32 parts produced a non-finite value to the single-vector path, which es
 no callback (the driver runs a solve with a callback column by column).
 
 Memory traffic per iteration, ``k`` columns, with M: SpMM (``A`` once + ``2 k n`` vector
-values) + M's sweep + ``k`` times the single body's ``12 n`` vector values.
+values; ``p_c . q_c`` formed in the same sweep where the device has ``spmm_dot``) + M's
+sweep + ``k`` times the single body's ``12 n`` vector values.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
     -14 non-finite values.
     """
     ops, mm, psolve = bsys.ops, bsys.matvec, bsys.psolve
+    mm_dot = getattr(bsys, "matvec_dot", None)
     col_dot, axpy2_nrm2, xpay = ops.col_dot, ops.col_axpy2_nrm2, ops.col_xpay
     n, k = X.shape
     wdt = X.dtype
@@ -99,8 +101,11 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
     leave(codes)
     while live.any():
         it += 1
-        mm(p, q)                              # Q = A P, one sweep over A
-        col_dot(p, q, pq)                     # p_c . q_c
+        if mm_dot is not None:
+            mm_dot(p, q, pq)                  # Q = A P and p_c . q_c, one sweep over A
+        else:
+            mm(p, q)                          # Q = A P, one sweep over A
+            col_dot(p, q, pq)                 # p_c . q_c
         ok = live & (pq >= tiny) & np.isfinite(pq)
         alpha = np.where(ok, rz / np.where(ok, pq, 1.0), 0.0)
         codes = np.full(rz.size, 2)
