@@ -28,7 +28,7 @@ from numba import njit, prange
 from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN
 from .ilu import ilu_sweeps
 from .intrin import madd
-from .spmv import csr_spmv_acc32, csr_spmv_acc64
+from .spmv import csr_spmv_acc32, csr_spmv_acc64, csr_spmv_dot_acc64
 from ..registry import register
 
 _F = ("float32", "float64")
@@ -51,6 +51,8 @@ CHUNK = 2048
 @njit(inline="always", **JIT)
 def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
+    yt = Yf.dtype.type              # X . Y of the stored (rounded) Y
+    d0 = d1 = d2 = d3 = d4 = d5 = d6 = d7 = 0.0
     for i in range(lo, hi):
         o = np.uint64(i) * k + c0
         if res:
@@ -72,13 +74,30 @@ def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
         Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
         Yf[o + 4], Yf[o + 5], Yf[o + 6], Yf[o + 7] = s4, s5, s6, s7
         if dot:
-            for c in range(np.uint64(8)):
-                D[c0 + c] += np.float64(Xf[o + c]) * np.float64(Yf[o + c])
+            d0 += np.float64(Xf[o]) * np.float64(yt(s0))
+            d1 += np.float64(Xf[o + 1]) * np.float64(yt(s1))
+            d2 += np.float64(Xf[o + 2]) * np.float64(yt(s2))
+            d3 += np.float64(Xf[o + 3]) * np.float64(yt(s3))
+            d4 += np.float64(Xf[o + 4]) * np.float64(yt(s4))
+            d5 += np.float64(Xf[o + 5]) * np.float64(yt(s5))
+            d6 += np.float64(Xf[o + 6]) * np.float64(yt(s6))
+            d7 += np.float64(Xf[o + 7]) * np.float64(yt(s7))
+    if dot:                         # the rows' X . Y, kept in registers until here
+        D[c0] += d0
+        D[c0 + 1] += d1
+        D[c0 + 2] += d2
+        D[c0 + 3] += d3
+        D[c0 + 4] += d4
+        D[c0 + 5] += d5
+        D[c0 + 6] += d6
+        D[c0 + 7] += d7
 
 
 @njit(inline="always", **JIT)
 def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
+    yt = Yf.dtype.type              # X . Y of the stored (rounded) Y
+    d0 = d1 = d2 = d3 = 0.0
     for i in range(lo, hi):
         o = np.uint64(i) * k + c0
         if res:
@@ -94,13 +113,22 @@ def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
             s3 += a * t(Xf[j + 3])
         Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
         if dot:
-            for c in range(np.uint64(4)):
-                D[c0 + c] += np.float64(Xf[o + c]) * np.float64(Yf[o + c])
+            d0 += np.float64(Xf[o]) * np.float64(yt(s0))
+            d1 += np.float64(Xf[o + 1]) * np.float64(yt(s1))
+            d2 += np.float64(Xf[o + 2]) * np.float64(yt(s2))
+            d3 += np.float64(Xf[o + 3]) * np.float64(yt(s3))
+    if dot:
+        D[c0] += d0
+        D[c0 + 1] += d1
+        D[c0 + 2] += d2
+        D[c0 + 3] += d3
 
 
 @njit(inline="always", **JIT)
 def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
+    yt = Yf.dtype.type              # X . Y of the stored (rounded) Y
+    d0 = d1 = 0.0
     for i in range(lo, hi):
         o = np.uint64(i) * k + c0
         if res:
@@ -114,13 +142,18 @@ def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
             s1 += a * t(Xf[j + 1])
         Yf[o], Yf[o + 1] = s0, s1
         if dot:
-            D[c0] += np.float64(Xf[o]) * np.float64(Yf[o])
-            D[c0 + 1] += np.float64(Xf[o + 1]) * np.float64(Yf[o + 1])
+            d0 += np.float64(Xf[o]) * np.float64(yt(s0))
+            d1 += np.float64(Xf[o + 1]) * np.float64(yt(s1))
+    if dot:
+        D[c0] += d0
+        D[c0 + 1] += d1
 
 
 @njit(inline="always", **JIT)
 def _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
+    yt = Yf.dtype.type              # X . Y of the stored (rounded) Y
+    d0 = 0.0
     for i in range(lo, hi):
         o = np.uint64(i) * k + c0
         s0 = t(Bf[o]) if res else t(0.0)
@@ -129,7 +162,9 @@ def _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
             s0 += a * t(Xf[np.uint64(indices[p]) * k + c0])
         Yf[o] = s0
         if dot:
-            D[c0] += np.float64(Xf[o]) * np.float64(Yf[o])
+            d0 += np.float64(Xf[o]) * np.float64(yt(s0))
+    if dot:
+        D[c0] += d0
 
 
 @njit(inline="always", **JIT)
@@ -208,7 +243,10 @@ def spmm_acc32(parts, indptr, indices, data, X, Y):
 def spmm_dot_acc64(parts, indptr, indices, data, X, Y, out):
     """``Y <- A X`` (FP64 row sums) and ``out[c] <- X[:, c] . Y[:, c]`` (FP64) in one sweep
     over ``A``: block CG's ``Q = A P`` with its ``p_c . q_c``, without a second pass over
-    the two blocks.  Dtypes key ``(data, X, Y)``."""
+    the two blocks.  Dtypes key ``(data, X, Y)``.  One FP64 column: the SpMV's fused form."""
+    if X.shape[1] == 1 and X.dtype == Y.dtype == np.float64:
+        out[0] = csr_spmv_dot_acc64(parts, indptr, indices, data, X.reshape(-1), Y.reshape(-1))
+        return
     _mm(parts, indptr, indices, data, X, Y, Y, _ACC64, False, out)
 
 
