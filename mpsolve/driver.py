@@ -171,9 +171,10 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         rel = true / problem.bnrm if problem.bnrm else true
         fields = report_fields(problem, method, precond_name) if report is None else \
             dict(report, precond_stats=dict(report["precond_stats"]))
+        residuals = np.array(hist, dtype=np.float64)
+        residuals /= problem.bnrm or 1.0
         return SolveResult(
-            x=x, info=int(info), iterations=int(iters),
-            residuals=np.asarray(hist, dtype=np.float64) / (problem.bnrm or 1.0),
+            x=x, info=int(info), iterations=int(iters), residuals=residuals,
             true_residual=float(rel), tolerance=float(rel_tol), setup_time=setup,
             solve_time=solve, status=status_text(info, iters, rel, rel_tol, extra),
             precision=pol.name, escalations=escalations,
