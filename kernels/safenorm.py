@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-__all__ = ["trustworthy", "safe_nrm2", "safe_after", "safe_dot_ratio", "norm",
+__all__ = ["trustworthy", "safe_nrm2", "safe_after", "safe_dot_ratio", "norm", "all_finite",
            "scale_exponent", "ldexp_array"]
 
 _LIMITS = {}
@@ -178,6 +178,16 @@ def _quiet_sq_norm(v) -> float:
         return math.sqrt(v.dot(v))                         # NumPy's norm here, less its calls
     finally:
         _FP_STATE.reset(token)
+
+
+def all_finite(v, xp) -> bool:
+    """Whether every entry of the array ``v`` of ``xp`` is finite.  A 1-D FP64 NumPy ``v``
+    is judged by ``v . v`` first (finite only when every entry is: a NaN or ``inf``
+    entry makes it NaN or ``inf``); only where that sum is not finite -- a non-finite
+    entry, or finite entries whose squares overflow -- does the entrywise test run."""
+    if xp is np and v.dtype == _F64 and v.ndim == 1 and _quiet_sq_norm(v) < math.inf:
+        return True
+    return bool(xp.isfinite(v).all())
 
 
 def norm(v, xp) -> float:

@@ -35,7 +35,7 @@ from ._demote import PrecisionRangeError, demote
 from ._sparse import canonical_csr, check_matrix, dtype_check
 from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
 from .kernels.primitives import Primitives, bind_primitives
-from .kernels.safenorm import ldexp_array, norm
+from .kernels.safenorm import all_finite, ldexp_array, norm
 from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field
@@ -208,7 +208,7 @@ class Problem:
         return norm(r64, self.xp)                              # overflow-safe
 
     def all_finite(self, x) -> bool:
-        return bool(self.xp.isfinite(x).all())
+        return all_finite(x, self.xp)
 
     def unscale(self, x):
         """A solve's ``x`` in the caller's units (``2^b_exp x``; ``x`` itself if unscaled)."""
