@@ -179,8 +179,9 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         rel = true / problem.bnrm if problem.bnrm else true
         fields = report_fields(problem, method, precond_name) if report is None else \
             dict(report, precond_stats=dict(report["precond_stats"]))
-        residuals = np.array(hist, dtype=np.float64)
-        residuals /= problem.bnrm or 1.0
+        residuals = np.array(hist, dtype=np.float64) if hist else np.empty(0)
+        if hist:
+            residuals /= problem.bnrm or 1.0
         return SolveResult(
             x=x, info=int(info), iterations=int(iters), residuals=residuals,
             true_residual=float(rel), tolerance=float(rel_tol), setup_time=setup,
