@@ -162,9 +162,9 @@ def report(rows, args, build, seconds):
         "`Solver.solve` on a Solver set up once, `KSPSolve` on a set-up KSP (b copied in, "
         "x copied out).  0-it: a call that needs no iteration (x0 = 1, the solution; "
         "PETSc with a nonzero initial guess, x0 copied in): the per-call overhead -- the "
-        "checks and copies, mpsolve's FP64 true residual (twice: before and after the "
-        "method's own test) or PETSc's initial residual, one preconditioner application, "
-        "the result.",
+        "checks and copies, mpsolve's FP64 true residual (once: a start that meets the "
+        "tolerance returns without calling the method) or PETSc's initial residual and "
+        "preconditioner application, the result.",
         "", head, "|" + "---|" * (head.count("|") - 1),
     ]
     for r in rows:

@@ -19,7 +19,7 @@ Matrix ops take the device's *launch plan* first (:func:`.registry.launch_plan`)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Tuple
 
 import numpy as np
@@ -310,10 +310,16 @@ class Primitives:
     givens: Callable           # GMRES: next Givens rotation of the Hessenberg matrix (host FP64)
     back_substitute: Callable  # GMRES: y = R^-1 g (host FP64)
     dot_ratio: Callable        # (x . y) / (u . w) from scaled vectors (an overflowed dot's path)
+    #: :meth:`basis`'s bindings, by basis dtype (made once: GMRES asks every solve)
+    _bases: dict = field(default_factory=dict, init=False, repr=False, compare=False,
+                         hash=False)
 
     def basis(self, dtype) -> "BasisPrimitives":
         """The multi-vector ops on a basis stored in ``dtype`` (:func:`bind_basis`)."""
-        return bind_basis(self, dtype)
+        got = self._bases.get(dtype)
+        if got is None:
+            got = self._bases[dtype] = bind_basis(self, dtype)
+        return got
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-__all__ = ["trustworthy", "safe_nrm2", "safe_after", "safe_dot_ratio", "norm",
+__all__ = ["trustworthy", "safe_nrm2", "safe_after", "safe_dot_ratio", "norm", "all_finite",
            "scale_exponent", "ldexp_array"]
 
 _LIMITS = {}
@@ -164,17 +164,37 @@ def _divide(a, b):
     return math.copysign(math.inf, a.real if isinstance(a, complex) else a)
 
 
+def _quiet_sq_norm(v) -> float:
+    """``sqrt(v . v)`` of a 1-D FP64 NumPy array, by the host's compiled dot: neither a
+    BLAS call (OpenBLAS threads its ddot above ~10^4 entries, and its threads then wait
+    for cores that Numba's threads, spinning after a parallel kernel, or another process
+    hold: measured 8 ms for one norm of 12k entries on a busy 2-core machine, 4 us
+    compiled) nor an ``np.errstate`` (a compiled kernel raises no floating-point warning,
+    whatever ``np.seterr`` says: the caller judges the result).  A strided ``v`` takes
+    NumPy's dot, quietly."""
+    if v.flags.c_contiguous:
+        return math.sqrt(_host_dot()(v, v))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        return math.sqrt(v.dot(v))
+
+
+def all_finite(v, xp) -> bool:
+    """Whether every entry of the array ``v`` of ``xp`` is finite.  A 1-D FP64 NumPy ``v``
+    is judged by ``v . v`` first (finite only when every entry is: a NaN or ``inf``
+    entry makes it NaN or ``inf``); only where that sum is not finite -- a non-finite
+    entry, or finite entries whose squares overflow -- does the entrywise test run."""
+    if xp is np and v.dtype == _F64 and v.ndim == 1 and _quiet_sq_norm(v) < math.inf:
+        return True
+    return bool(xp.isfinite(v).all())
+
+
 def norm(v, xp) -> float:
     """``||v||_2`` of an array of ``xp`` (``xp.linalg.norm``, which is ``sqrt(v . v)``),
     rescaled as :func:`safe_nrm2` when that is not trustworthy."""
-    with np.errstate(over="ignore", under="ignore"):    # judged below, not warned about
-        if xp is np and v.dtype == _F64 and v.ndim == 1 and v.flags.c_contiguous:
-            # the host's compiled dot, not BLAS's: OpenBLAS threads its ddot above ~10^4
-            # entries, and its threads then wait for cores that Numba's threads (spinning
-            # after a parallel kernel) or another process hold -- measured 8 ms for one
-            # norm of 12k entries on a busy 2-core machine, 4 us compiled
-            r = math.sqrt(_host_dot()(v, v))
-        else:
+    if xp is np and v.dtype == _F64 and v.ndim == 1:
+        r = _quiet_sq_norm(v)
+    else:
+        with np.errstate(over="ignore", under="ignore"):    # judged below, not warned about
             r = float(xp.linalg.norm(v))
     tiny2, per = _tiny2(v.dtype)
     if r < math.inf and r * r >= tiny2 * (per * v.size):  # trustworthy(r, v.size, v.dtype)

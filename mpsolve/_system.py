@@ -35,7 +35,7 @@ from ._demote import PrecisionRangeError, demote
 from ._sparse import canonical_csr, check_matrix, dtype_check
 from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
 from .kernels.primitives import Primitives, bind_primitives
-from .kernels.safenorm import ldexp_array, norm
+from .kernels.safenorm import all_finite, ldexp_array, norm
 from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field
@@ -50,6 +50,7 @@ __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "mak
 STAGNATION = 0.5
 
 _F64 = np.dtype(np.float64)
+_C128 = np.dtype(np.complex128)
 
 
 # ------------------------------------------------------------------ checks
@@ -188,7 +189,7 @@ class Problem:
     @property
     def hp(self) -> np.dtype:
         """The FP64 dtype of this problem's field: float64, or complex128."""
-        return in_field("float64", self.is_complex)
+        return _C128 if self.is_complex else _F64
 
     def realise(self, dtype) -> np.dtype:
         """A policy's real dtype name in this problem's field (complex twin or itself)."""
@@ -207,7 +208,7 @@ class Problem:
         return norm(r64, self.xp)                              # overflow-safe
 
     def all_finite(self, x) -> bool:
-        return bool(self.xp.isfinite(x).all())
+        return all_finite(x, self.xp)
 
     def unscale(self, x):
         """A solve's ``x`` in the caller's units (``2^b_exp x``; ``x`` itself if unscaled)."""
@@ -590,14 +591,20 @@ def compiled_loop(sys: System, op: str):
     if not isinstance(sys, System):
         return None
     M = sys.problem.M_user
-    arrays = _desc_arrays(M)
+    # the preconditioner's set-up count: the same count, the same arrays (no call of
+    # ``fusable`` per solve); ``None`` without one (no M, a matrix or an operator)
+    setups = getattr(M, "setups", None) if isinstance(M, Preconditioner) else None
     got = sys.loops.get(op)
+    if got is not None and setups is not None and got[2][0] is M and got[2][1] == setups:
+        return got[0]
+    arrays = _desc_arrays(M)
     if got is not None and len(got[1]) == len(arrays) and \
             all(a is b for a, b in zip(got[1], arrays)):
+        sys.loops[op] = (got[0], got[1], (M, setups))
         return got[0]
     # first call, or the caller set its preconditioner up again since (new arrays)
     run = _make_loop(sys, op)
-    sys.loops[op] = (run, arrays)
+    sys.loops[op] = (run, arrays, (M, setups))
     return run
 
 
@@ -701,16 +708,21 @@ def _in_chunks(call, maxiter, hist, buf, state, resume, hook=None, period=None):
         state[resume] = 1.0                    # go on from where the call stopped
 
 
+# The runners look their workspace vectors up once, at their first call (a Workspace
+# hands out the same array for the same key every time): none per solve after that.
+
 def _cg_runner(kern, plan, ws, n, wdt, no_m):
     Ak, amode, prog, P, pmode = plan
+    vecs = []
 
     def run(x, r, maxiter, tol, hist, callback=None, period=None):
-        q = ws.get("q", n, wdt)
-        p = ws.get("p", n, wdt)
-        z = r if no_m else ws.get("z", n, wdt)
-        t = ws.get("loop_t", n, wdt)
-        buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
-        state = ws.get("loop_state", 2, _F64)
+        if not vecs:
+            vecs.extend((ws.get("q", n, wdt), ws.get("p", n, wdt),
+                         None if no_m else ws.get("z", n, wdt), ws.get("loop_t", n, wdt),
+                         ws.get("loop_hist", LOOP_CHUNK, _F64), ws.get("loop_state", 2, _F64)))
+        q, p, z, t, buf, state = vecs
+        if no_m:
+            z = r
         hook = None if callback is None else (lambda: callback(x))
         return _in_chunks(lambda m: kern(Ak, amode, prog, P, pmode, x, r, q, z, p, t, m, tol,
                                          buf, state), maxiter, hist, buf, state, 1, hook,
@@ -721,14 +733,17 @@ def _cg_runner(kern, plan, ws, n, wdt, no_m):
 
 def _arnoldi_runner(kern, plan, ws, n, wdt, no_m):
     Ak, amode, prog, P, pmode = plan
+    t = ws.get("loop_t", n, wdt)
+    bufs = {}                                  # the history buffer, by restart length
 
     def run(side, V, Z, u, H, cs, sn, g, hcol, target, floor, max_steps, ratio, eps, reorth,
             hist):
         """One cycle's inner steps (``gmres_arnoldi``); ``side`` 0 none, 1 left, 2 right.
         Returns ``(steps, happy, est, wnorm_in, flag)``, the estimates appended to
         ``hist``."""
-        t = ws.get("loop_t", n, wdt)
-        buf = ws.get("loop_hist", max(LOOP_CHUNK, H.shape[1]), _F64)
+        buf = bufs.get(H.shape[1])
+        if buf is None:
+            buf = bufs[H.shape[1]] = ws.get("loop_hist", max(LOOP_CHUNK, H.shape[1]), _F64)
         steps, happy, est, wnorm_in, flag = kern(
             Ak, amode, prog, P, pmode, side, V, V if Z is None else Z, u, t, H, cs, sn, g,
             hcol, target, floor, max_steps, ratio, eps, reorth, buf)
@@ -741,17 +756,18 @@ def _arnoldi_runner(kern, plan, ws, n, wdt, no_m):
 
 def _bicgstab_runner(kern, plan, ws, n, wdt, no_m):
     Ak, amode, prog, P, pmode = plan
+    vecs = []
 
     def run(x, r, maxiter, tol, hist, callback=None, period=None):
-        r0 = ws.get("r0", n, wdt)
-        p = ws.zeros("p", n, wdt)
-        v = ws.zeros("v", n, wdt)
-        s = ws.get("s", n, wdt)
-        t = ws.get("t", n, wdt)
-        ph, sh = (p, s) if no_m else (ws.get("ph", n, wdt), ws.get("sh", n, wdt))
-        w = ws.get("loop_t", n, wdt)
-        buf = ws.get("loop_hist", LOOP_CHUNK, _F64)
-        state = ws.get("loop_bstate", 6, _F64)
+        if not vecs:
+            p, s = ws.get("p", n, wdt), ws.get("s", n, wdt)
+            vecs.extend((ws.get("r0", n, wdt), p, ws.get("v", n, wdt), s, ws.get("t", n, wdt),
+                         *((p, s) if no_m else (ws.get("ph", n, wdt), ws.get("sh", n, wdt))),
+                         ws.get("loop_t", n, wdt), ws.get("loop_hist", LOOP_CHUNK, _F64),
+                         ws.get("loop_bstate", 6, _F64)))
+        r0, p, v, s, t, ph, sh, w, buf, state = vecs
+        p.fill(0)
+        v.fill(0)
         hook = None if callback is None else (lambda: callback(x))
         return _in_chunks(lambda m: kern(Ak, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph,
                                          sh, w, m, tol, buf, state), maxiter, hist, buf,

@@ -179,6 +179,8 @@ def to_device(a, device: str):
 
 def to_host(a):
     """``a`` as a NumPy array (``.get()`` for a CuPy array; no copy for NumPy)."""
+    if type(a) is np.ndarray:
+        return a
     if _is_cupy(a):
         return a.get()
     return np.asarray(a)

@@ -22,6 +22,8 @@ when they are demoted (:func:`mpsolve._demote.demote`) and then moved to the dev
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -137,12 +139,8 @@ class SparseOperator(_Stored):
         arrays bound: ``f(*vectors)`` calls ``op(parts, indptr, indices, data, *vectors)``.
         ``KeyError`` (naming what exists) where the device has none."""
         kern = lookup(self.device, op, (self.dtype, *dtypes), mode)
-        parts, ip, ix, d = self.parts, self.indptr, self.indices, self.data
-
-        def f(*vectors):
-            return kern(parts, ip, ix, d, *vectors)
-
-        return f
+        # a partial, not a closure: one Python frame less per product
+        return partial(kern, self.parts, self.indptr, self.indices, self.data)
 
     def _kernel(self, xd, yd):
         return self._csr_kernel("spmv", (xd, yd), self._mode)            # y = A x

@@ -80,6 +80,9 @@ class Preconditioner:
         self._A_id = None
         self._op = None
         self._bound = {}
+        #: how many times :meth:`setup_canonical` ran: a compiled Krylov loop made from the
+        #: arrays of one set-up (:meth:`fusable`) is kept while this count stays the same
+        self.setups = 0
 
     # ----------------------------------------------------------------- protocol
     @property
@@ -127,6 +130,7 @@ class Preconditioner:
         self.shape = C.shape
         self.storage_dtype = np.dtype(want)
         self.dtype = np.dtype(np.complex128 if C.dtype.kind == "c" else np.float64)
+        self.setups = getattr(self, "setups", 0) + 1
         return self
 
     def _setup(self, C, dtype):  # pragma: no cover - abstract

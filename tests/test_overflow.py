@@ -22,7 +22,7 @@ import scipy.sparse as sp
 import mpsolve
 from mpsolve.kernels import lookup
 from mpsolve.kernels.primitives import bind_primitives
-from mpsolve.kernels.safenorm import ldexp_array, norm, trustworthy
+from mpsolve.kernels.safenorm import all_finite, ldexp_array, norm, trustworthy
 
 DEVICES = ("cpu", "reference")
 MODES = ("native", "compensated")
@@ -172,3 +172,27 @@ def test_problem_norm_is_safe():
     v = ldexp_array(np.random.default_rng(6).standard_normal(40), 1000)
     assert norm(v, np) == math.ldexp(float(np.linalg.norm(ldexp_array(v, -1000))), 1000)
     assert float(np.linalg.norm(v)) == math.inf               # NumPy's own overflows
+
+
+def test_norm_and_all_finite_neither_warn_nor_raise_whatever_seterr_says():
+    """The FP64 fast paths square the entries: an overflow or underflow there is judged,
+    not reported (even under ``np.seterr(all="raise")``), and the caller's error state is
+    left as it was."""
+    big = np.full(8, 1e300)
+    tiny = np.full(8, 1e-300)
+    with np.errstate(all="raise"):
+        assert norm(big, np) == math.ldexp(float(np.linalg.norm(ldexp_array(big, -1000))),
+                                           1000)
+        assert norm(tiny, np) > 0.0
+        assert all_finite(big, np) and all_finite(tiny, np)      # squares overflow: judged
+        assert all_finite(np.zeros(0), np)
+        for bad in (np.inf, -np.inf, np.nan):
+            v = big.copy()
+            v[3] = bad
+            assert not all_finite(v, np)
+            w = np.ones(5)
+            w[0] = bad
+            assert not all_finite(w, np)
+            assert not all_finite(w.astype(np.float32), np)       # the entrywise path
+        with pytest.raises(FloatingPointError):
+            big.dot(big)                                          # the state is intact

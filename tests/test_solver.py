@@ -379,3 +379,34 @@ def test_a_complex_solver_and_a_real_one_given_complex_data():
     real = mpsolve.Solver(T, method="cg", precond="jacobi", rtol=1e-10)
     with pytest.raises(TypeError, match="complex"):
         real.solve(np.full(n, 1j))
+
+
+@pytest.mark.parametrize("method,precond", [("cg", "jacobi"), ("gmres", "ilu0"),
+                                            ("bicgstab", None)])
+def test_a_start_that_meets_the_tolerance_needs_no_call_of_the_method(method, precond):
+    """x0 already good enough (its FP64 true residual below the tolerance, by more than the
+    rounding of the method's own first norm): the answer is x0 itself, bit for bit, with
+    no iteration -- and the method is not even called; a start just short of it iterates
+    as before."""
+    A = convection_diffusion2d(12) if method != "cg" else poisson2d(12)
+    n = A.shape[0]
+    x_true = _rhs(n, 3)
+    b = A @ x_true
+    s = Solver(A, method=method, precond=precond, precision="double", rtol=1e-6)
+    good = s.solve(b).x                                   # meets 1e-6
+    body = s._body
+
+    def refused(*args, **kw):
+        raise AssertionError("the method was called")
+
+    s._body = refused
+    r = s.solve(b, good)
+    assert r.iterations == 0 and r.info == 0 and r.residuals.size == 0
+    assert np.array_equal(r.x, good) and r.x is not good
+    rel = np.linalg.norm(b - A @ good) / np.linalg.norm(b)     # (SciPy's product: close)
+    assert r.true_residual <= 1e-6 and abs(r.true_residual - rel) <= 1e-6 * rel
+    s._body = body
+    far = good + 1e-3 * np.abs(good).max()                 # does not meet it: iterates
+    q = s.solve(b, far)
+    assert q.iterations > 0 and q.info == 0
+    assert q.true_residual <= 1e-6
