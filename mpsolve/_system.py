@@ -378,15 +378,15 @@ def set_rhs(problem: Problem, b, x0=None, *, rtol, atol, maxiter) -> Problem:
     if quick:
         # the common call -- FP64 NumPy vectors on a host device -- without the general
         # path's conversions: b (and x0) are written into the problem's private FP64
-        # copies; b's norm (as make_problem takes it) and x0.x0 are the finite checks (a
-        # NaN or Inf makes them non-finite); a b that needs scaling (or holds a NaN or
-        # Inf: then the usual error) takes the general path
+        # copies; b's norm (as make_problem takes it) and all_finite(x0) are the finite
+        # checks (a NaN or Inf makes b's norm non-finite); a b that needs scaling (or
+        # holds a NaN or Inf: then the usual error) takes the general path
         b64 = _private(problem, "b64", b)
         bnrm = norm(b64, np)
         quick = bnrm == 0.0 or _B_RANGE[0] <= bnrm <= _B_RANGE[1]
     if quick:
         x0_64 = None if x0 is None else _private(problem, "x0_64", x0)
-        if x0_64 is not None and not math.isfinite(float(x0_64.dot(x0_64))):
+        if x0_64 is not None and not all_finite(x0_64, np):
             _check_vector(x0, n, "x0")
         problem.b64, problem.x0_64, problem.bnrm, problem.b_exp = b64, x0_64, bnrm, 0
         problem.x0_mode = "zero" if x0 is None else "given"
