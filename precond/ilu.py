@@ -156,7 +156,8 @@ class ILU0(Preconditioner):
         shift always works.  ``"auto"`` (default, PETSc's ``ICC`` default too): the symmetric
         form of a matrix with a positive diagonal is factorised unshifted first and, if a
         pivot is not positive, again with shifts ``1e-3, 4e-3, 1.6e-2, ...`` (x4) until
-        every pivot is (the smallest shift of the sequence that works: the shifted factors
+        every pivot is (each try stops at its first pivot that is not positive; the
+        smallest shift of the sequence that works is kept: the shifted factors
         approximate ``A`` less well as the shift grows); the general form is never shifted
         (PETSc's ``ILU`` default).  A number: that shift, in either form; ``0`` or ``None``:
         never shift.  Measured with CG (FP32 factors, rtol 1e-8) on the SuiteSparse SPD
@@ -166,7 +167,8 @@ class ILU0(Preconditioner):
     symmetric : bool or None
         ``True``: ``A`` is symmetric, store ``L`` and ``D`` only in effect
         (``U = D L^T``, the IC(0) / LDL^T form) so ``M`` is symmetric bit for bit
-        and usable with CG (and PETSc's ``applyTranspose``).  ``False``: general
+        and usable with CG (and PETSc's ``applyTranspose``); factorised as IC(0), the
+        upper factor by elimination and ``L`` read off it, half ILU(0)'s work.  ``False``: general
         ILU(0).  ``None`` (default): symmetric when ``A``'s pattern is and its
         values agree to ``SYMMETRY_RTOL`` (1e-12) relative.  For complex ``A``
         symmetric means Hermitian (``A == A^H``; ``U = D L^H``, ``M`` Hermitian): a
