@@ -170,8 +170,9 @@ def _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
 @njit(inline="always", **JIT)
 def _rows_mm(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, acc, res, dot, D):
     """Rows ``lo..hi-1`` of ``Y = A X`` (or ``R = B - A X``), ``k`` columns in groups; with
-    ``dot`` (square ``A``) also ``D[c] += X[i, c] Y[i, c]`` over these rows, in FP64, each
-    row's product added as the row is written (the ``Y`` and ``X`` rows still in cache)."""
+    ``dot`` (square ``A``) also ``D[c] += X[i, c] Y[i, c]`` over these rows, in FP64: each
+    row's products summed in registers as the row is written (its ``X`` and ``Y`` entries
+    still in cache), the group's sums added to ``D`` once."""
     ku = np.uint64(k)
     c = 0
     while c + 8 <= k:
