@@ -56,8 +56,13 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
         parts = parts.view(np.finfo(parts.dtype).dtype)
         if scale is not None:
             scale = np.repeat(np.asarray(scale).reshape(-1), 2)
-    scan = lookup(device, "range_scan", (parts.dtype,))
-    big_at, tiny_at = scan(parts, float(fi.max), float(fi.smallest_subnormal) / 2)
+    if parts.dtype.itemsize > 8:    # long double (host only): no compiled kernel takes it
+        a = np.abs(parts)
+        big_at = bool((a > fi.max).any())
+        tiny_at = bool(((a > 0) & (a < fi.smallest_subnormal / 2)).any())
+    else:
+        scan = lookup(device, "range_scan", (parts.dtype,))
+        big_at, tiny_at = scan(parts, float(fi.max), float(fi.smallest_subnormal) / 2)
     if not (big_at or tiny_at):  # the common case: one pass, then the cast
         return values.astype(dtype)
     a = np.abs(to_host(parts))

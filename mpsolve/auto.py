@@ -178,6 +178,10 @@ def analyse(A) -> Analysis:
     C = canonical_csr(check_matrix(A, "A"))      # no copy when A is canonical already
     n = C.shape[0]
     cplx = C.dtype.kind == "c"
+    if C.dtype.kind not in "fc" or C.dtype.itemsize > (16 if cplx else 8):
+        # integers, booleans, long double: the statistics of their FP64 values (what the
+        # solve uses), in the dtypes the row scan is compiled for
+        C = C.astype(np.float64)
     # one compiled scan of the rows for the diagonal and value statistics
     zero, tiny, dominant, amax, amin, d_pos, longest = lookup(
         HOST_DEVICE, "row_stats", (C.dtype.name,))(C.indptr, C.indices, C.data, TINY, EPS)

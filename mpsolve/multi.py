@@ -206,13 +206,12 @@ def _block_plan(solver, bh, x0, callback):
     try:
         ops = bind_block_primitives(problem.device, wdt)
         matvec = sys.A_op.bind_block(wdt, wdt)
+        matvec_dot = getattr(sys.A_op, "bind_block_dot", lambda dt: None)(wdt)
         residual = problem.A64.bind_block_residual(wdt)
     except (KeyError, AttributeError):
         return None
     if matvec is None:
         return None
-    bind_dot = getattr(sys.A_op, "bind_block_dot", None)
-    matvec_dot = bind_dot(wdt) if bind_dot is not None else None
     psolve = _block_psolve(sys, wdt)
     body_kw = {key: v for key, v in solver._body_kw.items() if key in ("restart", "side")}
     return (BLOCK_BODIES[solver.method], body_kw, policy, sys,

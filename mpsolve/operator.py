@@ -148,17 +148,22 @@ class SparseOperator(_Stored):
     def _block_kernel(self, xd, yd):
         return self._csr_kernel("spmm", (xd, yd), self._mode)     # Y = A X, one sweep over A
 
-    def bind_block_dot(self, dtype):
-        """Kernel ``f(X, Y, out)`` computing ``Y <- A X`` and ``out[c] <- X[:, c] . Y[:, c]``
-        (FP64) in one sweep over ``A`` (square ``A``, FP64 row sums), or ``None`` where the
-        device has none (the caller composes the product and a column dot)."""
+    def _fused_dot_kernel(self, op, dtype):
+        """``op`` (a product fused with its dot) bound for square ``A`` with FP64 row sums,
+        or ``None`` where it does not apply or the device has none."""
         dt = dtype_name(dtype)
         if self._mode != "acc64" or self.shape[0] != self.shape[1]:
             return None
         try:
-            return self._csr_kernel("spmm_dot", (dt, dt), "acc64")
+            return self._csr_kernel(op, (dt, dt), "acc64")
         except KeyError:
             return None
+
+    def bind_block_dot(self, dtype):
+        """Kernel ``f(X, Y, out)`` computing ``Y <- A X`` and ``out[c] <- X[:, c] . Y[:, c]``
+        (FP64) in one sweep over ``A`` (square ``A``, FP64 row sums), or ``None`` where the
+        device has none (the caller composes the product and a column dot)."""
+        return self._fused_dot_kernel("spmm_dot", dtype)
 
     def bind_block_residual(self, dtype):
         """Kernel ``f(X, B, R)`` computing ``R <- B - A X`` for ``(n, k)`` blocks (FP64 row
@@ -171,13 +176,7 @@ class SparseOperator(_Stored):
         ``x`` and ``y`` in one pass (square ``A``, FP64 row sums), or ``None`` when the
         device has no fused kernel for this operator (the caller composes ``bind``
         and a dot)."""
-        dt = dtype_name(dtype)
-        if self._mode != "acc64" or self.shape[0] != self.shape[1]:
-            return None
-        try:
-            return self._csr_kernel("spmv_dot", (dt, dt), "acc64")  # y = A x; return x . y
-        except KeyError:
-            return None
+        return self._fused_dot_kernel("spmv_dot", dtype)          # y = A x; return x . y
 
     def bind_residual(self, dtype):
         """Kernel ``f(x, b, r)`` computing ``r <- b - A x`` (FP64 row sums)."""

@@ -26,7 +26,7 @@ from mpsolve.backend import array_module, is_host, on_host, resolve_device, to_d
 from mpsolve.kernels.registry import dtype_name
 from mpsolve.precision import in_field, real_dtype
 
-from ._util import setup_device
+from ._util import setup_device, wide_dtype
 
 __all__ = ["Preconditioner"]
 
@@ -116,6 +116,8 @@ class Preconditioner:
             raise ValueError(f"side={side!r}: use 'left', 'right' or None (left)")
         self._side = side or "left"
         device = resolve_device(device, C)
+        if C.dtype.kind not in "fc" or C.dtype.itemsize > (16 if C.dtype.kind == "c" else 8):
+            C = C.astype(wide_dtype(C.dtype))   # integers, booleans, long double: set up in FP64
         want = self._dtype_request or (None if dtype is None else dtype_name(dtype)) or "float32"
         # a complex A is stored in the complex twin of the requested precision
         if C.dtype.kind == "c":

@@ -344,6 +344,29 @@ def test_row_stats_kernel_matches_reference(dtype, parallel, monkeypatch):
     assert an.dominant_rows == want[2] / n and not an.positive_diagonal
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.longdouble])
+def test_integer_and_long_double_matrices_are_analysed_and_solved(dtype):
+    """Integer and long-double ``A`` (accepted as SciPy accepts them): the analysis is that
+    of its FP64 values, and ``auto`` and named preconditioners (each set up in FP64) solve
+    it to a residual checked in long double."""
+    P = poisson2d(12)                                  # integer entries, made nonsymmetric
+    A64 = sp.csr_matrix(P + 2.0 * sp.eye(P.shape[0], k=1) - sp.eye(P.shape[0], k=-3))
+    A = A64.astype(dtype)
+    assert np.array_equal(A.astype(np.float64).toarray(), A64.toarray())   # exact values
+    want = auto.analyse(A64).as_dict()
+    got = auto.analyse(A).as_dict()
+    assert {k: v for k, v in got.items() if "time" not in k} == \
+        {k: v for k, v in want.items() if "time" not in k}
+    b = A64 @ np.ones(A64.shape[0])
+    for kw in ({}, dict(method="gmres", precond="ilu0"), dict(method="bicgstab", precond="isai")):
+        res = mpsolve.solve(A, b, rtol=1e-10, **kw)
+        assert res.info == 0, (kw, res.status)
+        Al = A64.astype(np.longdouble)
+        x = res.x.astype(np.longdouble)
+        rel = np.linalg.norm(b.astype(np.longdouble) - Al @ x) / np.linalg.norm(b)
+        assert rel <= 1e-10 * (1 + 1e-6), (kw, float(rel))
+
+
 def test_command_line_solve_defaults_to_auto(capsys):
     from mpsolve.cli import main
 

@@ -202,13 +202,20 @@ def _mm_ser(parts, indptr, indices, data, Xf, Bf, Yf, k, acc, res, dot, D):
 
 _ACC64 = np.zeros(1, np.float64)
 _ACC32 = np.zeros(1, np.float32)
+_NO_DOT = {}                            # row parts -> (parts, 0) array: a sweep without dots
 
 
 def _mm(parts, indptr, indices, data, X, B, Y, acc, res, out=None):
     """The sweep; with ``out``, also ``out[c] = X[:, c] . Y[:, c]`` (one FP64 partial sum per
     row part, added in part order)."""
     parallel = parts.size > 2
-    D = np.zeros((parts.size - 1 if parallel else 1, X.shape[1] if out is not None else 0))
+    rows = parts.size - 1 if parallel else 1
+    if out is None:                     # no partial sums: a shared zero-width array
+        D = _NO_DOT.get(rows)
+        if D is None:
+            D = _NO_DOT[rows] = np.zeros((rows, 0))
+    else:
+        D = np.zeros((rows, X.shape[1]))
     (_mm_par if parallel else _mm_ser)(parts, indptr, indices, data, X.reshape(-1),
                                        B.reshape(-1), Y.reshape(-1), X.shape[1], acc, res,
                                        out is not None, D)

@@ -45,7 +45,7 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
     -14 non-finite values.
     """
     ops, mm, psolve = bsys.ops, bsys.matvec, bsys.psolve
-    mm_dot = getattr(bsys, "matvec_dot", None)
+    mm_dot = bsys.matvec_dot
     col_dot, axpy2_nrm2, xpay = ops.col_dot, ops.col_axpy2_nrm2, ops.col_xpay
     n, k = X.shape
     wdt = X.dtype
