@@ -24,7 +24,7 @@ from typing import Callable, Tuple
 
 import numpy as np
 
-from .registry import dtype_name, lookup
+from .registry import dtype_name, lookup, memoised
 from .safenorm import safe_after, safe_dot_ratio, safe_nrm2
 
 __all__ = ["Op", "CONTRACT", "VECTOR_OPS", "BASIS_OPS", "BLOCK_OPS", "Primitives",
@@ -410,7 +410,9 @@ def bind_basis(ops: Primitives, dtype) -> BasisPrimitives:
 
 
 def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:
-    """Look the vector ops up for one solve (house rule 5).
+    """Look the vector ops up for a solve (house rule 5): made once per device, dtype and
+    mode and shared by every solve after (a frozen record of stateless kernels; a
+    registration makes them anew, :func:`.registry.memoised`).
 
     ``axpy2_nrm2`` is fused where the device has it for ``dot_mode``; elsewhere it
     is composed of ``axpy2`` and that mode's ``nrm2`` (so compensated norms stay
@@ -425,6 +427,11 @@ def bind_primitives(device: str, dtype, dot_mode: str, xp) -> Primitives:
     >>> ops.dot(x, np.ones(3))          # x . 1 correctly rounded (a native sum gives 0)
     1.0
     """
+    return memoised(("primitives", device, dtype_name(dtype), dot_mode, xp),
+                    lambda: _bind_primitives(device, dtype, dot_mode, xp))
+
+
+def _bind_primitives(device, dtype, dot_mode, xp) -> Primitives:
     import numpy as np
 
     dt = (dtype_name(dtype),)

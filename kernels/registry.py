@@ -32,7 +32,7 @@ import numpy as np
 
 __all__ = ["register", "lookup", "available", "provides", "dtype_key", "dtype_name",
            "register_plan",
-           "launch_plan"]
+           "launch_plan", "memoised"]
 
 Key = Tuple[str, str, Tuple[str, ...], str]
 _REGISTRY: Dict[Key, Callable] = {}
@@ -92,6 +92,17 @@ def _ensure_loaded(device: str) -> None:
     if module is not None:
         importlib.import_module(module)
     _LOADED.add(device)
+
+
+def memoised(key: tuple, build: Callable):
+    """``build()`` for ``key``, made once and kept until the next registration: for the
+    objects made only of looked-up kernels (a solve's vector primitives), which a
+    registration may change as it may change a lookup."""
+    key = ("memoised",) + key
+    got = _MEMO.get(key)
+    if got is None:
+        got = _MEMO[key] = build()
+    return got
 
 
 def register_plan(device: str, op: str) -> Callable:

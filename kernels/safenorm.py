@@ -41,11 +41,16 @@ _LIMITS = {}
 _F64 = np.dtype(np.float64)
 
 
+_HOST_DOT = []
+
+
 def _host_dot():
     """The host's native FP64 dot kernel (looked up on first use: importing this module
     does not load the kernels)."""
-    from .registry import lookup
-    return lookup("cpu", "dot", ("float64",), "native")
+    if not _HOST_DOT:
+        from .registry import lookup
+        _HOST_DOT.append(lookup("cpu", "dot", ("float64",), "native"))
+    return _HOST_DOT[0]
 
 
 def _tiny2(dtype):

@@ -19,6 +19,9 @@ class PrecisionRangeError(ValueError):
     """
 
 
+_FINFO = {}     # dtype -> np.finfo(dtype)
+
+
 def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.ndarray:
     """Return ``values`` cast to ``dtype``, after checking that they fit.
 
@@ -47,9 +50,11 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
                         "use a complex storage dtype")
     if dtype.itemsize >= values.dtype.itemsize:
         return values.astype(dtype)
-    fi = np.finfo(dtype)
+    fi = _FINFO.get(dtype)
+    if fi is None:
+        fi = _FINFO[dtype] = np.finfo(dtype)
     device = device or device_of(values)
-    if on_host(values) and not is_host(device):
+    if device != HOST_DEVICE and on_host(values) and not is_host(device):
         device = HOST_DEVICE        # host values (set-up data) are checked where they are
     parts = values.reshape(-1)
     if parts.dtype.kind == "c":     # the real and imaginary parts, interleaved

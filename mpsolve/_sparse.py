@@ -76,8 +76,12 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
 
     Sorted column indices, no duplicates (summed, as SciPy does), 32-bit
     indices where they fit.  The caller's object is never modified: anything
-    not already canonical is copied first.
+    not already canonical is copied first; a ``csr_matrix`` that is canonical already
+    (32-bit indices) is returned as it is.
     """
+    if type(A) is sp.csr_matrix and A.indptr.dtype == np.int32 and \
+            A.indices.dtype == np.int32 and A.has_canonical_format:
+        return A                                # nothing to convert (and no SciPy re-check)
     if sp.issparse(A):
         C = A.tocsr()
         if C is A:

@@ -22,6 +22,7 @@ without checking it again.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
@@ -43,7 +44,7 @@ from .precond.base import Preconditioner
 from .result import USER_STOP, callback_period, wants_stop
 
 __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
-           "set_rhs", "system_for", "compiled_loop", "STAGNATION"]
+           "set_rhs", "derive_problem", "system_for", "compiled_loop", "STAGNATION"]
 
 #: A stage stops replacing residuals (or refining) once the true residual fails to
 #: shrink by this factor: it has reached the accuracy floor of its precision.
@@ -411,6 +412,30 @@ def set_rhs(problem: Problem, b, x0=None, *, rtol, atol, maxiter) -> Problem:
             setattr(problem, k, v)
     problem._first_residual = True
     return problem
+
+
+def derive_problem(problem: Problem, *, M, maxiter, x0, precond_side) -> Optional[Problem]:
+    """``problem``'s system with another preconditioner ``M``, iteration limit and start,
+    as :func:`make_problem` would make it from the same arguments -- without checking and
+    converting ``A`` and ``b`` again (``method="auto"`` runs each candidate on it).
+
+    ``problem`` must be unscaled (``b_exp == 0``, as ``make_problem(..., scale=False)``
+    makes it); ``None`` when ``make_problem`` would scale ``b`` (``||b||`` outside
+    :data:`_B_RANGE`): the caller then makes the problem afresh.  ``x0``: ``None`` keeps
+    ``problem``'s start, else an array of length ``n`` in the problem's field (a previous
+    candidate's answer: finite, on the problem's device), copied.  ``M``: a preconditioner
+    set up for ``A`` on the problem's device, or ``None``."""
+    if problem.b_exp or not (problem.bnrm == 0.0 or _B_RANGE[0] <= problem.bnrm <= _B_RANGE[1]):
+        return None
+    if M is not None and not (isinstance(M, Preconditioner) and M.is_setup):
+        raise TypeError("derive_problem takes a preconditioner set up for A (or None)")
+    sub = dataclasses.replace(problem, M_user=M, maxiter=_check_maxiter(maxiter, None),
+                              precond_side=precond_side, workspace=Workspace(problem.xp),
+                              _ops_cache={}, _systems={}, reused=False, _first_residual=True)
+    if x0 is not None:
+        sub.x0_64 = problem.xp.array(x0, dtype=problem.hp).reshape(-1)
+        sub.x0_mode = "given"
+    return sub
 
 
 def _plain(v, n) -> bool:

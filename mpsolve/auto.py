@@ -64,7 +64,10 @@ from .kernels import lookup
 from .kernels.safenorm import norm
 from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
-from ._system import make_problem
+from ._configure import configure
+from ._system import derive_problem, make_problem
+from .driver import iterate
+from .krylov import BODIES
 from .backend import to_host
 from .precision import as_precision
 from .result import AUTO_FAILED, BREAKDOWNS, USER_STOP, SolveResult, status_text, wants_stop
@@ -439,7 +442,14 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             kw.update(restart=m_restart, side=m_side, maxiter=max(1, -(-share // m_restart)))
         else:
             kw.update(maxiter=share)
-        r = solve(A, b, x, method=c.method, precond=M, **kw)
+        sub = derive_problem(problem, M=M, maxiter=kw["maxiter"], precond_side=m_side,
+                             x0=None if not results else x)
+        if sub is None:                   # b needs scaling: the whole solve does it
+            r = solve(A, b, x, method=c.method, precond=M, **kw)
+        else:                             # A and b as checked above, not again
+            body_kw, _, _, _ = configure(c.method, M, kw.get("restart"), kw.get("side"))
+            r = iterate(c.method, BODIES[c.method], sub, as_precision(policy, sub.data_dtype),
+                        callback=kw["callback"], escalate=escalate, body_kw=body_kw)
         c.seconds = time.perf_counter() - ts
         c.iterations = r.iterations
         c.true_residual = r.true_residual

@@ -72,8 +72,15 @@ def cuda_simulator() -> bool:
         return False
 
 
+_CUPY_TYPE = {}     # type -> whether it is CuPy's (a solve asks a dozen times)
+
+
 def _is_cupy(a) -> bool:
-    return a is not None and type(a).__module__.split(".")[0] in ("cupy", "cupyx")
+    t = type(a)
+    got = _CUPY_TYPE.get(t)
+    if got is None:
+        got = _CUPY_TYPE[t] = t.__module__.split(".")[0] in ("cupy", "cupyx")
+    return got
 
 
 def device_of(*arrays) -> str:
@@ -108,9 +115,9 @@ def resolve_device(device, *arrays) -> str:
     ...
     ValueError: device='tpu': choose one of ['cpu', 'gpu', 'reference'] (or None: the device of the arrays)
     """
-    on_gpu = [a for a in arrays if _is_cupy(a)]
     if device is None:
         return device_of(*arrays)
+    on_gpu = [a for a in arrays if _is_cupy(a)]
     if not isinstance(device, str) or device not in DEVICES:
         raise ValueError(f"device={device!r}: choose one of {sorted(DEVICES)} "
                          "(or None: the device of the arrays)")

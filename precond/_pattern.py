@@ -18,6 +18,8 @@ on: compiled and parallel over rows on the CPU, SciPy on the ``reference`` devic
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -53,7 +55,8 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_
     """
     if not 0 < min_fill <= 1:
         raise ValueError(f"argument min_fill must lie in (0, 1], got {min_fill}")
-    if not (sp.issparse(A) and A.format == "csr" and A.has_canonical_format):
+    if not (type(A) is sp.csr_matrix and A.has_canonical_format) and \
+            not (sp.issparse(A) and A.format == "csr" and A.has_canonical_format):
         A = sp.csr_matrix(A)                            # the canonical CSR matrix of auto's
         if not A.has_canonical_format:                  # analysis passes as it is
             A = A.copy()
@@ -65,14 +68,21 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_
     indptr, indices = A.indptr, A.indices               # int32 or int64: the kernel takes both
     # fill >= min_fill  <=>  capacity - nnz <= nnz (1/min_fill - 1): the kernel stops
     # counting once that excess is passed
-    slack = int(np.floor(A.nnz * (1.0 / min_fill - 1.0) * (1 + 1e-12)))
-    for b in sorted({int(c) for c in candidates}, reverse=True):
+    slack = int(math.floor(A.nnz * (1.0 / min_fill - 1.0) * (1 + 1e-12)))
+    # smallest first: where d divides b, every touched d x d block lies in a touched b x b
+    # one, so capacity(d) <= capacity(b) and fill(b) <= fill(d) -- a b with a failed
+    # divisor fails too and is not counted (a scalar matrix: 2, 3 and 5 counted, not 4, 6)
+    failed, best = [], 1
+    for b in sorted({int(c) for c in candidates}):
         if b < 2 or b > min(m, n) or ((m % b or n % b) and m != n):
             continue
-        cap = kern(indptr, indices, n, b, slack)
-        if A.nnz >= min_fill * cap:
-            return b
-    return 1
+        if any(b % d == 0 for d in failed):
+            continue
+        if A.nnz >= min_fill * kern(indptr, indices, n, b, slack):
+            best = b
+        else:
+            failed.append(b)
+    return best
 
 
 def to_bsr(C, b, device=HOST_DEVICE):

@@ -119,11 +119,14 @@ SHIFT_START = 1e-3
 SHIFT_GROWTH = 4.0
 
 
-def _positive_diagonal(A) -> bool:
-    """Every diagonal entry of ``A`` stored, real and positive (what IC(0) needs)."""
-    d = A.diagonal()
-    return bool(d.size and np.all(d.real > 0) and np.all(d.imag == 0)) if np.iscomplexobj(d) \
-        else bool(d.size and np.all(d > 0))
+def _positive_diagonal(A, diag) -> bool:
+    """Every diagonal entry of ``A`` stored, real and positive (what IC(0) needs);
+    ``diag``: the positions of the diagonal entries in ``A.data`` (-1: not stored)."""
+    if not diag.size or diag.min() < 0:
+        return False
+    d = A.data[diag]
+    return bool(np.all(d.real > 0) and np.all(d.imag == 0)) if np.iscomplexobj(d) \
+        else bool(np.all(d > 0))
 
 
 class ILU0(Preconditioner):
@@ -284,8 +287,8 @@ class ILU0(Preconditioner):
         self.shift = None
         # symmetric with a positive diagonal: IC(0) for CG, so its pivots must be positive;
         # each try stops at its first pivot that is not
-        spd = bool(sym) and _positive_diagonal(A)
         diag = lookup(host, "diag_positions", (wide_dtype(A.dtype),))(A.indptr, A.indices)
+        spd = bool(sym) and _positive_diagonal(A, diag)
         try:
             return ilu0_factor(A, host, mirror=mirror, positive=spd, diag=diag)
         except ZeroPivotError:

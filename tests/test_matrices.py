@@ -586,6 +586,27 @@ def test_detect_block_size_kron(b):
     assert detect_block_size(A, min_fill=1.0) == 1
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 6), st.integers(3, 9), st.floats(0.0, 0.4), st.integers(0, 3),
+       st.sampled_from([0.3, 0.6, 0.95, 1.0]), st.integers(0, 2**31 - 1))
+def test_detect_block_size_compiled_agrees_with_scipy(b, nb, holes, cut, min_fill, seed):
+    """The set-up's compiled detection (precond: block_capacity counts, candidates with a
+    failed divisor skipped) gives SciPy's BSR-based answer (mpsolve.matrices) on node-block
+    patterns with holes and a trailing partial block, at every fill threshold."""
+    from mpsolve.precond import detect_block_size as compiled
+
+    rng = np.random.default_rng(seed)
+    P = sp.random(nb, nb, density=0.35, random_state=seed, format="csr") + sp.identity(nb)
+    A = sp.kron(P, np.ones((b, b)), format="csr")
+    A.data[rng.random(A.nnz) < holes] = 0.0
+    A.eliminate_zeros()
+    n = A.shape[0] - min(cut, b - 1)
+    A = sp.csr_matrix(A[:n, :n])
+    for cands in [(6, 5, 4, 3, 2), (2, 4, 8), (3, 6)]:
+        assert compiled(A, candidates=cands, min_fill=min_fill) == \
+            detect_block_size(A, candidates=cands, min_fill=min_fill)
+
+
 def test_detect_block_size_negative_cases():
     assert detect_block_size(poisson2d(6)) == 1
     assert detect_block_size(poisson3d(4)) == 1

@@ -425,6 +425,9 @@ def _block_capacity(indptr, indices, b, width, nchunk, max_excess):
 _block_capacity_serial = serial_twin(_block_capacity)
 
 
+_INDEX = (np.dtype(np.int32), np.dtype(np.int64))
+
+
 @register("cpu", "block_capacity", _F64)
 def block_capacity(indptr, indices, ncols, b, max_excess=-1):
     """Places in the ``b x b`` blocks (the last block row / column ``ncols % b`` wide when
@@ -434,13 +437,16 @@ def block_capacity(indptr, indices, ncols, b, max_excess=-1):
     it and returns ``nnz + max_excess + 1`` (a scalar matrix is rejected after a few
     per cent of its rows)."""
     nbc = -(-int(ncols) // b)
-    width = np.full(nbc, b, dtype=np.int64)
+    width = np.empty(nbc, dtype=np.int64)
+    width.fill(b)
     if ncols % b:
         width[-1] = ncols % b
-    m = indptr.size - 1
     # int32 or int64 index arrays as they are (a compiled version for each), no copy
-    indptr, indices = (x if x.dtype in (np.int32, np.int64) else np.asarray(x, np.int64)
-                       for x in (np.asarray(indptr), np.asarray(indices)))
+    if not (type(indptr) is np.ndarray and indptr.dtype in _INDEX):
+        indptr = np.asarray(indptr, np.int64)
+    if not (type(indices) is np.ndarray and indices.dtype in _INDEX):
+        indices = np.asarray(indices, np.int64)
+    m = indptr.size - 1
     if indices.size < PARALLEL_MIN:
         return int(_block_capacity_serial(indptr, indices, b, width, 1, int(max_excess)))
     return int(_block_capacity(indptr, indices, b, width, _nchunk(-(-m // b)),
