@@ -419,3 +419,42 @@ def test_never_a_false_success_on_random_matrices(seed):
     _ok(res, A, b, 1e-8)
     assert res.iterations <= 300
     assert res.status and (res.converged or "tried" in res.status or res.info != 0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0**600, 2.0**-600])
+def test_candidates_run_on_the_checked_problem_as_on_a_fresh_one(scale, monkeypatch):
+    """auto runs each candidate on the problem it checked (``derive_problem``: A and b not
+    checked again); the answer is bit for bit what solve() gives the same candidate with
+    the same M, from the same start.  A b whose norm needs scaling (outside 2^+-500) takes
+    solve()'s own path, which scales it."""
+    from mpsolve import _system
+    from mpsolve.precond import ILU0
+
+    A = sp.csr_matrix(convection_diffusion2d(12, peclet=5.0))
+    n = A.shape[0]
+    b = scale * (A @ np.linspace(1.0, 2.0, n))
+    x0 = np.full(n, 0.5 * scale)
+    derived = []
+    real = _system.derive_problem
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        derived.append(out)
+        return out
+
+    monkeypatch.setattr(auto, "derive_problem", spy)
+    b_copy, x0_copy = b.copy(), x0.copy()
+    res = mpsolve.solve(A, b, x0, rtol=1e-9)
+    assert np.array_equal(b, b_copy) and np.array_equal(x0, x0_copy)
+    c = res.choices[0]
+    assert (c.method, c.precond, c.outcome) == ("bicgstab", "ilu0", "converged")
+    assert (derived[0] is None) == (scale != 1.0)
+    M = ILU0(dtype="float32")
+    M.setup(A)
+    ref = mpsolve.solve(A, b, x0, method="bicgstab", precond=M, rtol=1e-9,
+                        precision="mixed")
+    assert res.iterations == ref.iterations
+    assert np.array_equal(res.x, ref.x)
+    # the true residual in units where it cannot overflow (scale is a power of two)
+    r = b / scale - A @ (res.x / scale)
+    assert res.converged and np.linalg.norm(r) <= 1e-9 * np.linalg.norm(b / scale)
