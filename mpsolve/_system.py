@@ -22,7 +22,7 @@ without checking it again.
 """
 from __future__ import annotations
 
-import dataclasses
+import copy
 import math
 import numbers
 import os
@@ -429,9 +429,10 @@ def derive_problem(problem: Problem, *, M, maxiter, x0, precond_side) -> Optiona
         return None
     if M is not None and not (isinstance(M, Preconditioner) and M.is_setup):
         raise TypeError("derive_problem takes a preconditioner set up for A (or None)")
-    sub = dataclasses.replace(problem, M_user=M, maxiter=_check_maxiter(maxiter, None),
-                              precond_side=precond_side, workspace=Workspace(problem.xp),
-                              _ops_cache={}, _systems={}, reused=False, _first_residual=True)
+    sub = copy.copy(problem)            # the checked fields shared; the rest made anew
+    sub.M_user, sub.maxiter = M, _check_maxiter(maxiter, None)
+    sub.precond_side, sub.workspace = precond_side, Workspace(problem.xp)
+    sub._ops_cache, sub._systems, sub.reused, sub._first_residual = {}, {}, False, True
     if x0 is not None:
         sub.x0_64 = problem.xp.array(x0, dtype=problem.hp).reshape(-1)
         sub.x0_mode = "given"

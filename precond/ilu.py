@@ -125,8 +125,8 @@ def _positive_diagonal(A, diag) -> bool:
     if not diag.size or diag.min() < 0:
         return False
     d = A.data[diag]
-    return bool(np.all(d.real > 0) and np.all(d.imag == 0)) if np.iscomplexobj(d) \
-        else bool(np.all(d > 0))
+    return bool((d.real > 0).all() and (d.imag == 0).all()) if np.iscomplexobj(d) \
+        else bool((d > 0).all())
 
 
 class ILU0(Preconditioner):
