@@ -15,12 +15,17 @@ dot     native dot vs Dot2 (parallel, and the serial kernel) on 10M FP64 vectors
         both stream 160 MB, Dot2 does ~10x the flops.
 nrm2    native vs compensated norm on 10M FP64.
 sum     ``np.sum`` vs Sum2 on 10M FP64.
+gs      GMRES's classical Gram-Schmidt on k = 15 basis rows of 1M FP64 entries: ``mdot``
+        (``V_k w``) and ``maxpy`` (``w -= V_k^T h``) against NumPy's dgemv and against
+        the same loops one row a pass (what the kernels did before they took four rows
+        a pass; ``--benchmark-group-by=group`` shows the ratio).  Each streams 120 MB.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from numba import njit, prange
 
 from mpsolve.kernels import lookup
 from mpsolve.kernels.cpu import eft
@@ -147,3 +152,97 @@ def test_sum2_compensated(benchmark, vecs):
     f = lookup("cpu", "sum", ("float64",), "compensated")
     f(vecs[0])
     benchmark(f, vecs[0])
+
+
+# --- classical Gram-Schmidt: four rows a pass (the kernels) against one row a pass --------
+GS_K, GS_N, GS_CHUNK = 15, 1_000_000, 4096
+
+
+@njit(fastmath={"reassoc", "contract"})
+def _mdot_one_row_chunk(V, k, w, lo, hi, part):
+    ws = w[lo:hi]
+    for i in range(k):
+        vs = V[i, lo:hi]
+        s = 0.0
+        for j in range(hi - lo):
+            s += vs[j] * ws[j]
+        part[i] = s
+
+
+@njit(parallel=True)
+def _mdot_one_row(V, k, w, out):
+    nch = (w.size + GS_CHUNK - 1) // GS_CHUNK
+    parts = np.empty((nch, k))
+    for c in prange(nch):
+        lo = c * GS_CHUNK
+        _mdot_one_row_chunk(V, k, w, lo, min(lo + GS_CHUNK, w.size), parts[c])
+    for i in range(k):
+        s = 0.0
+        for c in range(nch):
+            s += parts[c, i]
+        out[i] = s
+
+
+@njit
+def _maxpy_one_row_chunk(V, k, h, w, lo, hi):
+    ws = w[lo:hi]
+    for i in range(k):
+        a = h[i]
+        vs = V[i, lo:hi]
+        for j in range(hi - lo):
+            ws[j] -= a * vs[j]
+
+
+@njit(parallel=True)
+def _maxpy_one_row(V, k, h, w):
+    nch = (w.size + GS_CHUNK - 1) // GS_CHUNK
+    for c in prange(nch):
+        lo = c * GS_CHUNK
+        _maxpy_one_row_chunk(V, k, h, w, lo, min(lo + GS_CHUNK, w.size))
+
+
+@pytest.fixture(scope="module")
+def basis():
+    rng = np.random.default_rng(2)
+    return (rng.standard_normal((GS_K + 1, GS_N)), rng.standard_normal(GS_N),
+            1e-3 * rng.standard_normal(GS_K + 1))
+
+
+@pytest.mark.benchmark(group="gs")
+def test_mdot_kernel(benchmark, basis):
+    V, w, _ = basis
+    out = np.empty(GS_K)
+    f = lookup("cpu", "mdot", ("float64",), "native")
+    f(V, GS_K, w, out)
+    benchmark(f, V, GS_K, w, out)
+
+
+@pytest.mark.benchmark(group="gs")
+def test_mdot_one_row_a_pass(benchmark, basis):
+    V, w, _ = basis
+    out = np.empty(GS_K)
+    _mdot_one_row(V, GS_K, w, out)
+    benchmark(_mdot_one_row, V, GS_K, w, out)
+
+
+@pytest.mark.benchmark(group="gs")
+def test_mdot_numpy_dgemv(benchmark, basis):
+    V, w, _ = basis
+    benchmark(np.dot, V[:GS_K], w)
+
+
+@pytest.mark.benchmark(group="gs")
+def test_maxpy_kernel(benchmark, basis):
+    V, w, h = basis
+    w = w.copy()
+    f = lookup("cpu", "maxpy", ("float64",))
+    f(V, GS_K, h, w)
+    benchmark(f, V, GS_K, h, w)
+
+
+@pytest.mark.benchmark(group="gs")
+def test_maxpy_one_row_a_pass(benchmark, basis):
+    V, w, h = basis
+    w = w.copy()
+    _maxpy_one_row(V, GS_K, h, w)
+    benchmark(_maxpy_one_row, V, GS_K, h, w)
