@@ -74,7 +74,8 @@ def pc_label(pc, ranks):
 def default_ranks(cores=None):
     """The rank counts to try by default: 1 and the machine's cores up to 2 (``[1, 2]``
     on a machine with two cores or more, ``[1]`` on one)."""
-    cores = os.cpu_count() or 1 if cores is None else cores
+    if cores is None:
+        cores = os.cpu_count() or 1
     return sorted({1, max(1, min(2, cores))})
 
 
