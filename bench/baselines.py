@@ -7,6 +7,10 @@ history, the unpreconditioned norm its stopping test uses); for SciPy's CG and
 BiCGSTAB the true residual is computed at sampled iterations inside the callback
 and the callback's time is taken off the solve time; SciPy's GMRES reports its own
 (left-preconditioned) residual estimate each inner iteration.
+
+PETSc runs on one MPI rank in this process (:func:`petsc_solve`) and on more under
+``mpiexec`` (:func:`run_petsc_ranks`, :mod:`mpsolve.bench.petsc_mpi`); the bench takes
+PETSc's best over its rank counts.
 """
 from __future__ import annotations
 
