@@ -270,6 +270,8 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     """
     from petsc4py import PETSc
 
+    from .petsc_mpi import configure_ksp, ksp_outcome
+
     contexts = _pc_contexts()
     A = sp.csr_matrix(A)
     comm = PETSc.COMM_SELF
@@ -282,13 +284,7 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
         # gmres/bcgs form x = M y at the end and miss the tolerance they reported;
         # the flexible variants keep the preconditioned vectors
         ksp_type = {"gmres": "fgmres", "bicgstab": "fbcgs"}[method]
-    ksp.setType(ksp_type)
-    if method == "gmres":
-        ksp.setGMRESRestart(restart)
-    if method != "cg":
-        ksp.setPCSide(PETSc.PC.Side.RIGHT)
-    ksp.setNormType(PETSc.KSP.NormType.UNPRECONDITIONED)
-    ksp.setTolerances(rtol=rtol, atol=0.0, max_it=maxiter)
+    configure_ksp(ksp, method, ksp_type, rtol, maxiter, restart)
     p = ksp.getPC()
     ctx = None
     if pc in contexts:
@@ -315,7 +311,6 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     bv.array[:] = b
     xv = P.createVecRight()
     xv.set(0.0)
-    ksp.setConvergenceHistory(length=max(maxiter, 1) + 1, reset=True)
     mat_time = time.perf_counter() - t_mat
     t0 = time.perf_counter()
     ksp.setUp()
@@ -342,16 +337,11 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     x = xv.array.copy()
     nb = float(np.linalg.norm(b)) or 1.0
     true = float(np.linalg.norm(b - A @ x) / nb)
-    reason = ksp.getConvergedReason()
-    names = {v: k for k, v in vars(PETSc.KSP.ConvergedReason).items() if isinstance(v, int)}
-    try:
-        history = [float(h) / nb for h in ksp.getConvergenceHistory()]
-    except PETSc.Error:
-        history = []
-    out = dict(x=x, iterations=int(ksp.getIterationNumber()),
-               reason=(f"stopped at the time limit ({time_limit:g} s)" if stopped[0]
-                       else f"{names.get(reason, reason)}"), setup_time=setup, solve_time=solve,
-               true_residual=true, history=history, ctx=ctx)
+    its, reason, history = ksp_outcome(ksp, nb)
+    out = dict(x=x, iterations=its,
+               reason=f"stopped at the time limit ({time_limit:g} s)" if stopped[0] else reason,
+               setup_time=setup, solve_time=solve, true_residual=true, history=history,
+               ctx=ctx)
     ksp.destroy()
     P.destroy()
     bv.destroy()

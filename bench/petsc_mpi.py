@@ -46,7 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["PARALLEL_PC", "pc_label", "default_ranks", "find_mpiexec", "write_matrix",
-           "run_jobs", "main"]
+           "run_jobs", "configure_ksp", "ksp_outcome", "main"]
 
 #: PETSc PC name -> (PETSc PC type on several ranks, sub-PC type per rank or None, label)
 PARALLEL_PC = {"jacobi": ("jacobi", None, "jacobi"),
@@ -165,6 +165,38 @@ def run_jobs(jobs, ranks, mpiexec=None, timeout=None, workdir=None):
     return out, note
 
 
+# ------------------------------------------------------------ the KSP, either side
+def configure_ksp(ksp, method, ksp_type, rtol, maxiter, restart):
+    """The baseline's KSP settings, on one rank or many: ``ksp_type`` (``method``'s KSP
+    or its flexible variant), GMRES's ``restart``, right preconditioning for
+    GMRES/BiCGSTAB, the stopping test on the *unpreconditioned* residual relative to
+    ``||b||`` (``rtol``, ``atol = 0``, ``maxiter``), and a residual history kept."""
+    from petsc4py import PETSc
+
+    ksp.setType(ksp_type)
+    if method == "gmres":
+        ksp.setGMRESRestart(restart)
+    if method != "cg":
+        ksp.setPCSide(PETSc.PC.Side.RIGHT)
+    ksp.setNormType(PETSc.KSP.NormType.UNPRECONDITIONED)
+    ksp.setTolerances(rtol=rtol, atol=0.0, max_it=maxiter)
+    ksp.setConvergenceHistory(length=max(maxiter, 1) + 1, reset=True)
+
+
+def ksp_outcome(ksp, nb):
+    """``(iterations, reason, history)`` of a solved KSP: PETSc's converged reason by
+    name, the residual norms of its test relative to ``nb`` (= ``||b||``)."""
+    from petsc4py import PETSc
+
+    reason = ksp.getConvergedReason()
+    names = {v: k for k, v in vars(PETSc.KSP.ConvergedReason).items() if isinstance(v, int)}
+    try:
+        history = [float(h) / nb for h in ksp.getConvergenceHistory()]
+    except PETSc.Error:
+        history = []
+    return int(ksp.getIterationNumber()), str(names.get(reason, reason)), history
+
+
 # --------------------------------------------------------------------------- worker
 def _local_rows(n, size, rank):
     """PETSc's default split of ``n`` rows over ``size`` ranks (``PetscSplitOwnership``):
@@ -191,14 +223,9 @@ def _solve_once(PETSc, comm, gmax, rows, n, job):
     P.assemble()
     ksp = PETSc.KSP().create(comm)
     ksp.setOperators(P)
-    ksp.setType(_KSP[method])
-    if method == "gmres":
-        ksp.setGMRESRestart(int(job.get("restart", 30)))
-    if method != "cg":
-        ksp.setPCSide(PETSc.PC.Side.RIGHT)
-    ksp.setNormType(PETSc.KSP.NormType.UNPRECONDITIONED)
     maxiter = int(job["maxiter"])
-    ksp.setTolerances(rtol=float(job["rtol"]), atol=0.0, max_it=maxiter)
+    configure_ksp(ksp, method, _KSP[method], float(job["rtol"]), maxiter,
+                  int(job.get("restart", 30)))
     p = ksp.getPC()
     p.setType(pc_type if size > 1 else pc)
     if size > 1 and sub_type is not None:
@@ -209,7 +236,6 @@ def _solve_once(PETSc, comm, gmax, rows, n, job):
     bv.array[:] = rows @ np.ones(n)      # b = A @ 1, this rank's rows
     xv = P.createVecRight()
     xv.set(0.0)
-    ksp.setConvergenceHistory(length=max(maxiter, 1) + 1, reset=True)
     ksp.setUp()
     if size > 1 and sub_type is not None:
         ksp.setUpOnBlocks()              # the block factorisations, counted in the set-up
@@ -241,15 +267,9 @@ def _solve_once(PETSc, comm, gmax, rows, n, job):
     r.aypx(-1.0, bv)                     # r = b - A x, FP64 over all ranks
     nb = bv.norm() or 1.0
     true = float(r.norm() / nb)
-    reason = ksp.getConvergedReason()
-    names = {v: k for k, v in vars(PETSc.KSP.ConvergedReason).items() if isinstance(v, int)}
-    try:
-        history = [float(h) / nb for h in ksp.getConvergenceHistory()]
-    except PETSc.Error:
-        history = []
-    out = dict(id=job["id"], ranks=size, iterations=int(ksp.getIterationNumber()),
-               reason=(f"stopped at the time limit ({float(limit):g} s)" if stopped[0]
-                       else f"{names.get(reason, reason)}"),
+    its, reason, history = ksp_outcome(ksp, nb)
+    out = dict(id=job["id"], ranks=size, iterations=its,
+               reason=f"stopped at the time limit ({float(limit):g} s)" if stopped[0] else reason,
                converged=bool(not stopped[0] and true <= float(job["rtol"])),
                setup_time=float(setup), solve_time=float(solve), true_residual=true,
                history=history, pc_label=pc_label(pc, size), status="ok")
