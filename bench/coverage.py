@@ -288,10 +288,6 @@ def _is_spd_like(A):
     return bool((d > 0).all() and abs(A - A.T).max() <= 1e-12 * abs(A).max())
 
 
-#: What the last :func:`main` ran PETSc on, for the header: ``ranks``, ``notes``.
-_INFO = {"ranks": [1], "notes": []}
-
-
 def main(argv=None):
     from mpsolve.bench.baselines import petsc_available
     from mpsolve.bench.petsc_mpi import default_ranks, find_mpiexec
@@ -313,6 +309,8 @@ def main(argv=None):
                    help=f"time each run up to this many times while it takes under "
                         f"{REPEAT_BELOW:g} s, keep the fastest (default 3)")
     args = p.parse_args(argv)
+    if args.petsc_ranks and min(args.petsc_ranks) < 1:
+        p.error(f"--petsc-ranks: {args.petsc_ranks} must be positive")
     _REPEAT[0] = args.repeat
     have_petsc = petsc_available()
     problems = []
@@ -322,8 +320,6 @@ def main(argv=None):
         A = load()
         problems.append((name, A, _is_spd_like(A) if spd is None else spd))
     ranks = sorted(set(args.petsc_ranks or default_ranks())) if have_petsc else []
-    if any(r < 1 for r in ranks):
-        p.error(f"--petsc-ranks: {ranks} must be positive")
     notes, parallel = [], {}
     if any(r > 1 for r in ranks) and find_mpiexec() is None:
         notes.append(f"mpiexec not found: PETSc ran with 1 rank only (asked for ranks "
@@ -336,7 +332,6 @@ def main(argv=None):
             notes += [note] if note else []
             for name, res in done.items():
                 parallel.setdefault(name, []).extend(res)
-    _INFO.update(ranks=ranks, notes=notes)
     _warm_up()
     table = []
     for name, A, spd in problems:
@@ -349,7 +344,7 @@ def main(argv=None):
         table.append((name, A.shape[0], A.nnz, auto, own, pet, sci))
         print(name, A.shape[0], "auto", _cell(auto), "own best", _cell(own), "petsc",
               pet and _cell(pet), "scipy", _cell(sci), flush=True)
-    text = _markdown(table, have_petsc)
+    text = _markdown(table, have_petsc, ranks, notes)
     out = Path(args.out)
     if out.is_dir():                        # a folder: its coverage.md
         out = out / "coverage.md"
@@ -364,13 +359,15 @@ def _gmean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def _markdown(table, have_petsc):
+def _markdown(table, have_petsc, petsc_ranks=(1,), notes=()):
+    """The Markdown page; ``petsc_ranks``: the rank counts PETSc ran on, ``notes``: what
+    went wrong with ``mpiexec`` (for the header)."""
     from .common import mpsolve_threads
     from .report import parallel_line
 
     par = parallel_line(dict(mpsolve_threads=mpsolve_threads(),
-                             petsc_ranks=_INFO["ranks"] if have_petsc else [],
-                             petsc_mpi_notes=_INFO["notes"]))
+                             petsc_ranks=list(petsc_ranks) if have_petsc else [],
+                             petsc_mpi_notes=list(notes)))
     lines = ["# Coverage: mpsolve `auto` against PETSc's and SciPy's best", "",
              f"Command: `python -m mpsolve.bench.coverage --repeat {_REPEAT[0]}` (this machine: "
              "2 cores; kernels compiled by a warm-up before the first timing; every run "

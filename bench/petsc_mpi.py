@@ -133,7 +133,10 @@ def run_jobs(jobs, ranks, mpiexec=None, timeout=None, workdir=None):
         jin, jout = Path(tmp) / "jobs.json", Path(tmp) / "out.json"
         jin.write_text(json.dumps({"jobs": jobs}))
         env = dict(os.environ, **RANK_ENV)
-        root = str(Path(__file__).resolve().parents[1])     # the source tree on the path
+        import mpsolve
+
+        # the ranks import the same mpsolve as this process (a source tree or installed)
+        root = str(Path(mpsolve.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "")
                                                       .split(os.pathsep) if p])
         cmd = [exe, "-n", str(int(ranks)), sys.executable, "-m", "mpsolve.bench.petsc_mpi",
