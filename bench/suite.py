@@ -440,7 +440,8 @@ def run_suite(args, progress=True, log=None, info=None) -> List[Run]:
                 rhs[name] = A @ np.ones(A.shape[0])
             b = rhs[name]
             if bar:
-                bar.update(f"{name} {solver} {method}/{pc}/{prec}")
+                bar.update(f"{name} {solver} {method}/{pc}/{prec}"
+                           + (f" x{nranks}" if nranks > 1 else ""))
             r = parallel[name, method, pc, nranks] if nranks > 1 else None
             for _ in range(args.repeat if r is None else 0):
                 if solver == "mpsolve":
