@@ -372,10 +372,10 @@ def _petsc_parallel(jobs, ranks, args, log=None):
     """The PETSc jobs on each rank count above 1, one ``mpiexec`` launch per count:
     ``({(problem, method, pc, ranks): Run}, [notes])``."""
     done, notes = {}, []
-    cases = [(name, A, spd, method, pc) for solver, name, A, spd, method, _, pc, r in jobs
-             if solver == "petsc" and r == 1]
     for r in ranks:
-        if r <= 1:
+        cases = [(name, A, spd, method, pc) for solver, name, A, spd, method, _, pc, nr
+                 in jobs if solver == "petsc" and nr == r]
+        if r <= 1 or not cases:
             continue
         if log:
             log(f"PETSc under mpiexec -n {r}: {len(cases)} runs (one launch)")

@@ -462,6 +462,11 @@ def test_bench_suite_runs_petsc_on_one_and_two_ranks(tmp_path, monkeypatch):
     assert "mpsolve used 2 threads" in text and "PETSc ran on 1 and 2 MPI ranks" in text
     assert "| poisson3d:10 | petsc | 2 | cg | bjacobi+icc x2 | double |" in text
 
+    only2 = argv[:-2] + ["2"]                             # no in-process PETSc run
+    runs = bm.run_suite(p.parse_args(only2), progress=False)
+    assert sorted((r.precond, r.ranks) for r in runs if r.solver == "petsc") == [
+        ("icc", 2), ("jacobi", 2)]
+
     monkeypatch.setenv("MPIEXEC", str(tmp_path / "no-such-mpiexec"))
     info = {}
     runs = bm.run_suite(p.parse_args(argv), progress=False, info=info)
