@@ -9,9 +9,9 @@ the same methods with Jacobi and ``spilu``, and mpsolve's own best hand-picked c
 "Best": the fastest configuration that meets the tolerance by the FP64 true residual
 (set-up included); PETSc's over its rank counts too (``--petsc-ranks``, default 1 and
 2: one rank in this process, more under ``mpiexec`` in one launch for every matrix
-before anything else runs, :mod:`mpsolve.bench.petsc_mpi`).  Every timed run is repeated while it takes under ``REPEAT_BELOW``
-seconds, up to ``--repeat`` times, and the fastest kept (single runs of millisecond solves
-on a shared machine vary by 2x).  Columns: solved or not, iterations, seconds; totals at
+before anything else runs, :mod:`mpsolve.bench.petsc_mpi`).  Every timed run is
+repeated while it takes under ``REPEAT_BELOW`` seconds, up to ``--repeat`` times, and the
+fastest kept (single runs of millisecond solves on a shared machine vary by 2x).  Columns: solved or not, iterations, seconds; totals at
 the end.
 
 Run ``python -m mpsolve.bench.coverage [--collection DIR] [--out bench/results/coverage.md]``.
