@@ -11,6 +11,10 @@ Modules:
 ``baselines``
     SciPy (``cg``/``gmres``/``bicgstab`` with Jacobi or ``spilu``) and PETSc (KSP with
     its own PCs or mpsolve's, :func:`~mpsolve.bench.baselines.petsc_solve`).
+``petsc_mpi``
+    PETSc's KSP on several MPI ranks: the worker run under ``mpiexec`` (once per bench
+    run for all its PETSc runs) and :func:`~mpsolve.bench.petsc_mpi.run_jobs`, which
+    launches it.
 ``report``
     Markdown tables, summaries and the table printed at the end.
 ``plots``

@@ -7,6 +7,10 @@ history, the unpreconditioned norm its stopping test uses); for SciPy's CG and
 BiCGSTAB the true residual is computed at sampled iterations inside the callback
 and the callback's time is taken off the solve time; SciPy's GMRES reports its own
 (left-preconditioned) residual estimate each inner iteration.
+
+PETSc runs on one MPI rank in this process (:func:`petsc_solve`) and on more under
+``mpiexec`` (:func:`run_petsc_ranks`, :mod:`mpsolve.bench.petsc_mpi`); the bench takes
+PETSc's best over its rank counts.
 """
 from __future__ import annotations
 
@@ -18,8 +22,8 @@ import scipy.sparse as sp
 
 from .common import Run, TimeLimit, deadline_callback, maxiter_for, sampled
 
-__all__ = ["run_scipy", "run_petsc", "petsc_solve", "petsc_operator", "petsc_available",
-           "SCIPY_PRECONDS", "PETSC_PRECONDS"]
+__all__ = ["run_scipy", "run_petsc", "run_petsc_ranks", "petsc_solve", "petsc_operator",
+           "petsc_available", "SCIPY_PRECONDS", "PETSC_PRECONDS"]
 
 #: SciPy preconditioners the runner knows.
 SCIPY_PRECONDS = ["none", "jacobi", "spilu"]
@@ -180,6 +184,48 @@ def run_petsc(A, b, problem, spd, method, pc, args):
                history=sampled(out["history"]))
 
 
+def run_petsc_ranks(cases, ranks, args, workdir=None):
+    """PETSc runs on ``ranks`` MPI ranks (:mod:`mpsolve.bench.petsc_mpi`): one
+    ``mpiexec`` launch for all ``cases``, ``(problem, A, spd, method, pc)`` tuples (each
+    matrix written once to a temporary ``.npz``); PCs without a parallel form here
+    (mpsolve's through the python PC) are left out.
+
+    Returns ``(runs, note)``: a dict ``(problem, method, pc) -> Run`` (``ranks`` set; a
+    job that failed is a failed :class:`Run` whose status says why) and ``note``: None,
+    or what went wrong with ``mpiexec`` or the worker, for the results' header.
+    """
+    import tempfile
+
+    from .petsc_mpi import PARALLEL_PC, run_jobs, write_matrix
+
+    cases = [c for c in cases if c[4] in PARALLEL_PC]
+    if not cases:
+        return {}, None
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="petsc-mpi-") as tmp:
+        paths, jobs = {}, []
+        for problem, A, spd, method, pc in cases:
+            if problem not in paths:
+                paths[problem] = write_matrix(A, tmp, f"m{len(paths)}")
+            jobs.append(dict(matrix=paths[problem], method=method, pc=pc, rtol=args.rtol,
+                             maxiter=args.maxiter, restart=args.restart,
+                             repeat=getattr(args, "repeat", 1),
+                             time_limit=args.time_limit))
+        results, note = run_jobs(jobs, ranks, workdir=workdir)
+    runs = {}
+    for (problem, A, spd, method, pc), out in zip(cases, results):
+        base = dict(problem=problem, n=A.shape[0], nnz=int(A.nnz), spd=spd, solver="petsc",
+                    method=method, precision="double", precond=pc, ranks=int(ranks))
+        if out["status"] != "ok":
+            runs[problem, method, pc] = Run(**base, status=out["status"])
+            continue
+        runs[problem, method, pc] = Run(
+            **base, setup_time=out["setup_time"], solve_time=out["solve_time"],
+            iterations=out["iterations"], true_residual=out["true_residual"],
+            converged=bool(out["true_residual"] <= args.rtol), status=out["reason"],
+            history=sampled(out["history"]))
+    return runs, note
+
+
 _KSP = {"cg": "cg", "gmres": "gmres", "bicgstab": "bcgs"}
 
 
@@ -205,7 +251,8 @@ def petsc_operator(A, comm):
 
 def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, restart=30,
                 block_size=None, sparsity_power=None, options=None, time_limit=None):
-    """Solve with PETSc's KSP (serial, FP64), for baselines and tests.
+    """Solve with PETSc's KSP (in this process, one rank, FP64), for baselines and tests
+    (:mod:`mpsolve.bench.petsc_mpi` runs the same KSP on several ranks).
 
     The stopping test is PETSc's on the *unpreconditioned* residual relative to
     ``||b||`` (right preconditioning for GMRES/BiCGSTAB), the same rule as mpsolve's.
@@ -223,6 +270,8 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     """
     from petsc4py import PETSc
 
+    from .petsc_mpi import configure_ksp, ksp_outcome
+
     contexts = _pc_contexts()
     A = sp.csr_matrix(A)
     comm = PETSc.COMM_SELF
@@ -235,13 +284,7 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
         # gmres/bcgs form x = M y at the end and miss the tolerance they reported;
         # the flexible variants keep the preconditioned vectors
         ksp_type = {"gmres": "fgmres", "bicgstab": "fbcgs"}[method]
-    ksp.setType(ksp_type)
-    if method == "gmres":
-        ksp.setGMRESRestart(restart)
-    if method != "cg":
-        ksp.setPCSide(PETSc.PC.Side.RIGHT)
-    ksp.setNormType(PETSc.KSP.NormType.UNPRECONDITIONED)
-    ksp.setTolerances(rtol=rtol, atol=0.0, max_it=maxiter)
+    configure_ksp(ksp, method, ksp_type, rtol, maxiter, restart)
     p = ksp.getPC()
     ctx = None
     if pc in contexts:
@@ -268,7 +311,6 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     bv.array[:] = b
     xv = P.createVecRight()
     xv.set(0.0)
-    ksp.setConvergenceHistory(length=max(maxiter, 1) + 1, reset=True)
     mat_time = time.perf_counter() - t_mat
     t0 = time.perf_counter()
     ksp.setUp()
@@ -295,16 +337,11 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     x = xv.array.copy()
     nb = float(np.linalg.norm(b)) or 1.0
     true = float(np.linalg.norm(b - A @ x) / nb)
-    reason = ksp.getConvergedReason()
-    names = {v: k for k, v in vars(PETSc.KSP.ConvergedReason).items() if isinstance(v, int)}
-    try:
-        history = [float(h) / nb for h in ksp.getConvergenceHistory()]
-    except PETSc.Error:
-        history = []
-    out = dict(x=x, iterations=int(ksp.getIterationNumber()),
-               reason=(f"stopped at the time limit ({time_limit:g} s)" if stopped[0]
-                       else f"{names.get(reason, reason)}"), setup_time=setup, solve_time=solve,
-               true_residual=true, history=history, ctx=ctx)
+    its, reason, history = ksp_outcome(ksp, nb)
+    out = dict(x=x, iterations=its,
+               reason=f"stopped at the time limit ({time_limit:g} s)" if stopped[0] else reason,
+               setup_time=setup, solve_time=solve, true_residual=true, history=history,
+               ctx=ctx)
     ksp.destroy()
     P.destroy()
     bv.destroy()

@@ -5,7 +5,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-__all__ = ["Run", "TimeLimit", "deadline_callback", "maxiter_for", "sampled"]
+__all__ = ["Run", "TimeLimit", "deadline_callback", "maxiter_for", "sampled",
+           "mpsolve_threads"]
 
 
 @dataclass
@@ -37,6 +38,8 @@ class Run:
     #: bytes one iteration must move (:func:`mpsolve.bench.suite.iteration_bytes`; NaN
     #: where the preconditioner's storage is not known)
     bytes_per_iteration: float = float("nan")
+    #: MPI ranks of a PETSc run (``mpiexec -n ranks``; 1: in this process)
+    ranks: int = 1
 
     @property
     def bandwidth(self):
@@ -51,8 +54,19 @@ class Run:
         return self.setup_time + self.solve_time
 
     @property
+    def precond_label(self):
+        """The preconditioner as it ran: a PETSc PC on several ranks as it runs there,
+        e.g. ``bjacobi+icc x2`` for ``icc`` on two ranks; else ``precond``."""
+        if self.ranks > 1:
+            from .petsc_mpi import pc_label
+
+            return pc_label(self.precond, self.ranks)
+        return self.precond
+
+    @property
     def config(self):
-        return f"{self.method}/{self.precond}/{self.precision}"
+        """``method/precond/precision`` (the preconditioner as :attr:`precond_label`)."""
+        return f"{self.method}/{self.precond_label}/{self.precision}"
 
     @property
     def label(self):
@@ -89,6 +103,16 @@ def sampled(values, points=400):
     """About ``points`` evenly spaced items of ``values`` (a residual history), as floats."""
     step = max(1, len(values) // points)
     return [float(v) for v in values[::step]]
+
+
+def mpsolve_threads():
+    """Threads mpsolve's CPU kernels run on (Numba's thread count; mpsolve has no API of
+    its own for it), for the results' headers; None when Numba is not importable."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    return int(numba.get_num_threads())
 
 
 def emit(text, out=None):

@@ -7,9 +7,11 @@ the same methods with Jacobi and ``spilu``, and mpsolve's own best hand-picked c
 (CG (SPD only), GMRES(30), BiCGSTAB x Jacobi, ILU(0), ISAI, FP32 preconditioner) -- same
 ``b = A @ 1``, ``x0 = 0``, FP64 true relative residual ``1e-8``, at most 5000 iterations.
 "Best": the fastest configuration that meets the tolerance by the FP64 true residual
-(set-up included).  Every timed run is repeated while it takes under ``REPEAT_BELOW``
-seconds, up to ``--repeat`` times, and the fastest kept (single runs of millisecond solves
-on a shared machine vary by 2x).  Columns: solved or not, iterations, seconds; totals at
+(set-up included); PETSc's over its rank counts too (``--petsc-ranks``, default 1 and
+2: one rank in this process, more under ``mpiexec`` in one launch for every matrix
+before anything else runs, :mod:`mpsolve.bench.petsc_mpi`).  Every timed run is
+repeated while it takes under ``REPEAT_BELOW`` seconds, up to ``--repeat`` times, and the
+fastest kept (single runs of millisecond solves on a shared machine vary by 2x).  Columns: solved or not, iterations, seconds; totals at
 the end.
 
 Run ``python -m mpsolve.bench.coverage [--collection DIR] [--out bench/results/coverage.md]``.
@@ -111,11 +113,26 @@ def _petsc_configs(spd):
     return ([("cg", "jacobi"), ("cg", "icc")] if spd else []) + out
 
 
-def run_petsc_best(A, b, spd, time_limit):
-    from .baselines import petsc_solve
+def best_of(candidates):
+    """The fastest candidate that solved (``solved``, ``seconds``), or a "not solved"
+    row: PETSc's best over its configurations and rank counts, each a dict with
+    ``solved``, ``iterations``, ``seconds``, ``config``, ``ranks``."""
+    ok = [c for c in candidates if c["solved"]]
+    if not ok:
+        return dict(solved=False, iterations=0, seconds=float("nan"), config="-", ranks=1)
+    return min(ok, key=lambda c: c["seconds"])
 
-    best = None
-    for method, pc in _petsc_configs(spd):
+
+def run_petsc_best(A, b, spd, time_limit, parallel=(), serial=True):
+    """PETSc's best on ``A``: its configurations (:func:`_petsc_configs`) in this process
+    (one rank; ``serial=False``: not run), and ``parallel``: the same configurations'
+    results on more ranks from :func:`mpsolve.bench.petsc_mpi.run_jobs` (dicts with
+    ``method`` and ``pc`` added)."""
+    from .baselines import petsc_solve
+    from .petsc_mpi import pc_label
+
+    cands = []
+    for method, pc in _petsc_configs(spd) if serial else ():
         def run():
             out = petsc_solve(A, b, method=method, pc=pc, rtol=RTOL, maxiter=MAXITER,
                               restart=RESTART, time_limit=time_limit)
@@ -125,10 +142,45 @@ def run_petsc_best(A, b, spd, time_limit):
             out, t = _fastest(run, own_clock=True)
         except Exception:        # noqa: BLE001 - a failed PETSc set-up is "not solved"
             continue
-        if out["true_residual"] <= RTOL and (best is None or t < best["seconds"]):
-            best = dict(solved=True, iterations=out["iterations"], seconds=t,
-                        config=f"{method} + {pc}")
-    return best or dict(solved=False, iterations=0, seconds=float("nan"), config="-")
+        cands.append(dict(solved=bool(out["true_residual"] <= RTOL),
+                          iterations=out["iterations"], seconds=t, config=f"{method} + {pc}",
+                          ranks=1))
+    for out in parallel:
+        if out["status"] != "ok":
+            continue
+        cands.append(dict(solved=bool(out["true_residual"] <= RTOL),
+                          iterations=out["iterations"],
+                          seconds=out["setup_time"] + out["solve_time"],
+                          config=f"{out['method']} + {pc_label(out['pc'], out['ranks'])}",
+                          ranks=out["ranks"]))
+    return best_of(cands)
+
+
+def run_petsc_parallel(problems, ranks, time_limit, log=print):
+    """Every problem's PETSc configurations on ``ranks`` MPI ranks, one ``mpiexec``
+    launch for all (:func:`mpsolve.bench.petsc_mpi.run_jobs`; each run repeated as the
+    serial ones, while under ``REPEAT_BELOW`` s, up to ``--repeat`` times).  ``problems``:
+    ``(name, A, spd)``.  Returns ``({name: [result, ...]}, note)``."""
+    import tempfile
+
+    from .petsc_mpi import run_jobs, write_matrix
+
+    out, jobs, owners = {}, [], []
+    with tempfile.TemporaryDirectory(prefix="petsc-mpi-") as tmp:
+        for i, (name, A, spd) in enumerate(problems):
+            path = write_matrix(A, tmp, f"m{i}")
+            for method, pc in _petsc_configs(spd):
+                jobs.append(dict(matrix=path, method=method, pc=pc, rtol=RTOL,
+                                 maxiter=MAXITER, restart=RESTART, repeat=_REPEAT[0],
+                                 repeat_below=REPEAT_BELOW, time_limit=time_limit))
+                owners.append(name)
+        log(f"PETSc under mpiexec -n {ranks}: {len(jobs)} runs (one launch)")
+        results, note = run_jobs(jobs, ranks)
+    for name, job, res in zip(owners, jobs, results):
+        out.setdefault(name, []).append(dict(res, method=job["method"], pc=job["pc"]))
+    if note:
+        log(f"note: {note}")
+    return out, note
 
 
 class _Stop(Exception):
@@ -238,6 +290,7 @@ def _is_spd_like(A):
 
 def main(argv=None):
     from mpsolve.bench.baselines import petsc_available
+    from mpsolve.bench.petsc_mpi import default_ranks, find_mpiexec
 
     here = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser(prog="python -m mpsolve.bench.coverage",
@@ -249,28 +302,49 @@ def main(argv=None):
     p.add_argument("--no-generated", action="store_true")
     p.add_argument("--time-limit", type=float, default=60.0,
                    help="seconds per baseline configuration (default 60)")
+    p.add_argument("--petsc-ranks", nargs="+", type=int, default=None, metavar="R",
+                   help="MPI rank counts of PETSc's best (default: 1 and the machine's "
+                        "cores up to 2; more than 1: mpiexec -n R, one launch for all)")
     p.add_argument("--repeat", type=int, default=3,
                    help=f"time each run up to this many times while it takes under "
                         f"{REPEAT_BELOW:g} s, keep the fastest (default 3)")
     args = p.parse_args(argv)
+    if args.petsc_ranks and min(args.petsc_ranks) < 1:
+        p.error(f"--petsc-ranks: {args.petsc_ranks} must be positive")
     _REPEAT[0] = args.repeat
     have_petsc = petsc_available()
-    _warm_up()
-    table = []
+    problems = []
     for name, spd, load in _problems(args.collection, [] if args.no_generated else GENERATED):
         if args.only and name not in args.only:
             continue
         A = load()
-        spd = _is_spd_like(A) if spd is None else spd
+        problems.append((name, A, _is_spd_like(A) if spd is None else spd))
+    ranks = sorted(set(args.petsc_ranks or default_ranks())) if have_petsc else []
+    notes, parallel = [], {}
+    if any(r > 1 for r in ranks) and find_mpiexec() is None:
+        notes.append(f"mpiexec not found: PETSc ran with 1 rank only (asked for ranks "
+                     f"{', '.join(map(str, ranks))})")
+        print(f"note: {notes[-1]}")
+        ranks = [1]
+    for r in ranks:                # before anything else runs: the ranks have the cores
+        if r > 1:
+            done, note = run_petsc_parallel(problems, r, args.time_limit)
+            notes += [note] if note else []
+            for name, res in done.items():
+                parallel.setdefault(name, []).extend(res)
+    _warm_up()
+    table = []
+    for name, A, spd in problems:
         b = A @ np.ones(A.shape[0])
         auto = run_auto(A, b)
         own = run_mpsolve_best(A, b, spd, args.time_limit)
-        pet = run_petsc_best(A, b, spd, args.time_limit) if have_petsc else None
+        pet = run_petsc_best(A, b, spd, args.time_limit, parallel.get(name, ()),
+                             serial=1 in ranks) if have_petsc else None
         sci = run_scipy_best(A, b, spd, args.time_limit)
         table.append((name, A.shape[0], A.nnz, auto, own, pet, sci))
         print(name, A.shape[0], "auto", _cell(auto), "own best", _cell(own), "petsc",
               pet and _cell(pet), "scipy", _cell(sci), flush=True)
-    text = _markdown(table, have_petsc)
+    text = _markdown(table, have_petsc, ranks, notes)
     out = Path(args.out)
     if out.is_dir():                        # a folder: its coverage.md
         out = out / "coverage.md"
@@ -285,7 +359,15 @@ def _gmean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def _markdown(table, have_petsc):
+def _markdown(table, have_petsc, petsc_ranks=(1,), notes=()):
+    """The Markdown page; ``petsc_ranks``: the rank counts PETSc ran on, ``notes``: what
+    went wrong with ``mpiexec`` (for the header)."""
+    from .common import mpsolve_threads
+    from .report import parallel_line
+
+    par = parallel_line(dict(mpsolve_threads=mpsolve_threads(),
+                             petsc_ranks=list(petsc_ranks) if have_petsc else [],
+                             petsc_mpi_notes=list(notes)))
     lines = ["# Coverage: mpsolve `auto` against PETSc's and SciPy's best", "",
              f"Command: `python -m mpsolve.bench.coverage --repeat {_REPEAT[0]}` (this machine: "
              "2 cores; kernels compiled by a warm-up before the first timing; every run "
@@ -298,7 +380,8 @@ def _markdown(table, have_petsc):
              "hand-picked CG (SPD) / GMRES(30) / BiCGSTAB x Jacobi / ILU(0) / ISAI with "
              "`precision='mixed'`.  PETSc: the fastest of CG (SPD) x "
              "{Jacobi, ICC(0)}, GMRES(30) x {Jacobi, ILU(0)}, BiCGSTAB x {Jacobi, ILU(0)} "
-             "that solves; SciPy: the fastest of the same methods x {Jacobi, spilu}.", "",
+             "on each rank count (`xR`: R MPI ranks) that solves; SciPy: the fastest of "
+             "the same methods x {Jacobi, spilu}.", "", par, "",
              "| matrix | n | nnz | auto | it | s | auto's choice | own best | it | s | config "
              "| PETSc | it | s | config | SciPy | it | s | config |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["REFERENCE", "best", "reference_run", "summary", "write_markdown", "text_summary"]
+__all__ = ["REFERENCE", "best", "reference_run", "summary", "write_markdown", "text_summary",
+           "parallel_line"]
 
 #: The baselines' reference runs (issue 5's goal): PETSc's default GMRES(30) with block
 #: Jacobi/ILU(0), SciPy's gmres with spilu.  On an SPD problem that has no GMRES run the
@@ -16,14 +17,16 @@ def fmt_time(t):
 
 
 def best(runs, solver, problem):
-    """The fastest converged run of ``solver`` on ``problem`` (None if none converged)."""
+    """The fastest converged run of ``solver`` on ``problem`` (None if none converged):
+    over every configuration and, for PETSc, every rank count."""
     ok = [r for r in runs if r.solver == solver and r.problem == problem and r.converged]
     return min(ok, key=lambda r: r.total_time) if ok else None
 
 
 def reference_run(runs, solver, problem, reference=REFERENCE):
     """The reference run of ``solver`` on ``problem``: the run of the first of the
-    reference's methods that has one, converged or not (None when there is none)."""
+    reference's methods that has one, converged or not (None when there is none); of
+    its runs on several MPI ranks (PETSc's), the fastest converged one."""
     if not reference or solver not in reference:
         return None
     meths, pc = reference[solver]
@@ -31,7 +34,8 @@ def reference_run(runs, solver, problem, reference=REFERENCE):
         cands = [r for r in runs if r.solver == solver and r.problem == problem
                  and r.precond == pc and r.method == meth]
         if cands:
-            return cands[0]
+            ok = [r for r in cands if r.converged]
+            return min(ok, key=lambda r: r.total_time) if ok else cands[0]
     return None
 
 
@@ -104,6 +108,27 @@ def bandwidth_cells(run, stream):
     return f"{bw / 1e9:.1f} | {pct}"
 
 
+def parallel_line(meta):
+    """The header's sentence on the parallelism of each side: mpsolve's threads, the
+    PETSc rank counts run and anything that went wrong with ``mpiexec``."""
+    threads = meta.get("mpsolve_threads")
+    ranks = meta.get("petsc_ranks")
+    text = (f"Parallelism: mpsolve used {threads} thread{'s' * (threads != 1)} (Numba); "
+            if threads else "Parallelism: mpsolve's thread count not recorded; ")
+    if ranks is None:
+        text += "PETSc ran in one process (results from before the rank counts were recorded)."
+    elif not ranks:
+        text += "PETSc did not run."
+    else:
+        text += (f"PETSc ran on {' and '.join(map(str, ranks))} MPI rank"
+                 f"{'s' * (ranks != [1])} (1: in the bench's process; more: `mpiexec -n R`, "
+                 "one thread per rank, ILU/ICC as block Jacobi with one ILU(0)/IC(0) block "
+                 "per rank, SOR as local SSOR), its best over all of them.")
+    for note in meta.get("petsc_mpi_notes") or []:
+        text += f" **Note: {note}.**"
+    return text
+
+
 def write_markdown(runs, path, meta, reference=None):
     rows, _, _ = summary(runs, reference)
     out = ["# mpsolve bench results", "", f"Command: `{meta['command']}`", "",
@@ -112,6 +137,7 @@ def write_markdown(runs, path, meta, reference=None):
            f"Tolerance: FP64 true relative residual <= {meta['rtol']:g}; b = A @ ones; x0 = 0.", ""]
     if "wall_seconds" in meta:
         out += [f"Wall time of the whole run: {meta['wall_seconds']:.0f} s.", ""]
+    out += [parallel_line(meta), ""]
     best_rows = {row["problem"]: row for row in summary(runs, None)[0]}
     ref_name = {s: reference_name(s, reference) for s in ("scipy", "petsc")}
 
@@ -132,7 +158,9 @@ def write_markdown(runs, path, meta, reference=None):
             "Time to solution = set-up + solve (building the solver's copy of the matrix "
             "included). Speed-up = baseline time / mpsolve's best time. The reference "
             "columns are each baseline's GMRES(restart) run with the named preconditioner "
-            "(its CG run where no GMRES ran); 'petsc best' is PETSc's fastest converged run.",
+            "(its CG run where no GMRES ran; PETSc's on its faster rank count); 'petsc "
+            "best' is PETSc's fastest converged run over every configuration and rank "
+            "count (`xR`: R MPI ranks).",
             "",
             f"| problem | mpsolve best | time (s) | {ref_name['scipy']} (s) | "
             f"{ref_name['petsc']} (s) | speed-up vs it | petsc best | time (s) | "
@@ -155,11 +183,13 @@ def write_markdown(runs, path, meta, reference=None):
             "; % stream: that against the machine's "
             + (f"{stream / 1e9:.1f} GB/s" if math.isfinite(stream) else "(unmeasured)")
             + " (NumPy `a = b + c` on 64 MiB vectors, one thread per core, best of 5).", "",
-            "| problem | solver | method | precond | precision | iters | setup s | solve s | "
-            "total s | true rel. res | M MiB | GB/s | % stream | status |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| problem | solver | ranks | method | precond | precision | iters | setup s | "
+            "solve s | total s | true rel. res | M MiB | GB/s | % stream | status |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
-        out.append(f"| {r.problem} | {r.solver} | {r.method} | {r.precond} | {r.precision} | "
+        nranks = r.ranks if r.solver == "petsc" else "-"
+        out.append(f"| {r.problem} | {r.solver} | {nranks} | {r.method} | {r.precond_label} | "
+                   f"{r.precision} | "
                    f"{r.iterations} | {fmt_time(r.setup_time)} | {fmt_time(r.solve_time)} | "
                    f"{fmt_time(r.total_time)} | {r.true_residual:.2e} | "
                    f"{r.precond_nbytes / 2**20:.2f} | {bandwidth_cells(r, stream)} | "

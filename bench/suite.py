@@ -3,8 +3,10 @@
 Runs every problem of a suite through mpsolve's configurations (method x precision
 preset x preconditioner) and through the baselines -- SciPy (the same Krylov method
 with ``spilu`` or Jacobi) and PETSc (KSP gmres/cg/bcgs with its own PCs, or with
-mpsolve's) when petsc4py is installed -- all with the same right-hand side
-``b = A @ ones``, the zero starting guess and the same FP64 true-residual tolerance.
+mpsolve's) when petsc4py is installed, on one MPI rank in this process and on more
+under ``mpiexec`` (``--petsc-ranks``, default 1 and 2: PETSc's best is taken over
+both) -- all with the same right-hand side ``b = A @ ones``, the zero starting guess
+and the same FP64 true-residual tolerance.
 A run that fails or does not converge is recorded as such, never dropped.
 
 Without options (a few minutes on 2 cores): :data:`DEFAULT_SUITE` (generated
@@ -32,12 +34,12 @@ from typing import List
 
 import numpy as np
 
-from .baselines import petsc_available, petsc_build, run_petsc, run_scipy
-from .common import Run, TimeLimit, deadline_callback, maxiter_for, sampled
+from .baselines import petsc_available, petsc_build, run_petsc, run_petsc_ranks, run_scipy
+from .common import Run, TimeLimit, deadline_callback, maxiter_for, mpsolve_threads, sampled
 
 __all__ = ["add_arguments", "main", "run_suite", "run_mpsolve", "Run", "DEFAULT_SUITE",
            "FULL_SUITE", "QUICK_SUITE", "DEFAULT_MATRICES", "DEFAULT_CONFIGS",
-           "find_collection", "iteration_bytes", "stream_bandwidth"]
+           "find_collection", "iteration_bytes", "stream_bandwidth", "petsc_rank_counts"]
 
 # ------------------------------------------------------------------------ suites
 #: The default suite: moderate generated problems (125k unknowns for the scalar 3-D
@@ -357,39 +359,91 @@ def stream_bandwidth(n=1 << 23, repeat=5):
 
 
 # ------------------------------------------------------------------------- suite
-def run_suite(args, progress=True, log=None) -> List[Run]:
-    """Run every configuration on every problem; returns the runs in order."""
+def petsc_rank_counts(args):
+    """The MPI rank counts of the PETSc baseline: ``--petsc-ranks``, else 1 and the
+    machine's cores up to 2 (:func:`mpsolve.bench.petsc_mpi.default_ranks`)."""
+    from .petsc_mpi import default_ranks
+
+    ranks = getattr(args, "petsc_ranks", None) or default_ranks()
+    return sorted(set(int(r) for r in ranks))
+
+
+def _petsc_parallel(jobs, ranks, args, log=None):
+    """The PETSc jobs on each rank count above 1, one ``mpiexec`` launch per count:
+    ``({(problem, method, pc, ranks): Run}, [notes])``."""
+    done, notes = {}, []
+    for r in ranks:
+        cases = [(name, A, spd, method, pc) for solver, name, A, spd, method, _, pc, nr
+                 in jobs if solver == "petsc" and nr == r]
+        if r <= 1 or not cases:
+            continue
+        if log:
+            log(f"PETSc under mpiexec -n {r}: {len(cases)} runs (one launch)")
+        runs, note = run_petsc_ranks(cases, r, args)
+        if note:
+            notes.append(note)
+            if log:
+                log(f"note: {note}")
+        done.update({(*key, r): run for key, run in runs.items()})
+    return done, notes
+
+
+def run_suite(args, progress=True, log=None, info=None) -> List[Run]:
+    """Run every configuration on every problem; returns the runs in order.
+
+    PETSc's runs are made on every rank count of :func:`petsc_rank_counts`: one rank in
+    this process (:func:`~mpsolve.bench.baselines.run_petsc`), more under ``mpiexec``
+    (:func:`~mpsolve.bench.baselines.run_petsc_ranks`, all of them first, in one launch
+    per rank count).  ``info``: a dict that receives ``petsc_ranks`` (the counts run)
+    and ``petsc_mpi_notes`` (what went wrong with ``mpiexec``, if anything)."""
+    from .petsc_mpi import PARALLEL_PC, find_mpiexec
+
     if args.time_limit is None:
         args.time_limit = FULL_TIME_LIMIT if args.full else DEFAULT_TIME_LIMIT
     problems = _load_problems(args, log)
     configs = mpsolve_configs(args)
     scipy_pcs, petsc_pcs = _baseline_preconds(args)
     with_petsc = "petsc" in args.baselines and petsc_available()
+    ranks = petsc_rank_counts(args) if with_petsc else []
+    notes = []
+    if any(r > 1 for r in ranks) and find_mpiexec() is None:
+        notes.append(f"mpiexec not found: PETSc ran with 1 rank only (asked for ranks "
+                     f"{', '.join(map(str, ranks))})")
+        if log:
+            log(f"note: {notes[-1]}")
+        ranks = [1]
     jobs = []
     for name, A, spd in problems:
         for method in _methods_for(spd, args):
             for pc, prec in configs:
-                jobs.append(("mpsolve", name, A, spd, method, prec, pc))
+                jobs.append(("mpsolve", name, A, spd, method, prec, pc, 1))
             if "scipy" in args.baselines:
                 for pc in scipy_pcs:
-                    jobs.append(("scipy", name, A, spd, method, "double", pc))
+                    jobs.append(("scipy", name, A, spd, method, "double", pc, 1))
             if with_petsc:
                 for pc in petsc_pcs:
                     if pc == "icc" and not (spd and method == "cg"):
                         continue            # PETSc's ICC is for symmetric A (CG's case)
-                    jobs.append(("petsc", name, A, spd, method, "double", pc))
+                    for r in ranks:          # several ranks: PETSc's own PCs only
+                        if r == 1 or pc in PARALLEL_PC:
+                            jobs.append(("petsc", name, A, spd, method, "double", pc, r))
+    parallel, more = _petsc_parallel(jobs, ranks, args, log)
+    notes += more
+    if info is not None:
+        info.update(petsc_ranks=ranks, petsc_mpi_notes=notes)
     runs = []
     rhs = {}
     bar = _progress(len(jobs)) if progress else None
     try:
-        for solver, name, A, spd, method, prec, pc in jobs:
+        for solver, name, A, spd, method, prec, pc, nranks in jobs:
             if name not in rhs:
                 rhs[name] = A @ np.ones(A.shape[0])
             b = rhs[name]
             if bar:
-                bar.update(f"{name} {solver} {method}/{pc}/{prec}")
-            r = None
-            for _ in range(args.repeat):
+                bar.update(f"{name} {solver} {method}/{pc}/{prec}"
+                           + (f" x{nranks}" if nranks > 1 else ""))
+            r = parallel[name, method, pc, nranks] if nranks > 1 else None
+            for _ in range(args.repeat if r is None else 0):
                 if solver == "mpsolve":
                     t = run_mpsolve(A, b, name, spd, method, prec, pc, args)
                 elif solver == "scipy":
@@ -521,6 +575,12 @@ def add_arguments(p):
                         "mpsolve = mpsolve.petsc.BlockISAI through the python PC; default: "
                         f"{' '.join(DEFAULT_PETSC_PRECONDS)}, with --full "
                         f"{' '.join(FULL_PETSC_PRECONDS)})")
+    p.add_argument("--petsc-ranks", nargs="+", type=_positive_int, default=None, metavar="R",
+                   help="MPI rank counts of the PETSc baseline, PETSc's best taken over all "
+                        "(default: 1 and the machine's cores up to 2). 1: PETSc in this "
+                        "process; more: mpiexec -n R, one launch for all runs, ILU/ICC as "
+                        "block Jacobi with one ILU(0)/IC(0) block per rank, SOR as local "
+                        "SSOR sweeps; mpsolve's PCs run on 1 rank only")
     p.add_argument("--rtol", type=float, default=1e-8, help="FP64 true relative residual (1e-8)")
     p.add_argument("--maxiter", type=int, default=3000,
                    help="iteration limit per run (inner iterations for gmres; default 3000)")
@@ -591,7 +651,7 @@ def main(args):
     from mpsolve.precond import REGISTRY
 
     from .plots import write_plots
-    from .report import REFERENCE, text_summary, write_markdown
+    from .report import REFERENCE, parallel_line, text_summary, write_markdown
 
     if args.rebuild:
         return _rebuild(args)
@@ -603,6 +663,7 @@ def main(args):
         argv += ["--collection", folders[0]] if folders else []
         argv += ["--time-limit", str(args.time_limit)] if args.time_limit else []
         argv += ["--only", *args.matrices] if args.matrices else []
+        argv += ["--petsc-ranks", *map(str, args.petsc_ranks)] if args.petsc_ranks else []
         os.makedirs(args.out, exist_ok=True)
         return coverage_main(argv) or 0
     if getattr(args, "device", "cpu") == "gpu":
@@ -621,7 +682,8 @@ def main(args):
         log("note: petsc4py is not installed: the PETSc baseline is skipped")
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
-    runs = run_suite(args, progress=True, log=log)
+    info = {}
+    runs = run_suite(args, progress=True, log=log, info=info)
     meta = {
         "command": "mpsolve " + " ".join(sys.argv[1:]) if sys.argv and "mpsolve" in sys.argv[0]
         else "mpsolve bench (called from Python)",
@@ -629,6 +691,9 @@ def main(args):
         "python": platform.python_version(), "versions": _versions(), "rtol": args.rtol,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": time.time() - t0,
         "stream_bytes_per_s": stream_bandwidth(),
+        "mpsolve_threads": mpsolve_threads(),
+        "petsc_ranks": info.get("petsc_ranks", []),
+        "petsc_mpi_notes": info.get("petsc_mpi_notes", []),
     }
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "runs": [asdict(r) for r in runs]}, f, indent=1)
@@ -639,5 +704,6 @@ def main(args):
     print("Fastest converged run per problem (configuration = method/preconditioner/precision, "
           "time to solution = set-up + solve; vs X = X's best time / mpsolve's best):")
     print(text_summary(runs, REFERENCE))
+    print(parallel_line(meta).replace("**", ""))
     print(f"wrote {args.out}/results.json, results.md" + (f" and {len(files)} plots" if files else ""))
     return 0

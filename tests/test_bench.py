@@ -328,3 +328,85 @@ def test_eft_ablation_switch_reaches_both_ends():
     assert dot2 != native
     assert run(A, b, "bicgstab", "eft", 1e-10, Switch(ROLES["bicgstab"])).iterations == dot2
     assert run(A, b, "bicgstab", "eft", 1e-10, Switch(())).iterations == native
+
+
+# ------------------------------------------------------- PETSc's best over rank counts
+def test_petsc_best_is_the_faster_rank_count():
+    """The suite's "best" and reference runs take the faster of PETSc's rank counts; a
+    faster run that failed never counts; configs name the ranks."""
+    from mpsolve.bench.report import best, reference_run
+
+    one = _run("p", "petsc", "gmres", "bjacobi", "double", 0.4)
+    two = _run("p", "petsc", "gmres", "bjacobi", "double", 0.3)
+    two.ranks = 2
+    bad = _run("p", "petsc", "gmres", "jacobi", "double", 0.01, converged=False)
+    bad.ranks = 2
+    assert best([one, two, bad], "petsc", "p") is two
+    assert reference_run([one, two, bad], "petsc", "p") is two
+    two.solve_time = 0.5
+    assert best([one, two, bad], "petsc", "p") is one
+    assert reference_run([two, one], "petsc", "p") is one
+    two.converged = one.converged = False
+    assert reference_run([two, one], "petsc", "p") is two        # none converged: the first
+    assert two.config == "gmres/bjacobi+ilu x2/double" and one.config == "gmres/bjacobi/double"
+    icc = _run("p", "petsc", "cg", "icc", "double", 0.1)
+    icc.ranks = 2
+    assert icc.label == "petsc:cg/bjacobi+icc x2/double"
+
+
+def test_coverage_best_of_picks_the_faster_solved_candidate():
+    from mpsolve.bench import coverage
+
+    def cand(t, ranks, solved=True):
+        return dict(solved=solved, iterations=5, seconds=t, config=f"c{ranks}", ranks=ranks)
+
+    assert coverage.best_of([cand(0.2, 1), cand(0.1, 2)])["ranks"] == 2
+    assert coverage.best_of([cand(0.2, 1), cand(0.3, 2)])["ranks"] == 1
+    assert coverage.best_of([cand(0.2, 1), cand(0.01, 2, solved=False)])["ranks"] == 1
+    none = coverage.best_of([cand(0.01, 2, solved=False)])
+    assert not none["solved"] and none["config"] == "-"
+    assert not coverage.best_of([])["solved"]
+
+
+def test_coverage_petsc_best_takes_parallel_results(monkeypatch):
+    """run_petsc_best: the serial configurations and the worker's results on more ranks
+    in one comparison (a failed worker job is left out)."""
+    import numpy as np
+
+    from mpsolve.bench import baselines, coverage
+
+    def fake_solve(A, b, method, pc, **kw):
+        return dict(true_residual=1e-9, iterations=7, setup_time=0.1, solve_time=0.1)
+
+    monkeypatch.setattr(baselines, "petsc_solve", fake_solve)
+    par = [dict(status="ok", method="cg", pc="icc", ranks=2, true_residual=1e-9,
+                iterations=9, setup_time=0.05, solve_time=0.05),
+           dict(status="error: x", method="cg", pc="jacobi", ranks=2, true_residual=float("nan"),
+                iterations=0, setup_time=float("nan"), solve_time=float("nan"))]
+    A, b = np.eye(2), np.ones(2)
+    got = coverage.run_petsc_best(A, b, True, 10.0, par)
+    assert got["config"] == "cg + bjacobi+icc x2" and got["ranks"] == 2 and got["solved"]
+    par[0]["solve_time"] = 1.0
+    got = coverage.run_petsc_best(A, b, True, 10.0, par)
+    assert got["ranks"] == 1 and got["seconds"] == pytest.approx(0.2)
+    got = coverage.run_petsc_best(A, b, True, 10.0, par, serial=False)
+    assert got["ranks"] == 2                             # only the parallel results
+
+
+def test_results_header_names_ranks_threads_and_mpiexec_trouble():
+    from mpsolve.bench.report import parallel_line
+
+    line = parallel_line(dict(mpsolve_threads=2, petsc_ranks=[1, 2], petsc_mpi_notes=[]))
+    assert "mpsolve used 2 threads" in line and "PETSc ran on 1 and 2 MPI ranks" in line
+    line = parallel_line(dict(mpsolve_threads=2, petsc_ranks=[1],
+                              petsc_mpi_notes=["mpiexec not found: PETSc ran with 1 rank only"]))
+    assert "PETSc ran on 1 MPI rank " in line and "**Note: mpiexec not found" in line
+    assert "before the rank counts were recorded" in parallel_line({})
+
+
+def test_default_rank_counts():
+    from mpsolve.bench.petsc_mpi import default_ranks, pc_label
+
+    assert default_ranks(1) == [1] and default_ranks(2) == [1, 2] and default_ranks(16) == [1, 2]
+    assert pc_label("ilu", 1) == "ilu" and pc_label("ilu", 4) == "bjacobi+ilu x4"
+    assert pc_label("sor", 2) == "local ssor x2" and pc_label("jacobi", 2) == "jacobi x2"

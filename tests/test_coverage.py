@@ -56,3 +56,28 @@ def test_fastest_repeats_only_short_runs(monkeypatch):
     assert coverage._fastest(lambda: next(own), own_clock=True) == ("b", 0.125)
     own = iter([("a", 3.0), ("b", 0.1)])
     assert coverage._fastest(lambda: next(own), own_clock=True) == ("a", 3.0)   # not repeated
+
+
+@pytest.mark.mpi
+def test_coverage_petsc_best_on_two_ranks(tmp_path):
+    """``--petsc-ranks 2``: PETSc's column holds only its runs under ``mpiexec -n 2``
+    (one launch for the table), named as they ran there; the header says so."""
+    pytest.importorskip("petsc4py")
+    import shutil
+
+    from mpsolve.bench import coverage
+
+    if shutil.which("mpiexec") is None:
+        pytest.skip("mpiexec not found")
+    if not (COLLECTION / "nos3.mtx.gz").exists():
+        pytest.skip("no nos3 in the test collection")
+    out = tmp_path / "coverage.md"
+    assert coverage.main(["--collection", str(COLLECTION), "--only", "nos3", "--no-generated",
+                          "--out", str(out), "--time-limit", "20", "--repeat", "1",
+                          "--petsc-ranks", "2"]) == 0
+    text = out.read_text()
+    assert "PETSc ran on 2 MPI ranks" in text and "mpsolve used" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| nos3 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[11] == "yes" and cells[14].endswith(" x2"), cells     # SPD: CG solves it
+    assert "Note:" not in text

@@ -273,7 +273,7 @@ def test_bench_compares_the_same_gmres_as_petsc():
     bm.add_arguments(p)
     args = p.parse_args(["--problems", "convdiff2d:40,peclet=20", "--methods", "gmres",
                          "--precisions", "double", "--preconds", "ilu0", "--baselines",
-                         "petsc", "--petsc-preconds", "bjacobi"])
+                         "petsc", "--petsc-preconds", "bjacobi", "--petsc-ranks", "1"])
     runs = bm.run_suite(args, progress=False)
     its = {r.solver: r.iterations for r in runs}
     assert all(r.converged for r in runs) and its["mpsolve"] == its["petsc"], its
@@ -334,3 +334,141 @@ def test_plugin_side_comes_from_the_options(options, variant):
     # (left preconditioning: PETSc stops on the preconditioned residual, so the true
     # one is only bounded through ||M^-1||)
     assert np.linalg.norm(b - A @ x) <= 1e-6 * np.linalg.norm(b)
+
+
+# --------------------------------------------- PETSc's baseline on several ranks (issue 14)
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory):
+    """One worker launch under ``mpiexec -n 2`` for the jobs of the tests below: an SPD
+    and a nonsymmetric generated problem, a bad method and a missing matrix between good
+    jobs (the worker must go on after them)."""
+    from mpsolve.bench import petsc_mpi
+    from mpsolve.matrices import generate, poisson3d
+
+    exe = _mpiexec()
+    tmp = tmp_path_factory.mktemp("petsc-mpi")
+    S = poisson3d(12)                                     # 1728 unknowns, SPD
+    N = generate("convdiff2d:40,peclet=20").tocsr()       # nonsymmetric
+    ps = petsc_mpi.write_matrix(S, tmp, "spd")
+    pn = petsc_mpi.write_matrix(N, tmp, "nonsym")
+    common = dict(rtol=RTOL, maxiter=2000, restart=30, repeat=1, time_limit=60)
+    jobs = {"cg-jacobi": dict(common, matrix=ps, method="cg", pc="jacobi"),
+            "bad-method": dict(common, matrix=ps, method="qmr", pc="jacobi"),
+            "gmres-ilu": dict(common, matrix=pn, method="gmres", pc="ilu"),
+            "missing": dict(common, matrix=str(tmp / "nowhere.npz"), method="cg", pc="jacobi"),
+            "cg-icc": dict(common, matrix=ps, method="cg", pc="icc", repeat=2),
+            "bicgstab-sor": dict(common, matrix=pn, method="bicgstab", pc="sor")}
+    results, note = petsc_mpi.run_jobs(list(jobs.values()), 2, mpiexec=exe)
+    return dict(zip(jobs, results)), note, {"spd": S, "nonsym": N}
+
+
+@pytest.mark.mpi
+def test_two_ranks_cg_jacobi_takes_the_serial_iterations(two_rank_runs):
+    """Jacobi is the same operator on any number of ranks: CG takes the serial KSP's
+    iterations (one more or less for the reduction order) and meets the tolerance."""
+    runs, note, A = two_rank_runs
+    r = runs["cg-jacobi"]
+    assert r["status"] == "ok" and r["ranks"] == 2 and r["pc_label"] == "jacobi x2", r
+    S = A["spd"]
+    serial = petsc_solve(S, S @ np.ones(S.shape[0]), method="cg", pc="jacobi", rtol=RTOL,
+                         maxiter=2000)
+    assert abs(r["iterations"] - serial["iterations"]) <= 1, (r["iterations"], serial)
+    assert r["reason"] == "CONVERGED_RTOL" and r["converged"]
+    assert r["true_residual"] <= RTOL * 1.01
+    assert r["history"][0] == pytest.approx(1.0) and r["history"][-1] <= RTOL
+    assert len(r["history"]) == r["iterations"] + 1
+    assert r["setup_time"] > 0 and r["solve_time"] > 0
+
+
+@pytest.mark.mpi
+def test_two_ranks_gmres_block_ilu_meets_the_tolerance(two_rank_runs):
+    """PETSc's ILU on two ranks is block Jacobi with an ILU(0) block per rank: GMRES(30)
+    converges to the FP64 true residual; ICC (CG) and local SSOR (BiCGSTAB) likewise."""
+    runs, note, A = two_rank_runs
+    for name, label in (("gmres-ilu", "bjacobi+ilu x2"), ("cg-icc", "bjacobi+icc x2"),
+                        ("bicgstab-sor", "local ssor x2")):
+        r = runs[name]
+        assert r["status"] == "ok" and r["pc_label"] == label, (name, r)
+        assert r["converged"] and r["reason"].startswith("CONVERGED"), (name, r)
+        assert r["true_residual"] <= RTOL * 1.01, (name, r)
+    # the block preconditioner is weaker than the serial ILU(0), never stronger by much:
+    # it is a different operator, so only a sanity bound on the count
+    N = A["nonsym"]
+    serial = petsc_solve(N, N @ np.ones(N.shape[0]), method="gmres", pc="ilu", rtol=RTOL)
+    assert runs["gmres-ilu"]["iterations"] >= serial["iterations"] // 2
+
+
+@pytest.mark.mpi
+def test_a_bad_job_is_a_status_and_the_worker_goes_on(two_rank_runs):
+    runs, note, _ = two_rank_runs
+    assert note is None                                   # the worker itself ran through
+    assert runs["bad-method"]["status"].startswith("error: ValueError: method 'qmr'")
+    assert "nowhere.npz" in runs["missing"]["status"]
+    assert not runs["bad-method"]["converged"] and not runs["missing"]["converged"]
+    assert runs["cg-icc"]["status"] == "ok" and runs["bicgstab-sor"]["status"] == "ok"
+
+
+def test_a_failed_or_missing_mpiexec_is_a_status_not_an_exception(tmp_path, monkeypatch):
+    from mpsolve.bench import petsc_mpi
+
+    S = convection_diffusion2d(8)
+    job = dict(matrix=petsc_mpi.write_matrix(S, tmp_path, "a"), method="gmres", pc="ilu",
+               rtol=RTOL, maxiter=100)
+    false = shutil.which("false")
+    if false is None:
+        pytest.skip("no `false` executable")
+    results, note = petsc_mpi.run_jobs([job, job], 2, mpiexec=false)
+    assert note.startswith("the PETSc MPI worker (mpiexec -n 2) exited with status 1 "
+                           "after 0 of 2 jobs"), note
+    assert all(r["status"] == f"error: {note}" and r["ranks"] == 2 for r in results)
+    monkeypatch.setattr(petsc_mpi, "find_mpiexec", lambda: None)
+    results, note = petsc_mpi.run_jobs([job], 2)
+    assert note == "mpiexec not found: PETSc ran with 1 rank only"
+    assert results[0]["status"] == f"error: {note}"
+
+
+@pytest.mark.mpi
+def test_bench_suite_runs_petsc_on_one_and_two_ranks(tmp_path, monkeypatch):
+    """``mpsolve bench --petsc-ranks 1 2``: every PETSc configuration on both rank counts
+    (mpsolve's PCs on one rank only), PETSc's best taken over both, the header saying
+    so; with mpiexec missing the bench falls back to one rank and says that."""
+    import argparse
+
+    from mpsolve.bench import suite as bm
+    from mpsolve.bench.report import best, write_markdown
+
+    _mpiexec()
+    p = argparse.ArgumentParser()
+    bm.add_arguments(p)
+    argv = ["--problems", "poisson3d:10", "--methods", "cg", "--precisions", "double",
+            "--preconds", "jacobi", "--baselines", "petsc", "--petsc-preconds", "jacobi",
+            "icc", "mpsolve", "--petsc-ranks", "1", "2"]
+    info = {}
+    runs = bm.run_suite(p.parse_args(argv), progress=False, info=info)
+    petsc = {(r.precond, r.ranks): r for r in runs if r.solver == "petsc"}
+    assert sorted(petsc) == [("icc", 1), ("icc", 2), ("jacobi", 1), ("jacobi", 2),
+                             ("mpsolve", 1)]
+    assert all(r.converged for r in runs), [(r.label, r.status) for r in runs]
+    assert petsc["icc", 2].config == "cg/bjacobi+icc x2/double"
+    assert petsc["jacobi", 1].iterations - 1 <= petsc["jacobi", 2].iterations \
+        <= petsc["jacobi", 1].iterations + 1
+    assert best(runs, "petsc", "poisson3d:10") is min(petsc.values(),
+                                                      key=lambda r: r.total_time)
+    assert info == {"petsc_ranks": [1, 2], "petsc_mpi_notes": []}
+    meta = dict(command="x", machine="m", python="3", versions={}, rtol=RTOL,
+                mpsolve_threads=2, **info)
+    write_markdown(runs, tmp_path / "r.md", meta)
+    text = (tmp_path / "r.md").read_text()
+    assert "mpsolve used 2 threads" in text and "PETSc ran on 1 and 2 MPI ranks" in text
+    assert "| poisson3d:10 | petsc | 2 | cg | bjacobi+icc x2 | double |" in text
+
+    only2 = argv[:-2] + ["2"]                             # no in-process PETSc run
+    runs = bm.run_suite(p.parse_args(only2), progress=False)
+    assert sorted((r.precond, r.ranks) for r in runs if r.solver == "petsc") == [
+        ("icc", 2), ("jacobi", 2)]
+
+    monkeypatch.setenv("MPIEXEC", str(tmp_path / "no-such-mpiexec"))
+    info = {}
+    runs = bm.run_suite(p.parse_args(argv), progress=False, info=info)
+    assert {r.ranks for r in runs} == {1} and info["petsc_ranks"] == [1]
+    assert info["petsc_mpi_notes"][0].startswith("mpiexec not found: PETSc ran with 1 rank")
