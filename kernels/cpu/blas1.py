@@ -457,9 +457,11 @@ def mdot(V, k, w, out):
 
 @njit(**JIT)
 def _maxpy_chunk(V, k, h, w, lo, hi):
-    """``w[lo:hi] -= sum_{i<k} h_i V[i, lo:hi]``, four rows a pass (as :func:`_mdot_chunk`):
-    ``w_j -= ((a_i v_ij + a_i+1 v_i+1,j) + a_i+2 v_i+2,j) + a_i+3 v_i+3,j``, the products and
-    sums in ``w``'s dtype (``a = h_i`` rounded to it), left to right."""
+    """``w[lo:hi] -= sum_{i<k} h_i V[i, lo:hi]``, four rows a pass (as :func:`_mdot_chunk`)
+    with the roundings of one row a pass: ``w_j <- w_j - a_i v_ij`` for ``i = 0, 1, ...`` in
+    turn, each product and difference rounded to ``w``'s dtype (``a = h_i`` rounded to it),
+    no contraction -- ``w_j`` is kept in a register across the four rows instead of stored
+    and loaded again (the GPU's ``maxpy`` matches these bits)."""
     ws = w[lo:hi]
     dt = w.dtype.type
     i = 0
@@ -467,7 +469,7 @@ def _maxpy_chunk(V, k, h, w, lo, hi):
         a0, a1, a2, a3 = dt(h[i]), dt(h[i + 1]), dt(h[i + 2]), dt(h[i + 3])
         v0, v1, v2, v3 = V[i, lo:hi], V[i + 1, lo:hi], V[i + 2, lo:hi], V[i + 3, lo:hi]
         for j in range(hi - lo):
-            ws[j] -= a0 * v0[j] + a1 * v1[j] + a2 * v2[j] + a3 * v3[j]
+            ws[j] = (((ws[j] - a0 * v0[j]) - a1 * v1[j]) - a2 * v2[j]) - a3 * v3[j]
         i += 4
     while i < k:
         a = dt(h[i])
