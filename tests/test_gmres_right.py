@@ -41,7 +41,7 @@ def _solver(A, M, policy, monkeypatch=None, flexible=False):
 def _z_rows(solver):
     """Rows of the Z arrays the solves' workspace holds (0: none)."""
     ws = solver._problem.workspace
-    return sum(a.shape[0] for (name, _shape, _dt), a in ws._arrays.items() if name in ("Z", "Z1"))
+    return sum(a.shape[0] for (name, _shape, _dt), a in ws._arrays.items() if name == "Z")
 
 
 # ------------------------------------------------------------------ who vouches

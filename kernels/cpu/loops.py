@@ -329,10 +329,10 @@ def _arnoldi(dmode, consts, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, s
     runs them (an FP64 or FP32 basis in the working dtype; CGS2; Givens), from ``V[0]``
     already normalised.  ``side``: 0 none, 1 left (``w = M A v_j``), 2 right (``z_j = M
     v_j`` into ``Z[j]``, or ``Z[0]`` when ``Z`` has one row -- a linear ``M``, the body
-    forms ``M (V_k y)`` after the cycle -- and ``w = A z_j``).  Stops after ``m`` steps, a happy breakdown, ``est <= target``,
-    ``est <= floor`` or ``max_steps`` steps (``-1``: no cap).  Returns ``(steps, happy,
-    est, wnorm_in, flag)``: ``hist[:steps]`` the estimates times ``ratio``; flag -14 when
-    ``||w||`` is not finite (that step not counted)."""
+    forms ``M (V_k y)`` after the cycle -- and ``w = A z_j``).  Stops after ``m`` steps, a
+    happy breakdown, ``est <= target``, ``est <= floor`` or ``max_steps`` steps (``-1``: no
+    cap).  Returns ``(steps, happy, est, wnorm_in, flag)``: ``hist[:steps]`` the estimates
+    times ``ratio``; flag -14 when ``||w||`` is not finite (that step not counted)."""
     tiny, lo, step = consts
     parts, ptr, ind, val = A
     m = H.shape[1]

@@ -141,7 +141,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     # right preconditioning keeps Z = [M v_0, M v_1, ...] (flexible GMRES) unless M is
     # linear (module docstring): then z_j goes to Z's one row and x += M (V_k y)
     Z = None if not right else ws.get("Z", (m, n), wdt) if flexible else \
-        ws.get("Z1", (1, n), wdt)
+        ws.get("Z", (1, n), wdt)
     u = ws.get("u", n, wdt)
     hdt = np.result_type(wdt, np.float64)      # the small problem: FP64 (complex128)
     H = np.zeros((m + 1, m), dtype=hdt)
