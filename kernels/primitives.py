@@ -176,8 +176,9 @@ CONTRACT = (
     Op("gmres_arnoldi", "gmres_arnoldi(A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, "
        "g, hcol, target, floor, max_steps, ratio, eps, reorth, hist) -> (steps, happy, est, "
        "wnorm_in, flag)", "the inner steps of one GMRES(m) cycle of mpsolve.krylov.gmres's "
-       "body from V[0] (CGS2, Givens; side 0 none / 1 left / 2 right); hist[:steps] = "
-       "estimates * ratio", modes=_REDUCE, host=True),
+       "body from V[0] (CGS2, Givens; side 0 none / 1 left / 2 right, z_j = M v_j into Z[j], "
+       "or Z[0] when Z has one row); hist[:steps] = estimates * ratio", modes=_REDUCE,
+       host=True),
     Op("range_scan", "range_scan(v, big, tiny) -> (bool, bool)",
        "(any |v_i| > big, any 0 < |v_i| < tiny): can demoting v overflow or flush?",
        host=True, complex=True),

@@ -1412,8 +1412,9 @@ def _ref_gmres_arnoldi(mode):
                 matvec(V[j], u)
                 psolve(u, w, t)                 # w = M A v_j
             elif side == 2:
-                psolve(V[j], Z[j], t)           # z_j = M v_j
-                matvec(Z[j], w)
+                z = Z[j] if Z.shape[0] > 1 else Z[0]    # one row: a linear M (no Z basis)
+                psolve(V[j], z, t)              # z_j = M v_j
+                matvec(z, w)
             else:
                 matvec(V[j], w)
             ops.mdot(V, j + 1, w, hcol)

@@ -390,6 +390,12 @@ class Reordered(Preconditioner):
         self.stats = {"reorder": self.reorder, "reorder_time": R.time,
                       "dual_sweeps": R.sweeps, **dict(getattr(self.inner, "stats", {}) or {})}
 
+    def _linear(self):
+        """The permutation is exact and the scalings are FP64 products: linear where the
+        inner preconditioner is on FP64 vectors (:meth:`Preconditioner.linear_apply`)."""
+        wide = np.result_type(self.storage_dtype, np.float64)
+        return self.inner.linear_apply(wide, wide)
+
     def apply(self, r, out):
         xp = self._xp
         n = r.shape[0]

@@ -151,6 +151,32 @@ class Preconditioner:
             f = self._bound[key] = self._op.bind(r.dtype, out.dtype)
         f(r, out)  # out = M r
 
+    def linear_apply(self, rdtype, odtype) -> bool:
+        """Is ``apply(r, out)`` linear to the working precision for these vector dtypes?
+
+        True only where ``r`` and ``out`` are FP64 (or complex128) and the apply provably
+        carries every sum and product in that precision (FP32 *stored* values widen
+        exactly): then ``M (a r + b s) = a M r + b M s`` to FP64 rounding, and
+        right-preconditioned GMRES may form ``x += M (V y)`` instead of keeping every
+        ``M v_j`` (:mod:`mpsolve.krylov.gmres`).  False (this default) where that is not
+        known: FP32 vectors or row sums, an unknown apply, a subclass that overrides
+        ``apply`` below the class that vouches for it (:meth:`_linear`)."""
+        wide = (np.dtype(np.float64), np.dtype(np.complex128))
+        if not self.is_setup or np.dtype(rdtype) not in wide or np.dtype(odtype) not in wide:
+            return False
+        for cls in type(self).__mro__:
+            if "_linear" in vars(cls):
+                return bool(self._linear())
+            if "apply" in vars(cls):
+                return False                # apply changed below the class that vouches
+        return False
+
+    def _linear(self) -> bool:
+        """:meth:`linear_apply` for FP64 vectors, decided by the class whose ``apply`` this
+        is (it must override this together with any change of ``apply``).  Default:
+        unknown, False."""
+        return False
+
     def fusable(self):
         """``apply`` as a small fixed program for the compiled Krylov loops, or ``None``.
 

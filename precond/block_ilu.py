@@ -255,6 +255,11 @@ class BlockILU0(Preconditioner):
                                          uptr.astype(np.int32), uind, uval, dinv, n, dtype,
                                          device=self.device)
 
+    def _linear(self):
+        """Two block sweeps, each block row's sums carried in FP64: linear
+        (:meth:`Preconditioner.linear_apply`)."""
+        return True
+
     def factors(self):
         """``(L, U)`` as SciPy CSR FP64 (complex128) ``n x n`` matrices from the stored values (``L``
         with its unit diagonal, ``U = D (I + U')``, ``D`` the inverses of the stored

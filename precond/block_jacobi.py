@@ -96,6 +96,10 @@ class BlockJacobi(Preconditioner):
                                accumulate="float64", what="BlockJacobi's inverse blocks",
                                device=self.device)
 
+    def _linear(self):
+        """One BSR product with FP64 row sums: linear (:meth:`Preconditioner.linear_apply`)."""
+        return self._op.accumulate == "float64"
+
     @property
     def blocks(self):
         """The stored inverse blocks, ``(nblocks, b, b)`` (on the device)."""

@@ -314,6 +314,11 @@ class ILU0(Preconditioner):
                     "ILU0(symmetric=False), or ISAI")
             s *= SHIFT_GROWTH
 
+    def _linear(self):
+        """Two triangular sweeps, each row's sum carried in FP64: linear
+        (:meth:`Preconditioner.linear_apply`)."""
+        return True
+
     def fusable(self):
         """The two sweeps of one block (:meth:`Preconditioner.fusable`); ``None`` for
         several diagonal blocks (their sweeps run one task each)."""

@@ -292,6 +292,12 @@ class _ISAIBase(Preconditioner):
     def apply(self, r, out):
         self._chain(r, out)  # out = M r (one SpMV, or two: G^T (G r) / U_isai (L_isai r))
 
+    def _linear(self):
+        """Sparse products with FP64 row sums (``accumulate="float64"``), intermediates in
+        ``out``'s dtype: linear; FP32 row sums: not (:meth:`Preconditioner.linear_apply`)."""
+        return self._chain is not None and all(op.accumulate == "float64"
+                                               for op in self._chain.ops)
+
     def fusable(self):
         """One or two CSR products (:meth:`Preconditioner.fusable`); ``None`` for BSR
         storage (block size above 1)."""

@@ -53,6 +53,11 @@ class Jacobi(Preconditioner):
         self._op = DiagonalOperator(1.0 / d, dtype, what="Jacobi's inverse diagonal",
                                     device=self.device)
 
+    def _linear(self):
+        """``out_i = d_i r_i``, one product rounded in ``out``'s dtype: linear
+        (:meth:`Preconditioner.linear_apply`)."""
+        return True
+
     def fusable(self):
         """``z = d * r``: ``("diag", (d,), None)`` (:meth:`Preconditioner.fusable`)."""
         return None if self._op is None else ("diag", (self._op.d,), None)

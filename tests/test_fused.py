@@ -259,6 +259,34 @@ def test_gmres_arnoldi_bit_for_bit(monkeypatch, an, mn, pol, side):
     _same(*rs)
 
 
+@pytest.mark.parametrize("flexible", [False, True], ids=["linear", "flexible"])
+@pytest.mark.parametrize("mn", ["jacobi", "ilu0", "isai-right", "matrix"])
+@pytest.mark.parametrize("pol", ["double", "mixed", "eft"])
+def test_gmres_arnoldi_right_linear_and_flexible_bit_for_bit(monkeypatch, mn, pol, flexible):
+    """Right preconditioning with a linear ``M`` (one Z row, ``x += M V_k y``) and forced
+    flexible (``Z`` rows, ``x += Z_k y``): the compiled loop gives the Python body's bits
+    on both paths."""
+    from mpsolve.krylov import gmres
+
+    real = gmres._linear_m
+    said = []
+
+    def spy(sys):
+        said.append(False if flexible else real(sys))
+        return said[-1]
+
+    monkeypatch.setattr(gmres, "_linear_m", spy)
+    A = _NS["convdiff"]
+    n = A.shape[0]
+    b = A @ np.linspace(1.0, 2.0, n)
+    rs = [_gmres(monkeypatch, f, A, b, _NSM[mn], pol, "right", rtol=1e-10, restart=6)
+          for f in "01"]
+    assert _loop_runs(A, b, _NSM[mn], pol, "gmres_arnoldi", "right")
+    assert said and all(s == (not flexible) for s in said)   # the path asked for ran
+    assert rs[0].info == 0 and rs[0].restarts > 1
+    _same(*rs)
+
+
 @pytest.mark.parametrize("mn", ["none", "ilu0"])
 def test_gmres_arnoldi_maxiter_and_zero_iterations(monkeypatch, mn):
     A = _NS["convdiff"]
@@ -291,11 +319,13 @@ def test_no_arnoldi_loop_for_a_compressed_basis(monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["native", "compensated"])
-@pytest.mark.parametrize("mn,side", [("none", 0), ("ilu0", 1), ("isai-general", 1),
-                                     ("jacobi", 2)])
-def test_gmres_arnoldi_kernel_matches_reference(mode, mn, side):
+@pytest.mark.parametrize("mn,side,zrows", [("none", 0, 12), ("ilu0", 1, 12),
+                                           ("isai-general", 1, 12), ("jacobi", 2, 12),
+                                           ("jacobi", 2, 1), ("ilu0", 2, 1)])
+def test_gmres_arnoldi_kernel_matches_reference(mode, mn, side, zrows):
     """One cycle's inner steps, cpu kernel against the reference device's composition:
-    the same number of steps, the Hessenberg matrix and estimates close."""
+    the same number of steps, the Hessenberg matrix and estimates close.  ``zrows`` 1:
+    right preconditioning with a linear ``M`` (``z_j`` in ``Z``'s one row)."""
     from mpsolve.kernels.registry import launch_plan
 
     A = convection_diffusion2d(10)
@@ -314,7 +344,7 @@ def test_gmres_arnoldi_kernel_matches_reference(mode, mn, side):
         V = np.zeros((m + 1, n))
         V[0] = np.linspace(1.0, 2.0, n)
         V[0] /= np.linalg.norm(V[0])
-        Z = np.zeros((m, n))
+        Z = np.zeros((zrows, n))
         H = np.zeros((m + 1, m))
         cs, sn, g, hcol = np.zeros(m), np.zeros(m), np.zeros(m + 1), np.zeros(m + 1)
         g[0] = 1.0

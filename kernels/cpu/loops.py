@@ -328,10 +328,11 @@ def _arnoldi(dmode, consts, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, s
     """The inner steps of one GMRES(m) cycle as :func:`mpsolve.krylov.gmres.gmres_body`
     runs them (an FP64 or FP32 basis in the working dtype; CGS2; Givens), from ``V[0]``
     already normalised.  ``side``: 0 none, 1 left (``w = M A v_j``), 2 right (``z_j = M
-    v_j``, ``w = A z_j``).  Stops after ``m`` steps, a happy breakdown, ``est <= target``,
-    ``est <= floor`` or ``max_steps`` steps (``-1``: no cap).  Returns ``(steps, happy,
-    est, wnorm_in, flag)``: ``hist[:steps]`` the estimates times ``ratio``; flag -14 when
-    ``||w||`` is not finite (that step not counted)."""
+    v_j`` into ``Z[j]``, or ``Z[0]`` when ``Z`` has one row -- a linear ``M``, the body
+    forms ``M (V_k y)`` after the cycle -- and ``w = A z_j``).  Stops after ``m`` steps, a
+    happy breakdown, ``est <= target``, ``est <= floor`` or ``max_steps`` steps (``-1``: no
+    cap).  Returns ``(steps, happy, est, wnorm_in, flag)``: ``hist[:steps]`` the estimates
+    times ``ratio``; flag -14 when ``||w||`` is not finite (that step not counted)."""
     tiny, lo, step = consts
     parts, ptr, ind, val = A
     m = H.shape[1]
@@ -345,8 +346,9 @@ def _arnoldi(dmode, consts, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, s
             _csr(amode, parts, ptr, ind, val, V[j], u)          # u = A v_j
             _psolve(prog, pmode, P, u, w, t)                  # w = M A v_j
         elif side == 2:
-            _psolve(prog, pmode, P, V[j], Z[j], t)            # z_j = M v_j
-            _csr(amode, parts, ptr, ind, val, Z[j], w)        # w = A z_j
+            z = Z[j] if Z.shape[0] > 1 else Z[0]              # flexible: row j; linear M: one
+            _psolve(prog, pmode, P, V[j], z, t)               # z_j = M v_j
+            _csr(amode, parts, ptr, ind, val, z, w)           # w = A z_j
         else:
             _csr(amode, parts, ptr, ind, val, V[j], w)        # w = A v_j
         _mdot(dmode, V, j + 1, w, hcol)                       # h_i = v_i . w

@@ -14,11 +14,19 @@ cycle; when the estimate was met but the residual was not, the inner target is
 tightened (x 1/4) for the next cycle (SciPy's rule, gh-8400).
 
 ``side="right"``: the Arnoldi process runs on ``A M``, so the minimised residual
-*is* the unpreconditioned one and the estimate needs no translation.  The
-preconditioned vectors ``z_j = M v_j`` are kept and ``x = x0 + Z y`` (flexible
-GMRES, Saad 1993, doi:10.1137/0914028): a preconditioner applied in FP32 is not
-exactly linear, and ``x0 + M (V y)`` would miss the Arnoldi relation by
-``eps_fp32 ||M||``.  This costs ``restart`` more vectors.  Right preconditioning can stall on badly scaled matrices where
+*is* the unpreconditioned one and the estimate needs no translation.  Where ``M``'s apply
+is linear to the working precision -- FP64 (complex128) working vectors and an apply that
+carries its sums in FP64 whatever its stored precision
+(:meth:`mpsolve.precond.Preconditioner.linear_apply`: Jacobi, BlockJacobi, the ILU
+sweeps, ISAI with ``accumulate="float64"``; a sparse-matrix ``M`` under an ``acc64``
+policy) -- ``z_j = M v_j`` goes to one scratch vector and the cycle ends with ``x += M
+(V_k y)``: one more apply per cycle, as PETSc's right-preconditioned GMRES.  Otherwise
+(FP32 working vectors or row sums, an operator or callable ``M``, a preconditioner that
+does not vouch for its apply) the vectors ``z_j`` are kept and ``x = x0 + Z y`` (flexible
+GMRES, Saad 1993, doi:10.1137/0914028): an ``M`` that rounds to FP32 is not exactly
+linear, and ``x0 + M (V y)`` would miss the Arnoldi relation by ``eps_fp32 ||M||``
+(add20 with an FP32-sum ISAI: 5e-5 instead of 1e-8).  This costs ``restart`` more
+vectors.  Right preconditioning can stall on badly scaled matrices where
 left converges (sherman3 with ISAI(A^2): left 1697 iterations, right none in
 9000, because the unpreconditioned 2-norm is dominated by a few huge rows).
 
@@ -52,8 +60,8 @@ cycle's residual estimate may claim more than it delivers below ``~eps_fp32`` of
 cycle's starting residual: each cycle starts from the true residual, so this costs a
 few iterations at most, and where it stalls the driver's stagnation rule escalates to
 an FP64 basis (``Precision.stronger``).  Deviation from the paper: no FP16/fixed-point
-formats, and with right preconditioning ``Z`` stays in the working precision (flexible
-GMRES, as above) while ``V`` is compressed.
+formats, and with flexible right preconditioning ``Z`` stays in the working precision
+(as above) while ``V`` is compressed.
 
 Complex systems: the basis, ``w`` and the coefficients ``h_ij = v_i^H w`` are complex
 (``ops.mdot`` conjugates), the Hessenberg matrix, rotations and ``g`` are complex128
@@ -62,8 +70,9 @@ unitary complex ones of the ``givens`` kernel.  A compressed basis is real-only.
 
 Memory traffic per inner step j: SpMV + M + about (2j + 4) n values (one CGS pass);
 with an FP32 basis the basis reads cost half (``(j + 1)`` values of 4 bytes twice).
-Memory: ``restart + 1`` basis vectors (``2 restart + 1`` with right preconditioning);
-an FP32 basis takes half the bytes and one working vector more.
+Memory: ``restart + 1`` basis vectors (``2 restart + 1`` with flexible right
+preconditioning, ``restart + 2`` with a linear ``M``); an FP32 basis takes half the bytes
+and one working vector more.
 """
 from __future__ import annotations
 
@@ -72,7 +81,8 @@ import math
 import numpy as np
 
 from .._system import compiled_loop
-from ..operator import CallableOperator
+from ..operator import CallableOperator, SparseOperator
+from ..precond import Preconditioner
 from ..result import USER_STOP, wants_stop
 
 __all__ = ["gmres_body", "SIDES"]
@@ -117,6 +127,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     m = max(1, min(restart, n))
     left = psolve is not None and side == "left"
     right = psolve is not None and not left
+    flexible = right and not _linear_m(sys)
     eps = float(np.finfo(wdt).eps)
     reorth = max(1e-3, eps ** 0.25)            # second CGS pass below this ratio
     # a compressed basis carries a cycle's residual down by about 1 / eps_basis at most
@@ -127,10 +138,10 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     # the new vector w: written straight into V's next row, or (compressed basis) kept in
     # the working precision and rounded into that row once orthonormal
     W = ws.get("w", n, wdt) if bops.compressed else None
-    # right preconditioning keeps Z = [M v_0, M v_1, ...] (flexible GMRES): an M applied in
-    # FP32 is not exactly linear, and x += M (V y) would not be the combination the
-    # Arnoldi relation was built from (add20 + FP32 ISAI: 5e-5 instead of 1e-8)
-    Z = ws.get("Z", (m, n), wdt) if right else None
+    # right preconditioning keeps Z = [M v_0, M v_1, ...] (flexible GMRES) unless M is
+    # linear (module docstring): then z_j goes to Z's one row and x += M (V_k y)
+    Z = None if not right else ws.get("Z", (m, n), wdt) if flexible else \
+        ws.get("Z", (1, n), wdt)
     u = ws.get("u", n, wdt)
     hdt = np.result_type(wdt, np.float64)      # the small problem: FP64 (complex128)
     H = np.zeros((m + 1, m), dtype=hdt)
@@ -193,12 +204,13 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
                 matvec(V[j], u)                 # u = A v_j
                 psolve(u, w)                    # w = M A v_j
             elif right:
+                z = Z[j] if flexible else Z[0]
                 if W is None:
-                    psolve(V[j], Z[j])          # z_j = M v_j
+                    psolve(V[j], z)             # z_j = M v_j
                 else:
                     ops.copy(V[j], u)           # u = v_j, widened
-                    psolve(u, Z[j])             # z_j = M v_j
-                sys.matvec(Z[j], w)             # w = A z_j
+                    psolve(u, z)                # z_j = M v_j
+                sys.matvec(z, w)                # w = A z_j
             else:
                 matvec(V[j], w)                 # w = A v_j
             wnorm0 = wnorm_in = mdot_nrm2(V, j + 1, w, hcol)   # h_i = v_i . w, i <= j; ||w||
@@ -232,11 +244,14 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             # and left R singular; the least-squares minimum is that of the first k-1
             k -= 1
         ops.back_substitute(H, g, k, y)         # y = R[:k, :k]^-1 g[:k], FP64
-        if right:
-            ops.lincomb(Z, y, k, u)             # u = Z_k y  (= M V_k y for an exact M)
+        if flexible:
+            ops.lincomb(Z, y, k, u)             # u = Z_k y
+            axpy(1.0, u, x)                     # x += u
         else:
             bops.lincomb(V, y, k, u)            # u = V_k y (the stored rows)
-        axpy(1.0, u, x)                         # x += u
+            if right:
+                psolve(u, Z[0])                 # M u: linear M, = Z_k y to rounding
+            axpy(1.0, Z[0] if right else u, x)  # x += M V_k y (right) or V_k y
         sys.residual(x, sys.b, r)               # r = b - A x
         rnorm = nrm2(r)
         if callback is not None and callback_type == "x" and wants_stop(callback(x)):
@@ -273,6 +288,20 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
         elif left:
             factor = min(1.0, 1.5 * factor)
     return maxiter, inner, 1
+
+
+def _linear_m(sys) -> bool:
+    """Is the System's ``M`` linear to the working precision (module docstring)?  A
+    preconditioner says so (:meth:`~mpsolve.precond.Preconditioner.linear_apply`); a
+    sparse-matrix ``M`` is where its stored operator sums in FP64 and the vectors are
+    FP64 (complex128); an operator or callable ``M`` is not known to be."""
+    wdt = np.dtype(sys.dtype)
+    M = getattr(getattr(sys, "problem", None), "M_user", None)    # bare primitives: none
+    if isinstance(M, Preconditioner):
+        return M.linear_apply(wdt, wdt)
+    Mo = getattr(sys, "M_obj", None)
+    return isinstance(Mo, SparseOperator) and Mo.accumulate == "float64" and \
+        wdt in (np.dtype(np.float64), np.dtype(np.complex128))
 
 
 def _basis_lost(delivered, start, claimed):
