@@ -359,34 +359,15 @@ def lincomb(V, y, k, out):
 MCHUNK = 4096
 
 
-# Four rows a pass: four memory streams in flight, and ``w``'s chunk loaded once for the
-# four.  One row a pass took 1.3-1.6x the time at k >= 4 (n = 10^6, the machine's DRAM
-# bandwidth; ``python -m pytest bench/bench_kernels.py -k "mdot or maxpy" --benchmark-only``).
-# Each row's sum is its own, as before; only the vector lanes LLVM splits it into differ.
-
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _mdot_chunk(V, k, w, lo, hi, part):
     ws = w[lo:hi]                      # unit-stride views: LLVM vectorises the loops
-    zero = w.dtype.type(0.0)
-    i = 0
-    while i + 4 <= k:
-        v0, v1, v2, v3 = V[i, lo:hi], V[i + 1, lo:hi], V[i + 2, lo:hi], V[i + 3, lo:hi]
-        s0 = s1 = s2 = s3 = zero
-        for j in range(hi - lo):
-            wj = ws[j]
-            s0 += v0[j] * wj
-            s1 += v1[j] * wj
-            s2 += v2[j] * wj
-            s3 += v3[j] * wj
-        part[i], part[i + 1], part[i + 2], part[i + 3] = s0, s1, s2, s3
-        i += 4
-    while i < k:
+    for i in range(k):
         vs = V[i, lo:hi]
-        s = zero
+        s = w.dtype.type(0.0)
         for j in range(hi - lo):
             s += vs[j] * ws[j]
         part[i] = s
-        i += 1
 
 
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
@@ -455,9 +436,17 @@ def mdot(V, k, w, out):
     (_mdot_par if w.size >= PARALLEL_MIN else _mdot_ser)(V, k, w, out)
 
 
+# maxpy takes four rows a pass: four memory streams in flight, ``w``'s chunk loaded and
+# stored once for the four, with the roundings of one row a pass.  One row a pass took
+# 1.4x the time at k >= 4 (n = 10^6, the machine's DRAM bandwidth; ``python -m pytest
+# bench/bench_kernels.py -k "mdot or maxpy" --benchmark-only``).  mdot stays one row a
+# pass: four rows change how LLVM splits each row's sum into vector lanes, so its bits,
+# and GMRES's iterates after them, would move (0.7x the time; a compressed-basis cycle
+# then noticed its lost basis a cycle later on one test matrix).
+
 @njit(**JIT)
 def _maxpy_chunk(V, k, h, w, lo, hi):
-    """``w[lo:hi] -= sum_{i<k} h_i V[i, lo:hi]``, four rows a pass (as :func:`_mdot_chunk`)
+    """``w[lo:hi] -= sum_{i<k} h_i V[i, lo:hi]``, four rows a pass
     with the roundings of one row a pass: ``w_j <- w_j - a_i v_ij`` for ``i = 0, 1, ...`` in
     turn, each product and difference rounded to ``w``'s dtype (``a = h_i`` rounded to it),
     no contraction -- ``w_j`` is kept in a register across the four rows instead of stored
