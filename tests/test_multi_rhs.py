@@ -91,6 +91,14 @@ def test_block_kernels_parallel_forms_match_reference():
                       ("float64",), ""),
         "col_lincomb": ([rng.standard_normal((5, n, k)), rng.standard_normal((5, k)), 4,
                          blk()], ("float64",), ""),
+        "col_cg_step": ([rng.standard_normal(k), blk(), blk(), blk(), blk(),
+                         rng.random(n).astype(np.float32), np.zeros(k), np.zeros(k)],
+                        ("float64",), "native"),
+        "col_dxpay": ([rng.random(n), blk(), rng.standard_normal(k), blk()], ("float64",), ""),
+        "col_mdot_nrm2": ([rng.standard_normal((5, n, k)), 4, blk(), np.zeros((5, k)),
+                           np.zeros(k)], ("float64",), "native"),
+        "col_maxpy_nrm2": ([rng.standard_normal((5, n, k)), 4, rng.standard_normal((5, k)),
+                            blk(), np.zeros(k)], ("float64",), "native"),
     }
     for op, (args, key, mode) in cases.items():
         a_cpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
@@ -103,6 +111,54 @@ def test_block_kernels_parallel_forms_match_reference():
             if isinstance(x, np.ndarray) and x.dtype.kind == "f":
                 np.testing.assert_allclose(x, y, rtol=1e-11, atol=1e-11 * np.abs(y).max(),
                                            err_msg=op)
+
+
+@pytest.mark.parametrize("n", [500, 20000])
+@pytest.mark.parametrize("k", [1, 2, 3, 8])
+def test_fused_block_ops_equal_the_unfused_ones(n, k):
+    """Block CG's and GMRES's fused passes against the ops they replace, serial (n = 500)
+    and parallel forms: the updated blocks bit for bit; the norms and dots within the
+    reassociation of one FP64 sum."""
+    rng = np.random.default_rng(n + k)
+    blk = lambda: rng.standard_normal((n, k))  # noqa: E731
+    op = lambda name, mode="": lookup("cpu", name, ("float64",), mode)  # noqa: E731
+    a = rng.standard_normal(k)
+    d = (rng.random(n) + 0.5).astype(np.float32)        # Jacobi's FP32 diagonal
+    P, X, Q, R = blk(), blk(), blk(), blk()
+    for dd in (d, np.zeros(0)):
+        X1, R1, X2, R2 = X.copy(), R.copy(), X.copy(), R.copy()
+        rn, rz = np.zeros(k), np.zeros(k)
+        op("col_cg_step", "native")(a, P, X1, Q, R1, dd, rn, rz)
+        rn2 = np.zeros(k)
+        op("col_axpy2_nrm2", "native")(a, P, X2, -a, Q, R2, rn2)   # x += a p; r -= a q
+        assert np.array_equal(X1, X2) and np.array_equal(R1, R2)
+        np.testing.assert_allclose(rn, rn2, rtol=4 * n * 2.0 ** -53)
+        Z = R2.copy()
+        if dd.size:
+            lookup("cpu", "dmul_mm", ("float32", "float64", "float64"))(dd, R2, Z)
+        want = np.array([np.dot(R2[:, c], Z[:, c]) for c in range(k)])
+        np.testing.assert_allclose(rz, want, rtol=4 * n * 2.0 ** -53)
+        P1, P2 = P.copy(), P.copy()
+        op("col_dxpay")(dd, R2, a, P1)                  # p = d r + a p, z not stored
+        op("col_xpay")(Z, a, P2)                        # p = z + a p, z stored
+        assert np.array_equal(P1, P2)
+    V = rng.standard_normal((6, n, k))
+    W = blk()
+    H1, H2 = np.zeros((6, k)), np.zeros((6, k))
+    nrm = np.zeros(k)
+    op("col_mdot_nrm2", "native")(V, 5, W, H1, nrm)
+    op("col_mdot", "native")(V, 5, W, H2)
+    assert np.array_equal(H1[:5], H2[:5])
+    np.testing.assert_allclose(nrm, np.linalg.norm(W, axis=0), rtol=4 * n * 2.0 ** -53)
+    W1, W2 = W.copy(), W.copy()
+    op("col_maxpy_nrm2", "native")(V, 5, H1, W1, nrm)
+    op("col_maxpy")(V, 5, H1, W2)
+    assert np.array_equal(W1, W2)
+    want = W.copy()
+    for i in range(5):
+        want -= H1[i][None, :] * V[i]
+    np.testing.assert_allclose(W1, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(nrm, np.linalg.norm(W1, axis=0), rtol=4 * n * 2.0 ** -53)
 
 
 @pytest.mark.parametrize("blocks", [1, 4])

@@ -7,7 +7,12 @@ its own Krylov basis, Hessenberg matrix and rotations -- the recurrence of
 shared space.  The columns share the sweeps: ``W = A V_j`` is one SpMM over ``A``, ``M``
 one sweep over its stored operators, and the Gram--Schmidt passes (CGS with a second pass
 when any column lost more than ``eta``, as the single body) read the ``k`` bases, stored
-as ``V`` of shape ``(m + 1, n, k)``, once per pass (:mod:`mpsolve.kernels.cpu.spmm`).
+as ``V`` of shape ``(m + 1, n, k)``, once per pass (:mod:`mpsolve.kernels.cpu.spmm`); the
+norms of the new vectors before and after the projection come from the same passes
+(``col_mdot_nrm2``, ``col_maxpy_nrm2``), as the single body's ``mdot_nrm2`` /
+``maxpy_nrm2``.  The second CGS pass projects only the columns that need it (the others'
+coefficients are zeroed: their ``w_c`` is left as it is), as the single body decides per
+vector.
 
 Per-column convergence: inside a cycle, a column whose estimate meets its target (or
 that has a happy breakdown) is *frozen*: its later Arnoldi steps are masked (its new
@@ -42,7 +47,8 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
     """
     ops, mm, psolve, residual = bsys.ops, bsys.matvec, bsys.psolve, bsys.residual
     col_dot, col_scal, col_mdot = ops.col_dot, ops.col_scal, ops.col_mdot
-    col_maxpy, col_lincomb = ops.col_maxpy, ops.col_lincomb
+    col_lincomb = ops.col_lincomb
+    mdot_nrm2, maxpy_nrm2 = ops.col_mdot_nrm2, ops.col_maxpy_nrm2
     givens, back_substitute = ops.givens, ops.back_substitute
     n, k = X.shape
     wdt = X.dtype
@@ -123,19 +129,19 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                 mm(Z[j], W)                      # W = A z_j
             else:
                 mm(V[j], W)                      # W = A v_j
-            col_dot(W, W, wn0)
-            np.sqrt(wn0, out=wn0)
+            mdot_nrm2(V, j + 1, W, hcol, wn0)    # h_ic = v_ic . w_c; ||w_c||, one pass
             wnorm_in[:] = wn0
             step = np.zeros((j + 1, ka))
             for _pass in range(2):               # CGS, again where a column lost too much
-                col_mdot(V, j + 1, W, hcol)      # h_ic = v_ic . w_c
-                col_maxpy(V, j + 1, hcol, W)     # w_c -= sum_i h_ic v_ic
+                if _pass:
+                    col_mdot(V, j + 1, W, hcol)  # h_ic = v_ic . w_c (second pass)
+                    hcol[:, ~again] = 0.0        # the other columns: w_c unchanged
+                maxpy_nrm2(V, j + 1, hcol, W, wn)   # w_c -= sum_i h_ic v_ic; ||w_c||
                 step += hcol[:j + 1]
-                col_dot(W, W, wn)
-                np.sqrt(wn, out=wn)
-                if not np.any(~frozen & (wn <= reorth * wn0)):
+                again = ~frozen & (wn <= reorth * wn0)
+                if not again.any():
                     break
-                wn0[:] = wn
+                wn0[again] = wn[again]
             scale = np.zeros(ka)
             for c in np.flatnonzero(~frozen):
                 H[c, :j + 1, j] = step[:, c]
