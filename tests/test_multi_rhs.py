@@ -186,6 +186,28 @@ def test_ilu_sweeps_mm_matches_single_sweeps_and_reference(blocks, key):
     np.testing.assert_allclose(Y, Yr, rtol=tol, atol=tol * np.abs(Yr).max())
 
 
+@pytest.mark.parametrize("blocks", [1, 4])
+@pytest.mark.parametrize("k", [2, 4])
+def test_ilu_sweeps_mm_columns_are_the_single_sweeps_bit_for_bit(blocks, k):
+    """Two columns (registers, ``_sweeps_mm2``) and four (the general form): each column
+    is the single-vector sweep's result exactly (same operations in the same order)."""
+    A = convection_diffusion2d(30)
+    key = ("float32", "float64", "float64")
+    M = make_preconditioner("ilu0", dtype="float32", blocks=blocks).setup(A)
+    op = M._op
+    X = np.random.default_rng(4).standard_normal((A.shape[0], k))
+    X0 = X.copy()
+    Y = np.empty_like(X)
+    args = (op.bounds, op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv)
+    lookup("cpu", "ilu_sweeps_mm", key)(*args, X, Y)
+    assert np.array_equal(X, X0)
+    y = np.empty(X.shape[0])
+    for c in range(k):
+        lookup("cpu", "ilu_sweeps", key)(*args, np.ascontiguousarray(X[:, c]), y)
+        assert np.array_equal(Y[:, c], y)
+        assert np.all(np.isfinite(y)) and np.abs(y).max() > 0
+
+
 # ----------------------------------------------------------------- preconditioner blocks
 @pytest.mark.parametrize("name,params", [("jacobi", {}), ("ilu0", {}), ("ilu0", {"blocks": 3}),
                                          ("isai", {}), ("isai", {"variant": "general"}),
@@ -251,6 +273,32 @@ def test_block_gmres_columns_equal_single_solves(side, precond):
                                    atol=1e-8 * max(1.0, np.abs(one.x).max()))
         if c != 2:
             assert _certified(A, res.x[:, c], B[:, c]) <= 1e-10
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_block_gmres_columns_leaving_inside_a_cycle(side):
+    """Columns that stop early in a cycle leave the block there (compact deflation: their
+    update and restart rules at once, the others' bases copied into a narrower block): the
+    iteration counts and solutions are those of the single solves and of ``mask``
+    deflation (the columns stay, frozen, to the cycle's end)."""
+    A = convection_diffusion2d(24, peclet=20)
+    n = A.shape[0]
+    rng = np.random.default_rng(8)
+    B = np.column_stack([A @ np.ones(n)] + [rng.standard_normal(n) * 10.0 ** -e
+                                            for e in range(3)] + [A @ rng.standard_normal(n)])
+    kw = dict(method="gmres", precond="ilu0", precision="mixed", rtol=1e-10, restart=40,
+              side=side)
+    res = mpsolve.solve(A, B, **kw)
+    msk = mpsolve.solve(A, B, deflation="mask", **kw)
+    assert res.info == 0 and msk.info == 0 and res.rhs_mode == "block"
+    assert len(set(res.column_iterations.tolist())) > 1
+    for c in range(B.shape[1]):
+        one = mpsolve.solve(A, B[:, c], **kw)
+        assert abs(int(res.column_iterations[c]) - one.iterations) <= 1
+        assert abs(int(msk.column_iterations[c]) - one.iterations) <= 1
+        np.testing.assert_allclose(res.x[:, c], one.x, rtol=0,
+                                   atol=1e-8 * max(1.0, np.abs(one.x).max()))
+        assert _certified(A, res.x[:, c], B[:, c]) <= 1e-10
 
 
 def test_x0_per_column_and_shared():
