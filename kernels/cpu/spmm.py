@@ -15,8 +15,12 @@ then that of one; the vectors' traffic stays ``k`` times a vector's.
 * the column ops: per-column dots and norms, and updates with one scalar per column
   (``a`` an FP64 array of length ``k``): what a block Krylov method with ``k``
   independent iterations needs (``mpsolve.krylov.block_cg``, ``block_gmres``);
+* block CG's fused passes: ``col_cg_step`` (``x += a p; r -= a q``, ``||r||`` and ``r . z``
+  with ``z = d r`` for point Jacobi formed in the pass, not stored) and ``col_dxpay``
+  (``p = d r + beta p``);
 * the basis ops of ``k`` independent GMRES bases stored as ``V`` of shape ``(m + 1, n, k)``:
-  ``V[i]`` is the ``i``-th basis vector of every column.
+  ``V[i]`` is the ``i``-th basis vector of every column; ``col_mdot_nrm2`` /
+  ``col_maxpy_nrm2`` give ``||w_c||`` before / after the projection from the same pass.
 
 Every kernel has a serial and a ``prange`` form (rows split in chunks for the
 reductions, merged in a fixed order), dispatched on ``n`` as :mod:`.blas1` does.  Real
@@ -334,15 +338,66 @@ def _sweeps_mm(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
         _row_mm(i, uptr[q], uptr[q + 1], uind, uval, i + 1, out, acc, prev)
 
 
+@njit(inline="always", **JIT)
+def _row_mm2(i, s, e, ind, val, near_col, Of, a0, a1, p0, p1):
+    """:func:`_row_mm` for two columns, the sums and the previous row's values in scalar
+    registers (``Of``: ``out`` flat): returns the row's two values."""
+    near = 0.0
+    if e > s and ind[e - 1] == near_col:
+        e -= 1
+        near = np.float64(val[e])
+    for p in range(np.uint64(s), np.uint64(e)):
+        v = np.float64(val[p])
+        j = np.uint64(ind[p]) * np.uint64(2)
+        a0 -= v * np.float64(Of[j])
+        a1 -= v * np.float64(Of[j + 1])
+    a0 = madd(-near, p0, a0)
+    a1 = madd(-near, p1, a1)
+    o = np.uint64(i) * np.uint64(2)
+    Of[o] = a0
+    Of[o + 1] = a1
+    return a0, a1
+
+
+@njit(inline="always", **JIT)
+def _sweeps_mm2(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
+    """:func:`_sweeps_mm` for ``k = 2``: an accumulator *array* costs a store and a reload
+    per entry and column, which at two columns lost to two single sweeps (1.45x their
+    time); here each column's sum and previous value stay in registers, as the single
+    sweep's one does (same operations, same order)."""
+    n = out.shape[0]
+    Rf, Of = R.reshape(-1), out.reshape(-1)
+    p0 = p1 = 0.0
+    for i in range(lo, hi):                              # L, forward
+        o = np.uint64(i) * np.uint64(2)
+        p0, p1 = _row_mm2(i, lptr[i], lptr[i + 1], lind, lval, i - 1, Of,
+                          np.float64(Rf[o]), np.float64(Rf[o + 1]), p0, p1)
+    p0 = p1 = 0.0
+    for q in range(n - hi, n - lo):                      # D^-1 U', backward (rows reversed)
+        i = n - 1 - q
+        di = np.float64(dinv[i])
+        o = np.uint64(i) * np.uint64(2)
+        p0, p1 = _row_mm2(i, uptr[q], uptr[q + 1], uind, uval, i + 1, Of,
+                          np.float64(Of[o]) * di, np.float64(Of[o + 1]) * di, p0, p1)
+
+
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _ilu_mm_one(lptr, lind, lval, uptr, uind, uval, dinv, R, out):
-    _sweeps_mm(0, out.shape[0], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
+    if out.shape[1] == 2:
+        _sweeps_mm2(0, out.shape[0], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
+    else:
+        _sweeps_mm(0, out.shape[0], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
 
 
 @njit(parallel=True, fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _ilu_mm_blocks(bounds, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
     for t in prange(bounds.size - 1):
-        _sweeps_mm(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
+        if out.shape[1] == 2:
+            _sweeps_mm2(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv,
+                        R, out)
+        else:
+            _sweeps_mm(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv, R,
+                       out)
 
 
 @register("cpu", "ilu_sweeps_mm", _MAT)

@@ -22,9 +22,13 @@ subnormal ``p.Ap`` (the column leaves with code -12 or -14; the driver hands a c
 whose FP32 parts produced a non-finite value to the single-vector path, which escalates),
 no callback (the driver runs a solve with a callback column by column).
 
-Memory traffic per iteration, ``k`` columns, with M: SpMM (``A`` once + ``2 k n`` vector
-values; ``p_c . q_c`` formed in the same sweep where the device has ``spmm_dot``) + M's
-sweep + ``k`` times the single body's ``12 n`` vector values.
+Memory traffic per iteration, ``k`` columns: the SpMM (``A`` once + ``2 k n`` vector values;
+``p_c . q_c`` formed in the same sweep where the device has ``spmm_dot``) + ``9 k n`` with
+point Jacobi (``bsys.pdiag``) or without M: ``col_cg_step`` reads ``p, x, q, r`` and writes
+``x, r`` (``z = d r`` formed in the pass for ``r . z``, never stored), ``col_dxpay`` reads
+``r, p`` and writes ``p`` (``d`` read twice, ``n`` values).  Another M: its sweep (``r`` in,
+``z`` out) + ``11 k n`` (``r . z`` a pass of its own, ``p = z + beta p``).  The single body
+with Jacobi moves ``13 n`` besides its SpMV (its ``dmul`` stores ``z``).
 """
 from __future__ import annotations
 
