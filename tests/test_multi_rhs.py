@@ -275,6 +275,39 @@ def test_block_gmres_columns_equal_single_solves(side, precond):
             assert _certified(A, res.x[:, c], B[:, c]) <= 1e-10
 
 
+def test_block_cg_forms_jacobi_z_only_for_a_plain_diagonal_apply():
+    """Block CG forms ``z = d r`` inside its passes only where ``M.apply`` is the stored
+    diagonal (``bsys.pdiag``); a Jacobi subclass with its own ``apply`` keeps its sweep,
+    and its block solve still equals its single solves."""
+    from mpsolve import Solver
+    from mpsolve.multi import _block_plan
+    from mpsolve.precond.jacobi import Jacobi
+
+    class Halved(Jacobi):
+        def apply(self, r, out):            # z = d r / 2: not the stored diagonal's apply
+            super().apply(r, out)
+            out *= 0.5
+
+    A = poisson2d(20)
+    B = _rhs(A, np.random.default_rng(9))
+    got = {}
+    for name, M in (("jacobi", "jacobi"), ("ilu0", "ilu0"), ("halved", Halved())):
+        s = Solver(A, method="cg", precond=M, precision="mixed", rtol=1e-10)
+        got[name] = _block_plan(s, B, None, None)[4].pdiag
+        if name == "halved":
+            res = s.solve(B)
+            assert res.rhs_mode == "block" and res.info == 0
+            for c in range(B.shape[1]):
+                one = s.solve(B[:, c])
+                assert res.column_iterations[c] == one.iterations
+                np.testing.assert_allclose(res.x[:, c], one.x, rtol=0,
+                                           atol=1e-9 * max(1.0, np.abs(one.x).max()))
+    d = 1.0 / A.diagonal()
+    assert got["jacobi"] is not None
+    np.testing.assert_allclose(got["jacobi"], d, rtol=1e-6)   # FP32 storage under mixed
+    assert got["ilu0"] is None and got["halved"] is None
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_block_gmres_columns_leaving_inside_a_cycle(side):
     """Columns that stop early in a cycle leave the block there (compact deflation: their
