@@ -26,6 +26,11 @@ kernels alone:
 one SpMM over ``A`` with ``k`` columns against ``k`` SpMVs, and ILU(0)'s sweeps with ``k``
 right-hand sides per row against ``k`` single sweeps.
 
+``--profile`` (``--small``: 27k unknowns) times one block solve per ``k`` kernel by kernel
+instead (each kernel a block body calls wrapped in a timer: the SpMM, M, each column op;
+the rest is the bodies' and the driver's Python) and writes
+``bench/results/multi_rhs_profile.md``: where a block iteration's time goes.
+
 Ratios come from one run of this script; the machine may be shared, so compare ratios,
 not absolute times across runs.  Writes Markdown (``--out``; default
 ``bench/results/multi_rhs.md``).
@@ -152,6 +157,116 @@ def kernels(A, ks, repeat):
     return rows
 
 
+# ------------------------------------------------------------------ profile of one iteration
+class _Timer:
+    """Wraps the kernels a block body calls and adds up their seconds by name."""
+
+    def __init__(self):
+        self.t = {}
+        self.n = {}
+
+    def wrap(self, name, f):
+        if f is None:
+            return None
+
+        def g(*a):
+            t = time.perf_counter()
+            out = f(*a)
+            self.t[name] = self.t.get(name, 0.0) + time.perf_counter() - t
+            self.n[name] = self.n.get(name, 0) + 1
+            return out
+
+        return g
+
+
+def profile(method, precond, spec, ks, args):
+    """Per block iteration, the seconds of each kernel of the block body (SpMM, M, each
+    column op) and of the rest (Python: NumPy glue, the driver), for one solve at each
+    ``k``; ``k = 1``: the single-vector solve's time per iteration, for reference."""
+    import dataclasses
+
+    from mpsolve import multi
+
+    A = generate(spec)
+    n = A.shape[0]
+    rng = np.random.default_rng(0)
+    Xt = rng.standard_normal((n, max(ks)))
+    Xt[:, 0] = 1.0
+    B = np.ascontiguousarray(A @ Xt)
+    kw = dict(restart=30) if method == "gmres" else {}
+    s = Solver(A, method=method, precond=precond, precision=args.precision, rtol=args.rtol,
+               **kw)
+    plan0 = multi._block_plan
+    timer = _Timer()
+
+    def plan(*a, **k):
+        out = plan0(*a, **k)
+        if out is None:
+            return None
+        body, body_kw, policy, sys_, bsys = out
+        ops = dataclasses.replace(bsys.ops, **{f.name: timer.wrap(f.name, getattr(bsys.ops,
+                                                                                  f.name))
+                                                for f in dataclasses.fields(bsys.ops)
+                                                if f.name.startswith("col_")
+                                                or f.name.startswith("cg_")
+                                                or f.name.startswith("gs_")})
+        bsys = dataclasses.replace(
+            bsys, ops=ops, matvec=timer.wrap("SpMM", bsys.matvec),
+            matvec_dot=timer.wrap("SpMM+dot", bsys.matvec_dot),
+            psolve=timer.wrap("M", bsys.psolve), residual=timer.wrap("residual", bsys.residual))
+        return body, body_kw, policy, sys_, bsys
+
+    rows = []
+    for k in ks:
+        b = np.ascontiguousarray(B[:, :k]) if k > 1 else np.ascontiguousarray(B[:, 0])
+        s.solve(b)                                  # warm (compilation)
+        multi._block_plan = plan
+        try:
+            timer.t.clear()
+            timer.n.clear()
+            t = time.perf_counter()
+            res = s.solve(b)
+            total = time.perf_counter() - t
+        finally:
+            multi._block_plan = plan0
+        its = int(res.iterations)
+        rows.append(dict(k=k, its=its, total=total, t=dict(timer.t), n=dict(timer.n)))
+    return A, rows
+
+
+def profile_main(args, out):
+    lines = ["# One block iteration, by kernel (issue 14, item 2)", "",
+             f"`python -m mpsolve.bench.bench_multi_rhs --profile{' --small' if args.small else ''}`"
+             f" -- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+             f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; precision "
+             f"`{args.precision}`, rtol {args.rtol:g}; one solve per k after a warm-up solve. "
+             "Milliseconds per block iteration (the largest column count): each kernel's "
+             "total over the solve divided by the iterations, its calls per iteration in "
+             "brackets; *rest*: the solve's time not in a kernel (the bodies' NumPy and "
+             "Python glue, the driver). k = 1: the single-vector solve (no block kernels; "
+             "its total per iteration only).", ""]
+    cases = SMALL if args.small else MEDIUM
+    for method, precond, spec in cases:
+        print(f"profile {method} + {precond} on {spec}", flush=True)
+        A, rows = profile(method, precond, spec, args.ks, args)
+        names = sorted({nm for r in rows for nm in r["t"]})
+        label = "GMRES(30)" if method == "gmres" else "CG"
+        lines += [f"## {label} + {precond} on `{spec}` (n = {A.shape[0]})", "",
+                  "| k | its | total ms/it | " + " | ".join(names) + " | rest |",
+                  "|---|---|---|" + "---|" * (len(names) + 1)]
+        for r in rows:
+            its = max(r["its"], 1)
+            cells = [f"{r['t'][nm] * 1e3 / its:.2f} ({r['n'][nm] / its:.1f})" if nm in r["t"]
+                     else "" for nm in names]
+            rest = r["total"] - sum(r["t"].values())
+            lines.append(f"| {r['k']} | {r['its']} | {r['total'] * 1e3 / its:.2f} | "
+                         + " | ".join(cells) + f" | {rest * 1e3 / its:.2f} |")
+        lines.append("")
+    out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"wrote {out}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="27k unknowns: check the script")
@@ -162,9 +277,15 @@ def main(argv=None):
     ap.add_argument("--maxiter", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--profile", action="store_true",
+                    help="time each kernel of one block iteration (262k unknowns; --small: "
+                         "27k) into bench/results/multi_rhs_profile.md")
     args = ap.parse_args(argv)
     if 1 not in args.ks:
         args.ks = [1] + args.ks
+    if args.profile:
+        name = "multi_rhs_profile_small.md" if args.small else "multi_rhs_profile.md"
+        return profile_main(args, pathlib.Path(args.out or ROOT / "bench" / "results" / name))
     cases = SMALL if args.small else MEDIUM if args.medium else CASES
     size = " --small" if args.small else " --medium" if args.medium else ""
     out = pathlib.Path(args.out or ROOT / "bench" / "results" /

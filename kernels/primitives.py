@@ -147,6 +147,16 @@ CONTRACT = (
        "(m + 1, n, k): k bases; out FP64", modes=("native",)),
     Op("col_maxpy", "col_maxpy(V, j, H, W)", "W[:, c] -= sum_{i<j} H[i, c] V[i, :, c]"),
     Op("col_lincomb", "col_lincomb(V, Y, j, out)", "out[:, c] = sum_{i<j} Y[i, c] V[i, :, c]"),
+    Op("col_cg_step", "col_cg_step(a, P, X, Q, R, d, rn, rz)",
+       "X_c += a_c P_c;  R_c -= a_c Q_c;  rn_c = ||R_c||;  rz_c = R_c . fl(d R_c) (d empty: "
+       "R_c . R_c), one pass; a, rn, rz FP64 length k; d FP32/FP64 length n or 0",
+       modes=("native",)),
+    Op("col_dxpay", "col_dxpay(d, R, a, P)",
+       "P_c = fl(d R_c) + a_c P_c  (d empty: R_c + a_c P_c); d FP32/FP64 length n or 0"),
+    Op("col_mdot_nrm2", "col_mdot_nrm2(V, j, W, out, nrm)",
+       "col_mdot;  nrm_c = ||W_c||  (one pass over W; nrm FP64 length k)", modes=("native",)),
+    Op("col_maxpy_nrm2", "col_maxpy_nrm2(V, j, H, W, nrm)",
+       "col_maxpy;  nrm_c = ||W_c|| of the updated W  (one pass)", modes=("native",)),
     # --- preconditioner apply and set-up
     Op("ilu_sweeps", "ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y)",
        "y = U'^-1 D^-1 L^-1 x per diagonal block [bounds[t], bounds[t+1]) (ILU(0) layout of "
@@ -278,7 +288,7 @@ VECTOR_OPS = ("dot", "nrm2", "mdot", "axpy", "xpay", "axpby", "waxpy", "axpy2",
 #: The ops of the block methods (several right-hand sides), bound by
 #: :func:`bind_block_primitives`.
 BLOCK_OPS = ("col_dot", "col_axpy2_nrm2", "col_xpay", "col_scal", "col_mdot", "col_maxpy",
-             "col_lincomb")
+             "col_lincomb", "col_cg_step", "col_dxpay", "col_mdot_nrm2", "col_maxpy_nrm2")
 
 #: The ops of a Krylov basis stored below the working precision (:func:`bind_basis`).
 BASIS_OPS = ("cb_mdot", "cb_maxpy", "cb_lincomb", "cb_store", "cb_mdot_nrm2",
@@ -482,6 +492,10 @@ class BlockPrimitives:
     col_mdot: Callable         # out[i, c] = V[i, :, c] . W_c
     col_maxpy: Callable        # W_c -= sum_i H[i, c] V[i, :, c]
     col_lincomb: Callable      # out_c = sum_i Y[i, c] V[i, :, c]
+    col_cg_step: Callable      # X_c += a_c P_c; R_c -= a_c Q_c; ||R_c||; R_c . d R_c
+    col_dxpay: Callable        # P_c = d R_c + a_c P_c
+    col_mdot_nrm2: Callable    # col_mdot and ||W_c||
+    col_maxpy_nrm2: Callable   # col_maxpy and ||W_c|| after
     givens: Callable           # GMRES's small problem, per column (host FP64)
     back_substitute: Callable
 
@@ -499,8 +513,9 @@ def bind_block_primitives(device: str, dtype) -> BlockPrimitives:
     array([10., 20.])
     """
     dt = (dtype_name(dtype),)
-    k = {name: lookup(device, name, dt, "native" if name in ("col_dot", "col_axpy2_nrm2",
-                                                               "col_mdot") else "")
+    k = {name: lookup(device, name, dt, "native" if name in (
+        "col_dot", "col_axpy2_nrm2", "col_mdot", "col_cg_step", "col_mdot_nrm2",
+        "col_maxpy_nrm2") else "")
          for name in BLOCK_OPS}
     for name in ("givens", "back_substitute"):
         k[name] = lookup(device, name, ("float64",))

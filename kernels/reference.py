@@ -1626,3 +1626,37 @@ def ref_col_lincomb(V, Y, j, out):
     out[:] = 0
     for i in range(j):
         out += np.asarray(Y[i]).astype(out.dtype)[None, :] * V[i]
+
+
+@_register("reference", "col_cg_step", _VEC, mode="native")
+def ref_col_cg_step(a, P, X, Q, R, d, rn, rz):
+    """Per column: ``X_c += a_c P_c; R_c -= a_c Q_c; rn_c = ||R_c||; rz_c = R_c . (d R_c)``
+    (``d`` empty: ``R_c . R_c``)."""
+    at = np.asarray(a).astype(X.dtype)[None, :]
+    X += at * P
+    R -= at * Q
+    Z = R if np.asarray(d).size == 0 else np.asarray(d)[:, None] * R
+    for c in range(X.shape[1]):
+        rn[c] = np.sqrt(np.dot(R[:, c], R[:, c]))
+        rz[c] = np.dot(R[:, c], Z[:, c])
+
+
+@_register("reference", "col_dxpay", _VEC)
+def ref_col_dxpay(d, R, a, P):
+    """``P_c = d R_c + a_c P_c`` (``d`` empty: ``R_c + a_c P_c``)."""
+    Z = R if np.asarray(d).size == 0 else (np.asarray(d)[:, None] * R).astype(P.dtype)
+    P[:] = Z + np.asarray(a).astype(P.dtype)[None, :] * P
+
+
+@_register("reference", "col_mdot_nrm2", _VEC, mode="native")
+def ref_col_mdot_nrm2(V, j, W, out, nrm):
+    """``col_mdot`` and ``nrm_c = ||W_c||``."""
+    ref_col_mdot(V, j, W, out)
+    nrm[:W.shape[1]] = np.sqrt((W.astype(np.float64) ** 2).sum(axis=0))
+
+
+@_register("reference", "col_maxpy_nrm2", _VEC, mode="native")
+def ref_col_maxpy_nrm2(V, j, H, W, nrm):
+    """``col_maxpy`` and ``nrm_c = ||W_c||`` of the updated ``W``."""
+    ref_col_maxpy(V, j, H, W)
+    nrm[:W.shape[1]] = np.sqrt((W.astype(np.float64) ** 2).sum(axis=0))

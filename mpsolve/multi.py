@@ -42,7 +42,8 @@ import numpy as np
 
 from ._demote import PrecisionRangeError
 from ._sparse import dtype_check
-from ._system import STAGNATION, _B_RANGE, _check_maxiter, _check_tol, system_for
+from ._system import (STAGNATION, _B_RANGE, _check_maxiter, _check_tol, _fusable_is_apply,
+                      system_for)
 from .backend import on_host, to_device, to_host
 from .kernels.primitives import BlockPrimitives, bind_block_primitives
 from .krylov.block_cg import block_cg_body
@@ -69,6 +70,7 @@ class BlockSystem:
     residual: Callable                # f(X, B, R): R = B - A X, FP64 row sums
     bnrm: np.ndarray                  # ||b_c|| of the block's columns
     matvec_dot: Optional[Callable] = None   # f(X, Y, out): Y = A X, out_c = X_c . Y_c, fused
+    pdiag: Optional[object] = None    # M's diagonal where psolve is Z = diag(d) R (Jacobi)
 
 
 def check_block(b, n, name="b"):
@@ -213,10 +215,25 @@ def _block_plan(solver, bh, x0, callback):
     if matvec is None:
         return None
     psolve = _block_psolve(sys, wdt)
+    pdiag = _block_diagonal(sys) if psolve is not None else None
     body_kw = {key: v for key, v in solver._body_kw.items() if key in ("restart", "side")}
     return (BLOCK_BODIES[solver.method], body_kw, policy, sys,
             BlockSystem(ops=ops, matvec=matvec, psolve=psolve, residual=residual,
-                        bnrm=np.zeros(0), matvec_dot=matvec_dot))
+                        bnrm=np.zeros(0), matvec_dot=matvec_dot, pdiag=pdiag))
+
+
+def _block_diagonal(sys):
+    """The stored diagonal ``d`` of a preconditioner whose apply is ``z = d * r`` (its
+    :meth:`~mpsolve.precond.base.Preconditioner.fusable` description, where that describes
+    its ``apply``): block CG then forms ``z`` inside its vector passes instead of storing
+    it.  ``None`` for any other ``M``."""
+    M = sys.M_obj
+    if not isinstance(M, Preconditioner) or not _fusable_is_apply(M):
+        return None
+    desc = M.fusable()
+    if desc is None or desc[0] != "diag":
+        return None
+    return desc[1][0]
 
 
 def _block_psolve(sys, wdt):

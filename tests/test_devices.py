@@ -529,7 +529,16 @@ def _kernel_inputs(op, key, rng, n=300):
             return [blk(), coef(), blk()]
         if op == "col_scal":
             return [coef(), blk(), blk()]
+        if op == "col_cg_step":
+            return [coef(), blk(), blk(), blk(), blk(), vec(np.float32), np.zeros(k),
+                    np.zeros(k)]
+        if op == "col_dxpay":
+            return [vec(np.float32), blk(), coef(), blk()]
         V = rand((6, n, k))
+        if op == "col_mdot_nrm2":
+            return [V, 5, blk(), np.zeros((6, k)), np.zeros(k)]
+        if op == "col_maxpy_nrm2":
+            return [V, 5, rng.standard_normal((6, k)), blk(), np.zeros(k)]
         if op == "col_mdot":
             return [V, 5, blk(), np.zeros((6, k))]
         if op == "col_maxpy":

@@ -39,6 +39,8 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               # (ilu_sweeps_mm: tests/test_multi_rhs.py)
               "spmm", "spmm_dot", "residual_mm", "dmul_mm", "ilu_sweeps_mm", "col_dot", "col_axpy2_nrm2",
               "col_xpay", "col_scal", "col_mdot", "col_maxpy", "col_lincomb",
+              # (and bit for bit against the unfused ops: tests/test_multi_rhs.py)
+              "col_cg_step", "col_dxpay", "col_mdot_nrm2", "col_maxpy_nrm2",
               # against the reference device: tests/test_devices.py
               "givens", "back_substitute", "range_scan",
               # against the reference device: tests/test_precond.py

@@ -91,6 +91,14 @@ def test_block_kernels_parallel_forms_match_reference():
                       ("float64",), ""),
         "col_lincomb": ([rng.standard_normal((5, n, k)), rng.standard_normal((5, k)), 4,
                          blk()], ("float64",), ""),
+        "col_cg_step": ([rng.standard_normal(k), blk(), blk(), blk(), blk(),
+                         rng.random(n).astype(np.float32), np.zeros(k), np.zeros(k)],
+                        ("float64",), "native"),
+        "col_dxpay": ([rng.random(n), blk(), rng.standard_normal(k), blk()], ("float64",), ""),
+        "col_mdot_nrm2": ([rng.standard_normal((5, n, k)), 4, blk(), np.zeros((5, k)),
+                           np.zeros(k)], ("float64",), "native"),
+        "col_maxpy_nrm2": ([rng.standard_normal((5, n, k)), 4, rng.standard_normal((5, k)),
+                            blk(), np.zeros(k)], ("float64",), "native"),
     }
     for op, (args, key, mode) in cases.items():
         a_cpu = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
@@ -103,6 +111,54 @@ def test_block_kernels_parallel_forms_match_reference():
             if isinstance(x, np.ndarray) and x.dtype.kind == "f":
                 np.testing.assert_allclose(x, y, rtol=1e-11, atol=1e-11 * np.abs(y).max(),
                                            err_msg=op)
+
+
+@pytest.mark.parametrize("n", [500, 20000])
+@pytest.mark.parametrize("k", [1, 2, 3, 8])
+def test_fused_block_ops_equal_the_unfused_ones(n, k):
+    """Block CG's and GMRES's fused passes against the ops they replace, serial (n = 500)
+    and parallel forms: the updated blocks bit for bit; the norms and dots within the
+    reassociation of one FP64 sum."""
+    rng = np.random.default_rng(n + k)
+    blk = lambda: rng.standard_normal((n, k))  # noqa: E731
+    op = lambda name, mode="": lookup("cpu", name, ("float64",), mode)  # noqa: E731
+    a = rng.standard_normal(k)
+    d = (rng.random(n) + 0.5).astype(np.float32)        # Jacobi's FP32 diagonal
+    P, X, Q, R = blk(), blk(), blk(), blk()
+    for dd in (d, np.zeros(0)):
+        X1, R1, X2, R2 = X.copy(), R.copy(), X.copy(), R.copy()
+        rn, rz = np.zeros(k), np.zeros(k)
+        op("col_cg_step", "native")(a, P, X1, Q, R1, dd, rn, rz)
+        rn2 = np.zeros(k)
+        op("col_axpy2_nrm2", "native")(a, P, X2, -a, Q, R2, rn2)   # x += a p; r -= a q
+        assert np.array_equal(X1, X2) and np.array_equal(R1, R2)
+        np.testing.assert_allclose(rn, rn2, rtol=4 * n * 2.0 ** -53)
+        Z = R2.copy()
+        if dd.size:
+            lookup("cpu", "dmul_mm", ("float32", "float64", "float64"))(dd, R2, Z)
+        want = np.array([np.dot(R2[:, c], Z[:, c]) for c in range(k)])
+        np.testing.assert_allclose(rz, want, rtol=4 * n * 2.0 ** -53)
+        P1, P2 = P.copy(), P.copy()
+        op("col_dxpay")(dd, R2, a, P1)                  # p = d r + a p, z not stored
+        op("col_xpay")(Z, a, P2)                        # p = z + a p, z stored
+        assert np.array_equal(P1, P2)
+    V = rng.standard_normal((6, n, k))
+    W = blk()
+    H1, H2 = np.zeros((6, k)), np.zeros((6, k))
+    nrm = np.zeros(k)
+    op("col_mdot_nrm2", "native")(V, 5, W, H1, nrm)
+    op("col_mdot", "native")(V, 5, W, H2)
+    assert np.array_equal(H1[:5], H2[:5])
+    np.testing.assert_allclose(nrm, np.linalg.norm(W, axis=0), rtol=4 * n * 2.0 ** -53)
+    W1, W2 = W.copy(), W.copy()
+    op("col_maxpy_nrm2", "native")(V, 5, H1, W1, nrm)
+    op("col_maxpy")(V, 5, H1, W2)
+    assert np.array_equal(W1, W2)
+    want = W.copy()
+    for i in range(5):
+        want -= H1[i][None, :] * V[i]
+    np.testing.assert_allclose(W1, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(nrm, np.linalg.norm(W1, axis=0), rtol=4 * n * 2.0 ** -53)
 
 
 @pytest.mark.parametrize("blocks", [1, 4])
@@ -128,6 +184,28 @@ def test_ilu_sweeps_mm_matches_single_sweeps_and_reference(blocks, key):
         lookup("cpu", "ilu_sweeps", key)(*args, np.ascontiguousarray(X[:, c]), y)
         np.testing.assert_allclose(Y[:, c], y, rtol=tol, atol=tol * np.abs(y).max())
     np.testing.assert_allclose(Y, Yr, rtol=tol, atol=tol * np.abs(Yr).max())
+
+
+@pytest.mark.parametrize("blocks", [1, 4])
+@pytest.mark.parametrize("k", [2, 4])
+def test_ilu_sweeps_mm_columns_are_the_single_sweeps_bit_for_bit(blocks, k):
+    """Two columns (registers, ``_sweeps_mm2``) and four (the general form): each column
+    is the single-vector sweep's result exactly (same operations in the same order)."""
+    A = convection_diffusion2d(30)
+    key = ("float32", "float64", "float64")
+    M = make_preconditioner("ilu0", dtype="float32", blocks=blocks).setup(A)
+    op = M._op
+    X = np.random.default_rng(4).standard_normal((A.shape[0], k))
+    X0 = X.copy()
+    Y = np.empty_like(X)
+    args = (op.bounds, op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv)
+    lookup("cpu", "ilu_sweeps_mm", key)(*args, X, Y)
+    assert np.array_equal(X, X0)
+    y = np.empty(X.shape[0])
+    for c in range(k):
+        lookup("cpu", "ilu_sweeps", key)(*args, np.ascontiguousarray(X[:, c]), y)
+        assert np.array_equal(Y[:, c], y)
+        assert np.all(np.isfinite(y)) and np.abs(y).max() > 0
 
 
 # ----------------------------------------------------------------- preconditioner blocks
@@ -195,6 +273,65 @@ def test_block_gmres_columns_equal_single_solves(side, precond):
                                    atol=1e-8 * max(1.0, np.abs(one.x).max()))
         if c != 2:
             assert _certified(A, res.x[:, c], B[:, c]) <= 1e-10
+
+
+def test_block_cg_forms_jacobi_z_only_for_a_plain_diagonal_apply():
+    """Block CG forms ``z = d r`` inside its passes only where ``M.apply`` is the stored
+    diagonal (``bsys.pdiag``); a Jacobi subclass with its own ``apply`` keeps its sweep,
+    and its block solve still equals its single solves."""
+    from mpsolve import Solver
+    from mpsolve.multi import _block_plan
+    from mpsolve.precond.jacobi import Jacobi
+
+    class Halved(Jacobi):
+        def apply(self, r, out):            # z = d r / 2: not the stored diagonal's apply
+            super().apply(r, out)
+            out *= 0.5
+
+    A = poisson2d(20)
+    B = _rhs(A, np.random.default_rng(9))
+    got = {}
+    for name, M in (("jacobi", "jacobi"), ("ilu0", "ilu0"), ("halved", Halved())):
+        s = Solver(A, method="cg", precond=M, precision="mixed", rtol=1e-10)
+        got[name] = _block_plan(s, B, None, None)[4].pdiag
+        if name == "halved":
+            res = s.solve(B)
+            assert res.rhs_mode == "block" and res.info == 0
+            for c in range(B.shape[1]):
+                one = s.solve(B[:, c])
+                assert res.column_iterations[c] == one.iterations
+                np.testing.assert_allclose(res.x[:, c], one.x, rtol=0,
+                                           atol=1e-9 * max(1.0, np.abs(one.x).max()))
+    d = 1.0 / A.diagonal()
+    assert got["jacobi"] is not None
+    np.testing.assert_allclose(got["jacobi"], d, rtol=1e-6)   # FP32 storage under mixed
+    assert got["ilu0"] is None and got["halved"] is None
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_block_gmres_columns_leaving_inside_a_cycle(side):
+    """Columns that stop early in a cycle leave the block there (compact deflation: their
+    update and restart rules at once, the others' bases copied into a narrower block): the
+    iteration counts and solutions are those of the single solves and of ``mask``
+    deflation (the columns stay, frozen, to the cycle's end)."""
+    A = convection_diffusion2d(24, peclet=20)
+    n = A.shape[0]
+    rng = np.random.default_rng(8)
+    B = np.column_stack([A @ np.ones(n)] + [rng.standard_normal(n) * 10.0 ** -e
+                                            for e in range(3)] + [A @ rng.standard_normal(n)])
+    kw = dict(method="gmres", precond="ilu0", precision="mixed", rtol=1e-10, restart=40,
+              side=side)
+    res = mpsolve.solve(A, B, **kw)
+    msk = mpsolve.solve(A, B, deflation="mask", **kw)
+    assert res.info == 0 and msk.info == 0 and res.rhs_mode == "block"
+    assert len(set(res.column_iterations.tolist())) > 1
+    for c in range(B.shape[1]):
+        one = mpsolve.solve(A, B[:, c], **kw)
+        assert abs(int(res.column_iterations[c]) - one.iterations) <= 1
+        assert abs(int(msk.column_iterations[c]) - one.iterations) <= 1
+        np.testing.assert_allclose(res.x[:, c], one.x, rtol=0,
+                                   atol=1e-8 * max(1.0, np.abs(one.x).max()))
+        assert _certified(A, res.x[:, c], B[:, c]) <= 1e-10
 
 
 def test_x0_per_column_and_shared():

@@ -15,8 +15,12 @@ then that of one; the vectors' traffic stays ``k`` times a vector's.
 * the column ops: per-column dots and norms, and updates with one scalar per column
   (``a`` an FP64 array of length ``k``): what a block Krylov method with ``k``
   independent iterations needs (``mpsolve.krylov.block_cg``, ``block_gmres``);
+* block CG's fused passes: ``col_cg_step`` (``x += a p; r -= a q``, ``||r||`` and ``r . z``
+  with ``z = d r`` for point Jacobi formed in the pass, not stored) and ``col_dxpay``
+  (``p = d r + beta p``);
 * the basis ops of ``k`` independent GMRES bases stored as ``V`` of shape ``(m + 1, n, k)``:
-  ``V[i]`` is the ``i``-th basis vector of every column.
+  ``V[i]`` is the ``i``-th basis vector of every column; ``col_mdot_nrm2`` /
+  ``col_maxpy_nrm2`` give ``||w_c||`` before / after the projection from the same pass.
 
 Every kernel has a serial and a ``prange`` form (rows split in chunks for the
 reductions, merged in a fixed order), dispatched on ``n`` as :mod:`.blas1` does.  Real
@@ -334,15 +338,66 @@ def _sweeps_mm(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
         _row_mm(i, uptr[q], uptr[q + 1], uind, uval, i + 1, out, acc, prev)
 
 
+@njit(inline="always", **JIT)
+def _row_mm2(i, s, e, ind, val, near_col, Of, a0, a1, p0, p1):
+    """:func:`_row_mm` for two columns, the sums and the previous row's values in scalar
+    registers (``Of``: ``out`` flat): returns the row's two values."""
+    near = 0.0
+    if e > s and ind[e - 1] == near_col:
+        e -= 1
+        near = np.float64(val[e])
+    for p in range(np.uint64(s), np.uint64(e)):
+        v = np.float64(val[p])
+        j = np.uint64(ind[p]) * np.uint64(2)
+        a0 -= v * np.float64(Of[j])
+        a1 -= v * np.float64(Of[j + 1])
+    a0 = madd(-near, p0, a0)
+    a1 = madd(-near, p1, a1)
+    o = np.uint64(i) * np.uint64(2)
+    Of[o] = a0
+    Of[o + 1] = a1
+    return a0, a1
+
+
+@njit(inline="always", **JIT)
+def _sweeps_mm2(lo, hi, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
+    """:func:`_sweeps_mm` for ``k = 2``: an accumulator *array* costs a store and a reload
+    per entry and column, which at two columns lost to two single sweeps (1.45x their
+    time); here each column's sum and previous value stay in registers, as the single
+    sweep's one does (same operations, same order)."""
+    n = out.shape[0]
+    Rf, Of = R.reshape(-1), out.reshape(-1)
+    p0 = p1 = 0.0
+    for i in range(lo, hi):                              # L, forward
+        o = np.uint64(i) * np.uint64(2)
+        p0, p1 = _row_mm2(i, lptr[i], lptr[i + 1], lind, lval, i - 1, Of,
+                          np.float64(Rf[o]), np.float64(Rf[o + 1]), p0, p1)
+    p0 = p1 = 0.0
+    for q in range(n - hi, n - lo):                      # D^-1 U', backward (rows reversed)
+        i = n - 1 - q
+        di = np.float64(dinv[i])
+        o = np.uint64(i) * np.uint64(2)
+        p0, p1 = _row_mm2(i, uptr[q], uptr[q + 1], uind, uval, i + 1, Of,
+                          np.float64(Of[o]) * di, np.float64(Of[o + 1]) * di, p0, p1)
+
+
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _ilu_mm_one(lptr, lind, lval, uptr, uind, uval, dinv, R, out):
-    _sweeps_mm(0, out.shape[0], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
+    if out.shape[1] == 2:
+        _sweeps_mm2(0, out.shape[0], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
+    else:
+        _sweeps_mm(0, out.shape[0], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
 
 
 @njit(parallel=True, fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _ilu_mm_blocks(bounds, lptr, lind, lval, uptr, uind, uval, dinv, R, out):
     for t in prange(bounds.size - 1):
-        _sweeps_mm(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv, R, out)
+        if out.shape[1] == 2:
+            _sweeps_mm2(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv,
+                        R, out)
+        else:
+            _sweeps_mm(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv, R,
+                       out)
 
 
 @register("cpu", "ilu_sweeps_mm", _MAT)
@@ -530,6 +585,127 @@ def col_xpay(X, a, Y):
     (_col_xpay_par if X.size >= PARALLEL_MIN else _col_xpay_ser)(X, a, Y)
 
 
+# Block CG's vector work in two passes (the SpMM's third): with a diagonal preconditioner
+# (Jacobi) z = d r is never stored -- its entries are formed where they are used, each
+# rounded as dmul_mm rounds it (fl(d_i r_ic), d widened exactly), so the step, the dot
+# r . z and the direction update p = z + beta p see the values a stored z would hold.
+
+@njit(**JIT)
+def _cg_step_rows(a, P, X, Q, R, d, lo, hi, zs):
+    """Rows ``lo..hi``: ``x += a p;  r -= a q`` (``r + (-a) q``, as ``axpy2`` rounds it) and,
+    with ``d``, ``zs = d r`` of the updated rows (a chunk-sized scratch)."""
+    ku = np.uint64(X.shape[1])
+    Pf, Xf, Qf, Rf = P.reshape(-1), X.reshape(-1), Q.reshape(-1), R.reshape(-1)
+    t = X.dtype.type
+    base = np.uint64(lo) * ku
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * ku
+        for c in range(np.uint64(0), ku):
+            ac = t(a[c])
+            Xf[o + c] += ac * Pf[o + c]
+            Rf[o + c] += (-ac) * Qf[o + c]
+        if d.size:
+            di = d[i]
+            for c in range(np.uint64(0), ku):
+                zs[o - base + c] = di * Rf[o + c]
+
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _cg_red_rows(R, lo, hi, zs, want, prr, prz):
+    """``prr[c] = sum r_ic^2``, ``prz[c] = sum r_ic zs_ic`` (``want``) over rows ``lo..hi``
+    (in cache: just updated)."""
+    k = R.shape[1]
+    Rf = R.reshape(-1)[lo * k:hi * k]
+    _red_rows(Rf, Rf, 0, hi - lo, k, prr)
+    if want:
+        _red_rows(Rf, zs, 0, hi - lo, k, prz)
+
+
+@njit(parallel=True, **JIT)
+def _col_cg_step_par(a, P, X, Q, R, d, rn, rz):
+    n, k = X.shape
+    nch = (n + CHUNK - 1) // CHUNK
+    prr = np.empty((nch, k), dtype=R.dtype)
+    prz = np.empty((nch, k), dtype=R.dtype)
+    want = d.size > 0
+    for t in prange(nch):
+        lo = t * CHUNK
+        hi = min(lo + CHUNK, n)
+        zs = np.empty((hi - lo) * k if want else 0, dtype=R.dtype)
+        _cg_step_rows(a, P, X, Q, R, d, lo, hi, zs)
+        _cg_red_rows(R, lo, hi, zs, want, prr[t], prz[t])
+    for c in range(k):
+        s = R.dtype.type(0.0)
+        u = R.dtype.type(0.0)
+        for t in range(nch):            # fixed order
+            s += prr[t, c]
+            u += prz[t, c]
+        rn[c] = np.sqrt(np.float64(s))
+        rz[c] = u if want else s
+
+
+@njit(**JIT)
+def _col_cg_step_ser(a, P, X, Q, R, d, rn, rz):
+    n, k = X.shape
+    want = d.size > 0
+    zs = np.empty(n * k if want else 0, dtype=R.dtype)
+    prr = np.empty(k, dtype=R.dtype)
+    prz = np.empty(k, dtype=R.dtype)
+    _cg_step_rows(a, P, X, Q, R, d, 0, n, zs)
+    _cg_red_rows(R, 0, n, zs, want, prr, prz)
+    for c in range(k):
+        rn[c] = np.sqrt(np.float64(prr[c]))
+        rz[c] = prz[c] if want else prr[c]
+
+
+@register("cpu", "col_cg_step", _VEC, mode="native")
+def col_cg_step(a, P, X, Q, R, d, rn, rz):
+    """Per column ``c``: ``X_c += a_c P_c;  R_c -= a_c Q_c;  rn_c = ||R_c||_2;  rz_c = R_c .
+    (d * R_c)`` in one pass (block CG's step with point Jacobi ``z = d r`` never stored);
+    ``d`` empty (no preconditioner): ``rz_c = R_c . R_c``.  ``a``, ``rn``, ``rz`` FP64
+    length ``k``; ``d`` FP32 or FP64, length ``n`` (or 0)."""
+    (_col_cg_step_par if X.size >= PARALLEL_MIN else _col_cg_step_ser)(a, P, X, Q, R, d, rn,
+                                                                        rz)
+
+
+@njit(**JIT)
+def _col_dxpay_rows(d, R, a, P, lo, hi):
+    ku = np.uint64(R.shape[1])
+    Rf, Pf = R.reshape(-1), P.reshape(-1)
+    t = P.dtype.type
+    for i in range(np.uint64(lo), np.uint64(hi)):
+        o = i * ku
+        di = d[i]
+        for c in range(np.uint64(0), ku):
+            z = t(di * Rf[o + c])       # z = d r, rounded as dmul_mm stores it
+            Pf[o + c] = z + t(a[c]) * Pf[o + c]
+
+
+@njit(parallel=True, **JIT)
+def _col_dxpay_par(d, R, a, P):
+    n = R.shape[0]
+    nch = (n + CHUNK - 1) // CHUNK
+    for t in prange(nch):
+        lo = t * CHUNK
+        _col_dxpay_rows(d, R, a, P, lo, min(lo + CHUNK, n))
+
+
+@njit(**JIT)
+def _col_dxpay_ser(d, R, a, P):
+    _col_dxpay_rows(d, R, a, P, 0, R.shape[0])
+
+
+@register("cpu", "col_dxpay", _VEC)
+def col_dxpay(d, R, a, P):
+    """``P_c <- d * R_c + a_c P_c`` per column (block CG's ``p = z + beta p`` with ``z = d
+    r`` formed on the fly, each ``d_i r_ic`` rounded once as :func:`dmul_mm` stores it);
+    ``d`` empty: :func:`col_xpay` (``P_c <- R_c + a_c P_c``)."""
+    if d.size == 0:
+        col_xpay(R, a, P)
+        return
+    (_col_dxpay_par if R.size >= PARALLEL_MIN else _col_dxpay_ser)(d, R, a, P)
+
+
 @njit(**JIT)
 def _col_scal_ser(a, X, out):
     for i in range(X.shape[0]):
@@ -554,80 +730,148 @@ def col_scal(a, X, out):
 # V has shape (m + 1, n, k): V[i, r, c] is entry r of the i-th basis vector of column c.
 
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
-def _col_mdot_rows(V, j, W, lo, hi, part):
+def _col_sq_rows(W, lo, hi, part):
+    """``part[c] = sum_{lo <= i < hi} W[i, c]^2`` (native reassociated sums)."""
+    Wf = W.reshape(-1)
+    _red_rows(Wf, Wf, lo, hi, W.shape[1], part)
+
+
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def _col_mdot_rows(V, j, W, lo, hi, part, want):
+    """``part[i] = V_i . W`` over rows ``lo..hi`` for ``i < j``; ``want``: also
+    ``part[j] = W . W`` (the rows of ``W`` are in cache)."""
     Wf = W.reshape(-1)
     for i in range(j):
         _red_rows(V[i].reshape(-1), Wf, lo, hi, W.shape[1], part[i])
+    if want:
+        _red_rows(Wf, Wf, lo, hi, W.shape[1], part[j])
 
 
 @njit(parallel=True, **JIT)
-def _col_mdot_par(V, j, W, out):
+def _col_mdot_par(V, j, W, out, nrm, want):
     n, k = W.shape
     nch = (n + CHUNK - 1) // CHUNK
-    parts = np.empty((nch, j, k), dtype=W.dtype)
+    parts = np.empty((nch, j + 1, k), dtype=W.dtype)
     for t in prange(nch):
         lo = t * CHUNK
-        _col_mdot_rows(V, j, W, lo, min(lo + CHUNK, n), parts[t])
-    for i in range(j):
+        _col_mdot_rows(V, j, W, lo, min(lo + CHUNK, n), parts[t], want)
+    for i in range(j + 1 if want else j):
         for c in range(k):
             s = W.dtype.type(0.0)
-            for t in range(nch):
+            for t in range(nch):        # fixed order
                 s += parts[t, i, c]
-            out[i, c] = s
+            if i < j:
+                out[i, c] = s
+            else:
+                nrm[c] = np.sqrt(np.float64(s))
 
 
 @njit(**JIT)
-def _col_mdot_ser(V, j, W, out):
-    part = np.empty((j, W.shape[1]), dtype=W.dtype)
-    _col_mdot_rows(V, j, W, 0, W.shape[0], part)
+def _col_mdot_ser(V, j, W, out, nrm, want):
+    part = np.empty((j + 1, W.shape[1]), dtype=W.dtype)
+    _col_mdot_rows(V, j, W, 0, W.shape[0], part, want)
     for i in range(j):
         for c in range(W.shape[1]):
             out[i, c] = part[i, c]
+    if want:
+        for c in range(W.shape[1]):
+            nrm[c] = np.sqrt(np.float64(part[j, c]))
+
+
+_NO_NRM = np.zeros(0)
 
 
 @register("cpu", "col_mdot", _VEC, mode="native")
 def col_mdot(V, j, W, out):
     """``out[i, c] <- V[i, :, c] . W[:, c]`` for ``i < j`` (Gram--Schmidt coefficients of
     ``k`` bases at once; ``out`` FP64 ``(>= j, k)``)."""
-    (_col_mdot_par if W.size >= PARALLEL_MIN else _col_mdot_ser)(V, j, W, out)
+    (_col_mdot_par if W.size >= PARALLEL_MIN else _col_mdot_ser)(V, j, W, out, _NO_NRM, False)
+
+
+@register("cpu", "col_mdot_nrm2", _VEC, mode="native")
+def col_mdot_nrm2(V, j, W, out, nrm):
+    """:func:`col_mdot` and ``nrm[c] <- ||W[:, c]||_2`` in the same pass over ``W`` (block
+    GMRES's coefficients and the norm of the new vectors before the projection)."""
+    (_col_mdot_par if W.size >= PARALLEL_MIN else _col_mdot_ser)(V, j, W, out, nrm, True)
 
 
 @njit(**JIT)
 def _col_maxpy_rows(V, j, H, W, lo, hi):
-    # flat unsigned indexing (no wraparound tests in the inner loop); the row's h_i in a
-    # small array of W's dtype, read k at a time
-    k = np.uint64(W.shape[1])
+    k = W.shape[1]
     Wf = W.reshape(-1)
-    h = np.empty(W.shape[1], W.dtype)
+    if 16 % k == 0:
+        # the rows' values as one contiguous run, 16 at a time, with the coefficients laid
+        # out to match (lane t: column t mod k): a fixed-length inner loop LLVM vectorises
+        h = np.empty(16, W.dtype)
+        L0 = np.uint64(lo) * np.uint64(k)
+        L1 = np.uint64(hi) * np.uint64(k)
+        nb = (L1 - L0) // np.uint64(16)
+        for i in range(j):
+            Vf = V[i].reshape(-1)
+            for t in range(16):
+                h[t] = H[i, t % k]
+            for b in range(np.uint64(0), nb):
+                o = L0 + b * np.uint64(16)
+                for t in range(np.uint64(0), np.uint64(16)):
+                    Wf[o + t] -= h[t] * Vf[o + t]
+            for o in range(L0 + nb * np.uint64(16), L1):
+                Wf[o] -= h[(o - L0) % np.uint64(16)] * Vf[o]
+        return
+    # other widths: flat unsigned indexing (no wraparound tests in the inner loop); the
+    # row's h_i in a small array of W's dtype, read k at a time
+    ku = np.uint64(k)
+    h = np.empty(k, W.dtype)
     for i in range(j):
         Vf = V[i].reshape(-1)
-        for c in range(W.shape[1]):
+        for c in range(k):
             h[c] = H[i, c]
         for r in range(np.uint64(lo), np.uint64(hi)):
-            o = r * k
-            for c in range(np.uint64(0), k):
+            o = r * ku
+            for c in range(np.uint64(0), ku):
                 Wf[o + c] -= h[c] * Vf[o + c]
 
 
 @njit(parallel=True, **JIT)
-def _col_maxpy_par(V, j, H, W):
-    n = W.shape[0]
+def _col_maxpy_par(V, j, H, W, nrm, want):
+    n, k = W.shape
     nch = (n + CHUNK - 1) // CHUNK
+    parts = np.empty((nch, k), dtype=W.dtype)
     for t in prange(nch):
         lo = t * CHUNK
-        _col_maxpy_rows(V, j, H, W, lo, min(lo + CHUNK, n))
+        hi = min(lo + CHUNK, n)
+        _col_maxpy_rows(V, j, H, W, lo, hi)
+        if want:
+            _col_sq_rows(W, lo, hi, parts[t])   # the updated rows, still in cache
+    if want:
+        for c in range(k):
+            s = W.dtype.type(0.0)
+            for t in range(nch):
+                s += parts[t, c]
+            nrm[c] = np.sqrt(np.float64(s))
 
 
 @njit(**JIT)
-def _col_maxpy_ser(V, j, H, W):
+def _col_maxpy_ser(V, j, H, W, nrm, want):
     _col_maxpy_rows(V, j, H, W, 0, W.shape[0])
+    if want:
+        part = np.empty(W.shape[1], dtype=W.dtype)
+        _col_sq_rows(W, 0, W.shape[0], part)
+        for c in range(W.shape[1]):
+            nrm[c] = np.sqrt(np.float64(part[c]))
 
 
 @register("cpu", "col_maxpy", _VEC)
 def col_maxpy(V, j, H, W):
     """``W[:, c] <- W[:, c] - sum_{i<j} H[i, c] V[i, :, c]`` (the projection of ``k``
     Gram--Schmidt steps at once)."""
-    (_col_maxpy_par if W.size >= PARALLEL_MIN else _col_maxpy_ser)(V, j, H, W)
+    (_col_maxpy_par if W.size >= PARALLEL_MIN else _col_maxpy_ser)(V, j, H, W, _NO_NRM, False)
+
+
+@register("cpu", "col_maxpy_nrm2", _VEC, mode="native")
+def col_maxpy_nrm2(V, j, H, W, nrm):
+    """:func:`col_maxpy`, then ``nrm[c] <- ||W[:, c]||_2`` of the updated ``W`` (each chunk
+    of rows while it is in cache: no second pass)."""
+    (_col_maxpy_par if W.size >= PARALLEL_MIN else _col_maxpy_ser)(V, j, H, W, nrm, True)
 
 
 @register("cpu", "col_lincomb", _VEC)

@@ -22,11 +22,17 @@ subnormal ``p.Ap`` (the column leaves with code -12 or -14; the driver hands a c
 whose FP32 parts produced a non-finite value to the single-vector path, which escalates),
 no callback (the driver runs a solve with a callback column by column).
 
-Memory traffic per iteration, ``k`` columns, with M: SpMM (``A`` once + ``2 k n`` vector
-values; ``p_c . q_c`` formed in the same sweep where the device has ``spmm_dot``) + M's
-sweep + ``k`` times the single body's ``12 n`` vector values.
+Memory traffic per iteration, ``k`` columns: the SpMM (``A`` once + ``2 k n`` vector values;
+``p_c . q_c`` formed in the same sweep where the device has ``spmm_dot``) + ``9 k n`` with
+point Jacobi (``bsys.pdiag``) or without M: ``col_cg_step`` reads ``p, x, q, r`` and writes
+``x, r`` (``z = d r`` formed in the pass for ``r . z``, never stored), ``col_dxpay`` reads
+``r, p`` and writes ``p`` (``d`` read twice, ``n`` values).  Another M: its sweep (``r`` in,
+``z`` out) + ``11 k n`` (``r . z`` a pass of its own, ``p = z + beta p``).  The single body
+with Jacobi moves ``13 n`` besides its SpMV (its ``dmul`` stores ``z``).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -43,10 +49,16 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
     (``bsys.bnrm``).  Returns ``(its, its, flags)``, per-column arrays: flag 0 the
     recursive residual met ``tol``, 1 the limit was reached, -12 curvature breakdown,
     -14 non-finite values.
+
+    The vector work of an iteration is two passes over the blocks besides the SpMM
+    (``ops.col_cg_step``: ``x += a p; r -= a q``, ``||r||`` and ``r . z``; ``ops.col_dxpay``:
+    ``p = z + beta p``) where ``M`` is a diagonal (``bsys.pdiag``: ``z = d r`` is formed
+    where it is used, never stored) or absent; another ``M`` adds its sweep and a pass for
+    ``r . z``.
     """
     ops, mm, psolve = bsys.ops, bsys.matvec, bsys.psolve
     mm_dot = bsys.matvec_dot
-    col_dot, axpy2_nrm2, xpay = ops.col_dot, ops.col_axpy2_nrm2, ops.col_xpay
+    col_dot, step, xpay = ops.col_dot, ops.col_cg_step, ops.col_xpay
     n, k = X.shape
     wdt = X.dtype
     tiny = float(np.finfo(wdt).tiny)
@@ -57,25 +69,38 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
     tol = np.asarray(tol, np.float64).copy()
     limits = np.asarray(limits, np.int64).copy()
     bn = np.asarray(bsys.bnrm, np.float64).copy()
+    bn[bn <= 0] = 1.0                         # hist: relative to ||b_c|| (1 for b_c = 0)
     mask = deflation == "mask"
     live = np.ones(k, bool)
-    z = r if psolve is None else np.empty_like(r)
-    if psolve is not None:
+    # z = M r: a diagonal M (or none) fused into the two passes (dz its diagonal, empty
+    # without M); another M applied by its own sweep into the block z
+    dz = getattr(bsys, "pdiag", None)
+    fused = psolve is None or dz is not None
+    if not fused or psolve is None:
+        dz = np.zeros(0)
+    z = None if fused else np.empty_like(r)
+    p = np.zeros_like(r)                      # zeros: 0 p below adds nothing
+    if fused:
+        ops.col_dxpay(dz, r, np.zeros(k), p)  # P = Z (= d R, or R)
+    else:
         psolve(r, z)                          # Z = M R
-    p = z.copy()                              # P = Z
-    q = np.empty_like(r)
+        p[:] = z                              # P = Z
+    q = np.zeros_like(r)
     rn = np.empty(k)
-    col_dot(r, r, rn)
-    np.sqrt(rn, out=rn)                       # ||r_c||
-    rz = rn * rn if psolve is None else np.empty(k)
-    if psolve is not None:
+    rz = np.empty(k)
+    zero = np.zeros(k)
+    step(zero, p, x, q, r, dz, rn, rz)        # ||r_c|| and r_c . z_c (x, r unchanged)
+    if psolve is None:
+        rz = rn * rn                          # r.z = r.r as ||r||^2 (the single body's)
+    elif not fused:
         col_dot(r, z, rz)                     # r_c . z_c
     pq = np.empty(k)
+    rzn = np.empty(k)
     it = 0
 
     def leave(codes):
         """Columns with ``codes[c] != 2`` leave with that flag (2: stay)."""
-        nonlocal x, r, z, p, q, rz, rn, tol, limits, bn, cols, live, pq
+        nonlocal x, r, z, p, q, rz, rzn, rn, tol, limits, bn, cols, live, pq, zero
         out = live & (codes != 2)
         if not out.any():
             return
@@ -88,10 +113,12 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
             X[:, cols[out]] = x[:, out]
             R[:, cols[out]] = r[:, out]
         x, r = np.ascontiguousarray(x[:, keep]), np.ascontiguousarray(r[:, keep])
-        z = r if psolve is None else np.ascontiguousarray(z[:, keep])
+        z = None if fused else np.ascontiguousarray(z[:, keep])
         p, q = np.ascontiguousarray(p[:, keep]), np.empty_like(x)
-        rz, rn, tol, limits, bn = rz[keep], rn[keep], tol[keep], limits[keep], bn[keep]
-        cols, live, pq = cols[keep], np.ones(keep.size, bool), np.empty(keep.size)
+        rz, rzn, rn, tol, limits, bn = (rz[keep], rzn[keep], rn[keep], tol[keep],
+                                        limits[keep], bn[keep])
+        cols, live, pq, zero = cols[keep], np.ones(keep.size, bool), np.empty(keep.size), \
+            np.zeros(keep.size)
 
     codes = np.full(k, 2)
     codes[rn <= tol] = 0
@@ -106,38 +133,64 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
         else:
             mm(p, q)                          # Q = A P, one sweep over A
             col_dot(p, q, pq)                 # p_c . q_c
-        ok = live & (pq >= tiny) & np.isfinite(pq)
-        alpha = np.where(ok, rz / np.where(ok, pq, 1.0), 0.0)
-        codes = np.full(rz.size, 2)
-        codes[live & ~ok] = np.where(np.isfinite(pq[live & ~ok]), -12, -14)
-        axpy2_nrm2(alpha, p, x, -alpha, q, r, rn)   # x_c += a_c p_c; r_c -= a_c q_c; ||r_c||
-        its[cols[live & ok]] = it
-        act = live & ok
-        if act.any():
-            hist.append(float(np.max(rn[act] / np.where(bn[act] > 0, bn[act], 1.0))))
-        codes[act & ~np.isfinite(rn)] = -14
-        codes[act & (rn <= tol)] = 0
-        codes[act & (codes == 2) & (it >= limits)] = 1
-        leave(codes)
+        ok = (pq >= tiny) & (pq < math.inf)   # p.q normal, positive and finite (not NaN)
+        if not mask and ok.all():             # the common case: every column steps
+            alpha = rz / pq
+            act = live
+            codes = None
+        else:
+            ok &= live
+            alpha = np.where(ok, rz / np.where(ok, pq, 1.0), 0.0)
+            act = ok
+            codes = np.full(rz.size, 2)
+            bad = live & ~ok
+            codes[bad] = np.where(np.isnan(pq[bad]) | np.isinf(pq[bad]), -14, -12)
+        # x_c += a_c p_c; r_c -= a_c q_c; ||r_c||; r_c . z_c (z = d r; rzn unused otherwise)
+        step(alpha, p, x, q, r, dz, rn, rzn)
+        its[cols[act]] = it
+        if act is live and not mask:
+            hist.append(float(np.max(rn / bn)) if rn.size else 0.0)
+            fin = np.isfinite(rn)
+            conv = rn <= tol
+            if not (fin.all() and not conv.any() and it < limits.min()):
+                codes = np.full(rn.size, 2)
+                codes[~fin] = -14
+                codes[conv] = 0
+                codes[(codes == 2) & (it >= limits)] = 1
+                leave(codes)
+        else:
+            if act.any():
+                hist.append(float(np.max(rn[act] / bn[act])))
+            codes[act & ~np.isfinite(rn)] = -14
+            codes[act & (rn <= tol)] = 0
+            codes[act & (codes == 2) & (it >= limits)] = 1
+            leave(codes)
         if not live.any():
             break
         if psolve is None:
             rz_new = rn * rn                  # r.z = r.r
         else:
-            psolve(r, z)                      # Z = M R
-            rz_new = np.empty(rn.size)
-            col_dot(r, z, rz_new)             # r_c . z_c
-            codes = np.full(rn.size, 2)
-            bad = live & ~(rz_new > 0)
-            codes[bad] = np.where(np.isnan(rz_new[bad]), -14, -12)
-            leave(codes)
-            if not live.any():
-                break
-            if rz_new.size != rz.size:        # compacted: the live columns' values
-                rz_new = rz_new[np.flatnonzero(codes == 2)] if not mask else rz_new
-        beta = np.where(live, rz_new / np.where(live, rz, 1.0), 0.0)
-        rz = np.where(live, rz_new, rz)
-        xpay(z, beta, p)                      # p_c = z_c + beta_c p_c
+            if not fused:
+                psolve(r, z)                  # Z = M R
+                col_dot(r, z, rzn)            # r_c . z_c
+            if not (rzn[live] > 0).all():
+                codes = np.full(rn.size, 2)
+                bad = live & ~(rzn > 0)
+                codes[bad] = np.where(np.isnan(rzn[bad]), -14, -12)
+                leave(codes)
+                if not live.any():
+                    break
+            rz_new = rzn
+        if mask:
+            beta = np.where(live, rz_new / np.where(live, rz, 1.0), 0.0)
+            rz = np.where(live, rz_new, rz)
+        else:
+            beta = rz_new / rz
+            rz = rz_new.copy()
+        if fused:
+            ops.col_dxpay(dz, r, beta, p)     # p_c = d r_c + beta_c p_c (z never stored)
+        else:
+            xpay(z, beta, p)                  # p_c = z_c + beta_c p_c
     if x is not X:
         X[:, cols] = x
         R[:, cols] = r

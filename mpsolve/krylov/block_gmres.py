@@ -7,13 +7,22 @@ its own Krylov basis, Hessenberg matrix and rotations -- the recurrence of
 shared space.  The columns share the sweeps: ``W = A V_j`` is one SpMM over ``A``, ``M``
 one sweep over its stored operators, and the Gram--Schmidt passes (CGS with a second pass
 when any column lost more than ``eta``, as the single body) read the ``k`` bases, stored
-as ``V`` of shape ``(m + 1, n, k)``, once per pass (:mod:`mpsolve.kernels.cpu.spmm`).
+as ``V`` of shape ``(m + 1, n, k)``, once per pass (:mod:`mpsolve.kernels.cpu.spmm`); the
+norms of the new vectors before and after the projection come from the same passes
+(``col_mdot_nrm2``, ``col_maxpy_nrm2``), as the single body's ``mdot_nrm2`` /
+``maxpy_nrm2``.  The second CGS pass projects only the columns that need it (the others'
+coefficients are zeroed: their ``w_c`` is left as it is), as the single body decides per
+vector.
 
 Per-column convergence: inside a cycle, a column whose estimate meets its target (or
 that has a happy breakdown) is *frozen*: its later Arnoldi steps are masked (its new
-basis vector scaled by 0) and its update uses the steps up to its own; between cycles the
-columns that are done leave the block (``deflation="compact"``: narrower blocks from
-then on; ``"mask"``: they stay frozen at full width).
+basis vector scaled by 0) and its update uses the steps up to its own.  With
+``deflation="compact"`` (the default) frozen columns leave the block inside the cycle
+where the steps left save more than the copy costs: their update, true residual and
+restart rules come at once, and the other columns' bases are copied into a narrower
+block (at most one copy per leaving column; the columns that converge first no longer
+ride along at full width to the cycle's end); between cycles the columns that are done
+leave too.  ``"mask"``: they stay frozen at full width.
 
 Deviations from the single body: no callback, no compressed basis, no ``max_inner``
 (the driver runs those column by column).
@@ -42,7 +51,8 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
     """
     ops, mm, psolve, residual = bsys.ops, bsys.matvec, bsys.psolve, bsys.residual
     col_dot, col_scal, col_mdot = ops.col_dot, ops.col_scal, ops.col_mdot
-    col_maxpy, col_lincomb = ops.col_maxpy, ops.col_lincomb
+    col_lincomb = ops.col_lincomb
+    mdot_nrm2, maxpy_nrm2 = ops.col_mdot_nrm2, ops.col_maxpy_nrm2
     givens, back_substitute = ops.givens, ops.back_substitute
     n, k = X.shape
     wdt = X.dtype
@@ -64,7 +74,18 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
     flags[done] = 0
     mask = deflation == "mask"
     bnrm = np.asarray(bsys.bnrm, np.float64)
-    space = {}                                   # the bases of each block width used
+    space = {}                                   # the bases of the current block width
+
+    def bases(width):
+        """``(V, Z, U)`` for ``width`` columns, allocated once per width; a narrower block
+        drops the wider one's (compact deflation only narrows)."""
+        bufs = space.get(width)
+        if bufs is None:
+            space.clear()
+            bufs = space[width] = (np.empty((m + 1, n, width), wdt),
+                                   np.empty((m, n, width), wdt) if right else None,
+                                   np.empty((n, width), wdt))
+        return bufs
     while True:
         live = np.flatnonzero(~done)
         if live.size == 0:
@@ -78,12 +99,7 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
         ka = blk.size
         on = ~done[blk]                          # the columns that iterate in this cycle
         tl = np.asarray(tol)[blk]
-        bufs = space.get(ka)
-        if bufs is None:                         # allocated once per block width
-            bufs = space[ka] = (np.empty((m + 1, n, ka), wdt),
-                                np.empty((m, n, ka), wdt) if right else None,
-                                np.empty((n, ka), wdt))
-        V, Z, U = bufs
+        V, Z, U = bases(ka)
         beta = rn[blk].copy()
         ratio = np.ones(ka)
         if left:
@@ -113,6 +129,62 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
         happy = np.zeros(ka, bool)
         wnorm_in = np.zeros(ka)
         frozen = ~on
+        ended = np.zeros(ka, bool)               # columns whose cycle end is done
+
+        def finish(sel):
+            """The end of this cycle for the block's columns ``sel``: ``x_c += V_c y_c``
+            (``y_c = R_c^-1 g_c``), ``r_c = b_c - A x_c``, and the restart rules."""
+            nonlocal x
+            Y = np.zeros((m, ka))
+            for c in np.flatnonzero(sel & (jend > 0)):
+                kc = int(jend[c])
+                if happy[c] and abs(H[c, kc - 1, kc - 1]) <= eps * wnorm_in[c]:
+                    kc -= 1
+                back_substitute(H[c].copy(), g[c].copy(), kc, Y[:, c])   # y_c = R_c^-1 g_c
+            jmax = int(jend[sel].max()) if sel.any() else 0
+            col_lincomb(Z if right else V, Y, jmax, U)   # U = Z y or V y (0: other columns)
+            x += U                               # x += U (other columns: + 0)
+            idx = np.flatnonzero(sel)
+            ended[idx] = True
+            if idx.size == ka:
+                xs, bs, rs = x, b, r
+            else:
+                xs, bs = np.ascontiguousarray(x[:, idx]), np.ascontiguousarray(b[:, idx])
+                rs = np.empty_like(xs)
+            residual(xs, bs, rs)                 # R = B - A X, one sweep
+            rnew = np.empty(idx.size)
+            col_dot(rs, rs, rnew)
+            np.sqrt(rnew, out=rnew)
+            if rs is not r:
+                r[:, idx] = rs
+            if x is not X:
+                X[:, blk[idx]] = xs
+                R[:, blk[idx]] = rs
+            for i, c in enumerate(idx):
+                col = blk[c]
+                if done[col]:
+                    continue
+                cycles[col] += 1
+                rn[col] = rnew[i]
+                if not math.isfinite(rnew[i]):
+                    flags[col], done[col] = -14, True
+                elif rnew[i] <= tl[c]:
+                    flags[col], done[col] = 0, True
+                elif happy[c]:
+                    if not rnew[i] < last_happy[col]:
+                        flags[col], done[col] = -13, True
+                    else:
+                        last_happy[col] = rnew[i]
+                elif est[c] <= target[c]:
+                    if left and factor[col] > eps:
+                        factor[col] *= 0.25
+                    else:
+                        flags[col], done[col] = 0, True
+                elif left:
+                    factor[col] = min(1.0, 1.5 * factor[col])
+                if not done[col] and cycles[col] >= limits[col]:
+                    flags[col], done[col] = 1, True
+
         for j in range(m):
             W = V[j + 1]
             if left:
@@ -123,19 +195,19 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                 mm(Z[j], W)                      # W = A z_j
             else:
                 mm(V[j], W)                      # W = A v_j
-            col_dot(W, W, wn0)
-            np.sqrt(wn0, out=wn0)
+            mdot_nrm2(V, j + 1, W, hcol, wn0)    # h_ic = v_ic . w_c; ||w_c||, one pass
             wnorm_in[:] = wn0
             step = np.zeros((j + 1, ka))
             for _pass in range(2):               # CGS, again where a column lost too much
-                col_mdot(V, j + 1, W, hcol)      # h_ic = v_ic . w_c
-                col_maxpy(V, j + 1, hcol, W)     # w_c -= sum_i h_ic v_ic
+                if _pass:
+                    col_mdot(V, j + 1, W, hcol)  # h_ic = v_ic . w_c (second pass)
+                    hcol[:, ~again] = 0.0        # the other columns: w_c unchanged
+                maxpy_nrm2(V, j + 1, hcol, W, wn)   # w_c -= sum_i h_ic v_ic; ||w_c||
                 step += hcol[:j + 1]
-                col_dot(W, W, wn)
-                np.sqrt(wn, out=wn)
-                if not np.any(~frozen & (wn <= reorth * wn0)):
+                again = ~frozen & (wn <= reorth * wn0)
+                if not again.any():
                     break
-                wn0[:] = wn
+                wn0[again] = wn[again]
             scale = np.zeros(ka)
             for c in np.flatnonzero(~frozen):
                 H[c, :j + 1, j] = step[:, c]
@@ -163,44 +235,31 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                 hist.append(float(rel.max()))
             if frozen.all():
                 break
-        Y = np.zeros((m, ka))
-        for c in np.flatnonzero(on & (jend > 0)):
-            kc = int(jend[c])
-            if happy[c] and abs(H[c, kc - 1, kc - 1]) <= eps * wnorm_in[c]:
-                kc -= 1
-            back_substitute(H[c].copy(), g[c].copy(), kc, Y[:, c])   # y_c = R_c^-1 g_c
-        jmax = int(jend.max()) if ka else 0
-        col_lincomb(Z if right else V, Y, jmax, U)   # U = Z y or V y, per column
-        x += U                                   # x += U (frozen-from-start columns: 0)
-        residual(x, b, r)                        # R = B - A X, one sweep
-        rnew = np.empty(ka)
-        col_dot(r, r, rnew)
-        np.sqrt(rnew, out=rnew)
-        if not full:
-            X[:, blk] = x
-            R[:, blk] = r
-        for c in np.flatnonzero(on):
-            col = blk[c]
-            if done[col]:
-                continue
-            cycles[col] += 1
-            rn[col] = rnew[c]
-            if not math.isfinite(rnew[c]):
-                flags[col], done[col] = -14, True
-            elif rnew[c] <= tl[c]:
-                flags[col], done[col] = 0, True
-            elif happy[c]:
-                if not rnew[c] < last_happy[col]:
-                    flags[col], done[col] = -13, True
-                else:
-                    last_happy[col] = rnew[c]
-            elif est[c] <= target[c]:
-                if left and factor[col] > eps:
-                    factor[col] *= 0.25
-                else:
-                    flags[col], done[col] = 0, True
-            elif left:
-                factor[col] = min(1.0, 1.5 * factor[col])
-            if not done[col] and cycles[col] >= limits[col]:
-                flags[col], done[col] = 1, True
+            # columns that stopped in this cycle: their update and restart rules now, and
+            # the others go on in a narrower block (their bases copied) where the steps
+            # left save more than the copy costs
+            if not mask and j + 1 < m:
+                stop = frozen & on & ~ended
+                kk = ka - int(stop.sum())
+                if stop.any() and (ka - kk) * sum(2 * i + 8 for i in range(j + 1, m)) > \
+                        (j + 2) * (ka + kk):
+                    finish(stop)
+                    keep = np.flatnonzero(~frozen)
+                    V0, Z0 = V, Z
+                    V, Z, U = bases(keep.size)
+                    np.take(V0[:j + 2], keep, axis=2, out=V[:j + 2], mode="clip")
+                    if right:
+                        np.take(Z0[:j + 1], keep, axis=2, out=Z[:j + 1], mode="clip")
+                    del V0, Z0
+                    x, r, b = (np.ascontiguousarray(x[:, keep]), np.ascontiguousarray(r[:, keep]),
+                               np.ascontiguousarray(b[:, keep]))
+                    blk, on, tl, beta, ratio, target = (blk[keep], on[keep], tl[keep],
+                                                        beta[keep], ratio[keep], target[keep])
+                    H, cs, sn, g, hcol = H[keep], cs[keep], sn[keep], g[keep], hcol[:, keep]
+                    wn, wn0, est, jend = wn[keep], wn0[keep], est[keep], jend[keep]
+                    happy, wnorm_in, frozen = happy[keep], wnorm_in[keep], frozen[keep]
+                    ended = ended[keep]
+                    ka = keep.size
+                    full = False
+        finish(on & ~ended)
     return cycles, its, flags
