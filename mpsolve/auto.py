@@ -30,7 +30,12 @@ layer's automatic choice, written once for every device:
      the MC64 permutation and scaling first (:mod:`mpsolve.precond._reorder`: solves
      west0479, west1505, rajat19, qh1484, dw8192, where ILU(0) + MC64 solves one of five),
      then a finer ILUT (``drop_tol=1e-5``, ``fill_factor=30``) + MC64, then the direct
-     fallback below (mhd4800a), then GMRES + ISAI + MC64.
+     fallback below (mhd4800a), then GMRES + ISAI + MC64.  Tiny but no zero diagonal
+     entries: the ILU(0) candidates of the class first (elimination can make those
+     pivots large again), with ILU(0)'s ``pivot_tol = sqrt(eps)``, so that factors with a
+     pivot that small next to its row are refused at set-up and MC64 + ILUT is next:
+     sherman2 (two tiny diagonal entries, smallest ILU(0) pivot 1.6e-5 of its row)
+     takes 1.1 ms with BiCGSTAB + ILU(0) against 18 ms for MC64 + ILUT.
    * every class ends with (or, weak diagonal, includes) the direct fallback: GMRES on a
      complete LU with pivoting of the MC64-scaled matrix in FP64 (plat362, rdb2048,
      mhd4800a need it), as long as its fill bound stays under ``DIRECT_MAX_ENTRIES``.
@@ -270,6 +275,24 @@ def _complex_candidates(an: Analysis, out: List[Choice]) -> List[Choice]:
     return uniq
 
 
+def _ilu0_first(an: Analysis, params: dict, why: str) -> List[Choice]:
+    """The first candidates of ``an``'s class, ILU(0) with ``params``: CG + IC(0) for an
+    SPD-looking ``A``, else BiCGSTAB + ILU(0) then GMRES with the same ILU(0); ``why``
+    (if any) replaces the class's reason for the first."""
+    if an.spd_like:
+        return [Choice("cg", "ilu0", dict(params), why or
+                       "symmetric with a positive diagonal: IC(0), Manteuffel-shifted where "
+                       "a pivot is not positive (fewer iterations than the SPD approximate "
+                       "inverse on 12 of 17 SuiteSparse SPD matrices, and a cheaper set-up)")]
+    return [Choice("bicgstab", "ilu0", dict(params), why or
+                   "nonsymmetric with a zero-free diagonal: ILU(0) needs the fewest "
+                   "iterations on most such matrices, and BiCGSTAB with it less time than "
+                   "GMRES(30) on 17 of 26 test matrices (0.82x in geometric mean, sherman3 "
+                   "83 against 407 iterations)"),
+            Choice("gmres", "ilu0", dict(params), "BiCGSTAB broke down or stagnated: GMRES "
+                   "with the same ILU(0), from BiCGSTAB's iterate")]
+
+
 def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     """The ordered candidates for ``an`` (see module docstring); ``method`` or ``precond``
     other than ``"auto"`` pins that part of the choice."""
@@ -278,6 +301,11 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     if an.weak_diagonal:
         why = (f"{an.zero_diagonal} zero / {an.tiny_diagonal} tiny diagonal entries: MC64 "
                "permutes large entries to the diagonal, ILUT pivots")
+        if not an.zero_diagonal:
+            why = "ILU(0) failed: " + why
+            out += _ilu0_first(an, {"pivot_tol": TINY},
+                               f"{an.tiny_diagonal} tiny, no zero diagonal entries: ILU(0) "
+                               "first, refused at set-up if a pivot is tiny next to its row")
         out += [Choice("gmres", *ilut_mc64, why),
                 Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 1e-5, "fill_factor": 30},
                        "a finer ILUT keeps more of the factors"),
@@ -286,10 +314,7 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                        "an approximate inverse of the permuted matrix needs no pivots")]
     elif an.spd_like:
         isai = "block-isai" if an.block_size > 1 else "isai"
-        out += [Choice("cg", "ilu0", {}, "symmetric with a positive diagonal: IC(0), "
-                       "Manteuffel-shifted where a pivot is not positive (fewer iterations "
-                       "than the SPD approximate inverse on 12 of 17 SuiteSparse SPD "
-                       "matrices, and a cheaper set-up)"),
+        out += [*_ilu0_first(an, {}, ""),
                 Choice("cg", isai, {"variant": "spd"},
                        "IC(0) failed: CG with the SPD approximate inverse (FSAI), which "
                        "cannot break down"
@@ -298,12 +323,7 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                 Choice("gmres", *ilut_mc64, "ILU(0) failed: pivoting ILUT after MC64"),
                 *_direct(an)]
     else:
-        out += [Choice("bicgstab", "ilu0", {}, "nonsymmetric with a zero-free diagonal: ILU(0) "
-                       "needs the fewest iterations on most such matrices, and BiCGSTAB with "
-                       "it less time than GMRES(30) on 17 of 26 test matrices (0.82x in "
-                       "geometric mean, sherman3 83 against 407 iterations)"),
-                Choice("gmres", "ilu0", {}, "BiCGSTAB broke down or stagnated: GMRES with "
-                       "the same ILU(0), from BiCGSTAB's iterate"),
+        out += [*_ilu0_first(an, {}, ""),
                 Choice("gmres", "isai", {}, "ILU(0) failed or was slow: the approximate "
                        "inverse (best on circuit matrices)"),
                 Choice("gmres", *ilut_mc64, "both failed: pivoting ILUT after MC64"),

@@ -86,6 +86,20 @@ def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None, positive=False, d
     return indptr, indices, data, diag
 
 
+def _check_pivots(A, pivots, tol):
+    """Raise :class:`ZeroPivotError` at the first row ``i`` whose pivot ``|u_ii| <= tol
+    max_j |a_ij|`` (every row of ``A`` has its diagonal entry here: ILU(0) refused a
+    missing one)."""
+    rowmax = np.maximum.reduceat(np.abs(A.data), A.indptr[:-1])
+    small = np.flatnonzero(np.abs(pivots) <= tol * rowmax)
+    if small.size:
+        i = int(small[0])
+        raise ZeroPivotError(
+            f"ILU(0): the pivot of row {i} became {pivots[i]!r}, at most pivot_tol = {tol:.3g} "
+            f"times its row's largest entry {rowmax[i]:.3g} ({small.size} such rows); U^-1 "
+            "would blow up -- permute A (MC64) and use ILUT, or use ISAI")
+
+
 def split_factors(indptr, indices, data, n):
     """``(L, U)`` (SciPy CSR, FP64 or complex128, canonical) from combined factors; ``L``
     gets its unit diagonal.  The pattern of ``A`` is kept, explicit zeros included."""
@@ -176,6 +190,14 @@ class ILU0(Preconditioner):
         values agree to ``SYMMETRY_RTOL`` (1e-12) relative.  For complex ``A``
         symmetric means Hermitian (``A == A^H``; ``U = D L^H``, ``M`` Hermitian): a
         complex-symmetric ``A`` (``A == A^T``, e.g. Helmholtz) gets the general form.
+    pivot_tol : float
+        Refuse factors with a pivot ``|u_ii| <= pivot_tol * max_j |a_ij|`` (row ``i`` of
+        ``A``): a pivot that small next to its row makes ``U^-1`` blow up, and the Krylov
+        method with it diverges or stagnates.  ``0`` (default): only a zero, missing or
+        non-finite pivot is refused (PETSc's ``-pc_factor_zeropivot`` is the absolute form
+        of this test).  ``method="auto"`` sets ``sqrt(eps)`` when ``A`` has tiny but no
+        zero diagonal entries, to leave ILU(0) for MC64 + ILUT at set-up, not after
+        hundreds of iterations.
 
     Attributes
     ----------
@@ -190,8 +212,9 @@ class ILU0(Preconditioner):
     Raises
     ------
     ZeroPivotError
-        At setup, on a zero or missing pivot (the message names the row), or when no
-        shift of ``shift="auto"``'s sequence gives positive pivots.
+        At setup, on a zero or missing pivot (the message names the row), a pivot under
+        ``pivot_tol``, or when no shift of ``shift="auto"``'s sequence gives positive
+        pivots.
 
     Notes
     -----
@@ -216,8 +239,14 @@ class ILU0(Preconditioner):
     symmetric = False
     supports_complex = True
 
-    def __init__(self, dtype=None, symmetric=None, blocks=1, shift="auto"):
+    def __init__(self, dtype=None, symmetric=None, blocks=1, shift="auto", pivot_tol=0.0):
         super().__init__(dtype)
+        if isinstance(pivot_tol, bool) or not isinstance(
+                pivot_tol, (int, float, np.floating, np.integer)) or not 0 <= pivot_tol < 1:
+            raise ValueError(f"pivot_tol={pivot_tol!r}: use a number in [0, 1) (a pivot "
+                             "|u_ii| <= pivot_tol * max_j |a_ij| is refused; 0: only zero "
+                             "pivots)")
+        self.pivot_tol = float(pivot_tol)
         if symmetric not in (None, True, False):
             raise ValueError(f"symmetric={symmetric!r}: use True, False or None (detect)")
         if not (shift is None or (isinstance(shift, str) and shift == "auto") or (
@@ -260,6 +289,8 @@ class ILU0(Preconditioner):
                              "symmetric=False or None")
         indptr, indices, data, diag = self._factor(A, host, sym, mirror if sym else None)
         n = A.shape[0]
+        if self.pivot_tol:
+            _check_pivots(A, data[diag], self.pivot_tol)
         nl = int(np.sum(diag - indptr[:-1]))
         nu = indices.size - n - nl
         lptr = np.empty(n + 1, np.int64)

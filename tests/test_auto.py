@@ -107,6 +107,33 @@ def test_ilu0_zero_pivot_falls_back():
     assert res.converged and _ok(res, A, b, 1e-8) <= 1e-8
 
 
+def test_tiny_diagonal_tries_ilu0_first_and_refuses_tiny_pivots():
+    """Tiny, no zero diagonal entries: ILU(0) first with pivot_tol = sqrt(eps).  Where
+    elimination gives the pivot back (a_ii = 1e-12 next to a_{i,i-1} a_{i-1,i} = -1)
+    BiCGSTAB + ILU(0) solves it; where the pivot stays tiny (a block [[1e-12, 1], [1, 1]])
+    ILU(0) is refused at set-up, naming the row, and MC64 + ILUT solves it."""
+    n = 60
+    A = convection_diffusion2d(8, peclet=5.0)[:n, :n].tolil()
+    for i in range(1, n, 7):
+        A[i, i - 1], A[i - 1, i], A[i, i] = 1.0, -1.0, 1e-12
+    A = sp.csr_matrix(A)
+    b = A @ np.linspace(1, 2, n)
+    res = mpsolve.solve(A, b, rtol=1e-10)
+    assert res.analysis["tiny_diagonal"] > 0 and res.analysis["zero_diagonal"] == 0
+    assert res.choices[0].label.startswith("bicgstab + ilu0")
+    assert res.choices[0].params["pivot_tol"] == auto.TINY
+    assert res.precond == "ilu0" and res.converged and _ok(res, A, b, 1e-10) <= 1e-10
+
+    blk = sp.csr_matrix(np.array([[1e-12, 1.0], [1.0, 1.0]]))
+    A = sp.csr_matrix(sp.block_diag([blk] * 30) + sp.diags(0.1 * np.ones(n - 2), 2))
+    b = A @ np.linspace(1, 2, n)
+    res = mpsolve.solve(A, b, rtol=1e-10)
+    first = res.choices[0]
+    assert first.label.startswith("bicgstab + ilu0")
+    assert first.outcome.startswith("set-up failed: ZeroPivotError") and "row 0" in first.outcome
+    assert "ilut+mc64" in res.precond and res.converged and _ok(res, A, b, 1e-10) <= 1e-10
+
+
 def _zero_diagonal(n=80, seed=1):
     rng = np.random.default_rng(seed)
     B = sp.random(n, n, density=3.0 / n, random_state=rng, format="csr") + sp.diags(2 + rng.random(n))

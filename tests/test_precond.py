@@ -572,6 +572,27 @@ def test_ilu0_zero_pivot_names_the_row():
         ILU0().setup(A)
 
 
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_ilu0_pivot_tol_refuses_small_pivots_relative_to_the_row(symmetric):
+    """pivot_tol compares |u_ii| with row i's largest |a_ij|: u_11 = (1 + d) - 1 * 1 = d is
+    refused only at a tolerance above d / 4; a tiny a_ii whose pivot grows back passes."""
+    d = 1e-9
+    A = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [1.0, 1.0 + d, 4.0], [0.0, 4.0, 20.0]]))
+    with pytest.raises(ZeroPivotError, match=r"row 1 became .*pivot_tol = 1e-08 times its "
+                       r"row's largest entry 4"):
+        ILU0(symmetric=symmetric, shift=None, pivot_tol=1e-8).setup(A)
+    # u_11 = d (to ~1e-7 relative: 1 + d rounded): below 1e-8 * 4, above 1e-12 * 4; ILU(0)
+    # of a tridiagonal matrix is exact (FP64 factors: FP32 would round 1 + d to 1)
+    M = ILU0("float64", symmetric=symmetric, shift=None, pivot_tol=1e-12).setup(A)
+    np.testing.assert_allclose(M.matvec(A @ np.ones(3)), np.ones(3), rtol=1e-6)
+    # a tiny diagonal entry whose pivot is not tiny: u_11 = 1e-12 + 1 (a_10 a_01 = -1)
+    B = sp.csr_matrix(np.array([[1.0, -1.0], [1.0, 1e-12]]))
+    assert np.allclose(ILU0("float64", pivot_tol=1e-8).setup(B).matvec(B @ np.ones(2)), 1.0)
+    for bad in (-1e-3, 1.0, True, "1e-8", float("nan")):
+        with pytest.raises(ValueError, match="pivot_tol="):
+            ILU0(pivot_tol=bad)
+
+
 # ------------------------------------------------------------------ Krylov iterations
 def _iters(solver, A, M, **kw):
     b = A @ np.ones(A.shape[0])
