@@ -355,9 +355,14 @@ def test_gmres_arnoldi_kernel_matches_reference(mode, mn, side, zrows):
         out.append((res, H, hist))
     (r0, H0, h0), (r1, H1, h1) = out
     assert r0[0] == r1[0] == m and r0[1] == r1[1] and r0[4] == r1[4] == 0
-    # the kernels sum in other orders (and an FP32 preconditioner rounds its output to
-    # FP32); twelve Arnoldi steps amplify the difference in the late columns
-    tol = 1e-4 if M is not None and M.storage_dtype == np.float32 else 1e-6
+    # the kernels sum in other orders (the cpu's row sums two products a step, SciPy's one;
+    # an FP32 preconditioner, or one summing its rows in FP32, rounds at FP32's level);
+    # twelve Arnoldi steps amplify the difference in the late columns: on this problem a
+    # change of the start vector at FP32's level (6e-8 relative) moves the reference's own
+    # H by up to 6e-3 (ISAI general) and 1e-2 (ILU(0)); the kernels' FP32 rounding, by
+    # 2e-5 against the reference
+    fp32 = M is not None and (M.storage_dtype == np.float32 or desc[2] == "acc32")
+    tol = 1e-3 if fp32 else 1e-6
     np.testing.assert_allclose(H0, H1, rtol=tol, atol=tol * 1e-2)
     np.testing.assert_allclose(h0, h1, rtol=tol * 10)
 

@@ -5,7 +5,8 @@ preconditioner), true relative residual 1e-8.  For each method (CG only on the
 SPD matrices):
 
 * mpsolve tells the truth: ``info == 0`` exactly when the FP64 true residual of
-  the returned ``x`` meets the tolerance (``info != 0`` otherwise);
+  the returned ``x`` meets the tolerance (``info != 0`` otherwise), up to the rounding
+  of the residual's own evaluation where it sits at that level;
 * it agrees with SciPy's same method and preconditioner: both reach the
   tolerance or both do not, and the iteration counts are close.  SciPy is judged
   by its true residual too (it can report ``info == 0`` for an ``x`` that misses
@@ -17,9 +18,9 @@ SPD matrices):
     preconditioned estimate into the true-residual test the same way; counts agree.
     (Right preconditioning is compared in ``test_api.py``.)
   - BiCGSTAB: its iteration count is chaotic in rounding -- SciPy's own count on
-    add20 moves between 206 and 1254 when ``b`` is perturbed by 1e-14.  SciPy is
-    run on ``b`` and two such perturbations, and mpsolve's count must fall in the
-    range they span (with the same margin).
+    add20 moves between 206 and 1254 when ``b`` is perturbed by 1e-14.  SciPy and
+    mpsolve are run on ``b`` and two such perturbations, and one of mpsolve's counts
+    must fall in the range SciPy's span (with the same margin).
 
 The per-matrix iteration table is printed at the end of the test run.
 """
@@ -67,10 +68,19 @@ def test_agrees_with_scipy(name, method, table):
     else:
         kw.update(maxiter=MAXITER)
 
-    res = mpsolve.solve(A, b, method=method, precond=M, **{k: v for k, v in kw.items() if k != "M"})
+    def ours(rhs):
+        return mpsolve.solve(A, rhs, method=method, precond=M,
+                             **{k: v for k, v in kw.items() if k != "M"})
+
+    res = ours(b)
     true_m = np.linalg.norm(b - A @ res.x) / bn
-    assert res.true_residual == pytest.approx(true_m, rel=1e-6, abs=1e-300)
-    assert (res.info == 0) == (true_m <= RTOL), res.status
+    # two FP64 evaluations of b - A x (ours one product at a time from b, SciPy's A @ x then
+    # b minus it) differ by up to about (row length + 2) eps (|b| + |A| |x|) per entry:
+    # where the residual sits at that level (nos7, cond 4e9) only that much agreement
+    noise = ((np.diff(A.indptr).max() + 2) * np.finfo(float).eps
+             * np.linalg.norm(abs(b) + abs(A) @ abs(res.x)) / bn)
+    assert abs(res.true_residual - true_m) <= 1e-6 * true_m + noise
+    assert (res.info == 0) == (true_m <= RTOL) or abs(true_m - RTOL) <= noise, res.status
     assert np.isfinite(res.x).all()
 
     def scipy_run(rhs):
@@ -93,12 +103,18 @@ def test_agrees_with_scipy(name, method, table):
     it_m = res.iterations if res.converged else MAXITER
     it_s = it_raw if ok_s else MAXITER
     lo = hi = it_s
+    mine = [it_m]
     if method == "bicgstab":
         rng = np.random.default_rng(0)
         for _ in range(2):
-            c, _, t = scipy_run(b * (1 + 1e-14 * rng.standard_normal(n)))
+            rhs = b * (1 + 1e-14 * rng.standard_normal(n))
+            c, _, t = scipy_run(rhs)
             c = c if t <= RTOL else MAXITER
             lo, hi = min(lo, c), max(hi, c)
+            # and ours on the same perturbed b: the spreads are compared, not one draw
+            # (494_bus: ours 521-1444 and one miss over 8 draws, SciPy's 455-1405 and one)
+            r = ours(rhs)
+            mine.append(r.iterations if r.converged else MAXITER)
     table("SuiteSparse: iterations to true relative residual 1e-8 (Jacobi; F = not reached)",
           ["matrix", "method", "M", "mpsolve", "scipy", "scipy range (bicgstab)",
            "mpsolve true res", "scipy true res"]
@@ -111,6 +127,6 @@ def test_agrees_with_scipy(name, method, table):
     # checked above) is no disagreement: nos7 (cond 4e9), where SciPy's CG stops on its
     # recursive residual at 3.7e-8, and rounding decides whether ours gets there
     better = res.converged and not ok_s and it_m <= 3 * max(it_raw, 1)
-    assert better or _close(it_m, lo) or _close(it_m, hi) or lo <= it_m <= hi, (
+    assert better or any(_close(c, lo) or _close(c, hi) or lo <= c <= hi for c in mine), (
         f"mpsolve {res.iterations} it ({res.status}); scipy {it_raw} it (info {info_s}, true "
-        f"residual {true_s:.2e}; range over perturbed b {lo}-{hi})")
+        f"residual {true_s:.2e}; range over perturbed b {lo}-{hi}; ours there {mine})")

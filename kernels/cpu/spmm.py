@@ -49,12 +49,15 @@ CHUNK = 2048
 # trip per product: 10x slower than the SpMV here).  The blocks are read flat
 # (``X.reshape(-1)``: entry (j, c) at j k + c) with unsigned indices, as :mod:`.spmv`
 # does, so no wraparound test enters the inner loop.  ``acc`` (a length-1 array) carries
-# the accumulator's dtype: FP64 for ``acc64``, FP32 for ``acc32``.  ``res``: ``R = B - A X``
-# (the sums start from ``B`` and subtract: ``b - a x`` and ``b + (-a) x`` round alike).
+# the accumulator's dtype: FP64 for ``acc64``, FP32 for ``acc32``.  The products enter each
+# sum two at a time, as :mod:`.spmv`'s rows do (the columns are its products bit for bit).
+# ``res``: ``R = B - A X`` (the sums start from ``B`` and subtract one product at a time, as
+# the residual kernel does: ``b - a x`` and ``b + (-a) x`` round alike).
 
 @njit(inline="always", **JIT)
 def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
+    one = np.uint64(1)
     yt = Yf.dtype.type              # X . Y of the stored (rounded) Y
     d0 = d1 = d2 = d3 = d4 = d5 = d6 = d7 = 0.0
     for i in range(lo, hi):
@@ -64,7 +67,21 @@ def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
             s4, s5, s6, s7 = t(Bf[o + 4]), t(Bf[o + 5]), t(Bf[o + 6]), t(Bf[o + 7])
         else:
             s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = t(0.0)
-        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+        p, e = np.uint64(indptr[i]), np.uint64(indptr[i + 1])
+        while p + one < e and not res:  # two products a step (spmv's order)
+            a, b = t(data[p]), t(data[p + one])
+            j = np.uint64(indices[p]) * k + c0
+            l = np.uint64(indices[p + one]) * k + c0
+            s0 += a * t(Xf[j]) + b * t(Xf[l])
+            s1 += a * t(Xf[j + 1]) + b * t(Xf[l + 1])
+            s2 += a * t(Xf[j + 2]) + b * t(Xf[l + 2])
+            s3 += a * t(Xf[j + 3]) + b * t(Xf[l + 3])
+            s4 += a * t(Xf[j + 4]) + b * t(Xf[l + 4])
+            s5 += a * t(Xf[j + 5]) + b * t(Xf[l + 5])
+            s6 += a * t(Xf[j + 6]) + b * t(Xf[l + 6])
+            s7 += a * t(Xf[j + 7]) + b * t(Xf[l + 7])
+            p += np.uint64(2)
+        while p < e:                  # the tail; the residual's terms one at a time
             a = -t(data[p]) if res else t(data[p])
             j = np.uint64(indices[p]) * k + c0
             s0 += a * t(Xf[j])
@@ -75,6 +92,7 @@ def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
             s5 += a * t(Xf[j + 5])
             s6 += a * t(Xf[j + 6])
             s7 += a * t(Xf[j + 7])
+            p += np.uint64(1)
         Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
         Yf[o + 4], Yf[o + 5], Yf[o + 6], Yf[o + 7] = s4, s5, s6, s7
         if dot:
@@ -100,6 +118,7 @@ def _g8(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
 @njit(inline="always", **JIT)
 def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
+    one = np.uint64(1)
     yt = Yf.dtype.type              # X . Y of the stored (rounded) Y
     d0 = d1 = d2 = d3 = 0.0
     for i in range(lo, hi):
@@ -108,13 +127,24 @@ def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
             s0, s1, s2, s3 = t(Bf[o]), t(Bf[o + 1]), t(Bf[o + 2]), t(Bf[o + 3])
         else:
             s0 = s1 = s2 = s3 = t(0.0)
-        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+        p, e = np.uint64(indptr[i]), np.uint64(indptr[i + 1])
+        while p + one < e and not res:  # two products a step (spmv's order)
+            a, b = t(data[p]), t(data[p + one])
+            j = np.uint64(indices[p]) * k + c0
+            l = np.uint64(indices[p + one]) * k + c0
+            s0 += a * t(Xf[j]) + b * t(Xf[l])
+            s1 += a * t(Xf[j + 1]) + b * t(Xf[l + 1])
+            s2 += a * t(Xf[j + 2]) + b * t(Xf[l + 2])
+            s3 += a * t(Xf[j + 3]) + b * t(Xf[l + 3])
+            p += np.uint64(2)
+        while p < e:                  # the tail; the residual's terms one at a time
             a = -t(data[p]) if res else t(data[p])
             j = np.uint64(indices[p]) * k + c0
             s0 += a * t(Xf[j])
             s1 += a * t(Xf[j + 1])
             s2 += a * t(Xf[j + 2])
             s3 += a * t(Xf[j + 3])
+            p += np.uint64(1)
         Yf[o], Yf[o + 1], Yf[o + 2], Yf[o + 3] = s0, s1, s2, s3
         if dot:
             d0 += np.float64(Xf[o]) * np.float64(yt(s0))
@@ -131,6 +161,7 @@ def _g4(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
 @njit(inline="always", **JIT)
 def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
+    one = np.uint64(1)
     yt = Yf.dtype.type              # X . Y of the stored (rounded) Y
     d0 = d1 = 0.0
     for i in range(lo, hi):
@@ -139,11 +170,20 @@ def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
             s0, s1 = t(Bf[o]), t(Bf[o + 1])
         else:
             s0 = s1 = t(0.0)
-        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+        p, e = np.uint64(indptr[i]), np.uint64(indptr[i + 1])
+        while p + one < e and not res:  # two products a step (spmv's order)
+            a, b = t(data[p]), t(data[p + one])
+            j = np.uint64(indices[p]) * k + c0
+            l = np.uint64(indices[p + one]) * k + c0
+            s0 += a * t(Xf[j]) + b * t(Xf[l])
+            s1 += a * t(Xf[j + 1]) + b * t(Xf[l + 1])
+            p += np.uint64(2)
+        while p < e:                  # the tail; the residual's terms one at a time
             a = -t(data[p]) if res else t(data[p])
             j = np.uint64(indices[p]) * k + c0
             s0 += a * t(Xf[j])
             s1 += a * t(Xf[j + 1])
+            p += np.uint64(1)
         Yf[o], Yf[o + 1] = s0, s1
         if dot:
             d0 += np.float64(Xf[o]) * np.float64(yt(s0))
@@ -156,14 +196,22 @@ def _g2(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
 @njit(inline="always", **JIT)
 def _g1(lo, hi, indptr, indices, data, Xf, Bf, Yf, k, c0, acc, res, dot, D):
     t = acc.dtype.type
+    one = np.uint64(1)
     yt = Yf.dtype.type              # X . Y of the stored (rounded) Y
     d0 = 0.0
     for i in range(lo, hi):
         o = np.uint64(i) * k + c0
         s0 = t(Bf[o]) if res else t(0.0)
-        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+        p, e = np.uint64(indptr[i]), np.uint64(indptr[i + 1])
+        while p + one < e and not res:  # two products a step (spmv's order)
+            a, b = t(data[p]), t(data[p + one])
+            s0 += (a * t(Xf[np.uint64(indices[p]) * k + c0])
+                   + b * t(Xf[np.uint64(indices[p + one]) * k + c0]))
+            p += np.uint64(2)
+        while p < e:                  # the tail; the residual's terms one at a time
             a = -t(data[p]) if res else t(data[p])
             s0 += a * t(Xf[np.uint64(indices[p]) * k + c0])
+            p += np.uint64(1)
         Yf[o] = s0
         if dot:
             d0 += np.float64(Xf[o]) * np.float64(yt(s0))
