@@ -170,3 +170,48 @@ def test_work_counts_dd_costs_more_per_iteration():
     (f0, b0), (f1, b1) = C.work("cg", 1000, 5000)
     assert f0 == 5000 * 2 + 1000 * (3 * 2 + 3 * 2 + 1)
     assert f1 > 8 * f0 and 1.2 * b0 < b1 < 2 * b0
+
+
+def test_exact_count_is_rational_cgs():
+    """cg_exact_count (Lanczos, full reorthogonalisation) stops where exact rational PCG
+    first meets the tolerance."""
+    rng = np.random.default_rng(6)
+    n = 8
+    B = rng.integers(-9, 10, (n, n)).astype(np.float64)
+    A = C._csr(sp.csr_matrix(B @ B.T + np.diag(rng.integers(1, 40, n).astype(np.float64))))
+    b = rng.integers(-50, 51, n).astype(np.float64)
+    ref = _exact_pcg(A, b, n)
+    Ab = [[F(v) for v in row] for row in A.toarray()]
+    res = [sum((F(bi) - sum(a * xj for a, xj in zip(row, x))) ** 2
+               for bi, row in zip(b, Ab)) for x in ref]             # ||b - A x_k||^2
+    nb2 = sum(F(v) ** 2 for v in b)
+    checked = 0
+    for k in range(1, n):
+        best = min([nb2] + res[:k - 1])          # the smallest residual before step k
+        if not 0 < res[k - 1] < best:
+            continue                             # step k is not a first crossing
+        # a tolerance between the two (geometric mean): step k is the first to meet it
+        rtol = (float(res[k - 1]) * float(best)) ** 0.25 / float(nb2) ** 0.5
+        assert res[k - 1] < F(rtol) ** 2 * nb2 < best
+        assert C.cg_exact_count(A, b, rtol, 100) == (k, 0)
+        checked += 1
+    assert checked >= 4
+
+
+def test_exact_count_shows_cgs_delay_that_precision_does_not_remove():
+    """A Strakos spectrum (eigenvalues dense at the low end, a few outliers): exact CG ends
+    within n steps, FP64 CG takes far more, double-double still more than exact."""
+    n = 48
+    i = np.arange(n)
+    lam = 0.1 + i / (n - 1) * (1000.0 - 0.1) * 0.8 ** (n - 1 - i)
+    Q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((n, n)))
+    Ad = (Q * lam) @ Q.T
+    A = C._csr(sp.csr_matrix((Ad + Ad.T) / 2))                     # exactly symmetric
+    b = A @ np.ones(n)
+    k_exact, flag = C.cg_exact_count(A, b, 1e-10, 1000)
+    assert flag == 0 and k_exact <= n
+    k64 = C.instrument(C.F64(A, b), "cg", 1e-10, 1000)[0]
+    kdd = C.instrument(C.DDArith(A, b), "cg", 1e-10, 1000)[0]
+    assert k64 > 2 * n and k_exact < kdd < k64
+    with pytest.raises(ValueError, match="symmetric"):
+        C.cg_exact_count(C._csr(sp.csr_matrix(Ad + np.triu(Ad, 1) * 1e-3)), b, 1e-10, 10)
