@@ -867,6 +867,15 @@ def conclusion(abl, suite, rtol, rtol_suite):
          "pass and k stored vectors at step k -- not an FP64-cost change) or "
          "fewer exact-arithmetic iterations (a better preconditioner), not the "
          "arithmetic of the recurrences."]
+    big = sorted(abl, key=lambda r: r["dd"][0] / max(r["double"][0], 1))[:2]
+    L += ["", f"Over all {len(abl)} systems of the set (the geomean `accuracy.md`'s goal line "
+          f"takes) dd/fp64 is {_g(abl, 'dd', 'fp64'):.3f} and dd/`double` "
+          f"{_g(abl, 'dd', 'double'):.3f}, carried by "
+          + " and ".join(f"{r['problem']} {r['method']} (dd/`double` "
+                         f"{r['dd'][0] / max(r['double'][0], 1):.2f}, the instrument's "
+                         f"FP64 {r['fp64'][0] / max(r['double'][0], 1):.2f})" for r in big)
+          + " (the instrument's FP64 against `double`: the same precision in another "
+          "rounding order)."]
     rows = [(r, rtol) for r in abl] + [(r, rtol_suite) for r in suite]
     low = [(r, t) for r, t in rows if r["method"] != "bicgstab" and r["dd"][1] == 0
            and r["dd"][0] <= 0.95 * r["fp64"][0]]
