@@ -22,6 +22,8 @@ python -m mpsolve.bench.bench_solver --collection "$COLL" --out bench/results/so
 # reduction of the eft preset moves the iteration count
 MPSOLVE_MATRIX_PATH="$COLL" python -m mpsolve.bench.bench_accuracy
 MPSOLVE_MATRIX_PATH="$COLL" MPSOLVE_TEST_COLLECTION="$COLL" python -m mpsolve.bench.bench_eft_ablation
+# ... and how far any precision of the recurrences (longdouble, double-double, exact) goes
+MPSOLVE_MATRIX_PATH="$COLL" MPSOLVE_TEST_COLLECTION="$COLL" python -m mpsolve.bench.bench_eft_ceiling
 # issue 10: Block-ISAI set-up against ILU(0), time to solution
 python -m mpsolve.bench.bench_setup
 # issue 12: coverage of auto against mpsolve's own best, PETSc's and SciPy's best
