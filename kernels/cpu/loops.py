@@ -1,9 +1,8 @@
 """Whole Krylov iterations in one compiled call, for small systems (Numba).
 
-Below :data:`~._config.PARALLEL_MIN` unknowns every CPU vector kernel runs its serial form
-(the SpMV too, unless the matrix has enough nonzeros for several row partitions: then
-both the loops and the Python bodies call its parallel form), and the time of an
-iteration is mostly the Python around the kernels: five to eight calls through bound
+Below :data:`~._config.PARALLEL_MIN` unknowns (and :data:`.spmv.PARALLEL_MIN_WORK`
+nonzeros plus rows) every CPU kernel runs its serial form, and the time of an iteration is mostly
+the Python around the kernels: five to eight calls through bound
 primitives per iteration, a microsecond or more each.  The loops here run the same
 iterations inside one ``@njit`` function that calls the *same* kernels directly
 (:mod:`.blas1`, :mod:`.spmv`, :mod:`.ilu`, :mod:`.eft`: not copies), so for the same
@@ -49,8 +48,7 @@ from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy
 from .eft import _dot2_ser, _mdot2_ser, _nrm2_ser
 from .hessenberg import _rotate
 from .ilu import _ilu_solve
-from .spmv import (_csr_acc32_par, _csr_acc32_ser, _csr_acc64_dot_par, _csr_acc64_dot_ser,
-                   _csr_acc64_par, _csr_acc64_ser)
+from .spmv import _csr_acc32_ser, _csr_acc64_dot_ser, _csr_acc64_ser
 
 __all__ = ["loop_plan", "cg_loop_native", "cg_loop_compensated", "gmres_arnoldi_native",
            "gmres_arnoldi_compensated", "bicgstab_loop_native", "bicgstab_loop_compensated"]
@@ -64,13 +62,16 @@ _NATIVE, _COMPENSATED = 0, 1
 @register_plan("cpu", "cg_loop")
 def loop_plan(n, A, M, dtype, force=False):
     """The argument pack of :func:`mpsolve.kernels.fused.pack`, or ``None`` where a loop
-    here would not compute what the Python body computes bit for bit: the vector kernels
-    the Python body calls run their parallel forms at this size (``n`` at least
-    :data:`PARALLEL_MIN`).  A matrix split in several row partitions (many nonzeros for
-    few rows, e.g. 60 a row) is multiplied by the same parallel SpMV in both.  ``force``:
-    pack whatever the size (the vector kernels here are serial; for tests and explicit
-    use)."""
-    if not force and n >= PARALLEL_MIN:
+    here would not compute what the Python body computes bit for bit: some kernel the
+    Python body calls runs its parallel form at this size (``n`` at least
+    :data:`PARALLEL_MIN`, or a matrix split in several row partitions).  ``force``: pack
+    whatever the size (the loops are serial; for tests and explicit use).
+
+    The parallel SpMV is not called from these loops: tried (the Python bodies' parallel
+    product inside the loop, same bits), a solve of ``python -m mpsolve.bench.coverage``
+    crashed there with a segmentation fault, in its first solve after PETSc's set-up; not
+    pursued."""
+    if not force and (n >= PARALLEL_MIN or A[0].size > 2):
         return None
     return pack(A, M, dtype)
 
@@ -213,27 +214,12 @@ def _csr(mode, parts, ptr, ind, val, x, y):
 
 
 @njit(**JIT)
-def _amul(mode, parts, ptr, ind, val, x, y):
-    """``y = A x`` as the System's ``spmv``: over ``A``'s row partitions in parallel where
-    it has several (a matrix with many nonzeros for its rows: :func:`.spmv.partition_rows`),
-    else serially."""
-    if parts.size <= 2:
-        _csr(mode, parts, ptr, ind, val, x, y)
-    elif mode == ACC32:
-        _csr_acc32_par(parts, ptr, ind, val, x, y)
-    else:
-        _csr_acc64_par(parts, ptr, ind, val, x, y)
-
-
-@njit(**JIT)
 def _matvec_dot(amode, dmode, A, x, y):
     """``y = A x; return x . y`` as the System's ``matvec_dot``."""
     parts, ptr, ind, val = A
     if amode == ACC64_DOT:
-        if parts.size > 2:
-            return np.float64(_csr_acc64_dot_par(parts, ptr, ind, val, x, y))
         return np.float64(_csr_acc64_dot_ser(parts, ptr, ind, val, x, y))
-    _amul(amode, parts, ptr, ind, val, x, y)
+    _csr(amode, parts, ptr, ind, val, x, y)
     return _dot(dmode, x, y)
 
 
@@ -363,14 +349,14 @@ def _arnoldi(dmode, consts, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, s
     for j in range(m):
         w = V[j + 1]
         if side == 1:
-            _amul(amode, parts, ptr, ind, val, V[j], u)          # u = A v_j
+            _csr(amode, parts, ptr, ind, val, V[j], u)          # u = A v_j
             _psolve(prog, pmode, P, u, w, t)                  # w = M A v_j
         elif side == 2:
             z = Z[j] if Z.shape[0] > 1 else Z[0]              # flexible: row j; linear M: one
             _psolve(prog, pmode, P, V[j], z, t)               # z_j = M v_j
-            _amul(amode, parts, ptr, ind, val, z, w)          # w = A z_j
+            _csr(amode, parts, ptr, ind, val, z, w)           # w = A z_j
         else:
-            _amul(amode, parts, ptr, ind, val, V[j], w)       # w = A v_j
+            _csr(amode, parts, ptr, ind, val, V[j], w)        # w = A v_j
         _mdot(dmode, V, j + 1, w, hcol)                       # h_i = v_i . w
         wnorm = _nrm2(dmode, w, lo, step)
         wnorm0 = wnorm_in = wnorm
@@ -459,7 +445,7 @@ def _bicgstab(dmode, consts, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph,
             _bicg_dir_ser(r, beta, omega, v, p)           # p = r + beta (p - omega v)
         if prog != P_NONE:
             _psolve(prog, pmode, P, p, ph, w)             # p^ = M p
-        _amul(amode, parts, ptr, ind, val, ph, v)         # v = A p^
+        _csr(amode, parts, ptr, ind, val, ph, v)          # v = A p^
         r0v = _dot(dmode, r0, v)
         if r0v == 0.0:
             return k - 1, -10
@@ -478,7 +464,7 @@ def _bicgstab(dmode, consts, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph,
             return k, 0
         if prog != P_NONE:
             _psolve(prog, pmode, P, s, sh, w)             # s^ = M s
-        _amul(amode, parts, ptr, ind, val, sh, t)         # t = A s^
+        _csr(amode, parts, ptr, ind, val, sh, t)          # t = A s^
         tt = _dot(dmode, t, t)
         ts = _dot(dmode, t, s)
         if tiny <= tt < math.inf and abs(ts) < math.inf:
