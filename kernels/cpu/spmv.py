@@ -66,33 +66,33 @@ def partition_rows(indptr, nparts=None):
 
 
 @njit(inline="always", **JIT)
-def _row_sum(acc, k, e, indices, data, x, cast):
-    """``acc + sum_{k <= p < e} data[p] x[indices[p]]``, two products a step (module
-    docstring), each factor ``cast`` to the accumulator's precision first."""
-    one = np.uint64(1)
-    while k + one < e:
-        acc += (cast(data[k]) * cast(x[np.uint64(indices[k])])
-                + cast(data[k + one]) * cast(x[np.uint64(indices[k + one])]))
-        k += np.uint64(2)
-    if k < e:
-        acc += cast(data[k]) * cast(x[np.uint64(indices[k])])
-    return acc
-
-
-@njit(inline="always", **JIT)
 def _rows_acc64(lo, hi, indptr, indices, data, x, y):
+    one = np.uint64(1)
     for i in range(lo, hi):
         acc = wide(y.dtype.type(0.0))  # float64 (complex128)
-        y[i] = _row_sum(acc, np.uint64(indptr[i]), np.uint64(indptr[i + 1]), indices, data, x,
-                        wide)          # rounded once to y's dtype
+        k, e = np.uint64(indptr[i]), np.uint64(indptr[i + 1])
+        while k + one < e:             # two products a step (module docstring)
+            acc += (wide(data[k]) * wide(x[np.uint64(indices[k])])
+                    + wide(data[k + one]) * wide(x[np.uint64(indices[k + one])]))
+            k += np.uint64(2)
+        if k < e:
+            acc += wide(data[k]) * wide(x[np.uint64(indices[k])])
+        y[i] = acc  # rounded once to y's dtype
 
 
 @njit(inline="always", **JIT)
 def _rows_acc32(lo, hi, indptr, indices, data, x, y):
+    one = np.uint64(1)
     for i in range(lo, hi):
         acc = narrow(y.dtype.type(0.0))  # float32 (complex64)
-        y[i] = _row_sum(acc, np.uint64(indptr[i]), np.uint64(indptr[i + 1]), indices, data, x,
-                        narrow)
+        k, e = np.uint64(indptr[i]), np.uint64(indptr[i + 1])
+        while k + one < e:
+            acc += (narrow(data[k]) * narrow(x[np.uint64(indices[k])])
+                    + narrow(data[k + one]) * narrow(x[np.uint64(indices[k + one])]))
+            k += np.uint64(2)
+        if k < e:
+            acc += narrow(data[k]) * narrow(x[np.uint64(indices[k])])
+        y[i] = acc
 
 
 @njit(inline="always", **JIT)
@@ -109,10 +109,17 @@ def _rows_residual(lo, hi, indptr, indices, data, x, b, r):
 
 @njit(inline="always", **JIT)
 def _rows_acc64_dot(lo, hi, indptr, indices, data, x, y):
+    one = np.uint64(1)
     s = y.dtype.type(0.0)
     for i in range(lo, hi):
-        acc = _row_sum(wide(y.dtype.type(0.0)), np.uint64(indptr[i]), np.uint64(indptr[i + 1]),
-                       indices, data, x, wide)  # float64 (complex128)
+        acc = wide(y.dtype.type(0.0))  # float64 (complex128)
+        k, e = np.uint64(indptr[i]), np.uint64(indptr[i + 1])
+        while k + one < e:
+            acc += (wide(data[k]) * wide(x[np.uint64(indices[k])])
+                    + wide(data[k + one]) * wide(x[np.uint64(indices[k + one])]))
+            k += np.uint64(2)
+        if k < e:
+            acc += wide(data[k]) * wide(x[np.uint64(indices[k])])
         yi = y.dtype.type(acc)
         y[i] = yi
         s += cmul(y.dtype.type(x[i]), yi)  # conj(x_i) y_i
