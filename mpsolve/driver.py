@@ -43,7 +43,7 @@ from ._system import STAGNATION, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
 from .refine import dd_stage, dd_supported, refine_stage
-from .result import USER_STOP, Escalation, SolveResult, status_text
+from .result import USER_STOP, Escalation, SolveResult, keep_period, status_text
 
 __all__ = ["run", "iterate", "report_fields"]
 
@@ -167,6 +167,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
 
         def callback(xk):
             return user_callback(problem.unscale(xk) if hasattr(xk, "shape") else xk)
+        keep_period(callback, user_callback)
     rel_tol = problem.tol / problem.bnrm if problem.bnrm else problem.rtol
 
     def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra="",

@@ -53,7 +53,7 @@ import numpy as np
 from ._system import STAGNATION, system_for
 from .kernels.registry import lookup
 from .kernels.safenorm import norm
-from .result import USER_STOP, wants_stop
+from .result import USER_STOP, keep_period, wants_stop
 
 __all__ = ["refine_stage", "dd_stage", "dd_supported", "INNER_RTOL", "DD_ETA"]
 
@@ -184,6 +184,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
                 xp.add(xt, xl, out=xt)          # x = x_hi + x_lo + d
                 return callback(xt)
             return callback(v)                  # GMRES's residual-norm callbacks
+        keep_period(cb, callback)
 
     if problem._first_residual and problem.x0_mode == "zero" and not bool(xp.any(xh)):
         r64[:] = problem.b64                    # b - A 0, exactly

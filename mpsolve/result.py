@@ -45,6 +45,16 @@ def callback_period(callback):
     return period if isinstance(period, int) and period > 0 else None
 
 
+def keep_period(wrapper, callback):
+    """``wrapper`` (a function that calls ``callback``) with ``callback``'s ``period``: a
+    wrapper that dropped it would be called every iteration, and the monitor, which counts
+    ``period`` iterations a call, would see its window pass ``period`` times too fast."""
+    period = callback_period(callback)
+    if period is not None:
+        wrapper.period = period
+    return wrapper
+
+
 @dataclass
 class Escalation:
     """One automatic switch to a stronger precision policy."""

@@ -533,6 +533,26 @@ def test_periodic_callback_same_bits_on_both_paths(monkeypatch, method, chunk):
     _same(s0, s1)
 
 
+@pytest.mark.parametrize("case", ["dd", "scaled_b"])
+@pytest.mark.parametrize("method", ["cg", "bicgstab"])
+def test_periodic_callback_keeps_its_period_through_wrappers(method, case):
+    """The callback wrappers -- the double-double refinement's (it hands on x_hi + x_lo + d)
+    and the scaled right-hand side's (x in the caller's units) -- keep the ``period``:
+    called once per ``period`` iterations, not each one.  (Dropped, the automatic choice's
+    monitor counted each call as ``period`` iterations and gave up on nos7's CG + IC(0)
+    after 41 iterations as "did not halve in 300".)"""
+    A = poisson2d(16)
+    b = A @ np.linspace(1.0, 2.0, 256)
+    precision = "mixed-eft" if case == "dd" else "mixed"
+    if case == "scaled_b":
+        b = b * 2.0**600                      # ||b|| outside _B_RANGE: solved as 2^-b_exp b
+    cb = _Periodic(10)
+    r = mpsolve.solve(A, b, method=method, precond="jacobi", precision=precision,
+                      rtol=1e-10, escalate=False, callback=cb)
+    assert r.info == 0 and r.iterations > 20
+    assert cb.calls <= r.iterations // 10 + 2      # a refinement step may end mid-period
+
+
 def test_auto_monitor_is_periodic_without_a_user_callback(monkeypatch):
     """The automatic choice's CG candidate gets a periodic monitor (so the compiled loop
     runs) when the caller gives no callback, a per-iteration one when the caller does."""
