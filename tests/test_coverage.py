@@ -42,7 +42,7 @@ def test_markdown_totals_and_geometric_mean():
 def test_fastest_repeats_only_short_runs(monkeypatch):
     from mpsolve.bench import coverage
 
-    clock = iter([0.0, 0.5, 1.0, 1.25, 2.0, 2.875, 10.0, 12.0])
+    clock = iter([0.0, 0.5, 1.0, 1.25, 2.0, 2.875, 10.0, 12.0, 12.0, 13.5])
     monkeypatch.setattr(coverage.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(coverage, "_REPEAT", [3])
     calls = []
@@ -50,12 +50,17 @@ def test_fastest_repeats_only_short_runs(monkeypatch):
     assert (out, t, len(calls)) == (2, 0.25, 3)         # 0.5, 0.25, 0.875 s: fastest kept
     calls.clear()
     out, t = coverage._fastest(lambda: calls.append(1) or len(calls))
-    assert (out, t, len(calls)) == (1, 2.0, 1)          # 2 s: not repeated
+    assert (out, t, len(calls)) == (2, 1.5, 2)          # 2 s (a compile?) once more, then no
     own = iter([("a", 0.5), ("b", 0.125), ("c", 1.5)])  # runs that time themselves
     monkeypatch.setattr(coverage.time, "perf_counter", lambda: 0.0)
     assert coverage._fastest(lambda: next(own), own_clock=True) == ("b", 0.125)
+    own = iter([("a", 3.0), ("b", 0.1), ("c", 0.2)])
+    assert coverage._fastest(lambda: next(own), own_clock=True) == ("b", 0.1)  # 3 s, then short
+    own = iter([("a", 3.0), ("b", 2.5), ("c", 0.2)])
+    assert coverage._fastest(lambda: next(own), own_clock=True) == ("b", 2.5)  # two long: stop
+    monkeypatch.setattr(coverage, "_REPEAT", [1])
     own = iter([("a", 3.0), ("b", 0.1)])
-    assert coverage._fastest(lambda: next(own), own_clock=True) == ("a", 3.0)   # not repeated
+    assert coverage._fastest(lambda: next(own), own_clock=True) == ("a", 3.0)  # --repeat 1
 
 
 @pytest.mark.mpi
