@@ -15,6 +15,12 @@ dot     native dot vs Dot2 (parallel, and the serial kernel) on 10M FP64 vectors
         both stream 160 MB, Dot2 does ~10x the flops.
 nrm2    native vs compensated norm on 10M FP64.
 sum     ``np.sum`` vs Sum2 on 10M FP64.
+rows    one thread, one serial SpMV (FP32 values, FP64 row sums: the mixed operator) on
+        matrices of short and long rows (7-point Poisson 50^3, 81-entry elasticity3d:12,
+        the SuiteSparse bcsstk16 where ``MPSOLVE_MATRIX_PATH`` finds it): the kernel,
+        which adds each row's products two at a time (PETSc's order), against the same
+        loop one product a step (the kernel before; SciPy's order).  These matrices fit
+        in the caches, where the chain of dependent adds, not memory, bounds the product.
 gs      GMRES's classical Gram-Schmidt on k = 15 basis rows of 1M FP64 entries: ``mdot``
         (``V_k w``, one row a pass) against NumPy's dgemv; ``maxpy`` (``w -= V_k^T h``,
         four rows a pass) against the same loop one row a pass (the kernel before; the
@@ -156,6 +162,55 @@ def test_sum2_compensated(benchmark, vecs):
 
 # --- classical Gram-Schmidt: maxpy four rows a pass against one; mdot against dgemv ----
 GS_K, GS_N, GS_CHUNK = 15, 1_000_000, 4096
+
+
+@njit
+def _rows_one_a_step(indptr, indices, data, x, y):
+    for i in range(indptr.size - 1):
+        acc = 0.0
+        for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            acc += np.float64(data[k]) * x[np.uint64(indices[k])]
+        y[i] = acc
+
+
+def _row_matrix(name):
+    """The ``rows`` group's matrix ``name`` (CSR), or ``None`` where no collection has it."""
+    from mpsolve.matrices import elasticity3d
+    from mpsolve.matrices.collection import CollectionError, load
+    if name == "poisson3d:50":
+        return poisson3d(50)
+    if name == "elasticity3d:12":
+        return sp.csr_matrix(elasticity3d(12))
+    try:
+        return sp.csr_matrix(load(name))
+    except (OSError, ValueError, CollectionError):
+        return None
+
+
+@pytest.fixture(scope="module", params=["poisson3d:50", "elasticity3d:12", "bcsstk16"])
+def rows(request):
+    A = _row_matrix(request.param)
+    if A is None:
+        pytest.skip(f"{request.param}: no SuiteSparse collection found")
+    A.sort_indices()
+    ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    x = np.random.default_rng(3).standard_normal(A.shape[0])
+    return (np.array([0, A.shape[0]], np.int64), ip, ix, A.data.astype(np.float32), x,
+            np.empty(A.shape[0]))
+
+
+@pytest.mark.benchmark(group="rows")
+def test_rows_two_a_step_kernel(benchmark, rows):
+    f = lookup("cpu", "spmv", ("float32", "float64", "float64"), "acc64")
+    f(*rows)
+    benchmark(f, *rows)
+
+
+@pytest.mark.benchmark(group="rows")
+def test_rows_one_a_step(benchmark, rows):
+    args = rows[1:]
+    _rows_one_a_step(*args)
+    benchmark(_rows_one_a_step, *args)
 
 
 @njit
