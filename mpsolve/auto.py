@@ -200,8 +200,9 @@ def analyse(A) -> Analysis:
         symmetric = bool(D.nnz == 0 or np.abs(D.data).max() <= SYMMETRY_RTOL * amax)
     else:
         mirror = np.empty(C.nnz, np.int32 if C.nnz < 2**31 else np.int64)
+        data = C.data.astype(np.float64, copy=False)
         symmetric = bool(lookup(HOST_DEVICE, "symmetric_mirror", ("float64",))(
-            C.indptr, C.indices, C.data.astype(np.float64, copy=False), SYMMETRY_RTOL, mirror))
+            C.indptr, C.indices, data, SYMMETRY_RTOL, mirror))
     f32 = np.finfo(np.float32)
     an = Analysis(
         n=n, nnz=int(C.nnz), symmetric=symmetric,
@@ -213,6 +214,10 @@ def analyse(A) -> Analysis:
         value_range=float(np.log10(amax / amin)) if amax > 0 else 0.0,
         fits_float32=bool(amax == 0 or (amax < f32.max / 16 and amin >= f32.tiny)),
     )
+    if not cplx:
+        # the symmetry test's verdict and transpose positions, for ILU(0)'s set-up on these
+        # very arrays in this solve (ILU0.mirror_hint): not a dataclass field
+        an.mirror_hint = (C.indptr, C.indices, data, symmetric, mirror)
     an.time = time.perf_counter() - t0
     return an
 
@@ -421,7 +426,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
     x = x0
     done = 0
     results = []
-    reorderings = {}
+    reorderings = {"mirror_hint": getattr(an, "mirror_hint", None)}
     indefinite = False
     for k, c in enumerate(cands):
         left = budget - done
@@ -578,6 +583,8 @@ def _set_up(make, name, params, C, policy, device, side, escalate, cache):
     def build():
         M = make(name, **params)
         if reorder is None:
+            if hasattr(M, "mirror_hint"):        # ILU(0) on C: the analysis's symmetry test
+                M.mirror_hint = cache.get("mirror_hint")
             return M
         got = cache.get(reorder)
         if isinstance(got, Exception):

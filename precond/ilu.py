@@ -263,6 +263,11 @@ class ILU0(Preconditioner):
         self._symmetric_request = symmetric
         self._blocks_request = blocks
         self.bounds = None
+        #: ``(indptr, indices, data, symmetric, mirror)``: a ``symmetric_mirror`` result
+        #: (tolerance ``SYMMETRY_RTOL``) for those very arrays, which the next set-up uses
+        #: instead of computing it again when it factors them (the automatic choice hands
+        #: on its analysis's; used once)
+        self.mirror_hint = None
 
     def _setup(self, A, dtype):
         host = self._setup_device
@@ -278,10 +283,14 @@ class ILU0(Preconditioner):
             A.has_sorted_indices = True
         wide = wide_dtype(A.dtype)
         sym = self._symmetric_request
+        hint, self.mirror_hint = self.mirror_hint, None
         mirror = np.empty(A.indices.size if sym is not False else 0,
                           np.int32 if A.indices.size < 2**31 else np.int64)
         is_symmetric = lookup(host, "symmetric_mirror", (wide,))
-        if sym is None:
+        if sym is None and hint is not None and hint[0] is A.indptr and \
+                hint[1] is A.indices and hint[2] is A.data:
+            sym, mirror = bool(hint[3]), hint[4]      # this matrix's test, done already
+        elif sym is None:
             sym = bool(is_symmetric(A.indptr, A.indices, A.data, SYMMETRY_RTOL, mirror))
         elif sym and not is_symmetric(A.indptr, A.indices, A.data, 1e-8, mirror):
             raise ValueError("ILU0(symmetric=True): A is not symmetric (Hermitian, for complex "

@@ -485,3 +485,52 @@ def test_candidates_run_on_the_checked_problem_as_on_a_fresh_one(scale, monkeypa
     # the true residual in units where it cannot overflow (scale is a power of two)
     r = b / scale - A @ (res.x / scale)
     assert res.converged and np.linalg.norm(r) <= 1e-9 * np.linalg.norm(b / scale)
+
+
+def test_ic0_set_up_reuses_the_analysis_symmetry_test(monkeypatch):
+    """auto's analysis runs the symmetry test (``symmetric_mirror``) on A's arrays; the
+    IC(0) set-up of the first candidate, on those very arrays, takes its verdict and
+    transpose positions instead of running it again -- and factors the same bits as an
+    ILU0 set up on its own.  A hint for other arrays (another A, a copy) is not used."""
+    from mpsolve.precond import ILU0
+    from mpsolve.precond import ilu as ilu_mod
+
+    calls = []
+    real = ilu_mod.lookup
+
+    def counting(device, op, *a, **k):
+        f = real(device, op, *a, **k)
+        if op != "symmetric_mirror":
+            return f
+
+        def g(*args):
+            calls.append(args[0])
+            return f(*args)
+        return g
+
+    A = sp.csr_matrix(poisson2d(12) + sp.diags(np.linspace(0.0, 1.0, 144)))
+    b = A @ np.ones(144)
+    monkeypatch.setattr(ilu_mod, "lookup", counting)
+    monkeypatch.setattr(auto, "lookup", counting)
+    r = mpsolve.solve(A, b, rtol=1e-8)
+    assert (r.method, r.precond, r.info) == ("cg", "ilu0", 0)
+    assert len(calls) == 1                            # the analysis's only
+
+    an = auto.analyse(A)
+    C = sp.csr_matrix(A)                              # other arrays (a copy)
+    C.data = C.data.copy()
+    M = ILU0(dtype=np.float64)
+    M.mirror_hint = an.mirror_hint
+    calls.clear()
+    M.setup(C)
+    assert len(calls) == 1 and M.mirror_hint is None  # computed again; the hint dropped
+    M2 = ILU0(dtype=np.float64)
+    M2.mirror_hint = an.mirror_hint[:3] + (True, an.mirror_hint[4])
+    calls.clear()
+    M2.setup(A)                                       # A canonical: its own arrays
+    assert len(calls) == 0 and M2.symmetric
+    x = np.linspace(-1.0, 1.0, 144)
+    y, y2 = np.empty(144), np.empty(144)
+    M.apply(x, y)
+    M2.apply(x, y2)
+    assert np.array_equal(y, y2)
