@@ -16,7 +16,7 @@ dot     native dot vs Dot2 (parallel, and the serial kernel) on 10M FP64 vectors
 nrm2    native vs compensated norm on 10M FP64.
 sum     ``np.sum`` vs Sum2 on 10M FP64.
 rows    one thread, one serial SpMV (FP32 values, FP64 row sums: the mixed operator) on
-        matrices of short and long rows (7-point Poisson 50^3, 81-entry elasticity3d:12,
+        matrices of short and long rows (7-point Poisson 50^3, elasticity3d:12 with 68 a row,
         the SuiteSparse bcsstk16 where ``MPSOLVE_MATRIX_PATH`` finds it): the kernel,
         which adds each row's products two at a time (PETSc's order), against the same
         loop one product a step (the kernel before; SciPy's order).  These matrices fit
