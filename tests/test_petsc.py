@@ -377,7 +377,8 @@ def test_two_ranks_cg_jacobi_takes_the_serial_iterations(two_rank_runs):
     assert r["true_residual"] <= RTOL * 1.01
     assert r["history"][0] == pytest.approx(1.0) and r["history"][-1] <= RTOL
     assert len(r["history"]) == r["iterations"] + 1
-    assert r["setup_time"] > 0 and r["solve_time"] > 0
+    # the worker reports both times (the bench's columns); their values are not judged here
+    assert all(isinstance(r[k], float) and np.isfinite(r[k]) for k in ("setup_time", "solve_time"))
 
 
 @pytest.mark.mpi

@@ -27,7 +27,7 @@ reductions, merged in a fixed order), dispatched on ``n`` as :mod:`.blas1` does.
 data only (FP32/FP64): a complex block solve runs column by column.
 """
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, get_thread_id, njit, prange
 
 from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN
 from .ilu import ilu_sweeps
@@ -669,22 +669,13 @@ def _cg_red_rows(R, lo, hi, zs, want, prr, prz):
         _red_rows(Rf, zs, 0, hi - lo, k, prz)
 
 
-@njit(parallel=True, **JIT)
-def _col_cg_step_par(a, P, X, Q, R, d, rn, rz):
-    n, k = X.shape
-    nch = (n + CHUNK - 1) // CHUNK
-    prr = np.empty((nch, k), dtype=R.dtype)
-    prz = np.empty((nch, k), dtype=R.dtype)
-    want = d.size > 0
-    for t in prange(nch):
-        lo = t * CHUNK
-        hi = min(lo + CHUNK, n)
-        zs = np.empty((hi - lo) * k if want else 0, dtype=R.dtype)
-        _cg_step_rows(a, P, X, Q, R, d, lo, hi, zs)
-        _cg_red_rows(R, lo, hi, zs, want, prr[t], prz[t])
+@njit(**JIT)
+def _cg_step_finish(prr, prz, want, rn, rz):
+    """``rn``, ``rz`` from the chunks' partial sums, added in chunk order."""
+    nch, k = prr.shape
     for c in range(k):
-        s = R.dtype.type(0.0)
-        u = R.dtype.type(0.0)
+        s = prr.dtype.type(0.0)
+        u = prr.dtype.type(0.0)
         for t in range(nch):            # fixed order
             s += prr[t, c]
             u += prz[t, c]
@@ -692,18 +683,41 @@ def _col_cg_step_par(a, P, X, Q, R, d, rn, rz):
         rz[c] = u if want else s
 
 
+# Both forms take the rows in chunks of CHUNK, with one chunk-sized scratch for z = d r per
+# thread (allocated once per call, not per chunk) and the same partial sums: the serial
+# form gives the parallel form's bits.
+
+@njit(parallel=True, **JIT)
+def _col_cg_step_par(a, P, X, Q, R, d, rn, rz):
+    n, k = X.shape
+    nch = (n + CHUNK - 1) // CHUNK
+    prr = np.empty((nch, k), dtype=R.dtype)
+    prz = np.empty((nch, k), dtype=R.dtype)
+    want = d.size > 0
+    scratch = np.empty((get_num_threads(), CHUNK * k if want else 0), dtype=R.dtype)
+    for t in prange(nch):
+        lo = t * CHUNK
+        hi = min(lo + CHUNK, n)
+        zs = scratch[get_thread_id()]
+        _cg_step_rows(a, P, X, Q, R, d, lo, hi, zs)
+        _cg_red_rows(R, lo, hi, zs, want, prr[t], prz[t])
+    _cg_step_finish(prr, prz, want, rn, rz)
+
+
 @njit(**JIT)
 def _col_cg_step_ser(a, P, X, Q, R, d, rn, rz):
     n, k = X.shape
+    nch = (n + CHUNK - 1) // CHUNK
+    prr = np.empty((nch, k), dtype=R.dtype)
+    prz = np.empty((nch, k), dtype=R.dtype)
     want = d.size > 0
-    zs = np.empty(n * k if want else 0, dtype=R.dtype)
-    prr = np.empty(k, dtype=R.dtype)
-    prz = np.empty(k, dtype=R.dtype)
-    _cg_step_rows(a, P, X, Q, R, d, 0, n, zs)
-    _cg_red_rows(R, 0, n, zs, want, prr, prz)
-    for c in range(k):
-        rn[c] = np.sqrt(np.float64(prr[c]))
-        rz[c] = prz[c] if want else prr[c]
+    zs = np.empty(min(n, CHUNK) * k if want else 0, dtype=R.dtype)
+    for t in range(nch):
+        lo = t * CHUNK
+        hi = min(lo + CHUNK, n)
+        _cg_step_rows(a, P, X, Q, R, d, lo, hi, zs)
+        _cg_red_rows(R, lo, hi, zs, want, prr[t], prz[t])
+    _cg_step_finish(prr, prz, want, rn, rz)
 
 
 @register("cpu", "col_cg_step", _VEC, mode="native")
@@ -776,13 +790,6 @@ def col_scal(a, X, out):
 
 # --------------------------------------------------------------------------- k GMRES bases
 # V has shape (m + 1, n, k): V[i, r, c] is entry r of the i-th basis vector of column c.
-
-@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
-def _col_sq_rows(W, lo, hi, part):
-    """``part[c] = sum_{lo <= i < hi} W[i, c]^2`` (native reassociated sums)."""
-    Wf = W.reshape(-1)
-    _red_rows(Wf, Wf, lo, hi, W.shape[1], part)
-
 
 @njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
 def _col_mdot_rows(V, j, W, lo, hi, part, want):
@@ -889,7 +896,7 @@ def _col_maxpy_par(V, j, H, W, nrm, want):
         hi = min(lo + CHUNK, n)
         _col_maxpy_rows(V, j, H, W, lo, hi)
         if want:
-            _col_sq_rows(W, lo, hi, parts[t])   # the updated rows, still in cache
+            _col_dot_rows(W, W, lo, hi, parts[t])   # the updated rows, still in cache
     if want:
         for c in range(k):
             s = W.dtype.type(0.0)
@@ -903,7 +910,7 @@ def _col_maxpy_ser(V, j, H, W, nrm, want):
     _col_maxpy_rows(V, j, H, W, 0, W.shape[0])
     if want:
         part = np.empty(W.shape[1], dtype=W.dtype)
-        _col_sq_rows(W, 0, W.shape[0], part)
+        _col_dot_rows(W, W, 0, W.shape[0], part)
         for c in range(W.shape[1]):
             nrm[c] = np.sqrt(np.float64(part[c]))
 

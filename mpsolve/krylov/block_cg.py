@@ -137,7 +137,6 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
         if not mask and ok.all():             # the common case: every column steps
             alpha = rz / pq
             act = live
-            codes = None
         else:
             ok &= live
             alpha = np.where(ok, rz / np.where(ok, pq, 1.0), 0.0)
@@ -148,7 +147,7 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
         # x_c += a_c p_c; r_c -= a_c q_c; ||r_c||; r_c . z_c (z = d r; rzn unused otherwise)
         step(alpha, p, x, q, r, dz, rn, rzn)
         its[cols[act]] = it
-        if act is live and not mask:
+        if act is live:                       # (only without mask: see above)
             hist.append(float(np.max(rn / bn)) if rn.size else 0.0)
             fin = np.isfinite(rn)
             conv = rn <= tol

@@ -129,7 +129,6 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
         happy = np.zeros(ka, bool)
         wnorm_in = np.zeros(ka)
         frozen = ~on
-        ended = np.zeros(ka, bool)               # columns whose cycle end is done
 
         def finish(sel):
             """The end of this cycle for the block's columns ``sel``: ``x_c += V_c y_c``
@@ -145,7 +144,6 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
             col_lincomb(Z if right else V, Y, jmax, U)   # U = Z y or V y (0: other columns)
             x += U                               # x += U (other columns: + 0)
             idx = np.flatnonzero(sel)
-            ended[idx] = True
             if idx.size == ka:
                 xs, bs, rs = x, b, r
             else:
@@ -239,7 +237,7 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
             # the others go on in a narrower block (their bases copied) where the steps
             # left save more than the copy costs
             if not mask and j + 1 < m:
-                stop = frozen & on & ~ended
+                stop = frozen & on               # (narrowed away below once finished)
                 kk = ka - int(stop.sum())
                 if stop.any() and (ka - kk) * sum(2 * i + 8 for i in range(j + 1, m)) > \
                         (j + 2) * (ka + kk):
@@ -253,13 +251,11 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                     del V0, Z0
                     x, r, b = (np.ascontiguousarray(x[:, keep]), np.ascontiguousarray(r[:, keep]),
                                np.ascontiguousarray(b[:, keep]))
-                    blk, on, tl, beta, ratio, target = (blk[keep], on[keep], tl[keep],
-                                                        beta[keep], ratio[keep], target[keep])
+                    blk, on, tl, ratio, target = (blk[keep], on[keep], tl[keep], ratio[keep],
+                                                  target[keep])
                     H, cs, sn, g, hcol = H[keep], cs[keep], sn[keep], g[keep], hcol[:, keep]
                     wn, wn0, est, jend = wn[keep], wn0[keep], est[keep], jend[keep]
                     happy, wnorm_in, frozen = happy[keep], wnorm_in[keep], frozen[keep]
-                    ended = ended[keep]
                     ka = keep.size
-                    full = False
-        finish(on & ~ended)
+        finish(on)
     return cycles, its, flags
