@@ -113,6 +113,27 @@ def test_block_kernels_parallel_forms_match_reference():
                                            err_msg=op)
 
 
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_col_cg_step_parallel_form_is_the_serial_bits(k):
+    """The parallel block CG step (workers over ranges of chunks) adds the chunks' partial
+    sums in the serial form's order: the same bits, with and without Jacobi, with 4 chunks
+    among 3 workers."""
+    from mpsolve.kernels.cpu import spmm
+
+    n = 3 * spmm.CHUNK + 17
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal(k)
+    P, X, Q, R = (rng.standard_normal((n, k)) for _ in range(4))
+    for dd in ((rng.random(n) + 0.5).astype(np.float32), np.zeros(0)):
+        out = []
+        for f in (lambda *z: spmm._col_cg_step_par(*z, 3), spmm._col_cg_step_ser):
+            X1, R1, rn, rz = X.copy(), R.copy(), np.zeros(k), np.zeros(k)
+            f(a, P, X1, Q, R1, dd, rn, rz)
+            out.append((X1, R1, rn, rz))
+        for u, v in zip(*out):
+            assert np.array_equal(u, v)
+
+
 @pytest.mark.parametrize("n", [500, 20000])
 @pytest.mark.parametrize("k", [1, 2, 3, 8])
 def test_fused_block_ops_equal_the_unfused_ones(n, k):

@@ -27,7 +27,7 @@ reductions, merged in a fixed order), dispatched on ``n`` as :mod:`.blas1` does.
 data only (FP32/FP64): a complex block solve runs column by column.
 """
 import numpy as np
-from numba import get_num_threads, get_thread_id, njit, prange
+from numba import get_num_threads, njit, prange
 
 from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN
 from .ilu import ilu_sweeps
@@ -683,24 +683,25 @@ def _cg_step_finish(prr, prz, want, rn, rz):
         rz[c] = u if want else s
 
 
-# Both forms take the rows in chunks of CHUNK, with one chunk-sized scratch for z = d r per
-# thread (allocated once per call, not per chunk) and the same partial sums: the serial
-# form gives the parallel form's bits.
+# Both forms take the rows in chunks of CHUNK with the same partial sums per chunk: the
+# serial form gives the parallel form's bits.  The parallel form runs nw workers over
+# contiguous ranges of chunks, each with one chunk-sized scratch for z = d r (allocated once
+# per worker and call, not per chunk; no thread-id lookup, which numba cannot cache).
 
 @njit(parallel=True, **JIT)
-def _col_cg_step_par(a, P, X, Q, R, d, rn, rz):
+def _col_cg_step_par(a, P, X, Q, R, d, rn, rz, nw):
     n, k = X.shape
     nch = (n + CHUNK - 1) // CHUNK
     prr = np.empty((nch, k), dtype=R.dtype)
     prz = np.empty((nch, k), dtype=R.dtype)
     want = d.size > 0
-    scratch = np.empty((get_num_threads(), CHUNK * k if want else 0), dtype=R.dtype)
-    for t in prange(nch):
-        lo = t * CHUNK
-        hi = min(lo + CHUNK, n)
-        zs = scratch[get_thread_id()]
-        _cg_step_rows(a, P, X, Q, R, d, lo, hi, zs)
-        _cg_red_rows(R, lo, hi, zs, want, prr[t], prz[t])
+    for w in prange(nw):
+        zs = np.empty(CHUNK * k if want else 0, dtype=R.dtype)
+        for t in range(w * nch // nw, (w + 1) * nch // nw):
+            lo = t * CHUNK
+            hi = min(lo + CHUNK, n)
+            _cg_step_rows(a, P, X, Q, R, d, lo, hi, zs)
+            _cg_red_rows(R, lo, hi, zs, want, prr[t], prz[t])
     _cg_step_finish(prr, prz, want, rn, rz)
 
 
@@ -726,8 +727,11 @@ def col_cg_step(a, P, X, Q, R, d, rn, rz):
     (d * R_c)`` in one pass (block CG's step with point Jacobi ``z = d r`` never stored);
     ``d`` empty (no preconditioner): ``rz_c = R_c . R_c``.  ``a``, ``rn``, ``rz`` FP64
     length ``k``; ``d`` FP32 or FP64, length ``n`` (or 0)."""
-    (_col_cg_step_par if X.size >= PARALLEL_MIN else _col_cg_step_ser)(a, P, X, Q, R, d, rn,
-                                                                        rz)
+    if X.size >= PARALLEL_MIN:
+        nch = (X.shape[0] + CHUNK - 1) // CHUNK
+        _col_cg_step_par(a, P, X, Q, R, d, rn, rz, min(nch, 4 * get_num_threads()))
+    else:
+        _col_cg_step_ser(a, P, X, Q, R, d, rn, rz)
 
 
 @njit(**JIT)
