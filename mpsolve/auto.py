@@ -39,8 +39,9 @@ layer's automatic choice, written once for every device:
      sherman2 (two tiny diagonal entries, smallest ILU(0) pivot 1.6e-5 of its row)
      takes 1.1 ms with BiCGSTAB + ILU(0) against 18 ms for MC64 + ILUT.
    * every class ends with (or, weak diagonal, includes) the direct fallback: GMRES on a
-     complete LU with pivoting of the MC64-scaled matrix in FP64 (plat362, rdb2048,
-     mhd4800a need it), as long as its fill bound stays under ``DIRECT_MAX_ENTRIES``.
+     complete LU with pivoting of the MC64-scaled matrix in FP64 (mhd4800a needs it; so
+     did plat362 while the stagnation window was a fixed 300 iterations), as long as its
+     fill bound stays under ``DIRECT_MAX_ENTRIES``.
 
    GMRES runs right-preconditioned (its residual estimate is then the true residual's, which
    the stagnation test below reads) with restart 30 (PETSc's).
