@@ -6,7 +6,9 @@ layer's automatic choice, written once for every device:
 1. :func:`analyse` -- a few passes over the nonzeros (about as much as three SpMVs: the
    diagonal, row sums of ``|A|``, ``A - A^T``, the block size): symmetry, sign and size of
    the diagonal, diagonal dominance, zero and tiny diagonal entries, block size, row-length
-   spread, the range of the values.  Its cost is in :attr:`SolveResult.analysis`.
+   spread, the range of the values.  Its cost is in :attr:`SolveResult.analysis`.  The
+   block size is detected when a candidate first needs it (the SPD approximate inverse:
+   ISAI or Block-ISAI), so the solves that end before that candidate skip it.
 2. :func:`candidates` -- an ordered list of (method, preconditioner) with the reason for each:
 
    * symmetric with a positive diagonal (SPD-looking): CG + IC(0) (``ilu0``, symmetric form,
@@ -115,7 +117,6 @@ class Analysis:
     zero_diagonal: int               # rows with a zero (or missing) diagonal entry
     tiny_diagonal: int               # rows with 0 < |a_ii| <= TINY max_j |a_ij|
     dominant_rows: float             # fraction of rows with |a_ii| >= sum_{j != i} |a_ij|
-    block_size: int
     row_length_spread: float         # longest row / mean row length
     value_range: float               # log10(max |a_ij| / min |a_ij|) over the nonzeros
     fits_float32: bool               # every nonzero is a normal FP32 number
@@ -123,6 +124,30 @@ class Analysis:
     #: complex ``A``: ``symmetric`` then means Hermitian (``A == A^H``, what CG needs; a
     #: complex-symmetric ``A == A^T`` is not) and ``positive_diagonal`` a real positive one
     is_complex: bool = False
+    #: the node block size, found when first asked for (:attr:`block_size`): only the
+    #: SPD approximate inverse candidate uses it, so a solve whose IC(0) converges does not
+    #: pay for the detection (1.8 ms of bcsstk16's 4.7 ms analysis); ``None`` until then
+    _block_size: Optional[int] = None
+    block_time: float = 0.0          # seconds the block-size detection took, once run
+
+    @property
+    def block_size(self) -> int:
+        """The block size of ``A``'s node blocks (:func:`mpsolve.precond.detect_block_size`),
+        detected on first use; its cost goes to :attr:`block_time`."""
+        if self._block_size is None:
+            from .precond import detect_block_size
+
+            t0 = time.perf_counter()
+            C = getattr(self, "_csr", None)
+            self._block_size = int(detect_block_size(C)) if C is not None and self.n else 1
+            self.block_time = time.perf_counter() - t0
+            self.time += self.block_time
+            self._csr = None
+        return self._block_size
+
+    @property
+    def block_size_known(self) -> bool:
+        return self._block_size is not None
 
     @property
     def weak_diagonal(self) -> bool:
@@ -133,7 +158,10 @@ class Analysis:
         return self.symmetric and self.positive_diagonal
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The fields; ``block_size`` is ``None`` where no candidate needed it."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "_block_size"}
+        d["block_size"] = self._block_size
+        return d
 
     def __str__(self):
         kind = ("symmetric" if self.symmetric else "nonsymmetric") + \
@@ -142,7 +170,8 @@ class Analysis:
                 if self.weak_diagonal else "")
         return (f"{self.n} x {self.n}, {self.nnz} nonzeros, {kind}{weak}, "
                 f"{100 * self.dominant_rows:.0f}% rows diagonally dominant, block size "
-                f"{self.block_size}, values over 1e{self.value_range:.0f}"
+                f"{self._block_size if self.block_size_known else 'not needed'}, values "
+                f"over 1e{self.value_range:.0f}"
                 f"{'' if self.fits_float32 else ' (beyond FP32)'}; analysed in "
                 f"{self.time * 1e3:.1f} ms")
 
@@ -161,10 +190,13 @@ class Choice:
     setup_seconds: float = 0.0           # the preconditioner's set-up (failed or not)
     true_residual: float = float("nan")
     seconds: float = 0.0
+    #: ISAI or Block-ISAI by the block size, decided when the candidate is reached
+    #: (:func:`resolve_block`): the detection is run only for a solve that gets there
+    by_block: bool = False
 
     @property
     def label(self) -> str:
-        p = self.precond or "none"
+        p = "isai/block-isai" if self.by_block else (self.precond or "none")
         if self.params.get("reorder"):
             p += "+" + self.params["reorder"]
         extra = ", ".join(f"{k}={v}" for k, v in sorted(self.params.items()) if k != "reorder")
@@ -190,8 +222,6 @@ def analyse(A) -> Analysis:
     >>> [c.label for c in candidates(an)][:2]
     ['cg + ilu0 [mixed]', 'cg + isai (variant=spd) [mixed]']
     """
-    from .precond import detect_block_size
-
     t0 = time.perf_counter()
     C = canonical_csr(check_matrix(A, "A"))      # no copy when A is canonical already
     n = C.shape[0]
@@ -219,11 +249,11 @@ def analyse(A) -> Analysis:
         positive_diagonal=bool(n and d_pos), is_complex=cplx,
         zero_diagonal=int(zero), tiny_diagonal=int(tiny),
         dominant_rows=float(dominant / n) if n else 1.0,
-        block_size=int(detect_block_size(C)) if n else 1,
         row_length_spread=float(longest / max(C.nnz / n, 1)) if n else 1.0,
         value_range=float(np.log10(amax / amin)) if amax > 0 else 0.0,
         fits_float32=bool(amax == 0 or (amax < f32.max / 16 and amin >= f32.tiny)),
     )
+    an._csr = C                                  # for the block size, if ever needed
     if not cplx:
         # the symmetry test's verdict and transpose positions, for ILU(0)'s set-up on these
         # very arrays in this solve (ILU0.mirror_hint): not a dataclass field
@@ -328,12 +358,12 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                 Choice("gmres", "isai", {"reorder": "mc64"},
                        "an approximate inverse of the permuted matrix needs no pivots")]
     elif an.spd_like:
-        isai = "block-isai" if an.block_size > 1 else "isai"
+        fsai = Choice("cg", "isai", {"variant": "spd"}, "IC(0) failed: CG with the SPD "
+                      "approximate inverse (FSAI), which cannot break down", by_block=True)
+        if an.block_size_known:
+            resolve_block(fsai, an)
         out += [*_ilu0_first(an, {}, ""),
-                Choice("cg", isai, {"variant": "spd"},
-                       "IC(0) failed: CG with the SPD approximate inverse (FSAI), which "
-                       "cannot break down"
-                       + (f"; block size {an.block_size}" if an.block_size > 1 else "")),
+                fsai,
                 Choice("gmres", "ilu0", {}, "CG failed: A is not positive definite"),
                 Choice("gmres", *ilut_mc64, "ILU(0) failed: pivoting ILUT after MC64"),
                 *_direct(an)]
@@ -348,8 +378,8 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     if method != "auto":
         kept = [c for c in out if c.method == method]
         if not kept:   # e.g. method="cg" on a nonsymmetric A: the user knows best
-            kept = [Choice(method, c.precond, dict(c.params), c.reason) for c in out
-                    if not (method == "cg" and c.precond == "ilut")] or \
+            kept = [Choice(method, c.precond, dict(c.params), c.reason, by_block=c.by_block)
+                    for c in out if not (method == "cg" and c.precond == "ilut")] or \
                 [Choice(method, "jacobi", {}, "method pinned by the caller")]
         out = kept
     if precond != "auto":
@@ -364,6 +394,17 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     for c in out:
         c.precision = c.precision or prec
     return out
+
+
+def resolve_block(c: Choice, an: Analysis) -> None:
+    """Candidate ``c`` (``by_block``) becomes Block-ISAI where ``an`` finds a block size
+    above 1 (detected now if not yet), else ISAI."""
+    if c.by_block:
+        b = an.block_size
+        c.precond = "block-isai" if b > 1 else "isai"
+        if b > 1:
+            c.reason += f"; block size {b}"
+        c.by_block = False
 
 
 class _Monitor:
@@ -448,6 +489,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             continue
         last = k == len(cands) - 1
         share = left if last else max(1, left // 2)
+        if c.by_block and an is not None and pinned is None:
+            resolve_block(c, an)            # its time is the analysis's (block_time)
         ts = time.perf_counter()
         policy = as_precision(precision or c.precision, problem.data_dtype)
         c.precision = policy.name
@@ -653,6 +696,8 @@ def _set_up(make, name, params, C, policy, device, side, escalate, cache):
 
 
 def _combine(cands, results, an, analysis_time, b, x0, problem, total):
+    if an is not None:
+        analysis_time += an.block_time    # the block-size detection, if a candidate ran it
     tried = "; ".join(f"{c.label} ({c.outcome})" for c in cands if c.outcome != "not tried")
     analysis = an.as_dict() if an is not None else {}
     if not results:     # nothing could even be set up

@@ -195,7 +195,9 @@ class SolveResult:
                 (", positive diagonal" if a["positive_diagonal"] else "")
             lines.append(f"analysis    {kind}; {a['zero_diagonal']} zero, {a['tiny_diagonal']} "
                          f"tiny diagonal entries; {100 * a['dominant_rows']:.0f}% rows "
-                         f"diagonally dominant; block size {a['block_size']}; values over "
+                         f"diagonally dominant; block size "
+                         f"{'not needed' if a.get('block_size') is None else a['block_size']}; "
+                         f"values over "
                          f"1e{a['value_range']:.0f} ({self.analysis_time * 1e3:.1f} ms)")
         spare = [c.label for c in self.choices if c.outcome == "not tried"]
         for i, c in enumerate(self.choices):

@@ -268,6 +268,33 @@ def test_stagnation_window_is_the_longer_of_300_and_half_the_run():
     assert stop == auto.STAGNATION_WINDOW + 30 and "in 300 iterations" in why
 
 
+def test_block_size_is_detected_only_when_a_candidate_needs_it():
+    """The block size picks ISAI or Block-ISAI for the SPD approximate inverse, the second
+    SPD candidate; a solve whose IC(0) converges does not detect it (``None`` in the
+    analysis, "not needed" in the summary, the untried candidate labelled by both names).
+    One that reaches the candidate detects it there and gets Block-ISAI with b = 3, the
+    detection's time counted in the analysis's."""
+    from mpsolve.matrices import generate
+
+    A = sp.csr_matrix(generate("elasticity3d:4"))
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    assert res.converged and res.choices[0].outcome == "converged"
+    assert res.analysis["block_size"] is None and res.analysis["block_time"] == 0.0
+    assert "block size not needed" in res.summary()
+    assert res.choices[1].label == "cg + isai/block-isai (variant=spd) [mixed]"
+    res = mpsolve.solve(A, b, rtol=1e-8, maxiter=2)     # IC(0) spends its share: 1 iteration
+    c = res.choices[1]
+    assert (c.method, c.precond, c.iterations) == ("cg", "block-isai", 1)
+    assert c.reason.endswith("; block size 3") and not c.by_block
+    assert res.analysis["block_size"] == 3 and res.analysis["block_time"] > 0
+    assert res.analysis_time >= res.analysis["block_time"]
+    assert "block size 3" in res.summary()
+    an = auto.analyse(A)                               # asked for first: resolved up front
+    assert an.block_size == 3
+    assert auto.candidates(an)[1].label == "cg + block-isai (variant=spd) [mixed]"
+
+
 def test_unstable_ilu0_factors_are_refused():
     """Central differences at a cell Peclet number far above 2: ILU(0) exists but its
     triangular solves are unstable (Elman 1986); BiCGSTAB with it breaks down and GMRES(30)
