@@ -559,14 +559,15 @@ SETUP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError)
 
 #: ILU(0) factors are refused as unstable when ``||M (A e) - e||_inf`` exceeds this, for
 #: ``e`` the vector of ones and ``M`` the preconditioner (the factors' triangular solves):
-#: the reciprocal of FP32's machine epsilon (8.4e6), the precision auto stores factors in.  Chow & Saad (1997) show unstable
-#: triangular solves to be a main cause of ILU failures and detect them by the growth of
-#: ``(LU)^-1 e``; ``A e`` in place of ``e`` makes the test invariant to row scaling (sherman3's
-#: ``(LU)^-1 e`` is 1e10 from its scaling alone, and ILU(0) solves it in 84 BiCGSTAB
-#: iterations).  Measured on the shared SuiteSparse set and the generated problems: at most
-#: 1.1e4 where ILU(0) converges (DK01R), 4.2e13 on af23560, where BiCGSTAB and GMRES with
-#: ILU(0) stagnate in FP64 as well (auto then went on to GMRES + ISAI after 660 wasted
-#: iterations).  The cost is one SpMV and one apply.
+#: the reciprocal of FP32's machine epsilon (8.4e6), FP32 being where auto stores factors
+#: whose values fit (the same limit for FP64 factors: af23560's stagnate in FP64 too).
+#: Chow & Saad (1997) show unstable triangular solves to be a main cause of ILU failures
+#: and detect them by the growth of ``(LU)^-1 e``; ``A e`` in place of ``e`` makes the test
+#: invariant to row scaling (sherman3's ``(LU)^-1 e`` is 1e10 from its scaling alone, and
+#: ILU(0) solves it in 84 BiCGSTAB iterations).  Measured on the shared SuiteSparse set and
+#: the generated problems: at most 1.1e4 where ILU(0) converges (DK01R), 4.2e13 on
+#: af23560, where BiCGSTAB and GMRES with ILU(0) stagnate (auto then went on to GMRES +
+#: ISAI after 660 wasted iterations).  The cost is one SpMV and one apply.
 ILU_GROWTH_LIMIT = 1.0 / float(np.finfo(np.float32).eps)
 
 
