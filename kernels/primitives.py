@@ -247,7 +247,8 @@ CONTRACT = (
     # the same math and rule on its arrays: rows/pos/pattern on the host, A and out in its
     # array module, bad on the host; precond then runs them there (precond._util.setup_device)
     Op("bsr_from_csr", "bsr_from_csr(indptr, indices, data, b) -> (aptr, aind, adata)",
-       "canonical BSR of canonical CSR A, every diagonal block stored, explicit zeros kept",
+       "canonical BSR of canonical CSR A, every diagonal block stored, explicit zeros kept; "
+       "adata may be a view of data (read it only)",
        keys=(("float64",),), host=True, complex=True),
     Op("pattern_power", "pattern_power(sptr, sind, power, part) -> (pptr, pind)",
        "pattern of (S + I)^power, part 0 all / 1 tril / 2 triu, canonical",
@@ -257,7 +258,9 @@ CONTRACT = (
        "heaviest columns of row i of W^power (ties: lower column)", keys=(("float64",),),
        host=True),
     Op("bsr_transpose", "bsr_transpose(pptr, pind, data) -> (tptr, tind, tdata)",
-       "canonical BSR of the transpose, blocks transposed", keys=(("float64",),), host=True, complex=True),
+       "canonical BSR of the transpose, blocks transposed; indices in pind's dtype, blocks "
+       "in data's (FP32: a stored operator's values, moved)", keys=(("float64",), ("float32",)),
+       host=True, complex=True),
     Op("local_lu_solve", "local_lu_solve(rows, pos, pptr, pind, aptr, aind, adata, spd, "
        "bwd_tol, cond_limit, out, bad)", "LU with partial pivoting: A_J^T X = E_pos, "
        "M[i, J] = X^T; spd: A_J Z = E_pos, G[i, J] = L^-1 Z^H with Z_last = L L^H",

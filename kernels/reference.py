@@ -940,15 +940,16 @@ def ref_pattern_truncate(pptr, pind, wptr, wind, wdata, power, keep):
     return out_ptr, out_ind, int(wide.size)
 
 
-@_reg_pc("reference", "bsr_transpose", _PC_SETUP_C)
+@_reg_pc("reference", "bsr_transpose", _PC_SETUP_C + [("float32",), ("complex64",)])
 def ref_bsr_transpose(pptr, pind, data):
-    """Canonical BSR of the (block) transpose, by SciPy."""
+    """Canonical BSR of the (block) transpose, by SciPy (indices in ``pind``'s dtype,
+    blocks in ``data``'s)."""
     nb = pptr.size - 1
     b = data.shape[1]
     B = _sp.bsr_matrix((data, pind, pptr), shape=(nb * b, nb * b)).transpose().tobsr((b, b))
     B.sort_indices()
-    return (B.indptr.astype(np.int64), B.indices.astype(np.int64),
-            np.ascontiguousarray(B.data))
+    return (B.indptr.astype(pind.dtype), B.indices.astype(pind.dtype),
+            np.ascontiguousarray(B.data, dtype=data.dtype))
 
 
 def _ref_local_stack(rows, pptr, pind, aptr, aind, adata, transpose):

@@ -214,8 +214,9 @@ class BSROperator(_Stored):
         wide = np.complex128 if data.dtype.kind == "c" else np.float64
         if wide is np.complex128:
             dtype = np.result_type(dtype, np.complex64)
-        data = xp.ascontiguousarray(demote(xp.ascontiguousarray(data, dtype=wide),
-                                           dtype, what, device=device))
+        if data.dtype != np.dtype(dtype):          # (blocks already stored: kept as they are)
+            data = demote(xp.ascontiguousarray(data, dtype=wide), dtype, what, device=device)
+        data = xp.ascontiguousarray(data)
         self.indptr = to_device(np.ascontiguousarray(indptr, dtype=np.int32), device)
         self.indices = to_device(np.ascontiguousarray(indices, dtype=np.int32), device)
         self.data = to_device(data, device)

@@ -68,12 +68,14 @@ L^{-1} Z^H``, so ``blockdiag(G A G^H) = I`` and ``M = G^H G``.
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import scipy.sparse as sp
 
-from mpsolve.backend import HOST_DEVICE, array_module, device_of, on_host, to_device
+from mpsolve.backend import HOST_DEVICE, array_module, device_of, on_host, to_device, to_host
 from mpsolve.kernels import lookup, provides
+from mpsolve.operator import BSROperator, SparseOperator
 
 from ._blas import blas_single_thread
 from ._pattern import transpose_blocks
@@ -81,7 +83,7 @@ from ._util import setup_device, wide_dtype
 
 __all__ = [
     "gather_local", "local_solve", "block_diag_fallback", "block_inverse_checked",
-    "transpose_stored", "DEFAULT_MAX_LOCAL", "DENSE_EXCESS_MAX", "COND_LIMIT", "BWD_TOL", "LS_ACCEPT",
+    "transpose_stored", "transpose_operator", "DEFAULT_MAX_LOCAL", "DENSE_EXCESS_MAX", "COND_LIMIT", "BWD_TOL", "LS_ACCEPT",
 ]
 
 _EPS = np.finfo(np.float64).eps
@@ -344,7 +346,9 @@ def transpose_stored(pp, pi, data, host):
     """Block pattern and blocks of the (block) transpose, canonical, with ``data`` left
     where it is (host or device): the permutation comes from the host's
     ``bsr_transpose`` kernel on the pattern alone (block numbers as values, exact), the
-    blocks are moved and transposed by the array module of ``data``."""
+    blocks are moved and transposed by the array module of ``data``.  Indices and blocks
+    keep their dtypes (a stored operator's int32 and FP32 are transposed as they are)."""
+    pp, pi = to_host(pp), to_host(pi)
     if on_host(data):                               # the host kernel moves the blocks too
         return transpose_blocks(pp, pi, np.ascontiguousarray(data), device=host)
     nnz = pi.size
@@ -354,6 +358,23 @@ def transpose_stored(pp, pi, data, host):
     xp = array_module(where)
     perm = to_device(tid.reshape(-1).astype(np.int64), where)
     return tp, ti, xp.ascontiguousarray(xp.swapaxes(data[perm], 1, 2))
+
+
+def transpose_operator(op, b, what, host, conj=False):
+    """The stored operator ``op`` transposed (conjugated with ``conj``) and stored again on
+    its device in its own precision: the stored values are moved, not rounded (exact), by
+    the host's ``bsr_transpose`` on the stored arrays (int32 indices, FP32 values), with
+    no second demotion."""
+    blocks = op.data.reshape(-1, b, b)
+    tp, ti, td = transpose_stored(op.indptr, op.indices, blocks, host)
+    if conj and td.dtype.kind == "c":
+        td = td.conj()
+    if isinstance(op, BSROperator):
+        return BSROperator(tp, ti, td, op.n, op.dtype, op.accumulate, what, device=op.device)
+    nbr = tp.size - 1
+    T = SimpleNamespace(indptr=tp, indices=ti, data=td.reshape(-1), shape=(nbr, nbr))
+    return SparseOperator(T, dtype=op.dtype, accumulate=op.accumulate, device=op.device,
+                          what=what)
 
 
 def _bsr_to_csr(aptr, aind, adata):

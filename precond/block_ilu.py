@@ -59,7 +59,7 @@ from mpsolve.backend import HOST_DEVICE, array_module, to_device, to_host
 from mpsolve.kernels import lookup, provides
 from mpsolve.operator import BlockTriangularSweeps, BSROperator, OperatorChain
 
-from ._localsolve import COND_LIMIT, transpose_stored
+from ._localsolve import COND_LIMIT, transpose_operator
 from ._pattern import block_pattern, detect_block_size, to_bsr
 from ._util import PreconditionerWarning, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
@@ -374,12 +374,8 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
         else:
             G = xp.matmul(to_device(np.ascontiguousarray(
                 chol.transpose(0, 2, 1).conj()[rows]), sdev), Lx)
-        tp, ti, td = transpose_stored(lp, li, G, host)
-        if td.dtype.kind == "c":
-            td = td.conj()                          # G^H
-        ops = [BSROperator(lp, li, G, n, dtype, accumulate, f"{name} factor G", device=device),
-               BSROperator(tp, ti, td, n, dtype, accumulate, f"{name} factor G^T",
-                           device=device)]
+        Gop = BSROperator(lp, li, G, n, dtype, accumulate, f"{name} factor G", device=device)
+        ops = [Gop, transpose_operator(Gop, b, f"{name} factor G^T", host, conj=True)]  # G^H
         bad = badL
         stats.update(symmetric=True)
     else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,7 +26,7 @@ from mpsolve.backend import HOST_DEVICE
 from mpsolve.kernels import lookup
 from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
-from ._localsolve import DEFAULT_MAX_LOCAL, local_solve, transpose_stored
+from ._localsolve import DEFAULT_MAX_LOCAL, local_solve, transpose_operator
 from ._pattern import block_pattern, to_bsr, truncate_wide_rows
 from ._util import PreconditionerWarning, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
@@ -63,46 +64,15 @@ def _pad(C, b):
     return P
 
 
-class _CSRArrays:
-    """The CSR arrays a :class:`SparseOperator` is stored from (``data`` on the host or
-    already on the device that solved the local systems: demoted there)."""
-
-    def __init__(self, indptr, indices, data, shape):
-        self.indptr, self.indices, self.data, self.shape = indptr, indices, data, shape
-
-
 def _store(pp, pi, data, n, storage, dtype, accumulate, what, device):
     """``M`` stored on ``device`` in ``dtype`` from its FP64 blocks ``data`` (host or
     device array: the demotion runs where the values are)."""
     nbr = pp.size - 1
     if storage == "csr":
-        M = _CSRArrays(pp.astype(np.int32), pi.astype(np.int32), data.reshape(-1), (nbr, nbr))
+        M = SimpleNamespace(indptr=np.asarray(pp, dtype=np.int32), data=data.reshape(-1),
+                            indices=np.asarray(pi, dtype=np.int32), shape=(nbr, nbr))
         return SparseOperator(M, dtype=dtype, accumulate=accumulate, device=device, what=what)
     return BSROperator(pp, pi, data, n, dtype, accumulate, what, device=device)
-
-
-def _transpose_blocks(pp, pi, data):
-    """Block pattern and blocks of the (block) transpose, canonical."""
-    nbr = pp.size - 1
-    b = data.shape[1]
-    B = sp.bsr_matrix((data, pi, pp), shape=(nbr * b, nbr * b)).transpose().tobsr((b, b))
-    B.sort_indices()
-    return B.indptr.astype(np.int64), B.indices.astype(np.int64), np.ascontiguousarray(B.data)
-
-
-def _transposed(op, b, storage, dtype, accumulate, device):
-    """The stored operator ``op`` transposed, stored again (its values are already in
-    ``dtype``, so storing them again is exact)."""
-    T = sp.csr_matrix(op.to_scipy().T)
-    T.sort_indices()
-    n = T.shape[0]
-    if storage == "csr":
-        return SparseOperator(T, dtype=dtype, accumulate=accumulate, device=device,
-                              what="ISAI (right)")
-    B = sp.bsr_matrix(_pad(T, b), blocksize=(b, b))
-    B.sort_indices()
-    return BSROperator(B.indptr, B.indices, B.data, n, dtype, accumulate, "Block-ISAI (right)",
-                       device=device)
 
 
 def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, device, host):
@@ -116,10 +86,13 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
     Cp = _pad(C, b)
     if variant in ("lower", "upper"):
         Cp = _triangle(Cp, variant)
-    aptr, aind, adata = to_bsr(Cp, b, device=host)
+    aptr, aind, adata = to_bsr(Cp, b, device=host, copy=False)      # (read only)
     nb = aptr.size - 1
     part = {"general": "all", "spd": "lower", "lower": "lower", "upper": "upper"}[variant]
-    pp, pi = block_pattern(aptr, aind, nb, power, part, device=host)
+    if power == 1 and part == "all":    # the pattern of S + I: A's own, diagonal stored
+        pp, pi = aptr, aind
+    else:
+        pp, pi = block_pattern(aptr, aind, nb, power, part, device=host)
     narrowed = 0
     if power > 1:
         # a row whose pattern of A^k is very wide (a dense row or column of A spreads it
@@ -132,11 +105,8 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
                                    max_local=max_local, scalar_csr=Cp, device=device)
     t1 = time.perf_counter()
     ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what, device)]
-    if variant == "spd":
-        tp, ti, td = transpose_stored(pp, pi, data, host)
-        if td.dtype.kind == "c":
-            td = td.conj()                          # M = G^H G for Hermitian A
-        ops.append(_store(tp, ti, td, n, storage, dtype, accumulate, what + " (G^T)", device))
+    if variant == "spd":                            # M = G^T G (G^H G for Hermitian A)
+        ops.append(transpose_operator(ops[0], b, what + " (G^T)", host, conj=True))
     times = dict(pattern=t_pattern, **stats.pop("stage_times"),
                  store=time.perf_counter() - t1)
     stats = dict(stats, pattern_nnz_blocks=int(pi.size), narrowed_rows=narrowed,
@@ -281,8 +251,8 @@ class _ISAIBase(Preconditioner):
             chain, self.fallback_rows, self.stats = isai_operators(
                 At, b, "general", self.sparsity_power, self.max_local, self._storage,
                 dtype, self.accumulate, name, device=self.device)
-            self._chain = OperatorChain([_transposed(op, b, self._storage, dtype,
-                                                     self.accumulate, self.device)
+            host = setup_device(self.device)
+            self._chain = OperatorChain([transpose_operator(op, b, f"{name} (right)", host)
                                          for op in chain.ops])
             return
         self._chain, self.fallback_rows, self.stats = isai_operators(

@@ -990,6 +990,36 @@ def test_isai_pattern_kernels_agree(b):
         assert np.array_equal(x, y)
     T = sp.bsr_matrix((data, pi, pp), shape=A.shape).toarray().T
     np.testing.assert_array_equal(sp.bsr_matrix((tc[2], tc[1], tc[0]), shape=A.shape).toarray(), T)
+    # a stored operator's arrays (int32 indices, FP32 or complex64 blocks) keep their dtypes
+    p32, i32 = pp.astype(np.int32), pi.astype(np.int32)
+    for dt in (np.float32, np.complex64):
+        d = (data + (1j * data[::-1] if dt is np.complex64 else 0)).astype(dt)
+        tc, tr = (lookup(dev, "bsr_transpose", (np.dtype(dt).name,))(p32, i32, d)
+                  for dev in ("cpu", "reference"))
+        for x, y, want in zip(tc, tr, (np.int32, np.int32, dt)):
+            assert x.dtype == y.dtype == want and np.array_equal(x, y)
+        np.testing.assert_array_equal(
+            sp.bsr_matrix((tc[2], tc[1], tc[0]), shape=A.shape).toarray(),
+            sp.bsr_matrix((d, pi, pp), shape=A.shape).toarray().T)
+
+
+def test_to_bsr_copies_unless_told_not_to():
+    """``to_bsr`` returns blocks that do not share ``A``'s values unless ``copy=False`` (the
+    ISAI set-up only reads them); with ``b = 1`` and every diagonal stored they are then
+    a view, and the ISAI set-up leaves ``A`` as it was."""
+    from mpsolve.precond._pattern import to_bsr
+
+    A = poisson2d(8)
+    before = A.copy()
+    for dev in ("cpu", "reference"):
+        _, _, d = to_bsr(A, 1, device=dev)
+        assert not np.may_share_memory(d, A.data)
+        _, _, d = to_bsr(A, 1, device=dev, copy=False)
+        np.testing.assert_array_equal(d.reshape(-1), A.data)
+    assert np.may_share_memory(to_bsr(A, 1, copy=False)[2], A.data)
+    for variant in ("spd", "general", "right"):
+        ISAI(variant, sparsity_power=1).setup(A)
+    assert (A != before).nnz == 0 and A.data.flags.writeable
 
 
 def test_block_capacity_kernels_agree_and_detect_block_size():

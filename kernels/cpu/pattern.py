@@ -92,13 +92,15 @@ def bsr_from_csr(indptr, indices, data, b):
     """Canonical BSR ``(aptr, aind, adata)`` of canonical CSR ``A`` (``n`` a multiple of
     ``b``): sorted block columns, every diagonal block stored (zero where absent), every
     stored entry of ``A`` kept (explicit zeros too).  Blocks in FP64, or complex128 for
-    complex ``data``."""
+    complex ``data``; with ``b = 1``, every diagonal entry stored and ``data`` already in
+    that dtype, ``adata`` is a view of ``data`` (read-only use; ``to_bsr`` copies on
+    request)."""
     n = indptr.size - 1
     nb = n // b
     wide = np.complex128 if np.iscomplexobj(data) else np.float64
     if b == 1 and _all_diagonal(indptr, indices):       # already canonical BSR: copies
         return (indptr.astype(np.int64), indices.astype(np.int64),
-                np.array(data, dtype=wide).reshape(-1, 1, 1))
+                np.asarray(data, dtype=wide).reshape(-1, 1, 1))
     indptr = np.asarray(indptr, dtype=np.int64)
     indices = np.asarray(indices, dtype=np.int64)
     bound = indptr[::b][:nb + 1] + np.arange(nb + 1, dtype=np.int64)
@@ -366,27 +368,54 @@ def _transpose_fill1(pptr, pind, data, rb, start, tind, tdata):
                 tdata[q] = data[k]
 
 
-@register("cpu", "bsr_transpose", _F64 + [("complex128",)])
+@njit(parallel=True, **JIT)
+def _transpose_starts(cnt, tptr):
+    # cnt[c, j] -> first position of chunk c's entries in column j of the transpose
+    # (tptr[j] plus the entries of column j in the chunks before c), in place
+    for j in prange(cnt.shape[1]):
+        acc = tptr[j]
+        for c in range(cnt.shape[0]):
+            k = cnt[c, j]
+            cnt[c, j] = acc
+            acc += k
+
+
+@njit(parallel=True, **JIT)
+def _transpose_ptr(cnt, tptr):
+    # tptr[j + 1] = entries of column j (cumulated after)
+    for j in prange(cnt.shape[1]):
+        s = 0
+        for c in range(cnt.shape[0]):
+            s += cnt[c, j]
+        tptr[j + 1] = s
+
+
+@register("cpu", "bsr_transpose", _F64 + [("complex128",), ("float32",), ("complex64",)])
 def bsr_transpose(pptr, pind, data):
     """Canonical BSR of the transpose: ``(tptr, tind, tdata)``, block ``(j, i)`` =
-    ``data[(i, j)]^T``."""
+    ``data[(i, j)]^T``; indices in the dtype of ``pptr``/``pind`` (int32 or int64), blocks
+    in ``data``'s (the FP32 keys transpose stored operators: values moved, never rounded).
+    The counts and starts per chunk of rows and column are compiled (NumPy's cumulative
+    sum down a 2 x n array runs column by column: 8x slower)."""
     nb = pptr.size - 1
     nch = _nchunk(nb, 1)
     rb = np.searchsorted(pptr, np.linspace(0, pptr[-1], nch + 1)).astype(np.int64)
     rb[0], rb[-1] = 0, nb
     rb = np.minimum(np.maximum.accumulate(rb), nb)
-    cnt = np.zeros((nch, nb), dtype=np.int64)
+    idx = pind.dtype
+    cnt = np.zeros((nch, nb), dtype=idx)
     _transpose_count(pptr, pind, rb, cnt)
-    tot = cnt.sum(axis=0)
-    tptr = np.zeros(nb + 1, dtype=np.int64)
-    np.cumsum(tot, out=tptr[1:])
-    start = tptr[:-1][None, :] + np.cumsum(cnt, axis=0) - cnt       # per chunk and column
-    tind = np.empty(pind.size, dtype=np.int64)
+    tptr = np.empty(nb + 1, dtype=idx)
+    tptr[0] = 0
+    _transpose_ptr(cnt, tptr)
+    np.cumsum(tptr, out=tptr)
+    _transpose_starts(cnt, tptr)                     # cnt becomes the starts
+    tind = np.empty(pind.size, dtype=idx)
     tdata = np.empty(data.shape, dtype=data.dtype)             # C order: reshape is a view
     if data.shape[1] == 1:
-        _transpose_fill1(pptr, pind, data.reshape(-1), rb, start, tind, tdata.reshape(-1))
+        _transpose_fill1(pptr, pind, data.reshape(-1), rb, cnt, tind, tdata.reshape(-1))
     else:
-        _transpose_fill(pptr, pind, data, rb, start, tind, tdata)
+        _transpose_fill(pptr, pind, data, rb, cnt, tind, tdata)
     return tptr, tind, tdata
 
 
