@@ -494,8 +494,10 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
         if not M.is_setup:
             if problem.A_csr is None:
                 raise TypeError(
-                    f"M={type(M).__name__} needs the matrix entries of A, but A is a "
-                    "LinearOperator; pass A as a sparse matrix, or M as an operator"
+                    f"M={type(M).__name__} (precond={M.name!r}) is set up from the matrix "
+                    "entries of A, but A is an operator without them (a LinearOperator); "
+                    "pass A as a sparse matrix or an ndarray, or the preconditioner as an "
+                    "operator (a LinearOperator or a set-up Preconditioner), or precond=None"
                 )
             M.setup_canonical(problem.A_csr, dtype=problem.realise(precision.precond),
                               device=device, side=problem.precond_side)

@@ -590,6 +590,12 @@ def plan(C, method="auto", precond="auto", precond_params=None):
     they are not ``"auto"`` (``precond`` a name or an object)."""
     precond_params = precond_params or {}
     pinned = None if precond == "auto" else precond
+    if C is None and isinstance(pinned, str):
+        raise TypeError(
+            f"precond={pinned!r} is set up from the matrix entries of A, but A is an "
+            "operator without them (a LinearOperator); pass A as a sparse matrix or an "
+            "ndarray, or the preconditioner as an operator (a LinearOperator or a set-up "
+            "Preconditioner), or precond=None")
     if C is not None:
         an = analyse(C)
         cands = candidates(an, method, precond)

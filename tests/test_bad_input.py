@@ -138,6 +138,25 @@ def test_linear_operator_with_matrix_preconditioner_needs_entries():
         cg(aslinearoperator(A0), B0, M=Jacobi())
 
 
+@pytest.mark.parametrize("name", ["jacobi", "block-jacobi", "ilu0", "isai", "block-isai",
+                                  "block-ilu0", "ilut"])
+@pytest.mark.parametrize("method", ["auto", "cg", "gmres", "bicgstab"])
+def test_linear_operator_with_preconditioner_by_name_is_refused_clearly(name, method):
+    """A preconditioner named on an operator without entries: a TypeError that says what
+    to pass instead, from ``solve`` and ``Solver`` (not an AttributeError from the set-up);
+    the operator with no preconditioner still solves."""
+    from scipy.sparse.linalg import aslinearoperator
+
+    L = aslinearoperator(A0)
+    for make in (lambda: mpsolve.solve(L, B0, method=method, precond=name),
+                 lambda: mpsolve.Solver(L, method=method, precond=name)):
+        with pytest.raises(TypeError, match=f"precond={name!r}.* matrix entries .*LinearOperator"):
+            make()
+    if method in ("auto", "cg"):
+        r = mpsolve.solve(L, A0 @ B0, method=method, precond=None, rtol=1e-8)
+        assert r.converged and np.linalg.norm(r.x - B0) <= 1e-5 * np.linalg.norm(B0)
+
+
 def test_unknown_method_and_preconditioner():
     with pytest.raises(ValueError, match="method"):
         mpsolve.solve(A0, B0, method="minres", precond=None)
