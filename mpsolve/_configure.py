@@ -2,11 +2,30 @@
 preconditioner turned into the Krylov body's options and the preconditioner object."""
 from __future__ import annotations
 
+import math
+import numbers
 import warnings
+
+import numpy as np
 
 from .krylov import BODIES
 
-__all__ = ["configure"]
+__all__ = ["configure", "check_gmres_options"]
+
+
+def check_gmres_options(restart=None, side=None):
+    """GMRES's ``restart`` (None or a positive integer) and ``side`` (None, 'left' or
+    'right') checked before anything is chosen or set up -- also under ``method='auto'``,
+    where they take effect only if GMRES is picked.  Returns ``restart`` as an ``int`` (a
+    float with an integral value is taken), or None."""
+    if restart is not None and not (
+            isinstance(restart, numbers.Real) and not isinstance(restart, (bool, np.bool_))
+            and math.isfinite(restart) and int(restart) == restart and restart >= 1):
+        raise ValueError(f"restart={restart!r}: must be a positive integer")
+    if side is not None and side not in ("left", "right"):
+        raise ValueError(f"side={side!r}: preconditioning side must be 'left' or 'right' "
+                         "(or None: the method's default)")
+    return None if restart is None else int(restart)
 
 
 def _gmres_maxiter(restart, callback, callback_type):
@@ -14,8 +33,7 @@ def _gmres_maxiter(restart, callback, callback_type):
         callback_type = "legacy"
     if callback_type not in (None, "x", "pr_norm", "legacy"):
         raise ValueError(f"callback_type={callback_type!r}: use 'x', 'pr_norm' or 'legacy'")
-    if restart is not None and (isinstance(restart, bool) or int(restart) != restart or restart < 1):
-        raise ValueError(f"restart={restart!r}: must be a positive integer")
+    check_gmres_options(restart)
     return callback_type or "x"
 
 
@@ -40,10 +58,9 @@ def configure(method, precond, restart=None, side=None, precond_params=None, sta
     if method == "gmres":
         from .krylov.gmres import SIDES
 
-        _gmres_maxiter(restart, None, "x")              # checks restart
+        check_gmres_options(restart, side)
         side = side or "left"
-        if side not in SIDES:
-            raise ValueError(f"side={side!r}: preconditioning side must be 'left' or 'right'")
+        assert side in SIDES
         return ({"restart": 20 if restart is None else int(restart), "callback_type": "x",
                  "side": side}, M, name, side)
     if restart is not None:

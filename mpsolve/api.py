@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from ._configure import _gmres_maxiter, configure  # noqa: F401  (configure: re-exported)
+from ._configure import _gmres_maxiter, check_gmres_options, configure  # noqa: F401  (configure: re-exported)
 from .driver import run
 from .krylov import BODIES
 from .result import SolveResult
@@ -247,6 +247,7 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     >>> res.converged, res.method, res.choices[0].precond
     (True, 'cg', 'ilu0')
     """
+    restart = check_gmres_options(restart, side)
     if getattr(b, "ndim", None) == 2 and b.shape[1] != 1:
         from .solver import Solver
 

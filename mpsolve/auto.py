@@ -590,7 +590,15 @@ def plan(C, method="auto", precond="auto", precond_params=None):
     they are not ``"auto"`` (``precond`` a name or an object)."""
     precond_params = precond_params or {}
     pinned = None if precond == "auto" else precond
-    if C is None and isinstance(pinned, str):
+    if isinstance(pinned, str):
+        from .precond import make_preconditioner
+
+        # an unknown name or a bad parameter is the caller's error, refused here (not
+        # recorded as every candidate's failed set-up)
+        needs_entries = make_preconditioner(pinned, **precond_params) is not None
+    else:
+        needs_entries = False
+    if C is None and needs_entries:
         raise TypeError(
             f"precond={pinned!r} is set up from the matrix entries of A, but A is an "
             "operator without them (a LinearOperator); pass A as a sparse matrix or an "

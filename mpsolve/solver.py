@@ -35,7 +35,7 @@ import numpy as np
 from ._demote import PrecisionRangeError
 from ._sparse import canonical_csr, check_matrix
 from ._system import make_problem, set_rhs, system_for
-from ._configure import configure
+from ._configure import check_gmres_options, configure
 from .backend import on_host, resolve_device
 from .driver import iterate, report_fields
 from .krylov import BODIES
@@ -126,6 +126,7 @@ class Solver:
         auto = method == "auto" or (isinstance(precond, str) and precond == "auto")
         if method not in ("auto",) + tuple(BODIES):
             raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
+        a["restart"] = check_gmres_options(a["restart"], a["side"])
         device = resolve_device(a["device"], A)
         if not on_host(A) and hasattr(A, "get"):
             A = A.get()                             # a device sparse matrix: checked on the host

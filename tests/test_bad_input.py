@@ -172,3 +172,28 @@ def test_malformed_matrix_market_names_the_line(tmp_path):
     with pytest.raises(MatrixMarketError) as err:
         read_mtx(f)
     assert "line 4" in str(err.value)
+
+
+@pytest.mark.parametrize("method", ["auto", "gmres", "cg"])
+@pytest.mark.parametrize("kw, match", [
+    (dict(restart=0), "restart=0"), (dict(restart=-2), "restart=-2"),
+    (dict(restart=2.5), "restart=2.5"), (dict(restart=float("inf")), "restart=inf"),
+    (dict(restart=True), "restart=True"), (dict(side="up"), "side='up'"),
+    (dict(precond="amg-magic"), "unknown preconditioner 'amg-magic'"),
+    (dict(precond="isai", sparsity_power=0), "sparsity_power=0"),
+])
+def test_bad_options_are_refused_before_anything_is_chosen(method, kw, match):
+    """GMRES's options and a preconditioner's name and parameters are checked whatever the
+    method -- under 'auto' too, where they would take effect only if GMRES (or that
+    preconditioner) were picked: a ValueError naming the argument, from solve and Solver,
+    not a ZeroDivisionError, an unrelated maxiter error or a 'no candidate' breakdown."""
+    for make in (lambda: mpsolve.solve(A0, B0, method=method, **kw),
+                 lambda: mpsolve.Solver(A0, method=method, **kw)):
+        with pytest.raises(ValueError, match=match):
+            make()
+
+
+def test_integral_float_restart_is_taken():
+    for r in (mpsolve.solve(A0, A0 @ B0, method="gmres", restart=7.0, rtol=1e-8),
+              mpsolve.Solver(A0, method="gmres", restart=np.int64(7), rtol=1e-8).solve(A0 @ B0)):
+        assert r.converged and np.allclose(r.x, B0, atol=1e-5)
