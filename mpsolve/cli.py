@@ -63,9 +63,19 @@ def _add_solver_options(p):
 
 def precond_params(args, method):
     """Constructor keywords for the chosen preconditioner from the CLI options."""
-    from ._params import accepted_params
+    from ._params import accepted_params, init_params
     from .precond import REGISTRY
 
+    given = [k for k in ("block_size", "sparsity_power", "variant")
+             if getattr(args, k, None) is not None]
+    takes = set() if args.precond in ("none", "auto") else init_params(REGISTRY[args.precond])
+    unused = [k for k in given if k not in takes]
+    if unused:                          # an option that would be dropped silently: refused
+        opts = ", ".join("--" + k.replace("_", "-") for k in unused)
+        users = sorted(name for name, cls in REGISTRY.items()
+                       if set(unused) <= init_params(cls))
+        raise ValueError(f"{opts} does not apply to --precond {args.precond}; it is an option "
+                         f"of --precond {' / '.join(users) or '(none)'}")
     if args.precond in ("none", "auto"):
         return {}
     variant = args.variant if args.variant is not None else ("spd" if method == "cg" else None)

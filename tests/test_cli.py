@@ -55,6 +55,20 @@ def test_solve_with_preconditioner_options(capsys):
     assert "block-isai" in out
 
 
+@pytest.mark.parametrize("args, opt", [
+    (["--block-size", "3"], "--block-size"),                      # auto takes no options
+    (["--precond", "none", "--variant", "spd"], "--variant"),
+    (["--precond", "ilu0", "--sparsity-power", "2"], "--sparsity-power"),
+    (["--precond", "jacobi", "--block-size", "2"], "--block-size"),
+])
+def test_preconditioner_option_that_would_be_dropped_is_refused(args, opt, capsys):
+    """An option the chosen preconditioner does not take is an error naming it and the
+    preconditioners that do take it (it was dropped silently)."""
+    assert main(["solve", "poisson2d:10", *args]) == 2
+    err = capsys.readouterr().err
+    assert f"{opt} does not apply" in err and "it is an option of --precond" in err
+
+
 def test_info_reports_block_size_and_symmetry(capsys):
     rc = main(["info", "elasticity3d:4"])
     out = capsys.readouterr().out
