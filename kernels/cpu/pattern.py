@@ -218,7 +218,8 @@ def pattern_power(sptr, sind, power, part):
     nb = sptr.size - 1
     sptr = np.asarray(sptr, dtype=np.int64)
     sind = np.asarray(sind, dtype=np.int64)
-    if int(power) == 1 and _canonical_with_diagonal(sptr, sind):   # S + I = S: filter
+    canonical = _canonical_with_diagonal(sptr, sind)           # then S + I = S
+    if int(power) == 1 and canonical:                             # filter
         if int(part) == 0:                                         # nothing to filter
             return sptr.copy(), sind.copy()
         cnt = np.empty(nb, dtype=np.int64)
@@ -228,10 +229,14 @@ def pattern_power(sptr, sind, power, part):
         qind = np.empty(int(qptr[-1]), dtype=np.int64)
         _part_fill(sptr, sind, int(part), qptr, qind)
         return qptr, qind
-    pptr = np.arange(nb + 1, dtype=np.int64)          # P = I
-    pind = np.arange(nb, dtype=np.int64)
+    if canonical:                                     # P = S + I = S: one product less
+        pptr, pind, first = sptr, sind, 1             # (read only below)
+    else:
+        pptr = np.arange(nb + 1, dtype=np.int64)      # P = I
+        pind = np.arange(nb, dtype=np.int64)
+        first = 0
     nch = _nchunk(nb)
-    for t in range(int(power)):
+    for t in range(first, int(power)):
         pt = int(part) if t == int(power) - 1 else 0
         cnt = np.empty(nb, dtype=np.int64)
         _product_count(pptr, pind, sptr, sind, pt, nch, cnt)
