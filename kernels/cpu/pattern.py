@@ -38,8 +38,16 @@ def _bsr_cols(indptr, indices, b, nb, nchunk, bound, tmp, cnt):
             tmp[o + k] = I
             k += 1
             seg = tmp[o:o + k]
-            if b > 1:
+            if b > 1 and k > 64:
                 seg.sort()
+            elif b > 1:                                # b sorted runs (and I): insertion
+                for q in range(1, k):                  # sort moves only across runs
+                    v = seg[q]
+                    t = q
+                    while t > 0 and seg[t - 1] > v:
+                        seg[t] = seg[t - 1]
+                        t -= 1
+                    seg[t] = v
             else:                                      # one sorted row: insert I in place
                 q = k - 1
                 while q > 0 and seg[q - 1] > I:
