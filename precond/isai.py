@@ -252,7 +252,7 @@ class _ISAIBase(Preconditioner):
                 At, b, "general", self.sparsity_power, self.max_local, self._storage,
                 dtype, self.accumulate, name, device=self.device)
             host = setup_device(self.device)
-            self._chain = OperatorChain([transpose_operator(op, b, f"{name} (right)", host)
+            self._chain = OperatorChain([transpose_operator(op, b, name, host)
                                          for op in chain.ops])
             return
         self._chain, self.fallback_rows, self.stats = isai_operators(
