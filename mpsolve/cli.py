@@ -50,7 +50,8 @@ def _add_solver_options(p):
                    help="iteration limit (restart cycles for gmres; default 10 n)")
     p.add_argument("--restart", type=int, default=None, help="GMRES restart length (default 20)")
     p.add_argument("--block-size", type=int, default=None,
-                   help="block size for block-jacobi / block-isai (default: detected)")
+                   help="block size for block-jacobi / block-isai / block-ilu0 (default: "
+                        "detected; an error with another --precond)")
     p.add_argument("--sparsity-power", type=int, default=None,
                    help="ISAI pattern: that of A^k (default: 1 for spd, 2 for general)")
     p.add_argument("--variant", default=None,
