@@ -10,7 +10,7 @@ import numpy as np
 
 from .krylov import BODIES
 
-__all__ = ["configure", "check_gmres_options"]
+__all__ = ["configure", "check_gmres_options", "gmres_callback_type"]
 
 
 def check_gmres_options(restart=None, side=None):
@@ -28,12 +28,13 @@ def check_gmres_options(restart=None, side=None):
     return None if restart is None else int(restart)
 
 
-def _gmres_maxiter(restart, callback, callback_type):
+def gmres_callback_type(callback, callback_type):
+    """SciPy's ``callback_type`` for :func:`mpsolve.gmres` (``'legacy'`` when a callback
+    comes without one), checked."""
     if callback is not None and callback_type is None:
         callback_type = "legacy"
     if callback_type not in (None, "x", "pr_norm", "legacy"):
         raise ValueError(f"callback_type={callback_type!r}: use 'x', 'pr_norm' or 'legacy'")
-    check_gmres_options(restart)
     return callback_type or "x"
 
 
@@ -56,12 +57,9 @@ def configure(method, precond, restart=None, side=None, precond_params=None, sta
         raise TypeError(f"unexpected keyword arguments {sorted(precond_params)} "
                         "(preconditioner parameters need precond=<name>)")
     if method == "gmres":
-        from .krylov.gmres import SIDES
-
-        check_gmres_options(restart, side)
+        restart = check_gmres_options(restart, side)
         side = side or "left"
-        assert side in SIDES
-        return ({"restart": 20 if restart is None else int(restart), "callback_type": "x",
+        return ({"restart": 20 if restart is None else restart, "callback_type": "x",
                  "side": side}, M, name, side)
     if restart is not None:
         warnings.warn(f"restart is a GMRES option; ignored by method={method!r}",

@@ -439,6 +439,14 @@ def derive_problem(problem: Problem, *, M, maxiter, x0, precond_side) -> Optiona
     return sub
 
 
+def needs_entries_error(what) -> TypeError:
+    """The error for a preconditioner ``what`` to be set up on an ``A`` without entries."""
+    return TypeError(
+        f"{what} is set up from the matrix entries of A, but A is an operator without them "
+        "(a LinearOperator); pass A as a sparse matrix or an ndarray, or the preconditioner "
+        "as an operator (a LinearOperator or a set-up Preconditioner), or precond=None")
+
+
 def _plain(v, n) -> bool:
     """``v`` is an FP64 NumPy vector of length ``n`` (:func:`set_rhs`'s quick path)."""
     return type(v) is np.ndarray and v.dtype == _F64 and v.shape == (n,)
@@ -493,12 +501,7 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
         t = 0.0
         if not M.is_setup:
             if problem.A_csr is None:
-                raise TypeError(
-                    f"M={type(M).__name__} (precond={M.name!r}) is set up from the matrix "
-                    "entries of A, but A is an operator without them (a LinearOperator); "
-                    "pass A as a sparse matrix or an ndarray, or the preconditioner as an "
-                    "operator (a LinearOperator or a set-up Preconditioner), or precond=None"
-                )
+                raise needs_entries_error(f"M={type(M).__name__} (precond={M.name!r})")
             M.setup_canonical(problem.A_csr, dtype=problem.realise(precision.precond),
                               device=device, side=problem.precond_side)
             t = M.setup_time

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from ._configure import _gmres_maxiter, check_gmres_options, configure  # noqa: F401  (configure: re-exported)
+from ._configure import check_gmres_options, configure, gmres_callback_type  # noqa: F401  (configure: re-exported)
 from .driver import run
 from .krylov import BODIES
 from .result import SolveResult
@@ -140,12 +140,10 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
 
 def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, callback_type,
                   precision, escalate, precond_name=None, side="left", device=None):
-    from .krylov.gmres import SIDES
-
-    ctype = _gmres_maxiter(restart, callback, callback_type)
-    if side not in SIDES:
-        raise ValueError(f"side={side!r}: preconditioning side must be 'left' or 'right'")
-    m = 20 if restart is None else int(restart)
+    ctype = gmres_callback_type(callback, callback_type)
+    restart = check_gmres_options(restart, side)
+    side = side or "left"
+    m = 20 if restart is None else restart
     kw = {"restart": m, "callback_type": ctype, "side": side}
     if callback is not None and ctype == "legacy":
         # SciPy's legacy mode: maxiter counts inner iterations

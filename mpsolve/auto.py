@@ -77,7 +77,7 @@ from .kernels.safenorm import norm
 from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure
-from ._system import derive_problem, make_problem
+from ._system import derive_problem, make_problem, needs_entries_error
 from .driver import iterate
 from .krylov import BODIES
 from .backend import to_host
@@ -599,11 +599,7 @@ def plan(C, method="auto", precond="auto", precond_params=None):
     else:
         needs_entries = False
     if C is None and needs_entries:
-        raise TypeError(
-            f"precond={pinned!r} is set up from the matrix entries of A, but A is an "
-            "operator without them (a LinearOperator); pass A as a sparse matrix or an "
-            "ndarray, or the preconditioner as an operator (a LinearOperator or a set-up "
-            "Preconditioner), or precond=None")
+        raise needs_entries_error(f"precond={pinned!r}")
     if C is not None:
         an = analyse(C)
         cands = candidates(an, method, precond)

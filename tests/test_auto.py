@@ -280,7 +280,7 @@ def test_block_size_is_detected_only_when_a_candidate_needs_it(monkeypatch):
     b = A @ np.ones(A.shape[0])
     res = mpsolve.solve(A, b, rtol=1e-8)
     assert res.converged and res.choices[0].outcome == "converged"
-    assert res.analysis["block_size"] is None and res.analysis["block_time"] == 0.0
+    assert res.analysis["block_size"] is None
     assert "block size not needed" in res.summary()
     assert res.choices[1].label == "cg + isai/block-isai (variant=spd) [mixed]"
     def ticking(**kw):
