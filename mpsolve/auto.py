@@ -338,6 +338,37 @@ def _ilu0_first(an: Analysis, params: dict, why: str) -> List[Choice]:
                    "with the same ILU(0), from BiCGSTAB's iterate")]
 
 
+def _pin_method(an: Analysis, out: List[Choice], method: str) -> List[Choice]:
+    """``out`` with the method pinned: its candidates of ``method`` or, where it has none
+    (``method="cg"`` on a nonsymmetric ``A``: the user knows best), each preconditioner of
+    ``out`` once under ``method``.  Each reason says the method was the caller's and, where
+    the preconditioner was first chosen for another method, which and why."""
+    kept = [c for c in out if c.method == method]
+    warn = ""
+    if not kept:
+        if method == "cg" and not an.spd_like:
+            herm = "Hermitian" if an.is_complex else "symmetric"
+            what = f"not {herm}" if not an.symmetric else f"{herm} without a positive diagonal"
+            warn = f" (A is {what}: CG assumes a {herm} positive definite A and may fail)"
+        seen = set()
+        for c in out:
+            key = (c.precond, repr(sorted(c.params.items())), c.by_block)
+            if (method == "cg" and c.precond == "ilut") or key in seen:
+                continue
+            seen.add(key)
+            kept.append(Choice(method, c.precond, dict(c.params), c.reason,
+                               by_block=c.by_block))
+    first = {}
+    for c in out:
+        first.setdefault((c.precond, repr(sorted(c.params.items())), c.by_block), c)
+    for c in kept:
+        o = first[(c.precond, repr(sorted(c.params.items())), c.by_block)]
+        c.reason = (f"method {method} pinned by the caller{warn}; "
+                    + (o.reason if o.method == method else
+                       f"the preconditioner of the {o.method} candidate: {o.reason}"))
+    return kept or [Choice(method, "jacobi", {}, "method pinned by the caller")]
+
+
 def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     """The ordered candidates for ``an`` (see module docstring); ``method`` or ``precond``
     other than ``"auto"`` pins that part of the choice."""
@@ -376,12 +407,7 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     if an.is_complex:
         out = _complex_candidates(an, out)
     if method != "auto":
-        kept = [c for c in out if c.method == method]
-        if not kept:   # e.g. method="cg" on a nonsymmetric A: the user knows best
-            kept = [Choice(method, c.precond, dict(c.params), c.reason, by_block=c.by_block)
-                    for c in out if not (method == "cg" and c.precond == "ilut")] or \
-                [Choice(method, "jacobi", {}, "method pinned by the caller")]
-        out = kept
+        out = _pin_method(an, out, method)
     if precond != "auto":
         seen, pinned = set(), []
         for c in out:

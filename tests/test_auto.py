@@ -397,6 +397,27 @@ def test_pinned_method_or_preconditioner():
         mpsolve.solve(A, b, method="minres")
 
 
+
+def test_pinned_method_reasons_are_true_and_candidates_distinct():
+    spd = poisson2d(8)
+    an = auto.analyse(sp.csr_matrix(spd))
+    for method in ("gmres", "bicgstab"):
+        cands = auto.candidates(an, method=method)
+        assert {c.method for c in cands} == {method}
+        # the preconditioner was chosen for CG: say so, and not that CG failed
+        assert cands[0].reason.startswith(f"method {method} pinned by the caller; the "
+                                          "preconditioner of the cg candidate: ")
+        assert "CG failed" not in cands[0].reason
+    # CG pinned on a nonsymmetric A (real) or a non-Hermitian one (complex): warned in the
+    # reason, and each preconditioner once (BiCGSTAB and GMRES shared ILU(0))
+    for A, herm in ((convection_diffusion2d(8, peclet=20), "symmetric"),
+                    (sp.csr_matrix(spd * (1 + 1j)), "Hermitian")):
+        cands = auto.candidates(auto.analyse(sp.csr_matrix(A)), method="cg")
+        assert {c.method for c in cands} == {"cg"}
+        keys = [(c.precond, repr(sorted(c.params.items())), c.by_block) for c in cands]
+        assert len(keys) == len(set(keys)) and cands[0].precond == "ilu0"
+        assert f"(A is not {herm}: CG assumes a {herm} positive definite A" in cands[0].reason
+
 def test_linear_operator_gets_unpreconditioned_gmres():
     A = convection_diffusion2d(12)
     op = spla.aslinearoperator(A)
