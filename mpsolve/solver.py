@@ -10,7 +10,9 @@ checks ``b`` (and ``x0``), copies it and runs the same driver as :func:`mpsolve.
 (:func:`mpsolve.driver.iterate`) on the stored Systems and the same workspace vectors:
 the same iterations and the same answer, bit for bit, as a fresh ``mpsolve.solve`` with
 the same arguments (with ``"auto"``: as long as the fresh solve's first candidate is
-the one kept here and does not hand over to the next one; the preconditioner keeps the
+the one kept here and does not hand over to the next one, and the policy is not an
+iterative refinement, whose correction solves take a share of the iteration budget: the
+fresh solve gives its first candidate half of it; the preconditioner keeps the
 storage precision of the policy it was set up for, which ``precision=None`` takes from
 ``A``'s dtype -- an FP32 ``A`` solved with an FP64 ``b`` runs in FP64 with it).
 
@@ -19,9 +21,11 @@ storage precision of the policy it was set up for, which ``precision=None`` take
 the FP64 operator's values, the FP32 copies (the Systems are made again from the
 canonical matrix, so the range checks run again) and the preconditioner's set-up on the
 new values (whole: none of mpsolve's preconditioners keeps a separate symbolic phase
-yet).  With another pattern (or shape, or a LinearOperator), or new values that the kept
-choice cannot take (a zero pivot, values beyond its FP32 storage), everything is set up
-again as by the constructor, ``"auto"`` choices included.  :attr:`Solver.last_update`
+yet).  With another pattern (or shape, or a LinearOperator), new values of another kind
+(complex for real; with ``"auto"``: values its analysis would choose differently for, such
+as a matrix no longer symmetric), or new values that the kept choice cannot take (a zero
+pivot, values beyond its FP32 storage), everything is set up again as by the constructor,
+``"auto"`` choices included.  :attr:`Solver.last_update`
 says which happened.
 
 A Solver is not thread-safe: its solves share one workspace.
@@ -40,7 +44,7 @@ from .backend import on_host, resolve_device
 from .driver import iterate, report_fields
 from .krylov import BODIES
 from .operator import SparseOperator
-from .precision import as_precision
+from .precision import as_precision, in_field
 from .precond.base import Preconditioner
 from .result import SolveResult
 
@@ -133,8 +137,9 @@ class Solver:
         A = check_matrix(A, "A")
         n = A.shape[0]
         a_dtype = np.dtype(getattr(A, "dtype", None) or np.float64)
-        b0 = np.zeros(n, a_dtype if a_dtype.kind == "f" else np.float64)  # until a solve
+        b0 = np.zeros(n, a_dtype if a_dtype.kind in "fc" else np.float64)  # until a solve
         self.choices, self.analysis = [], {}
+        self._plan_labels = None
         M_was_setup = isinstance(precond, Preconditioner) and precond.is_setup
         restart, side = a["restart"], a["side"]
         if auto:
@@ -148,6 +153,7 @@ class Solver:
             problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], device=device,
                                    M=pinned if not isinstance(pinned, str) else None)
             an, cands = plan(problem.A_csr, method, precond, a["precond_params"])
+            self._plan_labels = [c.label for c in cands]
             chosen = M = policy = None
             for c in cands:
                 policy = as_precision(precision or c.precision, problem.data_dtype)
@@ -288,7 +294,7 @@ class Solver:
 
     def _a_dtype(self):
         a = np.dtype(getattr(self._problem.A_user, "dtype", None) or np.float64)
-        return a if a.kind == "f" else np.dtype(np.float64)
+        return a if a.kind in "fc" else np.dtype(np.float64)
 
     def __matmul__(self, b):
         """``s @ b``: the solution ``x`` of ``A x = b`` (``s.solve(b).x``), so that a
@@ -305,7 +311,12 @@ class Solver:
         on them; the choice of method and preconditioner, the kernels and the workspace
         stay.  A preconditioner the caller passed already set up (or as a matrix or
         operator) is the caller's and stays as it is.  Otherwise (``last_update =
-        "full"``): everything is set up again as by the constructor.
+        "full"``): everything is set up again as by the constructor -- also where
+        ``"auto"`` would now choose differently (the analysis of the new values orders
+        other candidates: ``A`` no longer symmetric, a zero diagonal entry, values beyond
+        FP32), where the new values are complex and the old were not (or the other way
+        round), and where the kept choice cannot take them (a zero pivot, an FP32 range
+        the first policy does not reach).
         """
         t0 = time.perf_counter()
         p = self._problem
@@ -318,15 +329,17 @@ class Solver:
                 C = None
         old = p.A_csr
         if C is None or C.nnz != old.nnz or not (np.array_equal(C.indptr, old.indptr)
-                                                and np.array_equal(C.indices, old.indices)):
+                                                and np.array_equal(C.indices, old.indices)) \
+                or (C.dtype.kind == "c") != p.is_complex or self._choice_changed(C):
             self._build(A_new, stacklevel=4)
             self.last_update = "full"
             return self
-        if C.dtype.kind != "f":
-            C = C.astype(np.float64)
+        hp = in_field("float64", p.is_complex)
+        if C.dtype.kind not in "fc" or (p.is_complex and C.dtype.kind != "c"):
+            C = C.astype(hp)                     # as make_problem: integers in FP64
         p.A_csr = C
         p.A_user = C
-        p.A64 = SparseOperator(C, "float64", "float64", p.device, what="A")
+        p.A64 = SparseOperator(C, hp, "float64", p.device, what="A")
         p._residual64 = None
         M = p.M_user
         try:
@@ -335,7 +348,7 @@ class Solver:
             p._systems.clear()   # the stored (FP32) copies of A, made again and range-checked
             self._policies.clear()
             self.precision = self._realise(as_precision(self._start, self._a_dtype()))
-        except Exception:
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             # the new values do not fit the kept choice (a zero pivot, an FP32 range the
             # first policy does not reach): set everything up as the constructor does
             self._build(A_new, stacklevel=4)
@@ -345,6 +358,18 @@ class Solver:
         self.setup_time = time.perf_counter() - t0
         self.last_update = "numeric"
         return self
+
+    def _choice_changed(self, C) -> bool:
+        """``"auto"``: whether the analysis of the new values ``C`` orders other candidates
+        than the constructor's did (``A`` no longer symmetric, a diagonal entry now zero,
+        values beyond FP32...): the kept choice was made for a matrix of another kind."""
+        if self._plan_labels is None:
+            return False
+        from .auto import plan
+
+        a = self._args
+        _, cands = plan(C, a["method"], a["precond"], a["precond_params"])
+        return [c.label for c in cands] != self._plan_labels
 
     def __repr__(self):
         return (f"<Solver {self.n}x{self.n}: {self.method}"

@@ -381,6 +381,43 @@ def test_a_complex_solver_and_a_real_one_given_complex_data():
         real.solve(np.full(n, 1j))
 
 
+
+@pytest.mark.parametrize("precision", [None, "single", "mixed", "double"])
+@pytest.mark.parametrize("dtype", [np.complex128, np.complex64])
+def test_update_of_a_complex_solver_is_numeric_and_matches_fresh(precision, dtype):
+    """New complex values on the same pattern: the numeric path (the FP64 operator stays
+    complex: it was cast to a real one, which crashed or dropped the imaginary parts), the
+    same answer as a fresh solve, and the policy of A's dtype (complex64: single)."""
+    n = 40
+    T = sp.diags([-1.0, 2.5, -1.3], [-1, 0, 1], shape=(n, n), format="csr")
+    C = (T * (1 + 0.3j)).astype(dtype).tocsr()
+    C2 = (T * (1.1 + 0.5j)).astype(dtype).tocsr()
+    kw = dict(method="gmres", precond="ilu0", precision=precision, rtol=1e-5)
+    s = Solver(C, **kw)
+    policy = precision or ("single" if dtype == np.complex64 else "double")  # A's dtype's
+    assert s.precision.name == policy
+    assert s.update(C2).last_update == "numeric" and s.precision.name == policy
+    b = np.full(n, 1 + 2j, dtype=dtype)
+    _same(s.solve(b), mpsolve.solve(C2, b, **kw))
+    # real values for a complex Solver (and the other way round): set up again
+    assert s.update(T).last_update == "full" and s.solve(np.ones(n)).converged
+    assert s.update(C).last_update == "full"
+
+
+def test_update_under_auto_sets_up_again_where_the_choice_would_change():
+    """``"auto"`` chose CG + IC(0) for a symmetric A; new values that make A nonsymmetric
+    (same pattern) are not run under that choice: the update is full and chooses again."""
+    A = poisson2d(10)
+    s = Solver(A, rtol=1e-8)
+    assert s.method == "cg"
+    N = A.copy()
+    N.data = N.data * (1 + 0.2 * np.random.default_rng(0).random(N.nnz))
+    assert s.update(2.0 * A).last_update == "numeric" and s.method == "cg"
+    assert s.update(N).last_update == "full" and s.method != "cg"
+    b = N @ np.ones(A.shape[0])
+    r = s.solve(b)
+    assert r.converged and np.linalg.norm(b - N @ r.x) <= 1e-8 * np.linalg.norm(b)
+
 @pytest.mark.parametrize("method,precond", [("cg", "jacobi"), ("gmres", "ilu0"),
                                             ("bicgstab", None)])
 def test_a_start_that_meets_the_tolerance_needs_no_call_of_the_method(method, precond):
