@@ -47,15 +47,23 @@ def _add_solver_options(p):
     p.add_argument("--rtol", type=float, default=1e-8, help="relative tolerance (default 1e-8)")
     p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default 0)")
     p.add_argument("--maxiter", type=int, default=None,
-                   help="iteration limit (restart cycles for gmres; default 10 n)")
-    p.add_argument("--restart", type=int, default=None, help="GMRES restart length (default 20)")
+                   help="iteration limit: with auto (the default) the Krylov iterations of "
+                   "all candidates together (default 5000); with --method and --precond both "
+                   "named, as SciPy's (restart cycles for gmres; default 10 n)")
+    p.add_argument("--restart", type=int, default=None,
+                   help="GMRES restart length (default 30 with auto, 20 with --method gmres "
+                   "and a named --precond)")
     p.add_argument("--block-size", type=int, default=None,
                    help="block size for block-jacobi / block-isai / block-ilu0 (default: "
                         "detected; an error with another --precond)")
     p.add_argument("--sparsity-power", type=int, default=None,
-                   help="ISAI pattern: that of A^k (default: 1 for spd, 2 for general)")
+                   help="ISAI pattern: that of A^k (default: 1 for spd, 2 for general and "
+                        "right unless the rows of A^2 are too wide, then 1)")
     p.add_argument("--variant", default=None,
-                   help="ISAI variant: general, spd, lower, upper (default per method)")
+                   help="ISAI variant (isai: auto, general, right, spd, lower, upper, ilu; "
+                   "block-isai: auto, general, right, spd, bilu); default spd under --method "
+                   "cg, else auto (spd for a symmetric A, else the approximate inverse of "
+                   "the side M is applied on)")
     p.add_argument("--no-escalate", action="store_true",
                    help="report failure instead of switching to a stronger precision")
     p.add_argument("--device", default=None, choices=sorted(DEVICES),
