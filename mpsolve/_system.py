@@ -525,15 +525,21 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
     return op.bind(wdt, wdt), op, 0.0
 
 
-def make_system(problem: Problem, precision: Precision) -> System:
-    """Store ``A`` and ``M`` at ``precision`` on the problem's device and look up the kernels."""
-    device = problem.device
-    wdt = problem.realise(precision.working)
-    if problem.is_complex and precision.compressed:
+def check_basis(method: str, problem: Problem, precision: Precision) -> None:
+    """A compressed GMRES basis (CB-GMRES) is real-only: GMRES on a complex ``problem``
+    under such a policy is refused, before any set-up; CG and BiCGSTAB keep no basis and
+    ignore the field (as on real systems)."""
+    if method == "gmres" and problem.is_complex and precision.compressed:
         raise ValueError(
             f"precision={precision.name!r} stores GMRES's basis in {precision.basis} "
             "(CB-GMRES), which supports real systems only; for this complex system use "
             f"precision={precision.name.removesuffix('-cb')!r}")
+
+
+def make_system(problem: Problem, precision: Precision) -> System:
+    """Store ``A`` and ``M`` at ``precision`` on the problem's device and look up the kernels."""
+    device = problem.device
+    wdt = problem.realise(precision.working)
     if problem.A_csr is not None:
         if precision.matrix == "float64" and problem.A64 is not None:
             A_op = problem.A64

@@ -39,7 +39,7 @@ from typing import Callable
 import numpy as np
 
 from ._demote import PrecisionRangeError
-from ._system import STAGNATION, make_problem, system_for
+from ._system import STAGNATION, check_basis, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
 from .refine import dd_stage, dd_supported, refine_stage
@@ -212,6 +212,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
                                               float("nan")))
                 policy = nxt
 
+    check_basis(method, problem, policy)
     policy, sys = realise(policy, 0)
     setup_time = time.perf_counter() - t0
 

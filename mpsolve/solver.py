@@ -38,7 +38,7 @@ import numpy as np
 
 from ._demote import PrecisionRangeError
 from ._sparse import canonical_csr, check_matrix
-from ._system import make_problem, set_rhs, system_for
+from ._system import check_basis, make_problem, set_rhs, system_for
 from ._configure import check_gmres_options, configure
 from .backend import on_host, resolve_device
 from .driver import iterate, report_fields
@@ -206,6 +206,7 @@ class Solver:
         # a preconditioner passed already set up (or as a matrix/operator) is the caller's:
         # update() leaves it alone; one made or set up here is set up again there
         self._owns_M = isinstance(M, Preconditioner) and not M_was_setup
+        check_basis(method, problem, policy)
         self.precision = self._realise(policy)      # the preconditioner is set up here
         self._name = name
         self._report = report_fields(problem, method, name)

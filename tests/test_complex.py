@@ -317,9 +317,21 @@ def test_clongdouble_refused_by_name(solver):
 
 
 def test_cb_gmres_refuses_complex_clearly():
+    """GMRES's compressed basis is real-only: refused by name for a complex system (also by
+    a Solver, at set-up); BiCGSTAB and CG keep no basis and ignore it, on complex systems
+    as on real ones (they were refused too)."""
     b = _rhs(CSYM.shape[0], np.complex128)
     with pytest.raises(ValueError, match=r"CB-GMRES.*real systems only.*'mixed'"):
         mpsolve.solve(CSYM, b, method="gmres", precond=None, precision="mixed-cb")
+    with pytest.raises(ValueError, match=r"CB-GMRES.*real systems only"):
+        mpsolve.Solver(CSYM, method="gmres", precond="jacobi", precision="mixed-cb")
+    for method, A in (("bicgstab", CSYM), ("cg", HPD)):
+        bb = _rhs(A.shape[0], np.complex128)
+        r = mpsolve.solve(A, bb, method=method, precond="jacobi", precision="mixed-cb",
+                          rtol=1e-8)
+        q = mpsolve.solve(A, bb, method=method, precond="jacobi", precision="mixed",
+                          rtol=1e-8)
+        assert r.converged and r.iterations == q.iterations and np.array_equal(r.x, q.x)
 
 
 def test_device_without_complex_kernels_refuses_at_setup(monkeypatch):
