@@ -77,7 +77,7 @@ from .kernels.safenorm import norm
 from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure
-from ._system import derive_problem, make_problem, needs_entries_error
+from ._system import check_basis, derive_problem, make_problem, needs_entries_error
 from .driver import iterate
 from .krylov import BODIES
 from .backend import to_host
@@ -494,6 +494,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
     problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=None,   # caller's units:
                            M=pinned if not isinstance(pinned, str) else None, device=device,
                            scale=False)                 # its monitor works on b and x itself
+    if method != "auto" and precision is not None:   # the caller's pair: refused as such
+        check_basis(method, problem, as_precision(precision, problem.data_dtype))
     budget = DEFAULT_AUTO_MAXITER if maxiter is None else int(maxiter)
     C = problem.A_csr
     an, cands = plan(C, method, precond, precond_params)
@@ -521,6 +523,11 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         policy = as_precision(precision or c.precision, problem.data_dtype)
         c.precision = policy.name
         m_side = candidate_side(c.method, side)
+        try:
+            check_basis(c.method, problem, policy)
+        except ValueError as err:         # GMRES with a compressed basis on complex data
+            c.outcome = f"skipped: {err}"
+            continue
         try:
             M = set_up_candidate(c, pinned, precond_params, C, policy, problem.device, m_side,
                                  escalate, reorderings)

@@ -152,6 +152,8 @@ class Solver:
             pinned = None if precond == "auto" else precond
             problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], device=device,
                                    M=pinned if not isinstance(pinned, str) else None)
+            if method != "auto" and precision is not None:  # the caller's pair: refused
+                check_basis(method, problem, as_precision(precision, problem.data_dtype))
             an, cands = plan(problem.A_csr, method, precond, a["precond_params"])
             self._plan_labels = [c.label for c in cands]
             chosen = M = policy = None
@@ -160,6 +162,11 @@ class Solver:
                 c.precision = policy.name
                 m_side = candidate_side(c.method, side)
                 ts = time.perf_counter()
+                try:
+                    check_basis(c.method, problem, policy)
+                except ValueError as err:  # GMRES with a compressed basis on complex data
+                    c.outcome = f"skipped: {err}"
+                    continue
                 try:
                     M = set_up_candidate(c, pinned, a["precond_params"], problem.A_csr, policy,
                                          device, m_side, self.escalate, {})

@@ -323,8 +323,19 @@ def test_cb_gmres_refuses_complex_clearly():
     b = _rhs(CSYM.shape[0], np.complex128)
     with pytest.raises(ValueError, match=r"CB-GMRES.*real systems only.*'mixed'"):
         mpsolve.solve(CSYM, b, method="gmres", precond=None, precision="mixed-cb")
+    for precond in ("jacobi", "auto"):
+        with pytest.raises(ValueError, match=r"CB-GMRES.*real systems only"):
+            mpsolve.Solver(CSYM, method="gmres", precond=precond, precision="mixed-cb")
     with pytest.raises(ValueError, match=r"CB-GMRES.*real systems only"):
-        mpsolve.Solver(CSYM, method="gmres", precond="jacobi", precision="mixed-cb")
+        mpsolve.solve(CSYM, b, method="gmres", precision="mixed-cb")      # precond auto
+    # method auto: BiCGSTAB runs; a GMRES candidate is skipped and says why (here the only
+    # candidate, for a zero diagonal: nothing else to run, a clear status)
+    assert mpsolve.solve(CSYM, b, precision="mixed-cb", rtol=1e-8).converged
+    Z = CSYM.tolil()
+    Z[3, 3] = 0.0
+    r = mpsolve.solve(Z.tocsr(), b, precision="mixed-cb", rtol=1e-8)
+    assert r.info == -16 and "real systems only" in r.status
+    assert all(c.outcome.startswith("skipped: precision='mixed-cb'") for c in r.choices)
     for method, A in (("bicgstab", CSYM), ("cg", HPD)):
         bb = _rhs(A.shape[0], np.complex128)
         r = mpsolve.solve(A, bb, method=method, precond="jacobi", precision="mixed-cb",
