@@ -336,15 +336,15 @@ class Solver:
             except TypeError:
                 C = None
         old = p.A_csr
-        if C is None or C.nnz != old.nnz or not (np.array_equal(C.indptr, old.indptr)
-                                                and np.array_equal(C.indices, old.indices)) \
-                or (C.dtype.kind == "c") != p.is_complex or self._choice_changed(C):
+        same = C is not None and C.nnz == old.nnz and (C.dtype.kind == "c") == p.is_complex \
+            and np.array_equal(C.indptr, old.indptr) and np.array_equal(C.indices, old.indices)
+        hp = in_field("float64", p.is_complex)
+        if same and C.dtype.kind not in "fc":
+            C = C.astype(hp)                     # as make_problem: integers in FP64
+        if not same or self._choice_changed(C):
             self._build(A_new, stacklevel=4)
             self.last_update = "full"
             return self
-        hp = in_field("float64", p.is_complex)
-        if C.dtype.kind not in "fc" or (p.is_complex and C.dtype.kind != "c"):
-            C = C.astype(hp)                     # as make_problem: integers in FP64
         p.A_csr = C
         p.A_user = C
         p.A64 = SparseOperator(C, hp, "float64", p.device, what="A")
