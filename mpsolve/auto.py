@@ -343,6 +343,12 @@ def _pin_method(an: Analysis, out: List[Choice], method: str) -> List[Choice]:
     (``method="cg"`` on a nonsymmetric ``A``: the user knows best), each preconditioner of
     ``out`` once under ``method``.  Each reason says the method was the caller's and, where
     the preconditioner was first chosen for another method, which and why."""
+    def key(c):                                  # the preconditioner a candidate sets up
+        return c.precond, repr(sorted(c.params.items())), c.by_block
+
+    first = {}
+    for c in out:
+        first.setdefault(key(c), c)
     kept = [c for c in out if c.method == method]
     warn = ""
     if not kept:
@@ -350,19 +356,10 @@ def _pin_method(an: Analysis, out: List[Choice], method: str) -> List[Choice]:
             herm = "Hermitian" if an.is_complex else "symmetric"
             what = f"not {herm}" if not an.symmetric else f"{herm} without a positive diagonal"
             warn = f" (A is {what}: CG assumes a {herm} positive definite A and may fail)"
-        seen = set()
-        for c in out:
-            key = (c.precond, repr(sorted(c.params.items())), c.by_block)
-            if (method == "cg" and c.precond == "ilut") or key in seen:
-                continue
-            seen.add(key)
-            kept.append(Choice(method, c.precond, dict(c.params), c.reason,
-                               by_block=c.by_block))
-    first = {}
-    for c in out:
-        first.setdefault((c.precond, repr(sorted(c.params.items())), c.by_block), c)
+        kept = [Choice(method, c.precond, dict(c.params), c.reason, by_block=c.by_block)
+                for c in first.values() if not (method == "cg" and c.precond == "ilut")]
     for c in kept:
-        o = first[(c.precond, repr(sorted(c.params.items())), c.by_block)]
+        o = first[key(c)]
         c.reason = (f"method {method} pinned by the caller{warn}; "
                     + (o.reason if o.method == method else
                        f"the preconditioner of the {o.method} candidate: {o.reason}"))
