@@ -44,7 +44,7 @@ def configure(method, precond, restart=None, side=None, precond_params=None, sta
     ``side``, default left), the preconditioner made from its name (not set up yet) or
     ``precond`` itself, and the side the method applies it on.  Shared with
     :class:`mpsolve.Solver`."""
-    from .precond import make_preconditioner
+    from .precond import make_preconditioner, stray_keywords
 
     if method not in BODIES:
         raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
@@ -54,8 +54,7 @@ def configure(method, precond, restart=None, side=None, precond_params=None, sta
         M = make_preconditioner(precond, **(precond_params or {}))
         name = getattr(M, "name", precond) if M is not None else precond
     elif precond_params:
-        raise TypeError(f"unexpected keyword arguments {sorted(precond_params)} "
-                        "(preconditioner parameters need precond=<name>)")
+        raise stray_keywords(precond_params, precond)
     if method == "gmres":
         restart = check_gmres_options(restart, side)
         side = side or "left"

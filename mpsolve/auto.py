@@ -485,8 +485,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         raise ValueError(f"maxiter={maxiter!r}: must be a positive integer (or None: "
                          f"{DEFAULT_AUTO_MAXITER} iterations for method='auto')")
     if precond_params and precond == "auto":
-        raise TypeError(f"unexpected keyword arguments {sorted(precond_params)}: preconditioner "
-                        "parameters need precond=<name>, not 'auto'")
+        from .precond import stray_keywords
+        raise stray_keywords(precond_params, precond)
     pinned = None if precond == "auto" else precond
     problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=None,   # caller's units:
                            M=pinned if not isinstance(pinned, str) else None, device=device,

@@ -147,8 +147,8 @@ class Solver:
                                SETUP_ERRORS, set_up_candidate)
 
             if a["precond_params"] and precond == "auto":
-                raise TypeError(f"unexpected keyword arguments {sorted(a['precond_params'])}: "
-                                "preconditioner parameters need precond=<name>, not 'auto'")
+                from .precond import stray_keywords
+                raise stray_keywords(a["precond_params"], precond)
             pinned = None if precond == "auto" else precond
             problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], device=device,
                                    M=pinned if not isinstance(pinned, str) else None)

@@ -12,6 +12,8 @@
   block ISAI of BILU(0)'s factors)
 * :class:`BlockILU0` -- block ILU(0) on the BSR structure, FP64 pivot-block inverses, block sweeps
 """
+import inspect
+
 from ._pattern import detect_block_size
 from ._util import PreconditionerWarning
 from .base import Preconditioner
@@ -48,5 +50,51 @@ def make_preconditioner(name, reorder=None, **params):
         raise ValueError(
             f"unknown preconditioner {name!r}; choose one of {['none'] + sorted(REGISTRY)}"
         ) from None
+    unknown = sorted(set(params) - set(parameters(name)))
+    if unknown:
+        raise TypeError(f"{_keywords(unknown)}: not {_a_parameter(unknown)} of preconditioner {name!r} "
+                        f"(it takes {', '.join(parameters(name))}){hint(unknown)}")
     M = cls(**params)
     return M if reorder is None else Reordered(M, reorder)
+
+
+def parameters(name):
+    """The keyword parameters preconditioner ``name`` takes (``reorder`` included)."""
+    sig = inspect.signature(REGISTRY[name].__init__)
+    return tuple(p for p in sig.parameters if p != "self") + ("reorder",)
+
+
+#: Keywords a SciPy (or PETSc) user may pass that mean something else here.
+_HINTS = {"tol": "SciPy's old tol is rtol", "M": "pass a preconditioner object as precond=M",
+          "callback_type": "solve's callback gets x; mpsolve.gmres takes callback_type",
+          "restrt": "restart", "pc_type": "precond", "ksp_type": "method"}
+
+
+def hint(keys):
+    """A hint for the keywords in ``keys`` that users bring from SciPy or PETSc ("" if none)."""
+    said = [f"{k}: {_HINTS[k]}" for k in keys if k in _HINTS]
+    return f" ({'; '.join(said)})" if said else ""
+
+
+def _keywords(keys):
+    """``keys`` (sorted) named in a message: "keyword argument 'a'" or "... arguments [...]"."""
+    return f"keyword argument {keys[0]!r}" if len(keys) == 1 else f"keyword arguments {keys}"
+
+
+def _a_parameter(keys):
+    return "a parameter" if len(keys) == 1 else "parameters"
+
+
+def stray_keywords(keys, precond):
+    """The ``TypeError`` for keyword arguments of :func:`mpsolve.solve` (or ``Solver``) that
+    are neither its own parameters nor usable with ``precond`` (``"auto"``, ``None`` or an
+    object: no preconditioner made from a name takes them)."""
+    keys = sorted(keys)
+    takers = {k: [n for n in REGISTRY if k in parameters(n)] for k in keys}
+    bad = [k for k in keys if not takers[k]]
+    if bad:
+        return TypeError(f"unexpected {_keywords(bad)}: not {_a_parameter(bad)} of the solve nor of "
+                         f"any preconditioner{hint(bad)}")
+    return TypeError(f"{_keywords(keys)}: preconditioner parameters need precond=<name>, not "
+                     f"{precond!r} (taken by "
+                     + "; ".join(f"{k}: {', '.join(v)}" for k, v in takers.items()) + ")")

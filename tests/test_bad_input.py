@@ -197,3 +197,27 @@ def test_integral_float_restart_is_taken():
     for r in (mpsolve.solve(A0, A0 @ B0, method="gmres", restart=7.0, rtol=1e-8),
               mpsolve.Solver(A0, method="gmres", restart=np.int64(7), rtol=1e-8).solve(A0 @ B0)):
         assert r.converged and np.allclose(r.x, B0, atol=1e-5)
+
+
+@pytest.mark.parametrize("method, precond, kw, match", [
+    # a SciPy habit: the old tol, named with its fix, whatever the preconditioner
+    ("auto", "auto", dict(tol=1e-8), r"'tol': not a parameter of the solve .*rtol"),
+    ("cg", None, dict(tol=1e-8), r"'tol': not a parameter of the solve .*rtol"),
+    ("cg", "jacobi", dict(tol=1e-8), r"'tol': not a parameter of preconditioner 'jacobi'"),
+    # a typo in a named preconditioner's parameter: what it does take is listed
+    ("cg", "ilu0", dict(fill=2), r"'fill': not a parameter of preconditioner 'ilu0' "
+                                  r"\(it takes .*pivot_tol"),
+    ("gmres", "isai", dict(foo=1, bar=2), r"\['bar', 'foo'\]: not parameters of"),
+    # a real preconditioner parameter without a named preconditioner: which ones take it
+    ("auto", "auto", dict(sparsity_power=2), r"need precond=<name>, not 'auto' "
+                                             r"\(taken by sparsity_power: isai, block-isai\)"),
+    ("cg", None, dict(block_size=2), r"not None \(taken by block_size: block-jacobi"),
+])
+def test_stray_keywords_are_named_with_their_fix(method, precond, kw, match):
+    """A keyword argument that neither the solve nor the chosen preconditioner takes is a
+    TypeError that names it, where it went and what to do -- not a constructor's bare
+    'unexpected keyword argument' from inside the library, for solve and Solver alike."""
+    for make in (lambda: mpsolve.solve(A0, B0, method=method, precond=precond, **kw),
+                 lambda: mpsolve.Solver(A0, method=method, precond=precond, **kw)):
+        with pytest.raises(TypeError, match=match):
+            make()
