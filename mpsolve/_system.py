@@ -553,7 +553,7 @@ def make_system(problem: Problem, precision: Precision) -> System:
     matvec_dot = (getattr(A_op, "bind_dot", lambda dt: None)(wdt)
                   if precision.dot == "native" else None)
     psolve, M_obj, t = _realise_preconditioner(problem, precision, wdt)
-    key = (device, wdt.name, precision.dot)
+    key = (device, wdt, precision.dot)
     ops = problem._ops_cache.get(key)
     if ops is None:
         ops = problem._ops_cache[key] = make_ops(device, wdt, precision.dot)
@@ -678,7 +678,7 @@ def _make_loop(sys: System, op: str):
     A = sys.A_op
     if setting == "0" or problem.is_complex or wdt.kind != "f" \
             or not isinstance(A, SparseOperator) \
-            or not provides(device, op, (wdt.name,), precision.dot):
+            or not provides(device, op, (wdt,), precision.dot):
         return None
     M = problem.M_user
     mdtype = wdt
@@ -702,7 +702,7 @@ def _make_loop(sys: System, op: str):
                        desc, mdtype, setting == "1")
     if plan is None:
         return None
-    kern = lookup(device, op, (wdt.name,), precision.dot)
+    kern = lookup(device, op, (wdt,), precision.dot)
     make = {"cg_loop": _cg_runner, "gmres_arnoldi": _arnoldi_runner,
             "bicgstab_loop": _bicgstab_runner}[op]
     return make(kern, plan, sys.workspace, problem.n, wdt, desc is None)

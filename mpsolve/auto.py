@@ -209,8 +209,10 @@ class Choice:
                    f"{self.seconds:.3f} s]" if self.outcome != "not tried" else ""))
 
 
-def analyse(A) -> Analysis:
-    """The cheap analysis of ``A`` (a checked matrix, any SciPy format); see module docstring.
+def analyse(A, canonical=False) -> Analysis:
+    """The cheap analysis of ``A`` (a checked matrix, any SciPy format; ``canonical``: the
+    checked canonical CSR of :func:`mpsolve._sparse.canonical_csr`, taken as it is -- a
+    solve's own, checked once); see module docstring.
 
     Examples
     --------
@@ -223,7 +225,7 @@ def analyse(A) -> Analysis:
     ['cg + ilu0 [mixed]', 'cg + isai (variant=spd) [mixed]']
     """
     t0 = time.perf_counter()
-    C = canonical_csr(check_matrix(A, "A"))      # no copy when A is canonical already
+    C = A if canonical else canonical_csr(check_matrix(A, "A"))   # no copy when canonical
     n = C.shape[0]
     cplx = C.dtype.kind == "c"
     if C.dtype.kind not in "fc" or C.dtype.itemsize > (16 if cplx else 8):
@@ -232,7 +234,7 @@ def analyse(A) -> Analysis:
         C = C.astype(np.float64)
     # one compiled scan of the rows for the diagonal and value statistics
     zero, tiny, dominant, amax, amin, d_pos, longest = lookup(
-        HOST_DEVICE, "row_stats", (C.dtype.name,))(C.indptr, C.indices, C.data, TINY, EPS)
+        HOST_DEVICE, "row_stats", (C.dtype,))(C.indptr, C.indices, C.data, TINY, EPS)
     # the symmetry test of ILU(0)'s symmetric form (same kernel, same tolerance): when auto
     # calls A symmetric, IC(0) is symmetric too and CG may use it
     if cplx:                                     # Hermitian, to the same relative tolerance
@@ -631,7 +633,7 @@ def plan(C, method="auto", precond="auto", precond_params=None):
     if C is None and needs_entries:
         raise needs_entries_error(f"precond={pinned!r}")
     if C is not None:
-        an = analyse(C)
+        an = analyse(C, canonical=True)
         cands = candidates(an, method, precond)
     else:                                       # a LinearOperator: nothing to analyse
         an = None

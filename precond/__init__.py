@@ -12,6 +12,7 @@
   block ISAI of BILU(0)'s factors)
 * :class:`BlockILU0` -- block ILU(0) on the BSR structure, FP64 pivot-block inverses, block sweeps
 """
+import functools
 import inspect
 
 from ._pattern import detect_block_size
@@ -58,10 +59,14 @@ def make_preconditioner(name, reorder=None, **params):
     return M if reorder is None else Reordered(M, reorder)
 
 
+@functools.lru_cache(maxsize=None)
+def _init_parameters(cls):
+    return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
+
+
 def parameters(name):
     """The keyword parameters preconditioner ``name`` takes (``reorder`` included)."""
-    sig = inspect.signature(REGISTRY[name].__init__)
-    return tuple(p for p in sig.parameters if p != "self") + ("reorder",)
+    return _init_parameters(REGISTRY[name]) + ("reorder",)
 
 
 #: Keywords a SciPy (or PETSc) user may pass that mean something else here.
