@@ -6,14 +6,16 @@ preconditioner class only those its constructor names.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 __all__ = ["init_params", "accepted_params"]
 
 
+@functools.lru_cache(maxsize=None)
 def init_params(cls) -> frozenset:
     """Names of the keyword arguments ``cls.__init__`` declares (``self`` and
-    ``*args``/``**kwargs`` excluded).
+    ``*args``/``**kwargs`` excluded); read once per class (a solve asks every time).
 
     >>> class P:
     ...     def __init__(self, variant="auto", *, block_size=None, **extra): ...

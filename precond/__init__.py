@@ -12,8 +12,7 @@
   block ISAI of BILU(0)'s factors)
 * :class:`BlockILU0` -- block ILU(0) on the BSR structure, FP64 pivot-block inverses, block sweeps
 """
-import functools
-import inspect
+from mpsolve._params import init_params
 
 from ._pattern import detect_block_size
 from ._util import PreconditionerWarning
@@ -51,22 +50,21 @@ def make_preconditioner(name, reorder=None, **params):
         raise ValueError(
             f"unknown preconditioner {name!r}; choose one of {['none'] + sorted(REGISTRY)}"
         ) from None
-    unknown = sorted(set(params) - set(parameters(name)))
-    if unknown:
-        raise TypeError(f"{_keywords(unknown)}: not {_a_parameter(unknown)} of preconditioner {name!r} "
-                        f"(it takes {', '.join(parameters(name))}){hint(unknown)}")
-    M = cls(**params)
+    try:
+        M = cls(**params)
+    except TypeError as err:    # a keyword the class does not take: named, with the fix
+        unknown = sorted(set(params) - set(parameters(name)))
+        if not unknown:
+            raise
+        raise TypeError(f"{_keywords(unknown)}: not {_a_parameter(unknown)} of preconditioner "
+                        f"{name!r} (it takes {', '.join(parameters(name))}){hint(unknown)}"
+                        ) from err
     return M if reorder is None else Reordered(M, reorder)
 
 
-@functools.lru_cache(maxsize=None)
-def _init_parameters(cls):
-    return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
-
-
 def parameters(name):
-    """The keyword parameters preconditioner ``name`` takes (``reorder`` included)."""
-    return _init_parameters(REGISTRY[name]) + ("reorder",)
+    """The keyword parameters preconditioner ``name`` takes (``reorder`` included), sorted."""
+    return tuple(sorted(init_params(REGISTRY[name]) | {"reorder"}))
 
 
 #: Keywords a SciPy (or PETSc) user may pass that mean something else here.
@@ -98,8 +96,8 @@ def stray_keywords(keys, precond):
     takers = {k: [n for n in REGISTRY if k in parameters(n)] for k in keys}
     bad = [k for k in keys if not takers[k]]
     if bad:
-        return TypeError(f"unexpected {_keywords(bad)}: not {_a_parameter(bad)} of the solve nor of "
-                         f"any preconditioner{hint(bad)}")
+        return TypeError(f"unexpected {_keywords(bad)}: not {_a_parameter(bad)} of the solve "
+                         f"nor of any preconditioner{hint(bad)}")
     return TypeError(f"{_keywords(keys)}: preconditioner parameters need precond=<name>, not "
                      f"{precond!r} (taken by "
                      + "; ".join(f"{k}: {', '.join(v)}" for k, v in takers.items()) + ")")
