@@ -222,7 +222,10 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     **precond_params
         Passed to the preconditioner's constructor when ``precond`` is a name;
         ``reorder='mc64'`` first permutes and scales ``A`` to a unit diagonal
-        (:func:`mpsolve.precond.mc64`) for any preconditioner.
+        (:func:`mpsolve.precond.mc64`) for any preconditioner.  A keyword that neither
+        ``solve`` nor that preconditioner takes is a ``TypeError`` naming it and the
+        parameters the preconditioner does take (with ``precond`` ``'auto'`` or ``None``:
+        which preconditioners take it).
 
     Returns
     -------
