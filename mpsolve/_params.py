@@ -15,7 +15,7 @@ __all__ = ["init_params", "accepted_params"]
 @functools.lru_cache(maxsize=None)
 def init_params(cls) -> frozenset:
     """Names of the keyword arguments ``cls.__init__`` declares (``self`` and
-    ``*args``/``**kwargs`` excluded); read once per class (a solve asks every time).
+    ``*args``/``**kwargs`` excluded), read once per class.
 
     >>> class P:
     ...     def __init__(self, variant="auto", *, block_size=None, **extra): ...

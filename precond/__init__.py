@@ -57,7 +57,7 @@ def make_preconditioner(name, reorder=None, **params):
         if not unknown:
             raise
         raise TypeError(f"{_keywords(unknown)}: not {_a_parameter(unknown)} of preconditioner "
-                        f"{name!r} (it takes {', '.join(parameters(name))}){hint(unknown)}"
+                        f"{name!r} (it takes {', '.join(parameters(name))}){_hint(unknown)}"
                         ) from err
     return M if reorder is None else Reordered(M, reorder)
 
@@ -73,7 +73,7 @@ _HINTS = {"tol": "SciPy's old tol is rtol", "M": "pass a preconditioner object a
           "restrt": "restart", "pc_type": "precond", "ksp_type": "method"}
 
 
-def hint(keys):
+def _hint(keys):
     """A hint for the keywords in ``keys`` that users bring from SciPy or PETSc ("" if none)."""
     said = [f"{k}: {_HINTS[k]}" for k in keys if k in _HINTS]
     return f" ({'; '.join(said)})" if said else ""
@@ -97,7 +97,7 @@ def stray_keywords(keys, precond):
     bad = [k for k in keys if not takers[k]]
     if bad:
         return TypeError(f"unexpected {_keywords(bad)}: not {_a_parameter(bad)} of the solve "
-                         f"nor of any preconditioner{hint(bad)}")
+                         f"nor of any preconditioner{_hint(bad)}")
     return TypeError(f"{_keywords(keys)}: preconditioner parameters need precond=<name>, not "
                      f"{precond!r} (taken by "
                      + "; ".join(f"{k}: {', '.join(v)}" for k, v in takers.items()) + ")")
