@@ -486,9 +486,6 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             not isinstance(maxiter, (int, np.integer)) or maxiter <= 0)):
         raise ValueError(f"maxiter={maxiter!r}: must be a positive integer (or None: "
                          f"{DEFAULT_AUTO_MAXITER} iterations for method='auto')")
-    if precond_params and precond == "auto":
-        from .precond import stray_keywords
-        raise stray_keywords(precond_params, precond)
     pinned = None if precond == "auto" else precond
     problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=None,   # caller's units:
                            M=pinned if not isinstance(pinned, str) else None, device=device,
@@ -622,6 +619,9 @@ def plan(C, method="auto", precond="auto", precond_params=None):
     they are not ``"auto"`` (``precond`` a name or an object)."""
     precond_params = precond_params or {}
     pinned = None if precond == "auto" else precond
+    if precond_params and not isinstance(pinned, str):   # parameters without a name to take them
+        from .precond import stray_keywords
+        raise stray_keywords(precond_params, precond)
     if isinstance(pinned, str):
         from .precond import make_preconditioner
 

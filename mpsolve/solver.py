@@ -146,9 +146,6 @@ class Solver:
             from .auto import (AUTO_RESTART, DEFAULT_AUTO_MAXITER, candidate_side, plan,
                                SETUP_ERRORS, set_up_candidate)
 
-            if a["precond_params"] and precond == "auto":
-                from .precond import stray_keywords
-                raise stray_keywords(a["precond_params"], precond)
             pinned = None if precond == "auto" else precond
             problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], device=device,
                                    M=pinned if not isinstance(pinned, str) else None)

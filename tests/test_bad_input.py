@@ -212,6 +212,10 @@ def test_integral_float_restart_is_taken():
     ("auto", "auto", dict(sparsity_power=2), r"need precond=<name>, not 'auto' "
                                              r"\(taken by sparsity_power: isai, block-isai\)"),
     ("cg", None, dict(block_size=2), r"not None \(taken by block_size: block-jacobi"),
+    # under method='auto' too: a preconditioner object or None takes no parameters (they
+    # were dropped silently there)
+    ("auto", None, dict(block_size=2), r"not None \(taken by block_size: block-jacobi"),
+    ("auto", Jacobi(), dict(block_size=2), r"not <Jacobi .*\(taken by block_size"),
 ])
 def test_stray_keywords_are_named_with_their_fix(method, precond, kw, match):
     """A keyword argument that neither the solve nor the chosen preconditioner takes is a
