@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-__all__ = ["check_matrix", "canonical_csr", "dtype_check"]
+__all__ = ["check_matrix", "canonical_csr", "dtype_check", "widen_half"]
 
 
 def dtype_check(dtype, name):
@@ -31,11 +31,21 @@ def dtype_check(dtype, name):
     return dtype
 
 
+def widen_half(arr):
+    """``arr`` in FP64 when it holds half-precision (float16) values, else ``arr`` itself.
+
+    FP16 is a storage format here, not a working precision, and SciPy's solvers compute
+    float16 data in FP64 (as integer data); SciPy's sparse formats cannot hold it at all.
+    The conversion is exact."""
+    return arr.astype(np.float64) if arr.dtype == np.float16 else arr
+
+
 def check_matrix(A, name="A"):
     """Validate a matrix argument; return a SciPy sparse matrix or a LinearOperator.
 
-    Dense arrays become CSR.  Integer/boolean data is accepted (converted to
-    FP64 later, as SciPy does), and complex64/complex128 data; other complex dtypes,
+    Dense arrays become CSR (float16 ones in FP64: :func:`widen_half`).  Integer/boolean
+    data is accepted (converted to FP64 later, as SciPy does), and complex64/complex128
+    data; other complex dtypes,
     non-square shapes and non-finite values are rejected.
     """
     if sp.issparse(A):
@@ -49,7 +59,7 @@ def check_matrix(A, name="A"):
             dtype_check(A.dtype, name)
         return A
     else:
-        arr = np.asarray(A)
+        arr = widen_half(np.asarray(A))
         if arr.dtype == object:
             raise TypeError(
                 f"{name} of type {type(A).__name__} is not a matrix: pass a SciPy "

@@ -95,6 +95,38 @@ def test_integer_matrix_converted_like_scipy():
     assert np.allclose(A.toarray() @ x, b)
 
 
+@pytest.mark.parametrize("where", ["A", "b", "x0", "M", "Solver", "ILU0.setup", "block b"])
+def test_half_precision_data_is_solved_in_fp64_like_scipy(where):
+    """float16 data -- which SciPy's sparse formats cannot even hold -- is solved, in FP64
+    as SciPy computes it (exact widening), not refused from inside SciPy."""
+    from mpsolve.precond import ILU0
+
+    A = A0.toarray()
+    b = A @ B0
+    h = np.float16
+    if where == "A":
+        x, info = cg(A.astype(h), b, rtol=1e-10)
+    elif where == "b":
+        x, info = cg(A0.astype(np.float32), b.astype(h), rtol=1e-10)  # SciPy's 'd' too
+    elif where == "x0":
+        x, info = gmres(A0, b, x0=np.zeros(N, h), rtol=1e-10)
+    elif where == "M":
+        x, info = cg(A0, b, M=np.diag(1.0 / np.diag(A)).astype(h), rtol=1e-10)
+    elif where == "Solver":
+        r = mpsolve.Solver(A.astype(h), method="cg", precond="jacobi", rtol=1e-10).solve(b)
+        x, info = r.x, r.info
+    elif where == "ILU0.setup":
+        x, info = cg(A0, b, M=ILU0().setup(A.astype(h)), rtol=1e-10)
+    else:
+        r = mpsolve.solve(A.astype(h), np.stack([b, 2 * b], 1).astype(h), method="cg",
+                          precond="jacobi", rtol=1e-10)
+        assert r.x.dtype == np.float64 and r.info == 0
+        np.testing.assert_allclose(r.x, np.stack([B0, 2 * B0], 1), rtol=1e-8)
+        return
+    assert info == 0 and x.dtype == np.float64
+    np.testing.assert_allclose(x, B0, rtol=1e-8)
+
+
 def test_zero_by_zero_system():
     for solver in (cg, gmres, bicgstab):
         x, info = solver(np.zeros((0, 0)), np.zeros(0))
