@@ -22,6 +22,9 @@ def load_matrix(spec: str):
 
     if os.path.exists(spec):
         return read_mtx(spec)
+    if spec.endswith((".mtx", ".mtx.gz")) or os.sep in spec:
+        raise FileNotFoundError(f"{spec}: no such file (a matrix is a Matrix Market file, a "
+                                "generator spec such as poisson3d:50, or a collection name)")
     head = spec.split(":", 1)[0]
     if ":" in spec or head in GENERATORS:
         return generate(spec if ":" in spec else spec + ":32")
@@ -98,9 +101,12 @@ def precond_params(args, method):
 
 def cmd_solve(args):
     from . import solve
+    from ._sparse import check_matrix
     from .matrices import read_vector, write_mtx
 
-    A = load_matrix(args.matrix)
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        raise FileNotFoundError(f"--out {args.out}: its folder does not exist")
+    A = check_matrix(load_matrix(args.matrix), "A")   # square, finite: before b = A @ 1
     n = A.shape[0]
     if args.rhs:
         b = read_vector(args.rhs)

@@ -87,6 +87,20 @@ def test_clear_errors(tmp_path, capsys):
     assert "no_such_matrix_anywhere" in capsys.readouterr().err
     p = run("solve", "poisson2d:10", "--method", "minres")
     assert p.returncode == 2 and "invalid choice" in p.stderr
+    # a missing file is named as a missing file, not looked up in the collection
+    assert main(["solve", str(tmp_path / "missing.mtx")]) == 2
+    assert "missing.mtx: no such file" in capsys.readouterr().err
+    # a rectangular matrix is refused as such, before the default b = A @ 1 is formed
+    import scipy.io
+    import scipy.sparse as sp
+    rect = tmp_path / "rect.mtx"
+    scipy.io.mmwrite(str(rect), sp.random(5, 7, density=0.5, random_state=1))
+    assert main(["solve", str(rect)]) == 2
+    assert "A must be square, got shape (5, 7)" in capsys.readouterr().err
+    # --out into a folder that does not exist: refused before the solve, not after it
+    assert main(["solve", "poisson2d:10", "--out", str(tmp_path / "no" / "x.mtx")]) == 2
+    err = capsys.readouterr()
+    assert "its folder does not exist" in err.err and "converged" not in err.out
 
 
 def test_bench_quick_writes_json_markdown_and_plots(tmp_path):
