@@ -36,6 +36,8 @@ def test_solve_a_file_and_write_x(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "converged" in out and "mixed-eft" in out and "true rel. residual" in out
+    # Numba's start-up is reported on its own line, before (and outside) the solve's times
+    assert out.index("start-up") < out.index("setup ")
     x = read_vector(tmp_path / "x.mtx")
     assert np.linalg.norm(A @ x - A @ xtrue) <= 1e-10 * np.linalg.norm(A @ xtrue)
 
