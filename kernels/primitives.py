@@ -113,6 +113,12 @@ CONTRACT = (
     Op("residual", "residual(plan, indptr, indices, data, x, b, r)",
        "r = b - A x, FP64 row sums; dtypes (data, x, b, r)",
        keys=tuple((v, d, d, d) for v in _F for d in _F), modes=("acc64",), complex=True),
+    Op("residual_scale", "residual_scale(plan, indptr, indices, data, x, b) -> float",
+       "sum_i (|b_i| + sum_j |a_ij| |x_j|)^2 in FP64 (inf on overflow): the rounding bound "
+       "of residual's b - A x is gamma_{m+1} sqrt of it; dtypes (data, x, b); run on host "
+       "arrays (once per convergence claim; a GPU solve hands over host copies)",
+       keys=tuple((v, d, d) for v in _F for d in _F), modes=("acc64",), host=True,
+       complex=True),
     Op("residual_dd", "residual_dd(plan, indptr, indices, data, xh, xl, b, r, rl)",
        "r + rl = b - A (xh + xl): Dot2 per row (TwoProd by FMA, TwoSum), x a double-double "
        "pair; r the pair rounded to FP64, rl the rest; all FP64", keys=(("float64",),)),

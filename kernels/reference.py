@@ -403,6 +403,17 @@ def ref_residual(plan, indptr, indices, data, x, b, r):
     r[:] = b.astype(acc) - _csr(indptr, indices, data, x.size, acc) @ x.astype(acc)
 
 
+@_register("reference", "residual_scale",
+           [(v, d, d) for f in (_F, _C) for v in f for d in f], mode="acc64")
+def ref_residual_scale(plan, indptr, indices, data, x, b):
+    """``sum_i (|b_i| + (|A| |x|)_i)^2`` in FP64: the cpu kernel's sum, by NumPy."""
+    wide = _acc("acc64", data.dtype)                  # moduli in FP64, as the cpu kernel
+    absA = _csr(indptr, indices, np.abs(data.astype(wide)), x.size, np.float64)
+    v = np.abs(b.astype(wide)) + absA @ np.abs(x.astype(wide))
+    with np.errstate(over="ignore"):
+        return float(np.dot(v, v))
+
+
 def _ref_bsrmv(mode):
     def bsrmv(plan, indptr, indices, data, x, y):
         """``y = A x`` for BSR ``A`` (a trailing partial block: rows/columns past the

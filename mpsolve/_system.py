@@ -34,7 +34,8 @@ import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError, demote
 from ._sparse import canonical_csr, check_matrix, dtype_check, widen_half
-from .backend import DEFAULT_DEVICE, array_module, on_host, resolve_device, to_device, to_host
+from .backend import (DEFAULT_DEVICE, HOST_DEVICE, array_module, on_host, resolve_device,
+                      to_device, to_host)
 from .kernels.primitives import Primitives, bind_primitives
 from .kernels.safenorm import all_finite, ldexp_array, norm
 from .kernels.registry import launch_plan, lookup, provides
@@ -49,6 +50,11 @@ __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "mak
 #: A stage stops replacing residuals (or refining) once the true residual fails to
 #: shrink by this factor: it has reached the accuracy floor of its precision.
 STAGNATION = 0.5
+
+#: :meth:`Problem.true_residual` adds the rounding bound of the FP64 residual to its norm
+#: where the bound exceeds this fraction of the tolerance (below it, a residual that meets
+#: the tolerance meets it to within 0.1%: the computed value is reported as it is).
+CERTIFY = 2.0**-10
 
 _F64 = np.dtype(np.float64)
 _C128 = np.dtype(np.complex128)
@@ -178,6 +184,8 @@ class Problem:
     #: copies ``x`` even where no cast is needed, so the next solve cannot overwrite it
     reused: bool = False
     _residual64: Optional[Callable] = None   # A64's bound ``r = b - A x`` (made once)
+    #: :meth:`residual_bound`'s kernel ``f(x) -> sum_i v_i^2`` and constant (made once)
+    _rbound: Optional[tuple] = None
     #: the first residual of a zero start is ``b`` itself: checked (exact zeros) once per
     #: solve and then no product with ``A`` -- SciPy's solvers, given an exact
     #: preconditioner, use at most three products with ``A``, and so does mpsolve
@@ -197,16 +205,78 @@ class Problem:
         return in_field(dtype, self.is_complex)
 
     def true_residual(self, x64, r64) -> float:
-        """``r64 = b - A x64`` in FP64; returns ``||r64||_2``."""
+        """``r64 = b - A x64`` in FP64; returns ``||r64||_2`` -- where that meets the
+        tolerance, *certified*: when the rounding error of the FP64 residual could matter
+        (:meth:`residual_bound` over :data:`CERTIFY` times the tolerance) the bound is
+        added, so the value returned is an upper bound of the exact ``||b - A x64||_2``.
+        Every convergence decision goes through here: where ``|A| |x|`` is so much larger
+        than ``|b|`` that ``b - A x`` cancels to rounding noise (a diverged iterate of a
+        singular system, a tolerance below what FP64 can verify) a computed residual of
+        0 no longer reads as "converged".  An operator without entries (a
+        ``LinearOperator``) has no bound: its computed residual is returned as it is."""
         first, self._first_residual = self._first_residual, False
-        if first and self.x0_mode == "zero" and not bool(x64.any()):
+        exact = first and self.x0_mode == "zero" and not bool(x64.any())
+        if exact:
             r64[:] = self.b64                                  # b - A 0, exactly
         else:
             res = self._residual64
             if res is None:
                 res = self._residual64 = self.A64.bind_residual(self.hp)
             res(x64, self.b64, r64)                            # r = b - A x in FP64
-        return norm(r64, self.xp)                              # overflow-safe
+        nrm = norm(r64, self.xp)                               # overflow-safe
+        return nrm if exact else self.certified(nrm, x64)
+
+    def certified(self, nrm, x64, b64=None, tol=None, dd=False) -> float:
+        """``nrm``, the norm of the FP64 residual ``b - A x64`` (``b64``: default the
+        problem's ``b``), as :meth:`true_residual` returns it: plus its
+        :meth:`residual_bound` where ``nrm`` meets ``tol`` (default the problem's) and the
+        bound is over :data:`CERTIFY` times ``tol``.  ``dd``: ``nrm`` is the norm of the
+        residual computed by ``residual_dd`` (Dot2 rows) of ``x64`` alone, whose bound is
+        ``u nrm + gamma_{2m+1}^2 ||v||`` (ORO 2005, as :mod:`mpsolve.kernels.cpu.dd`
+        states it for a pair with a zero low part)."""
+        tol = self.tol if tol is None else tol
+        if nrm <= tol and self.A_csr is not None:
+            bound = self.residual_bound(x64, b64, dd)
+            if dd:
+                bound += 1.01 * 2.0**-53 * nrm
+            if not bound <= CERTIFY * tol:                     # (NaN: not certified)
+                return nrm + bound
+        return nrm
+
+    def residual_bound(self, x64, b64=None, dd=False) -> float:
+        """A bound of the rounding error of the FP64 residual ``b - A x64`` that
+        :meth:`true_residual` computes: ``gamma ||v||_2`` with ``v_i = |b_i| + sum_j
+        |a_ij| |x_j|`` (one pass over ``A``, the ``residual_scale`` kernel).  Each row is
+        a sum of at most ``m + 1`` terms (``m``: the longest row's stored entries), in any
+        order, so its error is at most ``gamma_{m+1} v_i``, ``gamma_k = k u / (1 - k u)``
+        (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., eq. (3.4));
+        complex rows: ``sqrt(2) gamma_{m+2}`` (ibid., section 3.6).  ``dd``: the Dot2
+        residual's ``gamma_{2m+1}^2 ||v||`` (:meth:`certified`; real rows).  The constants
+        carry a margin for the rounding of ``v`` itself.  ``inf`` where ``v`` overflows."""
+        rb = self._rbound
+        if rb is None:
+            rb = self._rbound = self._bound_kernel()
+        kernel, gamma, gamma_dd = rb
+        ssq = kernel(x64, self.b64 if b64 is None else b64)
+        return (gamma_dd if dd else gamma) * math.sqrt(ssq) if ssq < math.inf else math.inf
+
+    def _bound_kernel(self):
+        C = self.A_csr
+        m = int(np.diff(C.indptr).max()) if C.shape[0] else 0
+
+        def gamma_(k, u=2.0**-53):
+            return k * u / (1.0 - k * u) * (1.0 + 4 * (m + 2) * u)
+        gamma = math.sqrt(2.0) * gamma_(m + 2) if self.is_complex else gamma_(m + 1)
+        gamma_dd = gamma_(2 * m + 1) ** 2
+        hp = self.hp
+        try:
+            return self.A64._csr_kernel("residual_scale", (hp, hp), "acc64"), gamma, gamma_dd
+        except KeyError:           # a device without the kernel: on host copies
+            H = self.A64.to_scipy()
+            parts = launch_plan(HOST_DEVICE, "spmv", H.indptr)
+            g = lookup(HOST_DEVICE, "residual_scale", (H.dtype, hp, hp), "acc64")
+            return (lambda x, b: g(parts, H.indptr, H.indices, H.data, to_host(x),
+                                   to_host(b))), gamma, gamma_dd
 
     def all_finite(self, x) -> bool:
         return all_finite(x, self.xp)

@@ -18,7 +18,10 @@ The driver around it, written once for all methods:
    current ``x``, recording an :class:`Escalation`; otherwise it stops with
    ``info > 0``;
 4. judges the returned ``x`` by its FP64 true residual: ``info == 0`` only when
-   ``||b - A x|| <= max(atol, rtol ||b||)``.
+   ``||b - A x|| <= max(atol, rtol ||b||)``, certified -- the computed norm plus the
+   rounding bound of the FP64 residual where that bound is not negligible
+   (:meth:`~mpsolve._system.Problem.true_residual`; the ``eft`` presets: the Dot2
+   residual and its bound).
 
 A policy with ``inner`` set runs as iterative refinement (:mod:`.refine`).
 

@@ -151,7 +151,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     """Refine ``x64`` as the high part of a double-double pair (module docstring, three
     precisions) until the compensated residual meets the tolerance, the budget is spent,
     a step stagnates or the body breaks down.  Returns ``(count, iterations, flag, true)``
-    like :func:`mpsolve.driver.krylov_stage`, ``true`` the FP64 true residual of the
+    like :func:`mpsolve.driver.krylov_stage`, ``true`` the certified Dot2 residual of the
     returned ``x64`` (the pair rounded); the low part stays in the workspace (``dd_xl``).
 
     The body runs on a copy of ``sys`` whose right-hand side is the current residual and
@@ -169,6 +169,14 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     rl = ws.get("dd_rl", n, f64)
     judge = ws.get("dd_judge", n, f64)
     keep_h, keep_l = ws.get("dd_keep_h", n, f64), ws.get("dd_keep_l", n, f64)
+    zero, jl = ws.zeros("dd_zero", n, f64), ws.get("dd_judge_l", n, f64)
+
+    def judged(x, out):
+        """The residual of the rounded ``x`` by Dot2 (where the FP64 ``b - A x`` is mostly
+        rounding error), certified (:meth:`mpsolve._system.Problem.certified`)."""
+        residual_dd(x, zero, problem.b64, out, jl)
+        return problem.certified(norm(out, xp), x, dd=True)
+
     rhs = ws.get("dd_rhs", n, wdt)              # the correction equation's right-hand side
     d = ws.get("dd_d", n, wdt)                  # the correction (the body's iterate)
     r = ws.get("dd_r", n, wdt)                  # its recursive residual
@@ -239,8 +247,10 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
             f = f if f != 0 else 2
         moved = float(xp.abs(d64).max()) > eps * float(xp.abs(xh).max())
         if new <= tol or accuracy:
-            # the pair meets the tolerance: so must the rounded x, by the FP64 judge of
-            # the driver; if it cannot, refine the forward error instead
+            # the pair meets the tolerance: so must the rounded x, by the driver's FP64
+            # judge (certified); where it cannot (a tolerance below FP64's rounding of
+            # b - A x), refine the forward error instead -- the answer is then judged by
+            # its Dot2 residual at the end
             if problem.true_residual(xh, judge) <= tol:
                 true, flag = new, 0
                 break
@@ -258,4 +268,5 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         true = new
     if flag == USER_STOP and true <= tol:
         flag = 0
-    return count, iters, flag, problem.true_residual(xh, r64)
+    problem._first_residual = False
+    return count, iters, flag, judged(xh, r64)

@@ -91,7 +91,9 @@ class SolveResult:
         Residual norm estimate after each iteration, relative to ``||b||`` (the
         recursive residual for CG/BiCGSTAB, the Arnoldi estimate for GMRES).
     true_residual : float
-        ``||b - A x|| / ||b||`` of the returned ``x``, computed in FP64.
+        ``||b - A x|| / ||b||`` of the returned ``x``, computed in FP64 -- where it meets
+        the tolerance, plus the FP64 residual's rounding bound if that bound is not
+        negligible (an upper bound of the exact value: ``info == 0`` is certified).
     setup_time, solve_time : float
         Seconds: preconditioner and operator setup; the iteration.
     status : str

@@ -572,6 +572,8 @@ _STRUCTURED = {"ilu_sweeps", "ilu_sweeps_mm", "diag_positions", "ilu0_factor", "
                "row_stats",
                # double-double x and residual: tests/test_eft_refine.py (exact oracles)
                "residual_dd", "dd_axpy",
+               # the residual's rounding bound: tests/test_certify.py (both against NumPy)
+               "residual_scale",
                # whole iterations: tests/test_fused.py (against the reference device, and
                # bit for bit against the Python body)
                "cg_loop", "gmres_arnoldi", "bicgstab_loop"}

@@ -56,6 +56,8 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               "row_stats",
               # against exact oracles and the reference device: tests/test_eft_refine.py
               "residual_dd", "dd_axpy",
+              # against the reference device and NumPy: tests/test_certify.py
+              "residual_scale",
               # against the reference device and the Python bodies: tests/test_fused.py
               "cg_loop", "gmres_arnoldi", "bicgstab_loop"}
 

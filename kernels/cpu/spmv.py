@@ -214,6 +214,41 @@ def csr_spmv_acc32(parts, indptr, indices, data, x, y):
     (_csr_acc32_par if parts.size > 2 else _csr_acc32_ser)(parts, indptr, indices, data, x, y)
 
 
+@njit(inline="always", **JIT)
+def _rows_residual_scale(lo, hi, indptr, indices, data, x, b):
+    # sum over rows of (|b_i| + sum_j |a_ij| |x_j|)^2 in FP64; complex entries by modulus
+    s = 0.0
+    for i in range(lo, hi):
+        v = abs(wide(b[i]))
+        for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            v += abs(wide(data[k])) * abs(wide(x[np.uint64(indices[k])]))
+        s += v * v
+    return s
+
+
+@njit(parallel=True, **JIT)
+def _csr_residual_scale_par(parts, indptr, indices, data, x, b):
+    part = np.empty(parts.size - 1, dtype=np.float64)
+    for t in prange(parts.size - 1):
+        part[t] = _rows_residual_scale(parts[t], parts[t + 1], indptr, indices, data, x, b)
+    return part.sum()
+
+
+@njit(**JIT)
+def _csr_residual_scale_ser(parts, indptr, indices, data, x, b):
+    return _rows_residual_scale(0, indptr.size - 1, indptr, indices, data, x, b)
+
+
+@register("cpu", "residual_scale", [(v, d, d) for v, d, _ in _SQ], mode="acc64")
+def csr_residual_scale(parts, indptr, indices, data, x, b):
+    """``sum_i (|b_i| + sum_j |a_ij| |x_j|)^2`` in FP64 (one pass over ``A``, as the
+    residual's): the square of the norm that bounds the rounding error of ``b - A x``
+    computed by :func:`csr_residual` (:meth:`mpsolve._system.Problem.residual_bound`).
+    ``inf`` where it overflows.  Dtypes key: ``(data, x, b)``."""
+    f = _csr_residual_scale_par if parts.size > 2 else _csr_residual_scale_ser
+    return float(f(parts, indptr, indices, data, x, b))
+
+
 @register("cpu", "residual", [(v, d, d, d) for v, d, _ in _SQ], mode="acc64")
 def csr_residual(parts, indptr, indices, data, x, b, r):
     """``r <- b - A x`` in one pass, row sums in FP64.  Dtypes key: ``(data, x, b, r)``."""

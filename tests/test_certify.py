@@ -1,0 +1,167 @@
+"""A converged solve is a certified one: the FP64 true residual carries its rounding bound.
+
+``||b - A x||`` computed in FP64 is off by up to ``gamma_{m+1} || |b| + |A| |x| ||``.  Where
+``|A| |x|`` dwarfs ``|b|`` -- the diverged iterate of an inconsistent singular system --
+``b - A x`` cancels to rounding noise, and a computed residual of 0 used to read as
+"converged" (CG + Jacobi on ``[[1, 1], [1, 1]] x = [1, 2]`` returned ``x = 5.6e31 [-1, 1]``
+with ``info = 0``).  The oracle here is the exact residual of the returned FP64 ``x``
+(``fractions``), not another FP64 residual, which cancels the same way.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mpsolve
+from mpsolve._system import CERTIFY, make_problem
+from mpsolve.kernels.registry import launch_plan, lookup
+from mpsolve.matrices import poisson2d
+
+
+def _exact_residual_norm(A, b, x) -> float:
+    """``||b - A x||_2`` of FP64 ``A``, ``b``, ``x``, exactly (then rounded)."""
+    A = sp.csr_matrix(A)
+    total = Fraction(0)
+    for i in range(A.shape[0]):
+        s = Fraction(float(b[i]))
+        for k in range(A.indptr[i], A.indptr[i + 1]):
+            s -= Fraction(float(A.data[k])) * Fraction(float(x[A.indices[k]]))
+        total += s * s
+    return float(total) ** 0.5
+
+
+def _inconsistent_singular():
+    """Two systems without a solution: the iterates of CG/BiCGSTAB run off along the null
+    vector, where ``b - A x`` cancels."""
+    A1 = sp.csr_matrix(np.array([[1.0, 1.0], [1.0, 1.0]]))
+    # 1-D Neumann Laplacian (null vector: ones) with a b that is not orthogonal to it
+    n = 30
+    L = sp.diags([-np.ones(n - 1), 2 * np.ones(n), -np.ones(n - 1)], [-1, 0, 1]).tolil()
+    L[0, 0] = L[n - 1, n - 1] = 1.0
+    return [(A1, np.array([1.0, 2.0])), (sp.csr_matrix(L), np.linspace(1.0, 2.0, n))]
+
+
+@pytest.mark.parametrize("system", [0, 1])
+@pytest.mark.parametrize("method", ["auto", "cg", "gmres", "bicgstab"])
+@pytest.mark.parametrize("precond", ["jacobi", None])
+@pytest.mark.parametrize("precision", ["double", "mixed", "eft"])
+def test_no_false_success_where_the_residual_cancels(system, method, precond, precision):
+    A, b = _inconsistent_singular()[system]
+    rtol = 1e-5
+    kw = {} if method == "auto" else dict(method=method, precond=precond)
+    res = mpsolve.solve(A, b, rtol=rtol, precision=precision, maxiter=200, **kw)
+    exact = _exact_residual_norm(A, b, res.x)
+    bnrm = float(np.linalg.norm(b))
+    # no x solves these systems: nothing may claim convergence, and the reported residual
+    # is an upper bound of the exact one
+    assert res.info != 0 and not res.converged, res.status
+    assert exact >= 0.1 * bnrm           # (the least-squares residual of both is that large)
+    assert res.true_residual * bnrm >= exact * (1 - 1e-12)
+
+
+def test_the_old_false_success_is_named():
+    """The case found by fuzzing: CG + Jacobi in FP64 on the 2 x 2 system."""
+    A, b = _inconsistent_singular()[0]
+    res = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="double")
+    assert res.info > 0
+    assert _exact_residual_norm(A, b, res.x) <= res.true_residual * np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_residual_bound_bounds_the_rounding_of_the_fp64_residual(seed):
+    """``Problem.residual_bound(x)`` >= ``||fl(b - A x) - (b - A x)||_2`` (exact), on
+    rows with wide dynamic range and cancellation; complex rows too."""
+    rng = np.random.default_rng(seed)
+    n = 40
+    A = sp.random(n, n, density=0.3, random_state=rng, format="csr")
+    A.data = rng.standard_normal(A.nnz) * 10.0 ** rng.uniform(-6, 6, A.nnz)
+    A = sp.csr_matrix(A + sp.identity(n))
+    cplx = seed % 2 == 1
+    x = rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, n)
+    if cplx:
+        A = sp.csr_matrix(A * (1 + 0.5j))
+        x = x * (0.3 - 1j)
+    b = A @ x                                    # b - A x cancels in every row
+    b = b + rng.standard_normal(n) * 1e-12 * np.abs(b)
+    p = make_problem(A, b, rtol=1e-30)
+    r = np.empty(n, p.hp)
+    p._first_residual = False
+    p.true_residual(x.astype(p.hp), r)           # the FP64 residual, as the driver makes it
+    bound = p.residual_bound(x.astype(p.hp))
+    A = sp.csr_matrix(A)
+    F = Fraction
+    err2 = Fraction(0)
+    for i in range(n):
+        bi = complex(b[i])
+        re, im = F(bi.real), F(bi.imag)             # the exact b_i - sum_j a_ij x_j
+        for k in range(A.indptr[i], A.indptr[i + 1]):
+            a, xj = complex(A.data[k]), complex(x[A.indices[k]])
+            ar, ai, xr, xi = F(a.real), F(a.imag), F(xj.real), F(xj.imag)
+            re -= ar * xr - ai * xi
+            im -= ar * xi + ai * xr
+        ri = complex(r[i])
+        err2 += (F(ri.real) - re) ** 2 + (F(ri.imag) - im) ** 2
+    err = float(err2) ** 0.5
+    assert err > 0                                # the rounding is there to bound
+    assert bound >= err
+    assert bound <= 1e6 * err                     # and the bound is not vacuous
+
+
+def test_certified_residual_is_the_computed_one_where_rounding_is_negligible():
+    """Ordinary solves report the computed FP64 residual unchanged (the bound is below
+    ``CERTIFY`` times the tolerance), so answers and figures are as before."""
+    A = poisson2d(12)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="double", rtol=1e-8)
+    x = res.x
+    p = make_problem(A, b, rtol=1e-8)
+    assert p.residual_bound(x) <= CERTIFY * p.tol
+    assert res.true_residual == pytest.approx(
+        np.linalg.norm(b - A @ x) / np.linalg.norm(b), rel=1e-6)
+
+
+@pytest.mark.parametrize("device", ["cpu", "reference"])
+@pytest.mark.parametrize("dt", [("float64", "float64"), ("float32", "float64"),
+                                ("float32", "float32"), ("complex128", "complex128"),
+                                ("complex64", "complex128")])
+@pytest.mark.parametrize("n", [37, 50_000])                # serial and parallel launch plans
+def test_residual_scale_kernel(device, dt, n):
+    """``residual_scale`` = ``sum_i (|b_i| + (|A| |x|)_i)^2`` (NumPy in FP64), empty rows
+    included; ``inf`` when it overflows."""
+    rng = np.random.default_rng(n)
+    A = sp.random(n, n, density=min(0.2, 8 / n), random_state=rng, format="csr")
+    A.data = rng.standard_normal(A.nnz)
+    vdt, xdt = (np.dtype(d) for d in dt)
+    A = sp.csr_matrix(A.astype(vdt) * (1 - 2j if vdt.kind == "c" else 1))
+    x = rng.standard_normal(n).astype(xdt)
+    b = rng.standard_normal(n).astype(xdt)
+    if vdt.kind == "c":
+        x = (x * (0.5 + 1j)).astype(xdt)
+    ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    kern = lookup(device, "residual_scale", (vdt, xdt, xdt), "acc64")
+    plan = launch_plan(device, "spmv", ip)
+    got = kern(plan, ip, ix, A.data, x, b)
+    wide = np.complex128 if vdt.kind == "c" else np.float64     # moduli in FP64
+    absA = sp.csr_matrix((np.abs(A.data.astype(wide)), ix, ip), shape=A.shape)
+    v = np.abs(b.astype(wide)) + absA @ np.abs(x.astype(wide))
+    assert got == pytest.approx(float(v @ v), rel=1e-12)
+    if xdt.itemsize * (2 if xdt.kind == "f" else 1) == 16:       # an FP64 x can overflow v^2
+        assert kern(plan, ip, ix, A.data, x * 1e200, b) == np.inf
+
+
+@pytest.mark.parametrize("method", ["cg", "gmres"])
+def test_no_false_success_in_a_block_of_right_hand_sides(method):
+    """Several right-hand sides iterated together: each column is judged as a single
+    solve is (certified), so the inconsistent column fails and the consistent one
+    converges."""
+    A, b = _inconsistent_singular()[0]
+    good = np.array([1.0, 1.0])                        # in the range of A: solvable
+    B = np.stack([b, good], axis=1)
+    res = mpsolve.solve(A, B, method=method, precond="jacobi", precision="double",
+                        rtol=1e-8, maxiter=400)
+    assert res.column_info[0] != 0
+    assert res.column_info[1] == 0
+    assert _exact_residual_norm(A, good, res.x[:, 1]) <= 1e-8 * np.linalg.norm(good)
