@@ -38,6 +38,15 @@ def gmres_callback_type(callback, callback_type):
     return callback_type or "x"
 
 
+def check_precond(precond):
+    """A number where a preconditioner belongs is refused by name (it would otherwise be
+    read as a 0-d matrix ``M``)."""
+    if isinstance(precond, (numbers.Number, np.generic)):
+        raise TypeError(f"precond={precond!r}: pass a preconditioner name "
+                        "(mpsolve.precond.REGISTRY), a preconditioner object, a matrix or "
+                        "LinearOperator approximating A^-1, 'auto' or None")
+
+
 def configure(method, precond, restart=None, side=None, precond_params=None, stacklevel=3):
     """:func:`solve`'s named ``method`` and ``precond`` as ``(body_kw, M, precond_name,
     precond_side)``: the Krylov body's options (GMRES: ``restart``, default 20, and
@@ -48,6 +57,7 @@ def configure(method, precond, restart=None, side=None, precond_params=None, sta
 
     if method not in BODIES:
         raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
+    check_precond(precond)
     name = None
     M = precond
     if isinstance(precond, str):

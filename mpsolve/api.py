@@ -5,7 +5,8 @@ import time
 
 import numpy as np
 
-from ._configure import check_gmres_options, configure, gmres_callback_type  # noqa: F401  (configure: re-exported)
+from ._configure import (check_gmres_options, check_precond, configure,  # noqa: F401
+                         gmres_callback_type)  # (configure: re-exported)
 from .driver import run
 from .krylov import BODIES
 from .result import SolveResult
@@ -249,6 +250,7 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     (True, 'cg', 'ilu0')
     """
     restart = check_gmres_options(restart, side)
+    check_precond(precond)
     if getattr(b, "ndim", None) == 2 and b.shape[1] != 1:
         from .solver import Solver
 

@@ -39,7 +39,7 @@ import numpy as np
 from ._demote import PrecisionRangeError
 from ._sparse import canonical_csr, check_matrix
 from ._system import check_basis, make_problem, set_rhs, system_for
-from ._configure import check_gmres_options, configure
+from ._configure import check_gmres_options, check_precond, configure
 from .backend import on_host, resolve_device
 from .driver import iterate, report_fields
 from .krylov import BODIES
@@ -131,6 +131,7 @@ class Solver:
         if method not in ("auto",) + tuple(BODIES):
             raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
         a["restart"] = check_gmres_options(a["restart"], a["side"])
+        check_precond(precond)
         device = resolve_device(a["device"], A)
         if not on_host(A) and hasattr(A, "get"):
             A = A.get()                             # a device sparse matrix: checked on the host

@@ -46,10 +46,14 @@ def make_preconditioner(name, reorder=None, **params):
         return None
     try:
         cls = REGISTRY[name]
-    except KeyError:
+    except (KeyError, TypeError):
+        if not isinstance(name, str):
+            raise TypeError(f"precond={name!r}: pass a preconditioner name, a preconditioner "
+                            "object, a matrix or LinearOperator approximating A^-1, 'auto' "
+                            "or None") from None
         raise ValueError(
             f"unknown preconditioner {name!r}; choose one of {['none'] + sorted(REGISTRY)}"
-        ) from None
+            + _did_you_mean(name)) from None
     try:
         M = cls(**params)
     except TypeError as err:    # a keyword the class does not take: named, with the fix
@@ -65,6 +69,33 @@ def make_preconditioner(name, reorder=None, **params):
 def parameters(name):
     """The keyword parameters preconditioner ``name`` takes (``reorder`` included), sorted."""
     return tuple(sorted(init_params(REGISTRY[name]) | {"reorder"}))
+
+
+#: Preconditioner names from PETSc (``-pc_type``) and SciPy: what they are here.
+_NAME_HINTS = {
+    "ilu": ("ilu0", "PETSc's default ILU(0)"),
+    "icc": ("ilu0", "on a symmetric A it is the incomplete Cholesky IC(0), CG-safe"),
+    "ic0": ("ilu0", "on a symmetric A it is the incomplete Cholesky IC(0), CG-safe"),
+    "bjacobi": ("ilu0", "PETSc's bjacobi, ILU(0) on each rank's diagonal block, is "
+                        "ilu0 with blocks=k or blocks='threads'"),
+    "pbjacobi": ("block-jacobi", "the inverted point blocks"),
+    "spilu": ("ilut", "SciPy's threshold ILU"),
+    "spai": ("isai", "a sparse approximate inverse on a fixed pattern"),
+    "fsai": ("isai", "variant='spd' is FSAI"),
+    "bilu": ("block-ilu0", "ILU(0) on the BSR blocks"),
+}
+
+
+def _did_you_mean(name) -> str:
+    """`` (did you mean ...?)`` for a preconditioner name users bring from PETSc or SciPy,
+    or another spelling of one of ours; else ""."""
+    low = name.lower()
+    if low in REGISTRY:
+        return f" (did you mean {low!r}?)"
+    if low in _NAME_HINTS:
+        ours, why = _NAME_HINTS[low]
+        return f" (did you mean {ours!r}? {why})"
+    return ""
 
 
 #: Keywords a SciPy (or PETSc) user may pass that mean something else here.

@@ -257,3 +257,25 @@ def test_stray_keywords_are_named_with_their_fix(method, precond, kw, match):
                  lambda: mpsolve.Solver(A0, method=method, precond=precond, **kw)):
         with pytest.raises(TypeError, match=match):
             make()
+
+
+@pytest.mark.parametrize("precond,exc,words", [
+    (5, TypeError, ["precond=5", "preconditioner name"]),
+    (2.5, TypeError, ["precond=2.5"]),
+    ("ILU0", ValueError, ["unknown preconditioner 'ILU0'", "did you mean 'ilu0'?"]),
+    ("icc", ValueError, ["did you mean 'ilu0'?", "IC(0)"]),
+    ("bjacobi", ValueError, ["did you mean 'ilu0'?", "blocks="]),
+    ("spilu", ValueError, ["did you mean 'ilut'?"]),
+    ("nonsense", ValueError, ["unknown preconditioner 'nonsense'", "'jacobi'"]),
+])
+@pytest.mark.parametrize("method", ["cg", "auto"])
+def test_preconditioner_names_from_petsc_and_scipy_get_a_hint(precond, exc, words, method):
+    """A number is not read as a 0-d matrix M; PETSc's and SciPy's preconditioner names
+    (and another case of ours) say which of ours they are."""
+    with pytest.raises(exc) as err:
+        mpsolve.solve(A0, B0, method=method, precond=precond)
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+    if exc is TypeError:
+        with pytest.raises(exc, match="precond="):
+            mpsolve.Solver(A0, method=method, precond=precond)
