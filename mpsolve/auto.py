@@ -744,16 +744,22 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
     tried = "; ".join(f"{c.label} ({c.outcome})" for c in cands if c.outcome != "not tried")
     analysis = an.as_dict() if an is not None else {}
     if not results:     # nothing could even be set up
-        x64 = problem.x0_64 if problem.x0_64 is not None else problem.xp.zeros(problem.n)
         bnrm = problem.bnrm
         rel_tol = problem.tol / bnrm if bnrm else problem.rtol
-        r64 = problem.xp.empty(problem.n)
-        true = problem.true_residual(x64, r64) / (bnrm or 1.0)
+        # SciPy: a zero right-hand side (or an empty system) has the solution 0, whatever
+        # A is -- also one that no preconditioner could be set up for (a zero matrix)
+        zero = problem.n == 0 or bnrm == 0.0
+        x64 = problem.xp.zeros(problem.n, problem.hp) if (zero or problem.x0_64 is None) \
+            else problem.x0_64
+        r64 = problem.xp.empty(problem.n, problem.hp)
+        true = 0.0 if zero else problem.true_residual(x64, r64) / bnrm
+        info = 0 if zero else AUTO_FAILED
         return SolveResult(
-            x=problem.answer(x64), info=AUTO_FAILED, iterations=0, residuals=np.zeros(0),
+            x=problem.answer(x64), info=info, iterations=0, residuals=np.zeros(0),
             true_residual=float(true), tolerance=rel_tol, setup_time=total, solve_time=0.0,
             precision=cands[0].precision if cands else "double",
-            status=status_text(AUTO_FAILED, 0, true, rel_tol, f"tried {tried}"),
+            status=status_text(info, 0, true, rel_tol, "zero right-hand side" if zero
+                               else f"tried {tried}"),
             method="auto", choices=cands, analysis=analysis,
             analysis_time=analysis_time)
     r = results[-1]

@@ -665,3 +665,15 @@ def test_ic0_set_up_reuses_the_analysis_symmetry_test(monkeypatch):
     M.apply(x, y)
     M2.apply(x, y2)
     assert np.array_equal(y, y2)
+
+
+def test_zero_right_hand_side_solves_to_zero_even_where_nothing_sets_up():
+    """SciPy's rule, x = 0 for b = 0, holds under auto also for a matrix that no
+    preconditioner can be set up for (the zero matrix); a nonzero b there is info -16."""
+    Z = sp.csr_matrix((3, 3))
+    for x0 in (None, np.ones(3)):
+        res = mpsolve.solve(Z, np.zeros(3), x0)
+        assert res.info == 0 and res.converged and not res.x.any()
+        assert "zero right-hand side" in res.status
+    res = mpsolve.solve(Z, np.ones(3))
+    assert res.info == auto.AUTO_FAILED and not res.converged
