@@ -184,7 +184,8 @@ class Problem:
     #: copies ``x`` even where no cast is needed, so the next solve cannot overwrite it
     reused: bool = False
     _residual64: Optional[Callable] = None   # A64's bound ``r = b - A x`` (made once)
-    #: :meth:`residual_bound`'s kernel ``f(x) -> sum_i v_i^2`` and constant (made once)
+    #: :meth:`residual_bound`'s kernel ``f(x, b) -> sum_i v_i^2`` and its two constants
+    #: (FP64 and Dot2 residuals; made once)
     _rbound: Optional[tuple] = None
     #: the first residual of a zero start is ``b`` itself: checked (exact zeros) once per
     #: solve and then no product with ``A`` -- SciPy's solvers, given an exact

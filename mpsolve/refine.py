@@ -268,5 +268,4 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         true = new
     if flag == USER_STOP and true <= tol:
         flag = 0
-    problem._first_residual = False
     return count, iters, flag, judged(xh, r64)

@@ -46,11 +46,7 @@ def make_preconditioner(name, reorder=None, **params):
         return None
     try:
         cls = REGISTRY[name]
-    except (KeyError, TypeError):
-        if not isinstance(name, str):
-            raise TypeError(f"precond={name!r}: pass a preconditioner name, a preconditioner "
-                            "object, a matrix or LinearOperator approximating A^-1, 'auto' "
-                            "or None") from None
+    except KeyError:
         raise ValueError(
             f"unknown preconditioner {name!r}; choose one of {['none'] + sorted(REGISTRY)}"
             + _did_you_mean(name)) from None
@@ -89,6 +85,8 @@ _NAME_HINTS = {
 def _did_you_mean(name) -> str:
     """`` (did you mean ...?)`` for a preconditioner name users bring from PETSc or SciPy,
     or another spelling of one of ours; else ""."""
+    if not isinstance(name, str):
+        return ""
     low = name.lower()
     if low in REGISTRY:
         return f" (did you mean {low!r}?)"
