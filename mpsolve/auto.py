@@ -78,9 +78,9 @@ from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
-from .driver import iterate
+from .driver import ROUNDED, answer_residual, iterate
 from .krylov import BODIES
-from .backend import to_host
+from .backend import to_device, to_host
 from .precision import as_precision
 from .result import AUTO_FAILED, BREAKDOWNS, USER_STOP, SolveResult, status_text, wants_stop
 
@@ -556,7 +556,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         else:                             # A and b as checked above, not again
             body_kw, _, _, _ = configure(c.method, M, kw.get("restart"), kw.get("side"))
             r = iterate(c.method, BODIES[c.method], sub, as_precision(policy, sub.data_dtype),
-                        callback=kw["callback"], escalate=escalate, body_kw=body_kw)
+                        callback=kw["callback"], escalate=escalate, body_kw=body_kw,
+                        judge_answer=False)     # judged once, as returned, in _combine
         c.seconds = time.perf_counter() - ts
         c.iterations = r.iterations
         c.true_residual = r.true_residual
@@ -780,5 +781,13 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
         r.info = max(1, r.iterations)
     used = [c for c in cands if c.outcome != "not tried"]
     extra = f"automatic choice tried {tried}" if (len(used) > 1 or not r.converged) else ""
+    if r.converged and r.x.dtype.itemsize < problem.hp.itemsize:
+        # the answer as returned (rounded to float32 for float32 data) meets the tolerance?
+        t = answer_residual(problem, problem.xp.asarray(to_device(r.x, problem.device)))
+        if t is not None:
+            r.true_residual = t / (problem.bnrm or 1.0)
+            if t > problem.tol:
+                r.info = max(1, r.iterations)
+                extra = ROUNDED.format(dtype=r.x.dtype.name, rel=r.true_residual)
     r.status = status_text(r.info, r.iterations, r.true_residual, r.tolerance, extra)
     return r

@@ -156,13 +156,35 @@ def report_fields(problem, method, precond_name=None) -> dict:
                 precond_stats=dict(getattr(Mobj, "stats", None) or {}))
 
 
+#: Why a solve whose FP64 iterate met the tolerance has not converged for the caller.
+ROUNDED = ("x rounded to {dtype} misses the tolerance (its residual {rel:.1e}; the FP64 "
+           "iterate met it): pass b as float64 for an FP64 answer")
+
+
+def answer_residual(problem, x64):
+    """The certified FP64 residual norm (:meth:`~mpsolve._system.Problem.true_residual`)
+    of ``x64`` as the caller receives it -- rounded to ``problem.out_dtype`` -- or ``None``
+    where returning it rounds nothing (FP64, complex128 or wider data).  Float32 (complex64)
+    data get their answer in their own dtype, and a tolerance below what that dtype holds
+    (``rtol=1e-8``: the rounding alone leaves about ``1e-7``) must not read as met."""
+    out = np.dtype(problem.out_dtype)
+    if out.itemsize >= problem.hp.itemsize:
+        return None
+    ws = problem.workspace
+    xr = ws.get("x_out", problem.n, problem.hp)
+    xr[:] = x64.astype(out)
+    return problem.true_residual(xr, ws.get("r_out", problem.n, problem.hp))
+
+
 def iterate(method: str, body: Callable, problem, policy, *, callback, escalate, body_kw,
-            precond_name=None, t0=None, report=None) -> SolveResult:
+            precond_name=None, t0=None, report=None, judge_answer=True) -> SolveResult:
     """Realise ``policy`` for the checked ``problem`` and solve: iterate, escalate, judge
     (the module docstring's steps 2-4).  :func:`run` calls it on a fresh Problem,
     :class:`mpsolve.Solver` on its own, whose Systems (:func:`system_for`) are already
     made.  ``t0``: when the call began (set-up time is counted from it); ``report``: the
-    :func:`report_fields` when the caller has them already (else made at the end)."""
+    :func:`report_fields` when the caller has them already (else made at the end);
+    ``judge_answer``: judge a converged ``x`` as returned (:func:`answer_residual`; auto
+    judges its last candidate's answer itself)."""
     t0 = time.perf_counter() if t0 is None else t0
     n = problem.n
     if problem.b_exp and callback is not None:     # b was scaled: the caller's units
@@ -298,5 +320,13 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
     if flag == 2 and info > 0:
         extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
                  + ("" if escalate else "; escalate=True would switch to a stronger policy"))
+    if info == 0 and judge_answer:
+        t = answer_residual(problem, x64)
+        if t is not None:
+            true = t
+            if t > problem.tol:
+                info = max(count, 1)
+                extra = ROUNDED.format(dtype=np.dtype(problem.out_dtype).name,
+                                       rel=t / problem.bnrm)
     return finish(x64, info, count, iters, hist, true, setup_time,
                   solve_time, escalations, policy, extra, x_lo=x_lo)

@@ -57,9 +57,10 @@ def test_setup_time_accounts_for_the_analysis_and_the_set_ups():
                          setup_seconds=3.0)]
     run = types.SimpleNamespace(info=0, iterations=7, residuals=np.ones(7), setup_time=0.25,
                                 solve_time=1.5, escalations=[], converged=True,
-                                true_residual=1e-9, tolerance=1e-8)
+                                true_residual=1e-9, tolerance=1e-8, x=np.zeros(4))
     an = types.SimpleNamespace(block_time=0.5, as_dict=lambda: {"n": 4})
-    r = auto._combine(cands, [run], an, 1.0, None, None, None, total=99.0)
+    problem = types.SimpleNamespace(hp=np.dtype(np.float64))   # an FP64 answer: no rounding
+    r = auto._combine(cands, [run], an, 1.0, None, None, problem, total=99.0)
     assert r.analysis_time == 1.5                        # 1.0 + the detection's 0.5
     assert r.setup_time == 1.5 + 2.0 + 3.0 + 0.25
     assert r.solve_time == 1.5 and r.iterations == 7 and r.choices is cands

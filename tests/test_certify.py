@@ -165,3 +165,35 @@ def test_no_false_success_in_a_block_of_right_hand_sides(method):
     assert res.column_info[0] != 0
     assert res.column_info[1] == 0
     assert _exact_residual_norm(A, good, res.x[:, 1]) <= 1e-8 * np.linalg.norm(good)
+
+
+@pytest.mark.parametrize("method", ["cg", "auto"])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_a_float32_answer_is_judged_as_returned(method, cplx):
+    """Float32 (complex64) data get x in their own dtype.  A tolerance below what that dtype
+    holds is not met by the rounded answer, whatever the FP64 iterate reached: info > 0
+    with the reason, and the residual reported is the returned x's.  Where the rounding
+    costs nothing against the tolerance, it converges as before; FP64 b gives an FP64 x."""
+    A = poisson2d(20)
+    n = A.shape[0]
+    dt = np.complex64 if cplx else np.float32
+    A32 = sp.csr_matrix(A.astype(dt) * ((1 + 1j) if cplx else 1))
+    b32 = (A32 @ np.linspace(1, 2, n).astype(dt)).astype(dt)
+    kw = {} if method == "auto" else dict(method="cg", precond="jacobi")
+    wide = np.complex128 if cplx else np.float64
+
+    def returned(res, b):
+        r = b.astype(wide) - A32.astype(wide) @ res.x.astype(wide)
+        return np.linalg.norm(r) / np.linalg.norm(b.astype(wide))
+
+    tight = mpsolve.solve(A32, b32, rtol=1e-8, **kw)
+    assert tight.x.dtype == dt and tight.info > 0 and not tight.converged
+    assert f"x rounded to {np.dtype(dt).name} misses the tolerance" in tight.status
+    assert tight.true_residual == pytest.approx(returned(tight, b32), rel=1e-6)
+    loose = mpsolve.solve(A32, b32, rtol=1e-5, **kw)
+    assert loose.converged and returned(loose, b32) <= 1e-5
+    wide_b = mpsolve.solve(A32, b32.astype(wide), rtol=1e-8, **kw)
+    assert wide_b.converged and wide_b.x.dtype == wide
+    assert returned(wide_b, b32) <= 1e-8 * (1 + 1e-6)
+    x, info = mpsolve.cg(A32, b32, rtol=1e-8)                  # the SciPy-style function too
+    assert info > 0 and x.dtype == dt
