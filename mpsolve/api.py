@@ -19,8 +19,8 @@ _COMMON_DOC = """
     Parameters
     ----------
     A : sparse matrix/array (any format), ndarray or LinearOperator
-        The ``n x n`` system matrix: real (integer data is converted to FP64) or
-        complex64/complex128.  If any of ``A``, ``b``, ``x0``, ``M`` is complex the solve
+        The ``n x n`` system matrix: real (integer, boolean and float16 data are
+        converted to FP64, as SciPy computes them) or complex64/complex128.  If any of ``A``, ``b``, ``x0``, ``M`` is complex the solve
         is complex, with SciPy's conjugated dots (CG: Hermitian positive definite ``A``).
     b : ndarray, shape (n,) or (n, 1)
     x0 : ndarray, ``'Mb'`` or None
