@@ -17,20 +17,26 @@ import scipy.sparse as sp
 
 import mpsolve
 from mpsolve._system import CERTIFY, make_problem
+from mpsolve.kernels.reference import exact_cdot
 from mpsolve.kernels.registry import launch_plan, lookup
 from mpsolve.matrices import poisson2d
 
 
+def _exact_rows(A, b, x):
+    """The rows of ``b - A x`` (FP64 or complex128 data) exactly: ``(re, im)`` Fraction
+    pairs, by the reference's ``exact_cdot`` of ``conj([b_i, a_i])`` with ``[1, -x]``."""
+    A = sp.csr_matrix(A)
+    out = []
+    for i in range(A.shape[0]):
+        lo, hi = A.indptr[i], A.indptr[i + 1]
+        out.append(exact_cdot(np.conj(np.r_[b[i], A.data[lo:hi]].astype(np.complex128)),
+                              np.r_[1.0, -np.asarray(x)[A.indices[lo:hi]]].astype(np.complex128)))
+    return out
+
+
 def _exact_residual_norm(A, b, x) -> float:
     """``||b - A x||_2`` of FP64 ``A``, ``b``, ``x``, exactly (then rounded)."""
-    A = sp.csr_matrix(A)
-    total = Fraction(0)
-    for i in range(A.shape[0]):
-        s = Fraction(float(b[i]))
-        for k in range(A.indptr[i], A.indptr[i + 1]):
-            s -= Fraction(float(A.data[k])) * Fraction(float(x[A.indices[k]]))
-        total += s * s
-    return float(total) ** 0.5
+    return float(sum(re * re + im * im for re, im in _exact_rows(A, b, x))) ** 0.5
 
 
 def _inconsistent_singular():
@@ -91,19 +97,9 @@ def test_residual_bound_bounds_the_rounding_of_the_fp64_residual(seed):
     p._first_residual = False
     p.true_residual(x.astype(p.hp), r)           # the FP64 residual, as the driver makes it
     bound = p.residual_bound(x.astype(p.hp))
-    A = sp.csr_matrix(A)
-    F = Fraction
     err2 = Fraction(0)
-    for i in range(n):
-        bi = complex(b[i])
-        re, im = F(bi.real), F(bi.imag)             # the exact b_i - sum_j a_ij x_j
-        for k in range(A.indptr[i], A.indptr[i + 1]):
-            a, xj = complex(A.data[k]), complex(x[A.indices[k]])
-            ar, ai, xr, xi = F(a.real), F(a.imag), F(xj.real), F(xj.imag)
-            re -= ar * xr - ai * xi
-            im -= ar * xi + ai * xr
-        ri = complex(r[i])
-        err2 += (F(ri.real) - re) ** 2 + (F(ri.imag) - im) ** 2
+    for (re, im), ri in zip(_exact_rows(A, b, x), r.astype(np.complex128)):
+        err2 += (Fraction(ri.real) - re) ** 2 + (Fraction(ri.imag) - im) ** 2
     err = float(err2) ** 0.5
     assert err > 0                                # the rounding is there to bound
     assert bound >= err
