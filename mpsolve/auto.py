@@ -272,24 +272,40 @@ def _precision(an: Analysis):
     return "double", "FP64 throughout: some values do not fit FP32"
 
 
-#: Fill bound (times nnz(A)) of the last resort, a complete LU used as the preconditioner.
+#: Fill bound (times nnz(A)) of the last resort, a complete LU used as the preconditioner,
+#: where ``A`` is too large for the bound of a dense LU (below).
 DIRECT_FILL = 50
-#: The last resort is a candidate only while ``DIRECT_FILL nnz(A)`` stays below this many
-#: entries (50M: about 600 MB of factors in FP64 with their indices).
+#: The last resort is a candidate only while its fill bound stays below this many entries
+#: (50M: about 600 MB of factors in FP64 with their indices).
 DIRECT_MAX_ENTRIES = 50_000_000
 
 
+def direct_fill_factor(n: int, nnz: int) -> Optional[float]:
+    """The last resort's ``fill_factor``: where a dense LU (``n^2 + n`` entries, the most
+    ``L + U`` can hold) fits in :data:`DIRECT_MAX_ENTRIES`, a bound that can never bind, so
+    the factorisation is complete; else :data:`DIRECT_FILL` while ``DIRECT_FILL nnz`` fits;
+    else ``None`` (no last resort).  SuperLU drops what exceeds
+    its fill bound even at ``drop_tol=0``: on a random sparse skew-symmetric matrix plus
+    ``0.01 I`` (n = 2000, complete LU 116 nnz(A)) the factors bounded at 50 nnz(A) left a
+    relative residual of 1e13 in one application, and GMRES stagnated on them."""
+    dense = n * n + n
+    if dense <= DIRECT_MAX_ENTRIES:
+        return max(float(DIRECT_FILL), float(np.ceil(dense / max(nnz, 1))) + 1.0)
+    return float(DIRECT_FILL) if nnz * DIRECT_FILL <= DIRECT_MAX_ENTRIES else None
+
+
 def _direct(an: Analysis) -> List[Choice]:
-    """The last resort: ILUT without dropping = SuperLU's LU with threshold pivoting (fill
-    bounded by ``DIRECT_FILL`` nnz(A)) of the MC64-scaled matrix, as GMRES's preconditioner
-    (GMRES then corrects what rounding and the fill bound leave).  mhd4800a needs it: every
-    ILUT with dropping (1e-3 ... 1e-6) of it gives non-finite values, the complete one
-    converges in 55 iterations -- in FP64: its factors stored in FP32 give non-finite values.
-    So this candidate's precision is ``double`` whatever the data."""
-    if an.nnz * DIRECT_FILL > DIRECT_MAX_ENTRIES:
+    """The last resort: ILUT without dropping = SuperLU's LU with threshold pivoting (complete
+    where a dense LU would fit, else fill bounded by ``DIRECT_FILL`` nnz(A):
+    :func:`direct_fill_factor`) of the MC64-scaled matrix, as GMRES's preconditioner (GMRES
+    then corrects what rounding and any fill bound leave).  mhd4800a needs it: every ILUT
+    with dropping (1e-3 ... 1e-6) of it gives non-finite values, the complete one converges
+    -- in FP64: its factors stored in FP32 give non-finite values.  So this candidate's
+    precision is ``double`` whatever the data."""
+    fill = direct_fill_factor(an.n, an.nnz)
+    if fill is None:
         return []
-    return [Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 0.0,
-                                     "fill_factor": DIRECT_FILL},
+    return [Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 0.0, "fill_factor": fill},
                    "direct fallback: a complete LU with pivoting of the permuted, scaled "
                    "matrix, in FP64, GMRES on top", precision="double")]
 

@@ -546,6 +546,29 @@ def test_direct_fallback_only_for_matrices_it_fits(monkeypatch):
     assert not any(c.params.get("drop_tol") == 0.0 for c in auto.candidates(an))
 
 
+
+def test_direct_fallback_is_a_complete_lu_where_a_dense_one_fits():
+    """A random sparse skew-symmetric matrix plus 0.01 I: every incomplete candidate
+    stagnates, and SuperLU's LU drops what exceeds its fill bound even at drop_tol=0
+    (bounded at 50 nnz(A) it stagnated too, info 2040).  Where a dense LU fits, the last
+    resort's bound cannot bind: its factors solve the system in one GMRES iteration."""
+    n = 1000
+    S = sp.random(n, n, density=3 / n, random_state=5, format="csr")
+    A = (S - S.T + 1e-2 * sp.eye(n)).tocsr()
+    b = A @ np.ones(n)
+    fill = auto.direct_fill_factor(n, A.nnz)
+    assert fill * A.nnz >= n * n + n                    # L + U can hold a dense LU
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    _ok(res, A, b, 1e-8)
+    last = res.choices[-1]
+    assert res.converged and last.params == {"reorder": "mc64", "drop_tol": 0.0,
+                                             "fill_factor": fill}
+    assert last.outcome == "converged" and last.iterations <= 2
+    # beyond a dense LU's size the fill stays bounded; beyond the entry budget, no candidate
+    big = 10 ** 5
+    assert auto.direct_fill_factor(big, 5 * big) == auto.DIRECT_FILL
+    assert auto.direct_fill_factor(big, auto.DIRECT_MAX_ENTRIES) is None
+
 def test_symmetry_is_ilu0s_own_test():
     """auto calls A symmetric exactly when ILU(0) uses its symmetric (IC(0)) form, so CG is
     never handed a nonsymmetric ILU(0)."""
