@@ -51,12 +51,13 @@ class BlockISAI(_ISAIBase):
           ``C C^T = D^{-1}`` (symmetric, for CG; complex data: Hermitian ``A``,
           ``M = G^H G``).  Two BSR SpMVs; ``max_local`` is not used (the substitution costs ``O(|J_i| nnz_row b^3)`` per block row).
     sparsity_power : int, optional
-        ``k`` (default 2 for ``general``/``right``, 1 for ``spd`` and ``bilu``; see
-        :class:`~mpsolve.precond.ISAI` for when ``1`` is faster on nonsymmetric ``A``).
+        ``k`` (default 1; ``general``/``right`` move to 2 where the pattern of ``A`` is
+        poor: see :class:`~mpsolve.precond.ISAI`).
     dtype : {"float32", "float64"} or None
         Storage precision (FP32 when set up on its own).
-    accumulate : {"float32", "float64"}
-        Accumulator of the BSR SpMV (default FP32).
+    accumulate : {"float32", "float64"} or None
+        Accumulator of the BSR SpMV (default: the storage precision's, as
+        :class:`~mpsolve.precond.ISAI`).
     max_local : int
         Largest local system in scalar unknowns (``|J_i| b``) of the batched path
         (default 256); larger ones take the excess path.
@@ -90,7 +91,7 @@ class BlockISAI(_ISAIBase):
     _storage = "bsr"
 
     def __init__(self, block_size=None, variant="auto", sparsity_power=None, dtype=None,
-                 accumulate="float32", max_local=DEFAULT_MAX_LOCAL):
+                 accumulate=None, max_local=DEFAULT_MAX_LOCAL):
         super().__init__(variant=variant, sparsity_power=sparsity_power, dtype=dtype,
                          accumulate=accumulate, max_local=max_local)
         if block_size is not None and (int(block_size) != block_size or block_size < 1):
@@ -104,6 +105,7 @@ class BlockISAI(_ISAIBase):
         if self._variant_request == "bilu":
             # the ISAI of BILU(0)'s block factors (mpsolve.precond.block_ilu)
             self.variant, self.variant_reason = "bilu", "requested"
+            self.accumulate = self._resolve_accumulate(dtype)
             self.sparsity_power = self._power_request or 1
             self._chain, self.fallback_rows, self.stats = bilu_isai_operators(
                 A, b, self.sparsity_power, dtype, self.accumulate, "BlockISAI(bilu)",

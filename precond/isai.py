@@ -40,7 +40,20 @@ NARROW_ABOVE = 128
 #: Local systems wider than this (median over a sample of rows of ``A^2``) make the
 #: default ``general`` pattern fall back from ``A^2`` to ``A``.
 WIDE_ROWS = 128
-_DEFAULT_POWER = {"general": 2, "right": 2, "spd": 1, "lower": 1, "upper": 1, "ilu": 1}
+_DEFAULT_POWER = {"general": 1, "right": 1, "spd": 1, "lower": 1, "upper": 1, "ilu": 1}
+#: ``general``/``right`` with the default power keep the pattern of ``A`` unless the median,
+#: over a sample of 256 rows, of the row residual ``||e_i - m_i A||_2`` of that inverse
+#: exceeds this; then they are rebuilt on ``A^2`` (an a-posteriori test of the pattern, as
+#: SPAI's adaptive one, Grote & Huckle 1997, but taken once for the whole matrix).  On the
+#: nonsymmetric SuiteSparse and generated matrices (GMRES(30) and BiCGSTAB, set-up and
+#: solve timed) the pattern of ``A`` reached a solution sooner on all but a few of those
+#: either pattern solves -- ``A^2``'s set-up and apply cost 1.1-20x more -- and its median
+#: residual stayed at 0.45 or below on the PDE problems (0.53 on convection-diffusion at
+#: Peclet 500, where both patterns take the same time); above 0.55 it failed (af23560:
+#: 0.67 left, 0.59 right, no convergence in 5000 iterations against 259-420 on ``A^2``;
+#: hor_131 0.74) or needed up to 20x ``A^2``'s iterations, more than Jacobi's (add20 0.69,
+#: memplus 0.70 on the left).
+POWER_RESIDUAL = 0.5
 #: Relative tolerance of the symmetry check of ``variant="auto"`` (as ILU0's).
 SYMMETRY_RTOL = 1e-12
 
@@ -155,6 +168,21 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
     return OperatorChain(ops), bad, stats
 
 
+def _sample_rows(n, size=256):
+    """The (block) rows the power tests read: ``size`` of ``n``, the same on every run."""
+    return np.random.default_rng(0).choice(n, size=min(n, size), replace=False)
+
+
+def pattern_residual(C, op):
+    """Median over :func:`_sample_rows` of the row residual ``||e_i - (M C)[i, :]||_2`` of
+    the stored left approximate inverse ``op`` of ``C`` (FP64 copy of its values)."""
+    n = C.shape[0]
+    rows = _sample_rows(n)
+    M = op.to_scipy()[rows]
+    R = M @ C - sp.identity(n, dtype=M.dtype, format="csr")[rows]
+    return float(np.median(np.sqrt(np.asarray(abs(R).power(2).sum(axis=1)).ravel())))
+
+
 class _ISAIBase(Preconditioner):
     """Common parameter handling and apply of ISAI and Block-ISAI."""
 
@@ -164,13 +192,14 @@ class _ISAIBase(Preconditioner):
     _storage = "csr"
 
     def __init__(self, variant="auto", sparsity_power=None, dtype=None,
-                 accumulate="float32", max_local=DEFAULT_MAX_LOCAL):
+                 accumulate=None, max_local=DEFAULT_MAX_LOCAL):
         super().__init__(dtype)
         if variant not in self._variants:
             raise ValueError(f"variant={variant!r}: choose one of {list(self._variants)}")
-        acc = np.dtype(accumulate).name
-        if acc not in ("float32", "float64"):
-            raise ValueError(f"accumulate={accumulate!r}: use 'float32' or 'float64'")
+        acc = None if accumulate is None else np.dtype(accumulate).name
+        if acc not in (None, "float32", "float64"):
+            raise ValueError(f"accumulate={accumulate!r}: use 'float32', 'float64' or None "
+                             f"(the storage precision's)")
         if sparsity_power is not None and (int(sparsity_power) != sparsity_power
                                            or sparsity_power < 1):
             raise ValueError(f"sparsity_power={sparsity_power!r}: use an integer >= 1")
@@ -179,9 +208,11 @@ class _ISAIBase(Preconditioner):
         self.variant = variant
         self._variant_request = variant
         self.variant_reason = "" if variant == "auto" else "requested"
+        self.power_reason = ""
         self._power_request = None if sparsity_power is None else int(sparsity_power)
         self.sparsity_power = (_DEFAULT_POWER.get(variant) if sparsity_power is None
                                else int(sparsity_power))
+        self._acc_request = acc
         self.accumulate = acc
         self.max_local = int(max_local)
         self.symmetric = variant == "spd"
@@ -190,28 +221,35 @@ class _ISAIBase(Preconditioner):
         self._chain = None
 
     def _resolve_power(self, A, b):
-        """The default ``k`` for this matrix.
+        """``(k, test)``: the power to build with, and whether the pattern of ``A`` is to
+        be tested and enlarged to ``A^2`` if poor (:data:`POWER_RESIDUAL`).
 
-        ``general`` defaults to ``A^2``, but on a matrix with wide rows (3-D
-        elasticity: 81 entries a row, 375 in ``A^2``) the local systems of ``A^2``
-        exceed the batched limit and the set-up cost explodes; there ``k = 1`` is
-        used.  Decided from the ``A^2`` row sizes of a sample of 256 (block) rows:
-        ``k = 1`` when their median exceeds :data:`WIDE_ROWS`.
+        The caller's ``sparsity_power`` is used as given.  The default is ``1``; for
+        ``general``/``right`` it is tested -- unless the rows of ``A^2`` are too wide for
+        cheap local solves (3-D elasticity: 81 entries a row, 375 in ``A^2``: their
+        local systems exceed the batched limit and the set-up cost explodes), decided
+        from the ``A^2`` row sizes of a sample of 256 (block) rows: median above
+        :data:`WIDE_ROWS`.
         """
         if self._power_request is not None:
-            return self._power_request
+            self.power_reason = "requested"
+            return self._power_request, False
         k = _DEFAULT_POWER[self.variant]
-        if k < 2 or A.shape[0] == 0:
-            return k
+        self.power_reason = "default"
+        if self.variant not in ("general", "right") or A.shape[0] == 0:
+            return k, False
         P = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
         if b > 1:
             B = _pad(P, b).tobsr((b, b))
             P = sp.csr_matrix((np.ones(B.indices.size), B.indices, B.indptr),
                               shape=(B.shape[0] // b, B.shape[1] // b))
-        rng = np.random.default_rng(0)
-        rows = rng.choice(P.shape[0], size=min(P.shape[0], 256), replace=False)
+        rows = _sample_rows(P.shape[0])
         sizes = np.diff((P[rows] @ P).indptr) * b
-        return k if np.median(sizes) <= WIDE_ROWS else 1
+        if np.median(sizes) > WIDE_ROWS:
+            self.power_reason = (f"pattern of A: the rows of A^2 are too wide (median "
+                                 f"{np.median(sizes):g} unknowns > {WIDE_ROWS})")
+            return k, False
+        return k, True
 
     def _resolve_variant(self, A):
         """The variant for ``variant="auto"``, chosen once per set-up and recorded in
@@ -239,25 +277,53 @@ class _ISAIBase(Preconditioner):
         variant = "right" if side == "right" else "general"
         return variant, f"auto: A is not {what}; {side} preconditioning"
 
+    def _resolve_accumulate(self, dtype):
+        """The row sums' precision: the caller's, else the storage's (FP32 sums for FP32
+        values, as a pure FP32 SpMV; FP64 sums for FP64 values, so ``precision="double"``
+        applies ``M`` in FP64)."""
+        if self._acc_request is not None:
+            return self._acc_request
+        wide = np.dtype(dtype) in (np.dtype(np.float64), np.dtype(np.complex128))
+        return "float64" if wide else "float32"
+
     def _build(self, A, dtype, b):
+        self.accumulate = self._resolve_accumulate(dtype)
         self.variant, self.variant_reason = self._resolve_variant(A)
         self.symmetric = self.variant == "spd"
-        self.sparsity_power = self._resolve_power(A, b)
+        self.sparsity_power, test = self._resolve_power(A, b)
         name = type(self).__name__ + f"({self.variant})"
+        # right: A M ~ I  <=>  M^T A^T ~ I: the left approximate inverse of A^T, transposed
+        C = A
         if self.variant == "right":
-            # A M ~ I  <=>  M^T A^T ~ I: the left approximate inverse of A^T, transposed
-            At = sp.csr_matrix(A.T)
-            At.sort_indices()
-            chain, self.fallback_rows, self.stats = isai_operators(
-                At, b, "general", self.sparsity_power, self.max_local, self._storage,
-                dtype, self.accumulate, name, device=self.device)
+            C = sp.csr_matrix(A.T)
+            C.sort_indices()
+        kind = "general" if self.variant == "right" else self.variant
+
+        def build(k):
+            return isai_operators(C, b, kind, k, self.max_local, self._storage, dtype,
+                                  self.accumulate, name, device=self.device)
+
+        chain, self.fallback_rows, self.stats = build(self.sparsity_power)
+        if test:
+            t0 = time.perf_counter()
+            res = pattern_residual(C, chain.ops[0])
+            first = sum(self.stats["stage_times"].values()) + time.perf_counter() - t0
+            what = "||e_i - m_i A||" if kind == self.variant else "||e_i - A m_i|| (columns)"
+            if res > POWER_RESIDUAL:
+                self.sparsity_power = 2
+                self.power_reason = (f"A^2: the pattern of A left a median residual "
+                                     f"{what} of {res:.2f} > {POWER_RESIDUAL}")
+                chain, self.fallback_rows, self.stats = build(2)
+                self.stats["stage_times"]["power_test"] = first
+            else:
+                self.power_reason = (f"pattern of A: median residual {what} "
+                                     f"{res:.2f} <= {POWER_RESIDUAL}")
+                self.stats["stage_times"]["power_test"] = time.perf_counter() - t0
+        self.stats["power_reason"] = self.power_reason
+        if self.variant == "right":
             host = setup_device(self.device)
-            self._chain = OperatorChain([transpose_operator(op, b, name, host)
-                                         for op in chain.ops])
-            return
-        self._chain, self.fallback_rows, self.stats = isai_operators(
-            A, b, self.variant, self.sparsity_power, self.max_local, self._storage,
-            dtype, self.accumulate, name, device=self.device)
+            chain = OperatorChain([transpose_operator(op, b, name, host) for op in chain.ops])
+        self._chain = chain
 
     def apply(self, r, out):
         self._chain(r, out)  # out = M r (one SpMV, or two: G^T (G r) / U_isai (L_isai r))
@@ -332,19 +398,24 @@ class ISAI(_ISAIBase):
           sequential triangular solves replaced by two parallel SpMVs.
     sparsity_power : int, optional
         ``k`` of the pattern ``A^k`` (of ``T^k`` for the triangular variants).
-        Default 2 for ``general``/``right`` (the pattern of ``A`` alone is often worse than
-        Jacobi on nonsymmetric matrices) -- unless the rows of ``A^2`` are too wide
-        for cheap local solves (median over a sample above ``WIDE_ROWS = 128``),
-        then 1 -- and 1 otherwise.  The value used is in ``sparsity_power`` after set-up.
-        On large nonsymmetric PDE problems (convection-diffusion) ``1`` is often faster
-        to a solution -- a cheaper set-up and apply for 10-35% more iterations
-        (``bench/results/setup.md``) -- but on general sparse matrices the pattern of
-        ``A`` can be worse than Jacobi, hence the default.
+        Default 1, tested for ``general``/``right``: where the inverse on the pattern of
+        ``A`` leaves the sampled rows of ``M A`` far from the identity (median
+        ``||e_i - m_i A||_2`` above :data:`POWER_RESIDUAL` = 0.5, over 256 rows) it is
+        rebuilt on ``A^2`` -- unless the rows of ``A^2`` are too wide for cheap local
+        solves (median over a sample above ``WIDE_ROWS = 128``).  The value used is in
+        ``sparsity_power`` after set-up, the reason in ``power_reason`` (and
+        ``stats["power_reason"]``; the test's cost in ``stats["stage_times"]["power_test"]``,
+        the whole first set-up where it was rebuilt).  On PDE problems the pattern of
+        ``A`` reaches a solution sooner (a set-up and apply several times cheaper for
+        10-40% more iterations); on circuit-like matrices (add20, memplus, af23560) it
+        can be worse than Jacobi, and the test moves them to ``A^2``.
     dtype : {"float32", "float64"} or None
         Storage precision of ``M`` (FP32 when set up on its own); the set-up
         always runs in FP64 and the values are range-checked (``demote``).
-    accumulate : {"float32", "float64"}
-        Accumulator of the apply SpMVs (default FP32, as a pure FP32 SpMV).
+    accumulate : {"float32", "float64"} or None
+        Accumulator of the apply SpMVs; default: the storage precision's (FP32 row sums
+        for FP32 storage, as a pure FP32 SpMV; FP64 for FP64 storage, e.g. under
+        ``precision="double"``).
     max_local : int
         Largest local system solved in the batched path (default 256); longer
         rows take the (slower, still exact) excess path.

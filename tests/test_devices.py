@@ -64,14 +64,15 @@ def _close_counts(a, b):
     return abs(a - b) <= max(2, 0.05 * max(a, b))
 
 
-def _within_noise(count, solve, b):
+def _within_noise(count, solve, b, eps=None):
     """``count`` lies in the spread of the CPU's own iteration counts when ``b`` is
-    perturbed by a few units in its last place (rounding noise, measured), widened
-    by :func:`_close_counts`'s margin."""
+    perturbed by a few units in its last place (rounding noise, measured; ``eps``: the
+    unit, default ``b``'s), widened by :func:`_close_counts`'s margin."""
     rng = np.random.default_rng(7)
+    eps = np.finfo(b.dtype).eps if eps is None else eps
     counts = [solve(b)]
     for _ in range(4):
-        e = rng.choice([-1.0, 1.0], size=b.size).astype(b.dtype) * np.finfo(b.dtype).eps
+        e = rng.choice([-1.0, 1.0], size=b.size).astype(b.dtype) * eps
         counts.append(solve(b * (1 + e)))
     lo, hi = min(counts), max(counts)
     return _close_counts(count, lo) or _close_counts(count, hi) or lo <= count <= hi, counts
@@ -115,7 +116,18 @@ def test_preconditioned_reference_matches_cpu(pc, params, prec):
                               device=dev, **params) for dev in HOST_DEVICES}
     c, r = res["cpu"], res["reference"]
     assert c.info == r.info == 0
-    assert _close_counts(c.iterations, r.iterations), (c.iterations, r.iterations)
+    # one device's count within the other's spread under rounding noise of M's precision
+    # (FP32 row sums in other orders move GMRES by a few iterations: 39 or 42 here)
+    eps = np.finfo(np.float32 if prec == "mixed" else np.float64).eps
+    spreads = []
+    for count, dev in ((r.iterations, "cpu"), (c.iterations, "reference")):
+        ok, spread = _within_noise(count, lambda bb: mpsolve.solve(
+            A, bb, method=method, precond=pc, precision=prec, rtol=1e-10, device=dev,
+            **params).iterations, b, eps)
+        spreads.append(spread)
+        if ok:
+            break
+    assert ok, (c.iterations, r.iterations, spreads)
     assert r.true_residual <= 1e-10
 
 

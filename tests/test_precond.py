@@ -670,11 +670,42 @@ def test_registry_and_parameters():
         BlockJacobi(block_size=0)
     with pytest.raises(RuntimeError, match="not set up"):
         ISAI().matvec(np.ones(3))
-    assert ISAI("general").sparsity_power == 2 and ISAI("spd").sparsity_power == 1
+    assert ISAI("general").sparsity_power == 1 and ISAI("spd").sparsity_power == 1
     assert ISAI().variant == "auto" and ISAI().sparsity_power is None  # chosen at set-up
     assert BlockJacobi(block_size=1, dtype="float64").setup(A).block_size == 1
     np.testing.assert_allclose(BlockJacobi(block_size=1, dtype="float64").setup(A).matvec(np.ones(27)),
                                1.0 / A.diagonal(), rtol=1e-14)
+
+
+@pytest.mark.parametrize("spread,k", [(0.5, 1), (1.0, 2)])
+def test_isai_default_power_is_a_for_good_patterns_and_a2_for_poor_ones(spread, k):
+    """``general``/``right`` build on the pattern of ``A`` and move to ``A^2`` where that
+    inverse leaves the sampled rows of ``M A`` far from ``I`` (median ``||e_i - m_i A||``
+    over POWER_RESIDUAL); the residual the rule reads is the dense one."""
+    from mpsolve.precond import isai
+
+    n = 400
+    rng = np.random.default_rng(0)
+    R = sp.random(n, n, density=4 / n, random_state=0,
+                  data_rvs=lambda m: rng.uniform(-spread, spread, m))
+    A = sp.csr_matrix(R + sp.eye(n))
+    rows = isai._sample_rows(n)
+    for variant, C in (("general", A), ("right", sp.csr_matrix(A.T))):
+        M1 = ISAI(variant="general", sparsity_power=1, dtype="float64").setup(C)
+        res = np.median(np.linalg.norm(np.eye(n)[rows] - M1.to_sparse().toarray()[rows]
+                                       @ C.toarray(), axis=1))
+        assert (res > isai.POWER_RESIDUAL) == (k == 2)
+        for P in (ISAI(variant=variant), BlockISAI(block_size=2, variant=variant)):
+            P.setup(A, dtype="float64")
+            assert P.sparsity_power == k, P.power_reason
+            if type(P) is ISAI:             # (Block-ISAI's rows hold whole 2 x 2 blocks)
+                assert f"{res:.2f}" in P.power_reason
+            assert P.stats["power_reason"] == P.power_reason
+            assert P.stats["stage_times"]["power_test"] > 0
+            if variant == "right":           # A M ~ I: the residual of M^T on A^T
+                assert P.variant == "right"
+    kept = ISAI(variant="general", sparsity_power=1).setup(A)
+    assert kept.sparsity_power == 1 and kept.power_reason == "requested"
 
 
 # ------------------------------------------------------------------ devices
