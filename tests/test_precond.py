@@ -708,6 +708,26 @@ def test_isai_default_power_is_a_for_good_patterns_and_a2_for_poor_ones(spread, 
     assert kept.sparsity_power == 1 and kept.power_reason == "requested"
 
 
+def test_isai_row_sums_follow_the_storage_precision():
+    """FP64 storage (``precision="double"``, ``dtype="float64"``) sums in FP64, FP32 storage
+    in FP32, unless ``accumulate`` is given: an FP64 ``M`` summed in FP32 would make
+    ``double`` apply ``M`` in single precision."""
+    from mpsolve.matrices import convection_diffusion2d
+
+    A = convection_diffusion2d(12)
+    b = A @ np.ones(A.shape[0])
+    for prec, acc in (("double", "float64"), ("mixed", "float32")):
+        for P in (ISAI(), BlockISAI(block_size=2), BlockISAI(variant="bilu")):
+            mpsolve.solve(A, b, method="gmres", precond=P, precision=prec)
+            assert P.accumulate == acc and {op.accumulate for op in P._chain.ops} == {acc}
+    assert ISAI(accumulate="float32").setup(A, dtype="float64").accumulate == "float32"
+    x = np.random.default_rng(1).standard_normal(A.shape[0])
+    for P in (ISAI("general"), ISAI("spd"), BlockISAI(block_size=2)):
+        P.setup(A, dtype="float64")
+        exact = P.to_sparse() @ x
+        assert np.abs(P.matvec(x) - exact).max() <= 1e-14 * np.abs(exact).max()
+
+
 # ------------------------------------------------------------------ devices
 # Issue 9: a preconditioner is set up *for* a device and stores device-neutral
 # operators; the ``reference`` device (plain NumPy kernels) must give the CPU's results.
