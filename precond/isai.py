@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
-from mpsolve.backend import HOST_DEVICE
+from mpsolve.backend import HOST_DEVICE, to_device, to_host
 from mpsolve.kernels import lookup
 from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
@@ -173,13 +173,37 @@ def _sample_rows(n, size=256):
     return np.random.default_rng(0).choice(n, size=min(n, size), replace=False)
 
 
+def _rows_of(op, rows):
+    """Scalar ``rows`` of the stored operator ``op`` (CSR or BSR) as a SciPy CSR matrix with
+    FP64 (complex128) values: only those rows' entries leave the device."""
+    ptr = to_host(op.indptr).astype(np.int64)
+    b = getattr(op, "b", 1)
+    blk = rows // b
+    lo, hi = ptr[blk], ptr[blk + 1]
+    counts = hi - lo
+    idx = np.repeat(lo - np.r_[0, np.cumsum(counts)[:-1]], counts) + np.arange(counts.sum())
+    cols = to_host(op.indices[to_device(idx, op.device)]).astype(np.int64)
+    vals = to_host(op.data[to_device(idx, op.device)])
+    wide = np.result_type(vals.dtype, np.float64)
+    if b > 1:                                  # block entries: row rows % b of each block
+        sub = np.repeat(rows % b, counts)
+        vals = vals[np.arange(idx.size), sub, :].reshape(-1)
+        cols = (cols[:, None] * b + np.arange(b)).reshape(-1)
+        counts = counts * b
+    n, width = op.shape[1], (ptr.size - 1) * b   # (BSR: a trailing partial block's padding)
+    M = sp.csr_matrix((vals.astype(wide), cols, np.r_[0, np.cumsum(counts)]),
+                      shape=(rows.size, width))
+    return M[:, :n] if width > n else M
+
+
 def pattern_residual(C, op):
     """Median over :func:`_sample_rows` of the row residual ``||e_i - (M C)[i, :]||_2`` of
     the stored left approximate inverse ``op`` of ``C`` (FP64 copy of its values)."""
     n = C.shape[0]
     rows = _sample_rows(n)
-    M = op.to_scipy()[rows]
-    R = M @ C - sp.identity(n, dtype=M.dtype, format="csr")[rows]
+    M = _rows_of(op, rows)
+    R = M @ C - sp.csr_matrix((np.ones(rows.size), rows, np.arange(rows.size + 1)),
+                              shape=(rows.size, n))
     return float(np.median(np.sqrt(np.asarray(abs(R).power(2).sum(axis=1)).ravel())))
 
 

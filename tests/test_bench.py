@@ -180,7 +180,8 @@ def test_bench_setup_writes_the_goal_tables(tmp_path):
     assert {(r[0].strip("| "), r[1]) for r in solves} == {
         ("poisson3d:6", "cg"), ("coupled2d:8", "gmres"), ("coupled2d:8", "gmres right"),
         ("coupled2d:8", "bicgstab")}
-    for r in solves:            # the alternatives: k=1 on nonsymmetric problems only, bilu on all
+    assert ("coupled2d:8", "block-isai general default") in labels   # k=1 + its power test
+    for r in solves:            # the alternatives: k=2 on nonsymmetric problems only, bilu on all
         assert (r[11] == "") == (r[0].strip("| ") == "poisson3d:6")
         assert r[12].strip(" |").endswith("x")
     assert "(failed)" not in text and "geometric mean" in text
@@ -188,19 +189,25 @@ def test_bench_setup_writes_the_goal_tables(tmp_path):
 
 def test_bench_isai_power_table(tmp_path):
     """``python -m mpsolve.bench.bench_isai_power`` on a tiny nonsymmetric problem: a row
-    with Jacobi's, k=1's and k=2's iterations and the sampled row residual; symmetric
-    problems are left out."""
+    per side with Jacobi's, k=1's and k=2's iterations and times, the sampled residual
+    and the default's choice, which follows the residual; symmetric problems are left
+    out."""
     from mpsolve.bench import bench_isai_power
+    from mpsolve.precond.isai import POWER_RESIDUAL
 
     out = tmp_path / "power.md"
     bench_isai_power.main(["--collection", "", "--problems", "convdiff2d:12,peclet=20",
                            "poisson3d:5", "--out", str(out)])
-    rows = [line.split(" | ") for line in out.read_text().splitlines()
+    rows = [[c.strip("| ") for c in line.split(" | ")] for line in out.read_text().splitlines()
             if line.startswith("| ") and not line.startswith("| matrix")]
-    assert [r[0].strip("| ") for r in rows] == ["convdiff2d:12,peclet=20"]
-    its = [int(c) for c in rows[0][1:4]]           # all three converge on this problem
-    assert its[2] <= its[1] <= its[0]
-    assert 0.0 < float(rows[0][4].strip(" |")) < 1.0
+    assert [r[:2] for r in rows] == [["convdiff2d:12,peclet=20", "left"],
+                                     ["convdiff2d:12,peclet=20", "right"]]
+    for r in rows:
+        its = [int(c.split(",")[0]) for c in r[2:5]]      # all three converge here
+        assert its[2] <= its[1] <= its[0]
+        assert all(float(c.split(",")[1]) >= 0 for c in r[2:5])      # seconds
+        resid = float(r[5])
+        assert 0.0 < resid < 1.0 and r[6] == ("2" if resid > POWER_RESIDUAL else "1")
 
 
 def test_bench_localsolve_stages_runs(capsys):
