@@ -708,6 +708,23 @@ def test_isai_default_power_is_a_for_good_patterns_and_a2_for_poor_ones(spread, 
     assert kept.sparsity_power == 1 and kept.power_reason == "requested"
 
 
+@pytest.mark.parametrize("b", [1, 3, 4])
+def test_power_test_reads_the_stored_rows(b):
+    """The power test's sampled rows, gathered from the stored CSR/BSR arrays (a partial
+    trailing block for b = 4 on 2700 rows), are those of the whole stored ``M``."""
+    from mpsolve.matrices import coupled_convdiff2d
+    from mpsolve.precond import isai
+
+    A = sp.csr_matrix(coupled_convdiff2d(30))
+    P = (ISAI if b == 1 else BlockISAI)(variant="general", dtype="float64",
+                                        **({} if b == 1 else {"block_size": b})).setup(A)
+    op = P._chain.ops[0]
+    rows = isai._sample_rows(A.shape[0])
+    got = isai._rows_of(op, rows)
+    assert got.shape == (rows.size, A.shape[0])
+    assert abs(got - op.to_scipy()[rows]).max() == 0
+
+
 def test_isai_row_sums_follow_the_storage_precision():
     """FP64 storage (``precision="double"``, ``dtype="float64"``) sums in FP64, FP32 storage
     in FP32, unless ``accumulate`` is given: an FP64 ``M`` summed in FP32 would make
