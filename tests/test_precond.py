@@ -708,6 +708,21 @@ def test_isai_default_power_is_a_for_good_patterns_and_a2_for_poor_ones(spread, 
     assert kept.sparsity_power == 1 and kept.power_reason == "requested"
 
 
+def test_power_test_keeps_the_warnings_of_the_build_it_keeps():
+    """The pattern of ``A`` kept: its fallback rows are warned about once."""
+    from mpsolve.matrices import convection_diffusion2d
+
+    A = sp.lil_matrix(convection_diffusion2d(16))
+    A[0, :] = 0
+    A[1, :] = 0
+    A[0, 0] = A[0, 1] = A[1, 0] = A[1, 1] = 1.0      # rows 0, 1: a singular local system
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        P = ISAI(variant="general").setup(sp.csr_matrix(A))
+    assert P.sparsity_power == 1 and list(P.fallback_rows) == [0, 1]
+    assert [str(w.message).split(":")[0] for w in caught] == ["ISAI(general)"]
+
+
 @pytest.mark.parametrize("b", [1, 3, 4])
 def test_power_test_reads_the_stored_rows(b):
     """The power test's sampled rows, gathered from the stored CSR/BSR arrays (a partial
