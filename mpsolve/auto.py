@@ -317,10 +317,12 @@ def _supports_complex(name) -> bool:
 
 def _complex_candidates(an: Analysis, out: List[Choice]) -> List[Choice]:
     """A complex ``A``: the real list's candidates whose preconditioner handles complex
-    matrices (``Preconditioner.supports_complex``; no MC64 reordering), then point Jacobi
-    (zero-free diagonal) and no preconditioner.  CG only for Hermitian ``A`` with a real
-    positive diagonal (``spd_like``): never for a complex-symmetric, non-Hermitian one."""
-    kept = [c for c in out if _supports_complex(c.precond) and not c.params.get("reorder")]
+    matrices (``Preconditioner.supports_complex``; the MC64 reordering matches on
+    ``|a_ij|`` and keeps ``A`` complex, so the zero-diagonal candidates stay), then point
+    Jacobi (zero-free diagonal) and no preconditioner.  CG only for Hermitian ``A`` with a
+    real positive diagonal (``spd_like``): never for a complex-symmetric, non-Hermitian
+    one."""
+    kept = [c for c in out if _supports_complex(c.precond)]
     first = "cg" if an.spd_like else "gmres"
     if not an.zero_diagonal:
         kept.append(Choice(first, "jacobi", {}, "complex A: point Jacobi"
@@ -332,8 +334,9 @@ def _complex_candidates(an: Analysis, out: List[Choice]) -> List[Choice]:
     kept.append(Choice("gmres", None, {}, "complex A: GMRES without a preconditioner"))
     seen, uniq = set(), []
     for c in kept:
-        if (c.method, c.precond) not in seen:
-            seen.add((c.method, c.precond))
+        key = (c.method, c.precond, repr(sorted(c.params.items())))
+        if key not in seen:
+            seen.add(key)
             uniq.append(c)
     return uniq
 

@@ -477,6 +477,25 @@ def test_auto_picks_cg_for_hermitian_and_never_for_complex_symmetric():
         assert res.info == 0 and _true_rel(A, b, res.x) <= 1e-8
 
 
+def test_auto_solves_a_complex_zero_diagonal_matrix_by_mc64():
+    """A complex matrix with a zero diagonal gets the zero-diagonal candidates as a real
+    one does (MC64 matches on |a_ij| and keeps A complex; ILUT, its finer twin, the direct
+    fallback): before, only unpreconditioned GMRES was tried, and it stagnated."""
+    n = 500
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(n)
+    R = sp.random(n, n, density=3 / n, random_state=1) \
+        + 1j * sp.random(n, n, density=3 / n, random_state=2)
+    A = sp.csr_matrix(R + 3 * sp.csr_matrix((np.ones(n), (np.arange(n), perm)), shape=(n, n)))
+    A.setdiag(0)
+    A.eliminate_zeros()
+    b = _rhs(n, np.complex128)
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    assert res.info == 0 and _true_rel(A, b, res.x) <= 1e-8 and res.precond == "ilut+mc64"
+    labels = [c.label for c in res.choices]
+    assert sum(label.startswith("gmres + ilut+mc64") for label in labels) == 3, labels
+
+
 def test_complex_M_with_real_A_and_b_solves_in_complex():
     """A complex ``M`` (matrix, or a preconditioner set up for a complex matrix) makes the
     solve complex: its products with real vectors are complex."""
