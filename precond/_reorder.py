@@ -380,6 +380,7 @@ class Reordered(Preconditioner):
             raise ValueError(f"reordering is for a {R.matrix.shape[0]}x{R.matrix.shape[1]} "
                              f"matrix, but A is {C.shape[0]}x{C.shape[1]}")
         self.reordering = R
+        self.inner.reorder_hint = False            # (its errors: no "reorder='mc64'" again)
         self.inner.setup_canonical(R.matrix, dtype=dtype, device=self.device, side=self._side)
         xp = array_module(self.device)
         self._perm = to_device(R.perm, self.device)

@@ -65,6 +65,9 @@ class Preconditioner:
     #: True when the class sets up and applies complex matrices (stored in the complex twin
     #: of its dtype); ``method="auto"`` offers only these for a complex ``A``
     supports_complex = False
+    #: False while set up inside :class:`~mpsolve.precond.Reordered` (on the MC64-permuted
+    #: matrix): its set-up errors then do not suggest ``reorder='mc64'`` again
+    reorder_hint = True
 
     def __init__(self, dtype=None):
         self._dtype_request = None if dtype is None else dtype_name(dtype)

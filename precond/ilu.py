@@ -80,13 +80,15 @@ def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None, positive=False, d
         raise ZeroPivotError(
             f"ILU(0): the pivot of row {bad} {what}"
             + (f" (rows without a diagonal entry: {rows_text(missing)})" if missing.size else "")
-            + "; ILU(0) needs nonzero pivots -- permute A to a zero-free diagonal, "
-            "or use ISAI/Block-Jacobi instead"
+            + "; ILU(0) needs nonzero pivots -- "
+            + ("reorder='mc64' permutes A to a zero-free diagonal (precond='auto' does "
+               "so by itself), " if diag[bad] < 0 else "")
+            + "or use ISAI/Block-Jacobi instead"
         )
     return indptr, indices, data, diag
 
 
-def _check_pivots(A, pivots, tol):
+def _check_pivots(A, pivots, tol, hint=True):
     """Raise :class:`ZeroPivotError` at the first row ``i`` whose pivot ``|u_ii| <= tol
     max_j |a_ij|`` (every row of ``A`` has its diagonal entry here: ILU(0) refused a
     missing one)."""
@@ -97,7 +99,8 @@ def _check_pivots(A, pivots, tol):
         raise ZeroPivotError(
             f"ILU(0): the pivot of row {i} became {pivots[i]!r}, at most pivot_tol = {tol:.3g} "
             f"times its row's largest entry {rowmax[i]:.3g} ({small.size} such rows); U^-1 "
-            "would blow up -- permute A (MC64) and use ILUT, or use ISAI")
+            "would blow up -- " + ("permute A (reorder='mc64') and use ILUT, or use ISAI"
+                                   if hint else "use ILUT (it pivots), or ISAI"))
 
 
 def split_factors(indptr, indices, data, n):
@@ -299,7 +302,7 @@ class ILU0(Preconditioner):
         indptr, indices, data, diag = self._factor(A, host, sym, mirror if sym else None)
         n = A.shape[0]
         if self.pivot_tol:
-            _check_pivots(A, data[diag], self.pivot_tol)
+            _check_pivots(A, data[diag], self.pivot_tol, self.reorder_hint)
         nl = int(np.sum(diag - indptr[:-1]))
         nu = indices.size - n - nl
         lptr = np.empty(n + 1, np.int64)

@@ -109,11 +109,13 @@ class ILUT(Preconditioner):
             except RuntimeError as err:
                 raise ZeroPivotError(
                     f"ILUT(drop_tol={self.drop_tol:g}): {err}; lower drop_tol or raise "
-                    "fill_factor, or reorder='mc64'") from None
+                    "fill_factor" + (", or reorder='mc64'" if self.reorder_hint else "")
+                ) from None
         lptr, lind, lval, uptr, uind, uval, dinv, n = sweep_layout(F.L, F.U)
         if not (np.isfinite(uval).all() and np.isfinite(dinv).all()):
             raise ZeroPivotError(f"ILUT(drop_tol={self.drop_tol:g}): the factors are not "
-                                 "finite; lower drop_tol or use reorder='mc64'")
+                                 "finite; lower drop_tol"
+                                 + (" or use reorder='mc64'" if self.reorder_hint else ""))
         self._op = TriangularSweeps(lptr, lind, lval, uptr, uind, uval, dinv,
                                     np.array([0, n], np.int64), dtype, what="ILUT",
                                     device=self.device)

@@ -48,7 +48,8 @@ class Jacobi(Preconditioner):
             raise ValueError(
                 f"Jacobi: A has {zero.size} zero diagonal entr{'y' if zero.size == 1 else 'ies'} "
                 f"(rows {rows_text(zero)}); Jacobi needs a nonzero diagonal -- use "
-                "precond='none', a block preconditioner, or permute A to a zero-free diagonal"
+                "reorder='mc64' (a permutation of A to a zero-free diagonal; precond='auto' "
+                "does so by itself), a block preconditioner, or precond='none'"
             )
         self._op = DiagonalOperator(1.0 / d, dtype, what="Jacobi's inverse diagonal",
                                     device=self.device)

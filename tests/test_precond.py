@@ -568,8 +568,28 @@ def test_ilu0_zero_pivot_names_the_row():
     with pytest.raises(ZeroPivotError, match="row 1"):
         ILU0(symmetric=False).setup(A)      # the general form is never shifted by default
     A = sp.csr_matrix(np.array([[1.0, 0.0], [1.0, 0.0]]))
-    with pytest.raises(ZeroPivotError, match="row 1 is structurally missing"):
+    with pytest.raises(ZeroPivotError, match="row 1 is structurally missing.*reorder='mc64'"):
         ILU0().setup(A)
+
+
+def test_pivot_errors_suggest_mc64_only_where_it_was_not_applied():
+    """The fix named in a set-up error is one still open: ``reorder='mc64'`` outside the
+    reordering, not inside it (where A already has its zero-free, unit diagonal)."""
+    A = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [1.0, 1.0 + 1e-9, 4.0], [0.0, 4.0, 20.0]]))
+    with pytest.raises(ZeroPivotError, match="reorder='mc64'"):
+        ILU0(symmetric=False, shift=None, pivot_tol=1e-8).setup(A)
+    with pytest.raises(ZeroPivotError) as err:      # its MC64 form has the same tiny pivot
+        make_preconditioner("ilu0", reorder="mc64", symmetric=False, shift=None,
+                            pivot_tol=1e-8).setup(A)
+    assert "became" in str(err.value) and "mc64" not in str(err.value).lower()
+    S = sp.csr_matrix(np.ones((3, 3)))                  # singular: SuperLU's LU fails
+    with pytest.raises(ZeroPivotError, match="reorder='mc64'"):
+        make_preconditioner("ilut").setup(S)
+    with pytest.raises((ZeroPivotError, ValueError)) as err:
+        make_preconditioner("ilut", reorder="mc64").setup(S)
+    assert "reorder='mc64'" not in str(err.value)
+    with pytest.raises(ValueError, match="reorder='mc64'"):
+        Jacobi().setup(sp.csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]])))
 
 
 @pytest.mark.parametrize("symmetric", [False, True])
