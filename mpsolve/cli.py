@@ -60,8 +60,8 @@ def _add_solver_options(p):
                    help="block size for block-jacobi / block-isai / block-ilu0 (default: "
                         "detected; an error with another --precond)")
     p.add_argument("--sparsity-power", type=int, default=None,
-                   help="ISAI pattern: that of A^k (default: 1 for spd, 2 for general and "
-                        "right unless the rows of A^2 are too wide, then 1)")
+                   help="ISAI pattern: that of A^k (default: 1; general and right move to "
+                        "2 where the inverse on A's pattern is poor, as the summary says)")
     p.add_argument("--variant", default=None,
                    help="ISAI variant (isai: auto, general, right, spd, lower, upper, ilu; "
                    "block-isai: auto, general, right, spd, bilu); default spd under --method "

@@ -63,6 +63,9 @@ def _describe(M):
         why = getattr(M, "variant_reason", "")
         if why.startswith("auto"):
             extra += f" ({why})"
+        power = getattr(M, "power_reason", "")
+        if power not in ("", "requested", "default"):
+            extra += f" ({power})"            # ISAI's test of the pattern of A
         return repr(M) + (f" [{extra}]" if extra else "")
     return type(M).__name__
 
