@@ -586,6 +586,10 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         if r.converged:
             c.outcome = "converged"
             break
+        if r.at_floor:            # no candidate certifies a smaller residual: stop here
+            c.outcome = ("stopped at the accuracy floor of precision " + repr(r.precision)
+                         + ": the tolerance is below what any candidate can certify")
+            break
         if mon is not None and mon.why:
             c.outcome = mon.why
             if mon.why == "stopped by the callback":
@@ -796,8 +800,8 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
     r.choices = cands
     r.analysis = analysis
     r.analysis_time = analysis_time
-    if stopped_by_us:   # our own monitor stopped the last candidate: not a user stop
-        r.info = max(1, r.iterations)
+    if stopped_by_us or r.info > 0:   # not converged: SciPy's info, the iterations done
+        r.info = max(1, r.iterations)   # (by all candidates; our monitor's stop is no user's)
     used = [c for c in cands if c.outcome != "not tried"]
     extra = f"automatic choice tried {tried}" if (len(used) > 1 or not r.converged) else ""
     if r.converged and r.x.dtype.itemsize < problem.hp.itemsize:

@@ -199,7 +199,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
     rel_tol = problem.tol / problem.bnrm if problem.bnrm else problem.rtol
 
     def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra="",
-               x_lo=None):
+               x_lo=None, at_floor=False):
         x = problem.answer(x64)
         if x_lo is not None and x.dtype == np.float64:
             x_lo = problem.answer(x_lo).copy()
@@ -217,7 +217,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             solve_time=solve, status=status_text(info, iters, rel, rel_tol, extra),
             precision=pol.name, escalations=escalations,
             restarts=max(0, int(count) - 1) if method == "gmres" else 0, x_lo=x_lo,
-            **fields)
+            at_floor=bool(at_floor), **fields)
 
     if n == 0 or problem.bnrm == 0.0:
         # SciPy: a zero right-hand side (or an empty system) has the solution 0
@@ -332,4 +332,5 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
                 extra = ROUNDED.format(dtype=np.dtype(problem.out_dtype).name,
                                        rel=t / problem.bnrm)
     return finish(x64, info, count, iters, hist, true, setup_time,
-                  solve_time, escalations, policy, extra, x_lo=x_lo)
+                  solve_time, escalations, policy, extra, x_lo=x_lo,
+                  at_floor=flag == 2 and info > 0 and policy.stronger() is None)

@@ -130,6 +130,11 @@ class SolveResult:
         ``residual="dd"`` (the ``eft`` presets, :mod:`mpsolve.refine`): ``x + x_lo`` is
         the refined solution to about twice FP64's precision, ``x`` is that pair rounded
         to FP64.  ``None`` for the other policies (and for FP32 results).
+    at_floor : bool
+        The iteration stagnated at the accuracy floor of the strongest precision policy
+        (nothing left to escalate to): the tolerance is below what any precision or
+        preconditioner can certify for this system; ``method="auto"`` tries no further
+        candidate.
     """
 
     x: np.ndarray
@@ -157,6 +162,7 @@ class SolveResult:
     column_iterations: Optional[np.ndarray] = None
     column_true_residual: Optional[np.ndarray] = None
     rhs_mode: str = ""
+    at_floor: bool = False
 
     @property
     def converged(self) -> bool:

@@ -547,6 +547,21 @@ def test_direct_fallback_only_for_matrices_it_fits(monkeypatch):
 
 
 
+def test_a_tolerance_below_every_precision_floor_stops_at_the_first_candidate():
+    """rtol = atol = 0 asks for a residual nothing can certify: the first candidate
+    escalates to ``eft`` and stagnates at its floor, and no further candidate is set up
+    (each used to be, and ran 0 iterations).  ``info`` is SciPy's: the iterations done."""
+    A = poisson2d(10)
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, rtol=0.0, atol=0.0)
+    assert not res.converged and res.at_floor and res.precision == "eft"
+    tried = [c for c in res.choices if c.outcome != "not tried"]
+    assert len(tried) == 1 and "accuracy floor" in tried[0].outcome
+    assert res.info == res.iterations == tried[0].iterations > 0
+    ok = mpsolve.solve(A, b, rtol=1e-8)
+    assert ok.converged and not ok.at_floor
+
+
 def test_direct_fallback_is_a_complete_lu_where_a_dense_one_fits():
     """A random sparse skew-symmetric matrix plus 0.01 I: every incomplete candidate
     stagnates, and SuperLU's LU drops what exceeds its fill bound even at drop_tol=0
