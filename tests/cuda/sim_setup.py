@@ -304,7 +304,8 @@ def test_singular_local_systems_take_the_cpu_fallback(cls, kw):
 
 def test_excess_rows_stay_on_the_host_path():
     A = convection_diffusion2d(5)
-    Mg, Mc = _setup_both(ISAI, dict(variant="general", dtype="float64", max_local=8), A)
+    Mg, Mc = _setup_both(ISAI, dict(variant="general", sparsity_power=2, dtype="float64",
+                                    max_local=8), A)      # A^2: 13-wide systems, over 8
     assert Mg.stats["excess_rows"] == Mc.stats["excess_rows"] > 0
     _same_operators(Mg, Mc)
 
