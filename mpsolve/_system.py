@@ -363,6 +363,12 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     x0_checked = None
     if x0 is not None and not isinstance(x0, str):
         x0_checked = _check_vector(x0, n, "x0")
+    if isinstance(M, str):
+        raise TypeError(
+            f"M={M!r} is a preconditioner's name, but M takes an operator (a matrix, a "
+            f"LinearOperator or a Preconditioner), as in scipy.sparse.linalg; pass the name "
+            f"as mpsolve.solve(A, b, method=..., precond={M!r}) or build it: "
+            f"mpsolve.precond.make_preconditioner({M!r}).setup(A)")
     if M is not None and not isinstance(M, Preconditioner):
         M = check_matrix(M, "M")
         if M.shape != (n, n):

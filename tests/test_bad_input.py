@@ -68,6 +68,7 @@ CASES = [
     ("maxiter float", _with(maxiter=2.5), TypeError, ["maxiter"]),
     ("M wrong shape", _with(M=sp.eye(N + 1, format="csr")), ValueError, ["M", f"{N}x{N}"]),
     ("M non-square", _with(M=np.ones((N, 2))), ValueError, ["M", "square"]),
+    ("M by name", _with(M="jacobi"), TypeError, ["M='jacobi'", "precond='jacobi'"]),
     ("Jacobi zero diagonal", _with(A=_zero_diag(), M=Jacobi()), ValueError, ["Jacobi", "rows 3, 17"]),
     ("unknown precision", _with(precision="quad"), ValueError, ["precision", "double"]),
     ("precision wrong type", _with(precision=64), TypeError, ["precision"]),

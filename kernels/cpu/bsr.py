@@ -20,6 +20,7 @@ of CSR's 4, which is where BSR gains for ``b >= 2``.
 """
 import importlib.util
 import os
+import pathlib
 import sys
 
 import numpy as np
@@ -129,7 +130,7 @@ def _load_generated(name, source):
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, name + ".py")
         text = "import numpy as np\nfrom numba import prange\n\n\n" + source
-        if not os.path.exists(path) or open(path).read() != text:
+        if not os.path.exists(path) or pathlib.Path(path).read_text() != text:
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f:
                 f.write(text)
