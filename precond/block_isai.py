@@ -56,7 +56,7 @@ class BlockISAI(_ISAIBase):
     dtype : {"float32", "float64"} or None
         Storage precision (FP32 when set up on its own).
     accumulate : {"float32", "float64"} or None
-        Accumulator of the BSR SpMV (default: the storage precision's, as
+        Accumulator of the BSR SpMV (default FP64, a linear ``M``, as
         :class:`~mpsolve.precond.ISAI`).
     max_local : int
         Largest local system in scalar unknowns (``|J_i| b``) of the batched path

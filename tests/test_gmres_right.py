@@ -55,11 +55,14 @@ def _z_rows(solver):
     (lambda: BlockILU0(block_size=2), True),
     (lambda: ISAI(variant="general", accumulate="float64"), True),
     (lambda: ISAI(variant="spd", accumulate="float64"), True),
-    (lambda: ISAI(variant="general"), False),            # FP32 row sums
+    (lambda: ISAI(variant="general"), True),             # default: FP64 row sums
+    (lambda: ISAI(variant="general", accumulate="float32"), False),
     (lambda: BlockISAI(block_size=2, accumulate="float64"), True),
-    (lambda: BlockISAI(block_size=2), False),            # default accumulate: FP32
+    (lambda: BlockISAI(block_size=2), True),
+    (lambda: BlockISAI(block_size=2, accumulate="float32"), False),
     (lambda: Reordered(ILU0()), True),
-    (lambda: Reordered(ISAI(variant="general")), False),
+    (lambda: Reordered(ISAI(variant="general")), True),
+    (lambda: Reordered(ISAI(variant="general", accumulate="float32")), False),
 ])
 def test_linear_apply_by_preconditioner(make, linear):
     A = _A()
@@ -153,7 +156,7 @@ def test_sparse_matrix_m_follows_its_accumulate():
 
 
 @pytest.mark.parametrize("make,policy", [
-    (lambda: BlockISAI(block_size=2), "mixed"),              # FP32 row sums
+    (lambda: BlockISAI(block_size=2, accumulate="float32"), "mixed"),   # FP32 row sums
     (lambda: Jacobi(), "single"),                            # FP32 working vectors
 ])
 def test_not_linear_stays_flexible(make, policy):

@@ -758,19 +758,22 @@ def test_power_test_reads_the_stored_rows(b):
     assert abs(got - op.to_scipy()[rows]).max() == 0
 
 
-def test_isai_row_sums_follow_the_storage_precision():
-    """FP64 storage (``precision="double"``, ``dtype="float64"``) sums in FP64, FP32 storage
-    in FP32, unless ``accumulate`` is given: an FP64 ``M`` summed in FP32 would make
-    ``double`` apply ``M`` in single precision."""
+def test_isai_row_sums_are_fp64_unless_asked():
+    """(Block-)ISAI sums its rows in FP64 whatever the storage and the policy (a linear
+    ``M``; FP32 sums under ``double`` would also apply an FP64 ``M`` in single
+    precision); ``accumulate`` given is kept."""
     from mpsolve.matrices import convection_diffusion2d
 
     A = convection_diffusion2d(12)
     b = A @ np.ones(A.shape[0])
-    for prec, acc in (("double", "float64"), ("mixed", "float32")):
+    for prec in ("double", "mixed"):
         for P in (ISAI(), BlockISAI(block_size=2), BlockISAI(variant="bilu")):
             mpsolve.solve(A, b, method="gmres", precond=P, precision=prec)
-            assert P.accumulate == acc and {op.accumulate for op in P._chain.ops} == {acc}
+            assert P.accumulate == "float64"
+            assert {op.accumulate for op in P._chain.ops} == {"float64"}
+            assert P.linear_apply(np.float64, np.float64)
     assert ISAI(accumulate="float32").setup(A, dtype="float64").accumulate == "float32"
+    assert not ISAI(accumulate="float32").setup(A).linear_apply(np.float64, np.float64)
     x = np.random.default_rng(1).standard_normal(A.shape[0])
     for P in (ISAI("general"), ISAI("spd"), BlockISAI(block_size=2)):
         P.setup(A, dtype="float64")
