@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from mpsolve.backend import array_module, is_host, on_host, resolve_device, to_device, to_host
@@ -109,6 +110,10 @@ class Preconditioner:
         if not on_host(A) and hasattr(A, "get"):
             A = A.get()                 # a device sparse matrix: set up from a host copy
         A = check_matrix(A, "A")
+        if not sp.issparse(A):
+            raise TypeError(
+                f"{type(self).__name__} is set up from the entries of A, but A is an operator "
+                f"without them ({type(A).__name__}): pass A as a sparse matrix or an ndarray")
         return self.setup_canonical(canonical_csr(A), dtype=dtype, device=device, side=side)
 
     def setup_canonical(self, C, dtype=None, device=None, side=None):
@@ -257,8 +262,9 @@ class Preconditioner:
         if self.dtype.kind == "c" and r1.dtype.kind != "c":
             r1 = r1.astype(self.dtype)      # a complex M applied to a real vector
         elif self.dtype.kind != "c" and r1.dtype.kind == "c":
-            raise TypeError(f"{type(self).__name__} was set up for a real A; it cannot "
-                            f"apply to the complex vector r (set it up for a complex A)")
+            # a real M is linear over the complex numbers: M (u + iv) = M u + i M v
+            out = self.matvec(r1.real) + 1j * self.matvec(r1.imag)
+            return out.reshape(-1, 1) if squeeze else out
         if r1.shape[0] != self.shape[0]:
             raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
         if is_host(self.device):
@@ -284,8 +290,9 @@ class Preconditioner:
         if self.dtype.kind == "c" and r1.dtype.kind != "c":
             r1 = r1.astype(self.dtype)
         elif self.dtype.kind != "c" and r1.dtype.kind == "c":
-            raise TypeError(f"{type(self).__name__} was set up for a real A; it cannot "
-                            f"apply to the complex vector r (set it up for a complex A)")
+            out = self._matvec_on_device(xp.ascontiguousarray(r1.real)) \
+                + 1j * self._matvec_on_device(xp.ascontiguousarray(r1.imag))
+            return out.reshape(-1, 1) if squeeze else out
         if r1.shape[0] != self.shape[0]:
             raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
         out = xp.empty_like(r1)
