@@ -38,7 +38,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["DEVICES", "DEFAULT_DEVICE", "HOST_DEVICE", "GPU_DEVICE", "GPU_EXTRA_HINT", "on_host",
+__all__ = ["DeviceUnavailableError", "DEVICES", "DEFAULT_DEVICE", "HOST_DEVICE", "GPU_DEVICE", "GPU_EXTRA_HINT", "on_host",
            "device_of", "resolve_device", "array_module", "to_device", "to_host", "upload",
            "download", "is_host",
            "cuda_simulator", "gpu_report", "format_gpu_report"]
@@ -144,23 +144,29 @@ def array_module(device: str):
 _CUPY = []  # the CuPy module once a GPU was found usable
 
 
+class DeviceUnavailableError(RuntimeError):
+    """The device asked for cannot run here (no CuPy, no driver, no GPU); the message says
+    what is missing."""
+
+
 def _cupy(device):
     """CuPy, once it imports and sees a GPU; else a RuntimeError that says what is
-    missing (CuPy imports without a GPU, and then fails on the first allocation)."""
+    missing (:class:`DeviceUnavailableError`; CuPy imports without a GPU, and then fails
+    on the first allocation)."""
     if _CUPY:
         return _CUPY[0]
     try:
         import cupy
     except ImportError as err:
-        raise RuntimeError(f"device={device!r} needs CuPy: {GPU_EXTRA_HINT}") from err
+        raise DeviceUnavailableError(f"device={device!r} needs CuPy: {GPU_EXTRA_HINT}") from err
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:  # noqa: BLE001 - CUDARuntimeError: no driver, no device
-        raise RuntimeError(
+        raise DeviceUnavailableError(
             f"device={device!r} needs a CUDA GPU, and none is usable here ({type(err).__name__}: "
             f"{str(err).strip()}); `mpsolve info --device` says what is missing") from err
     if count < 1:
-        raise RuntimeError(f"device={device!r} needs a CUDA GPU: the driver sees none; "
+        raise DeviceUnavailableError(f"device={device!r} needs a CUDA GPU: the driver sees none; "
                            "`mpsolve info --device` says more")
     _CUPY.append(cupy)
     return cupy

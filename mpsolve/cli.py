@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+from .backend import DeviceUnavailableError
+
 __all__ = ["main", "load_matrix"]
 
 
@@ -269,7 +271,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, LookupError, OSError) as err:
+    except (ValueError, TypeError, LookupError, OSError, DeviceUnavailableError) as err:
         print(f"mpsolve {args.command}: error: {err}", file=sys.stderr)
         return 2
 

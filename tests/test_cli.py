@@ -105,6 +105,19 @@ def test_clear_errors(tmp_path, capsys):
     assert "its folder does not exist" in err.err and "converged" not in err.out
 
 
+def test_an_unusable_device_is_an_error_line_not_a_traceback(capsys, monkeypatch):
+    """``--device gpu`` where no GPU (or no CuPy) can run: exit status 2 and the reason."""
+    import mpsolve.backend as backend
+    from mpsolve.backend import DeviceUnavailableError
+
+    def unusable(device):
+        raise DeviceUnavailableError(f"device={device!r} needs a CUDA GPU (test)")
+
+    monkeypatch.setattr(backend, "_cupy", unusable)
+    assert main(["solve", "poisson2d:8", "--device", "gpu"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
 def test_bench_quick_writes_json_markdown_and_plots(tmp_path):
     out = tmp_path / "bench"
     p = run("bench", "--problems", "poisson2d:20", "convdiff2d:16", "--methods", "cg", "gmres",
