@@ -94,10 +94,11 @@ def _scaled(x, e):
     step = np.finfo(x.real.dtype).maxexp - 2          # 1021 (FP64), 125 (FP32)
     e = -e
     y = None
-    while y is None or e:
-        f = max(-step, min(step, e))
-        y = (x if y is None else y) * t(math.ldexp(1.0, f))
-        e -= f
+    with np.errstate(over="ignore", under="ignore"):    # inf / 0 are the answer there
+        while y is None or e:
+            f = max(-step, min(step, e))
+            y = (x if y is None else y) * t(math.ldexp(1.0, f))
+            e -= f
     return y
 
 

@@ -64,6 +64,7 @@ matrix gives the same choices on every run: the analysis has no randomness and n
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import List, Optional
@@ -71,9 +72,9 @@ from typing import List, Optional
 import numpy as np
 
 from ._demote import PrecisionRangeError
-from .backend import HOST_DEVICE
+from .backend import HOST_DEVICE, array_module, on_host
 from .kernels import lookup
-from .kernels.safenorm import norm
+from .kernels.safenorm import all_finite, norm
 from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure
@@ -252,7 +253,8 @@ def analyse(A, canonical=False) -> Analysis:
         zero_diagonal=int(zero), tiny_diagonal=int(tiny),
         dominant_rows=float(dominant / n) if n else 1.0,
         row_length_spread=float(longest / max(C.nnz / n, 1)) if n else 1.0,
-        value_range=float(np.log10(amax / amin)) if amax > 0 else 0.0,
+        # log10 of each (amax / amin overflows where the values span over 1e308)
+        value_range=float(math.log10(amax) - math.log10(amin)) if amax > 0 else 0.0,
         fits_float32=bool(amax == 0 or (amax < f32.max / 16 and amin >= f32.tiny)),
     )
     an._csr = C                                  # for the block size, if ever needed
@@ -582,7 +584,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         c.true_residual = r.true_residual
         done += r.iterations
         results.append(r)
-        x = r.x
+        if all_finite(r.x, np if on_host(r.x) else array_module(problem.device)):
+            x = r.x                       # the next candidate starts where this one ended
         if r.converged:
             c.outcome = "converged"
             break

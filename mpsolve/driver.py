@@ -42,6 +42,8 @@ from typing import Callable
 import numpy as np
 
 from ._demote import PrecisionRangeError
+from .backend import on_host
+from .kernels.safenorm import all_finite
 from ._system import STAGNATION, check_basis, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
@@ -164,6 +166,12 @@ ROUNDED = ("x rounded to {dtype} misses the tolerance (its residual {rel:.1e}; t
            "iterate met it): pass b as float64 for an FP64 answer")
 
 
+#: Why a solve whose scaled iterate met the tolerance has not converged for the caller.
+OVERFLOWED = ("x overflows float64 in the caller's units (the iterate of the scaled system "
+              "met the tolerance): the system is too badly scaled for a norm-wise residual; "
+              "scale its rows and columns first")
+
+
 def answer_residual(problem, x64):
     """The certified FP64 residual norm (:meth:`~mpsolve._system.Problem.true_residual`)
     of ``x64`` as the caller receives it -- rounded to ``problem.out_dtype`` -- or ``None``
@@ -201,6 +209,9 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
     def finish(x64, info, count, iters, hist, true, setup, solve, escalations, pol, extra="",
                x_lo=None, at_floor=False):
         x = problem.answer(x64)
+        if info == 0 and problem.b_exp and not all_finite(x, np if on_host(x) else problem.xp):
+            # the scaled iterate met the tolerance, but x itself does not exist in FP64
+            info, extra, true = max(count, 1), OVERFLOWED, np.inf
         if x_lo is not None and x.dtype == np.float64:
             x_lo = problem.answer(x_lo).copy()
         else:

@@ -76,7 +76,7 @@ def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None, positive=False, d
     if bad >= 0:
         missing = np.flatnonzero(diag < 0)
         what = ("is structurally missing" if diag[bad] < 0 else
-                f"became {data[diag[bad]]!r}")
+                f"became {data[diag[bad]].item()!r}")
         raise ZeroPivotError(
             f"ILU(0): the pivot of row {bad} {what}"
             + (f" (rows without a diagonal entry: {rows_text(missing)})" if missing.size else "")
@@ -97,7 +97,7 @@ def _check_pivots(A, pivots, tol, hint=True):
     if small.size:
         i = int(small[0])
         raise ZeroPivotError(
-            f"ILU(0): the pivot of row {i} became {pivots[i]!r}, at most pivot_tol = {tol:.3g} "
+            f"ILU(0): the pivot of row {i} became {pivots[i].item()!r}, at most pivot_tol = {tol:.3g} "
             f"times its row's largest entry {rowmax[i]:.3g} ({small.size} such rows); U^-1 "
             "would blow up -- " + ("permute A (reorder='mc64') and use ILUT, or use ISAI"
                                    if hint else "use ILUT (it pivots), or ISAI"))

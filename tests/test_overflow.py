@@ -196,3 +196,42 @@ def test_norm_and_all_finite_neither_warn_nor_raise_whatever_seterr_says():
             assert not all_finite(w.astype(np.float32), np)       # the entrywise path
         with pytest.raises(FloatingPointError):
             big.dot(big)                                          # the state is intact
+
+
+def test_auto_on_values_spanning_the_whole_fp64_range_warns_nothing():
+    """``D A D`` with ``D`` from 1e-150 to 1e150: the analysis's value range (1e600) and a
+    candidate's iterate that overflows when unscaled are answers, not NumPy warnings."""
+    import warnings
+
+    from mpsolve.matrices import poisson2d
+
+    A = poisson2d(30)
+    n = A.shape[0]
+    D = sp.diags(np.logspace(-150, 150, n))
+    AD = sp.csr_matrix(D @ A @ D)
+    b = AD @ np.ones(n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        r = mpsolve.solve(AD, b, rtol=1e-8)
+    assert r.analysis["value_range"] > 300
+    # a norm-wise residual cannot see the rows of size 1e-300: x may be far from 1 there,
+    # but a converged x exists in FP64 (the first ILUT's did not: inf, once unscaled)
+    assert r.info == 0 and np.isfinite(r.x).all()
+    s = 2.0**-1000                                    # the residual, without overflow
+    assert np.linalg.norm(s * b - AD @ (s * r.x)) <= 1e-8 * np.linalg.norm(s * b)
+
+
+def test_an_answer_that_overflows_when_unscaled_is_not_a_success():
+    """A named solve whose scaled iterate meets the tolerance but whose ``x`` overflows in
+    the caller's units: not converged, and the status says why."""
+    from mpsolve.matrices import poisson2d
+
+    A = poisson2d(30)
+    n = A.shape[0]
+    D = sp.diags(np.logspace(-150, 150, n))
+    AD = sp.csr_matrix(D @ A @ D)
+    r = mpsolve.solve(AD, AD @ np.ones(n), method="gmres", precond="ilut", reorder="mc64",
+                      precision="double", side="right", restart=30, rtol=1e-8)
+    # (this ILUT's x has entries past 1e308 once unscaled: auto moves on to a finer one)
+    assert not np.isfinite(r.x).all()
+    assert r.info > 0 and "overflows float64" in r.status and r.true_residual == np.inf
