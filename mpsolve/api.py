@@ -251,6 +251,9 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     """
     restart = check_gmres_options(restart, side)
     check_precond(precond)
+    if (getattr(b, "ndim", 1) or 0) > 2:
+        raise ValueError(f"b has shape {tuple(b.shape)}: solve takes one right-hand side, "
+                         f"shape (n,) or (n, 1), or k of them as the columns of an (n, k) array")
     if getattr(b, "ndim", None) == 2 and b.shape[1] != 1:
         from .solver import Solver
 

@@ -580,3 +580,9 @@ def test_complex_right_hand_sides_run_column_by_column():
         one = mpsolve.solve(A, B[:, c], method="cg", precond="jacobi", precision="double",
                             rtol=1e-10)
         np.testing.assert_allclose(res.x[:, c], one.x, atol=1e-12 * np.abs(one.x).max())
+
+
+def test_a_three_dimensional_b_is_refused_naming_both_shapes():
+    A = sp.csr_matrix(poisson2d(6))
+    with pytest.raises(ValueError, match=r"\(n,\) or \(n, 1\).*\(n, k\)"):
+        mpsolve.solve(A, np.ones((A.shape[0], 2, 2)), method="cg")
