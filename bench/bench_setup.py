@@ -15,7 +15,8 @@ on an otherwise idle machine.  For each generated problem it measures, in one ru
 * **time to solution** (set-up + solve, FP64 true residual ``rtol``, b = A @ 1, x0 = 0,
   ``precision="mixed"``) of ``precond="block-isai"`` (its default variant) and of
   ``precond="ilu0"``, and ``"jacobi"``'s iterations, for CG on symmetric problems and
-  GMRES(30) (left and right) and BiCGSTAB on the others.
+  GMRES(30) (left and right) and BiCGSTAB on the others; each after an untimed one-iteration
+  run of the same configuration on the same problem (every kernel it takes compiled).
 
 Writes a Markdown report (``--out``; default ``bench/results/setup.md``).
 """
@@ -133,9 +134,13 @@ def solve_rows(A, spd, rtol, maxiter):
         for pc in ("jacobi", "ilu0", "block-isai", *ALTERNATIVES):
             if pc == "block-isai k=2" and spd:
                 continue                                # (the spd default is FSAI on A)
-            P = _make(pc, spd)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PreconditionerWarning)
+                # a short untimed run first: it compiles every kernel this configuration
+                # takes at this size (the small warm-up problems miss the parallel ones)
+                solve(A, rhs, method=method, precond=_make(pc, spd), precision="mixed",
+                      rtol=rtol, maxiter=1, **kw)
+                P = _make(pc, spd)
                 r = solve(A, rhs, method=method, precond=P, precision="mixed", rtol=rtol,
                           maxiter=maxiter, **kw)
             row[pc] = dict(ok=r.info == 0, iters=r.iterations,
