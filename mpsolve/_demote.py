@@ -28,8 +28,9 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
     ``values`` is never modified; the result is a new array unless no cast is
     needed (then ``values`` itself is returned, read-only use intended).
 
-    ``scale`` (optional, same shape): the magnitude each value is measured against,
-    e.g. the largest entry of its matrix row.  A nonzero that underflows to zero
+    ``scale`` (optional, same shape, or a function returning it -- called only when a
+    value underflows): the magnitude each value is measured against, e.g. the largest
+    entry of its matrix row.  A nonzero that underflows to zero
     but is below ``eps(dtype) * scale`` is *negligible*: rounding every other entry
     of its row to ``dtype`` already perturbs the row by more, so it is flushed to
     zero (the documented rule) instead of raising.
@@ -59,8 +60,6 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
     parts = values.reshape(-1)
     if parts.dtype.kind == "c":     # the real and imaginary parts, interleaved
         parts = parts.view(np.finfo(parts.dtype).dtype)
-        if scale is not None:
-            scale = np.repeat(np.asarray(scale).reshape(-1), 2)
     if parts.dtype.itemsize > 8:    # long double (host only): no compiled kernel takes it
         a = np.abs(parts)
         big_at = bool((a > fi.max).any())
@@ -82,7 +81,10 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
     # a nonzero below half the smallest subnormal rounds to zero
     tiny = (a > 0) & (a < float(fi.smallest_subnormal) / 2)
     if tiny.any() and scale is not None:
-        tiny &= ~(a < float(fi.eps) * np.asarray(scale))  # negligible ones may flush
+        sc = np.asarray(scale() if callable(scale) else scale).reshape(-1)
+        if values.dtype.kind == "c":
+            sc = np.repeat(sc, 2)                          # per part, as ``parts``
+        tiny &= ~(a < float(fi.eps) * sc)                 # negligible ones may flush
     if tiny.any():
         raise PrecisionRangeError(
             f"{what}: {int(tiny.sum())} nonzero value(s) underflow to zero in "

@@ -293,6 +293,11 @@ class DiagonalOperator(_Stored):
         return sp.diags(d.astype(np.result_type(d.dtype, np.float64)), format="csr")
 
 
+def _unit_row_scale(indptr, values):
+    """:func:`row_scale` of a triangular factor with a unit diagonal it does not store."""
+    return np.maximum(row_scale(to_host(indptr), to_host(values)), 1.0)
+
+
 class TriangularSweeps(_Stored):
     """``y = (L D U')^{-1} x`` by two sweeps (ILU(0)'s apply).
 
@@ -306,9 +311,12 @@ class TriangularSweeps(_Stored):
     def __init__(self, lptr, lind, lval, uptr, uind, uval, dinv, bounds, dtype, what="ILU(0)",
                  device=DEFAULT_DEVICE):
         self.device = device
-        self.lval = to_device(demote(lval, dtype, f"{what} factor L", device=device), device)
-        self.uval = to_device(demote(uval, dtype, f"{what} factor D^-1 U", device=device),
-                              device)
+        # the rows of L and D^-1 U hold an implicit unit diagonal: a value that underflows
+        # is negligible next to max(1, its row's largest entry) (demote's rule)
+        self.lval = to_device(demote(lval, dtype, f"{what} factor L", device=device,
+                                     scale=lambda: _unit_row_scale(lptr, lval)), device)
+        self.uval = to_device(demote(uval, dtype, f"{what} factor D^-1 U", device=device,
+                                     scale=lambda: _unit_row_scale(uptr, uval)), device)
         self.dinv = to_device(demote(dinv, dtype, f"{what} inverse pivots", device=device),
                               device)
         self.lptr, self.lind = to_device(lptr, device), to_device(lind, device)

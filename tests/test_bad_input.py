@@ -164,6 +164,40 @@ def test_fp32_negligible_underflow_is_flushed():
     assert r.converged
 
 
+def test_a_factor_entry_that_underflows_next_to_the_unit_diagonal_is_flushed():
+    """L and D^-1 U hold an implicit unit diagonal: SuperLU's ILUT of convdiff3d:30 has L
+    rows whose stored entries are all about 1e-207 -- negligible next to that 1, so FP32
+    storage flushes them (it refused them before, and auto then stored ILUT in FP64)."""
+    from mpsolve.matrices import convection_diffusion3d
+    from mpsolve.precond import ILUT
+
+    A = sp.csr_matrix(convection_diffusion3d(30, peclet=10))
+    M = ILUT().setup(A)
+    assert M.storage_dtype == np.float32
+    M64 = ILUT(dtype="float64").setup(A)
+    r = np.random.default_rng(0).standard_normal(A.shape[0])
+    y, y64 = M.matvec(r), M64.matvec(r)
+    assert np.linalg.norm(y - y64) <= 1e-5 * np.linalg.norm(y64)
+
+
+def test_demote_computes_a_scale_function_only_when_a_value_underflows():
+    from mpsolve._demote import demote
+
+    calls = []
+
+    def scale():
+        calls.append(1)
+        return np.array([1.0, 1.0, 1.0])
+
+    assert demote(np.array([1.0, 2.0, 3.0]), np.float32, "v", scale=scale).dtype == np.float32
+    assert not calls
+    out = demote(np.array([1.0, 1e-50, 3.0]), np.float32, "v", scale=scale)
+    assert calls and out[1] == 0
+    with pytest.raises(PrecisionRangeError, match="underflow"):
+        demote(np.array([1e-50 + 0j, 1e-50j]), np.complex64, "v",
+               scale=lambda: np.array([1e-50, 1e-50]))
+
+
 def test_linear_operator_with_matrix_preconditioner_needs_entries():
     from scipy.sparse.linalg import aslinearoperator
 
