@@ -22,6 +22,7 @@ when they are demoted (:func:`mpsolve._demote.demote`) and then moved to the dev
 """
 from __future__ import annotations
 
+import threading
 from functools import partial
 
 import numpy as np
@@ -367,9 +368,12 @@ class BlockTriangularSweeps(_Stored):
     def __init__(self, lptr, lind, lval, uptr, uind, uval, dinv, n, dtype, what="BILU(0)",
                  device=DEFAULT_DEVICE):
         self.device = device
-        self.lval = to_device(demote(lval, dtype, f"{what} factor L", device=device), device)
-        self.uval = to_device(demote(uval, dtype, f"{what} factor D^-1 U", device=device),
-                              device)
+        # the rows of L and D^-1 U hold an implicit unit diagonal: a value that underflows
+        # is negligible next to max(1, its row's largest entry) (demote's rule)
+        self.lval = to_device(demote(lval, dtype, f"{what} factor L", device=device,
+                                     scale=lambda: _unit_row_scale(lptr, lval)), device)
+        self.uval = to_device(demote(uval, dtype, f"{what} factor D^-1 U", device=device,
+                                     scale=lambda: _unit_row_scale(uptr, uval)), device)
         self.dinv = to_device(demote(dinv, dtype, f"{what} inverse pivot blocks",
                                      device=device), device)
         self.lptr, self.lind = to_device(lptr, device), to_device(lind, device)
@@ -400,13 +404,14 @@ class OperatorChain:
     One scratch vector per intermediate, allocated on the first call for a
     given pair of vector dtypes and reused afterwards (``apply`` allocates
     nothing then).  Intermediates are kept in the dtype of ``out`` (the working
-    precision), on the operators' device.
+    precision), on the operators' device.  The scratch vectors are per thread: one chain
+    (one set-up preconditioner) applies correctly from several threads at once.
     """
 
     def __init__(self, ops):
         self.ops = list(ops)
         self.device = self.ops[0].device if self.ops else DEFAULT_DEVICE
-        self._scratch = {}
+        self._local = threading.local()
 
     def __call__(self, r, out):
         ops = self.ops
@@ -414,10 +419,13 @@ class OperatorChain:
             ops[0].bind(r.dtype, out.dtype)(r, out)  # out = F r
             return
         key = (r.dtype.name, out.dtype.name)
-        sc = self._scratch.get(key)
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = {}
+        sc = scratch.get(key)
         if sc is None:
             xp = array_module(self.device)
-            sc = self._scratch[key] = (
+            sc = scratch[key] = (
                 [op.bind(r.dtype if j == 0 else out.dtype, out.dtype) for j, op in enumerate(ops)],
                 [xp.empty(out.shape[0], dtype=out.dtype) for _ in range(min(2, len(ops) - 1))],
             )
@@ -439,9 +447,12 @@ class OperatorChain:
         if len(fs) == 1:
             return fs[0]
         xp = array_module(self.device)
-        scratch = {}
+        local = threading.local()                     # scratch blocks per thread
 
         def f(X, Y):
+            scratch = getattr(local, "scratch", None)
+            if scratch is None:
+                scratch = local.scratch = {}
             bufs = scratch.get(Y.shape)
             if bufs is None:
                 bufs = scratch[Y.shape] = [xp.empty(Y.shape, dtype=Y.dtype)
@@ -457,7 +468,8 @@ class OperatorChain:
     @property
     def nbytes(self):
         ob = sum(int(op.nbytes) for op in self.ops)
-        return ob + sum(int(b.nbytes) for _, bufs in self._scratch.values() for b in bufs)
+        scratch = getattr(self._local, "scratch", None) or {}    # this thread's
+        return ob + sum(int(b.nbytes) for _, bufs in scratch.values() for b in bufs)
 
 
 class CallableOperator:

@@ -32,6 +32,7 @@ A Solver is not thread-safe: its solves share one workspace.
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -118,6 +119,8 @@ class Solver:
                           atol=atol, maxiter=maxiter, restart=restart, side=side,
                           escalate=escalate, device=device, precond_params=precond_params)
         self.last_update = None
+        # one solve (or update) at a time: they share the stored workspace and Systems
+        self._lock = threading.RLock()
         self._build(A, stacklevel=4)
 
     # ------------------------------------------------------------------ set-up
@@ -271,7 +274,15 @@ class Solver:
         SolveResult
             As :func:`mpsolve.solve` returns it; ``setup_time`` is this call's checks and
             copies only (the stored set-up took :attr:`setup_time`).
+
+        Calls from several threads are safe and run one after another (they share the
+        stored workspace); for right-hand sides in parallel pass them as the columns of one
+        ``b``, or give each thread its own Solver.
         """
+        with self._lock:
+            return self._solve(b, x0, rtol, atol, maxiter, callback, deflation)
+
+    def _solve(self, b, x0, rtol, atol, maxiter, callback, deflation):
         t0 = time.perf_counter()
         a = self._args
         if getattr(b, "ndim", None) == 2 and b.shape[1] != 1:
@@ -322,8 +333,12 @@ class Solver:
         other candidates: ``A`` no longer symmetric, a zero diagonal entry, values beyond
         FP32), where the new values are complex and the old were not (or the other way
         round), and where the kept choice cannot take them (a zero pivot, an FP32 range
-        the first policy does not reach).
+        the first policy does not reach).  Waits for a solve running in another thread.
         """
+        with self._lock:
+            return self._update(A_new)
+
+    def _update(self, A_new) -> "Solver":
         t0 = time.perf_counter()
         p = self._problem
         C = None

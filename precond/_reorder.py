@@ -55,7 +55,7 @@ from scipy.sparse.csgraph import maximum_bipartite_matching, min_weight_full_bip
 
 from mpsolve.backend import array_module, to_device
 
-from ._util import rows_text
+from ._util import ThreadBuffers, rows_text
 from .base import Preconditioner
 
 __all__ = ["mc64", "Reordering", "Reordered", "StructurallySingularError", "REORDERINGS"]
@@ -359,7 +359,7 @@ class Reordered(Preconditioner):
         self.reordering = None
         self._given = reordering
         self.stats = {}
-        self._buf = {}
+        self._buf = ThreadBuffers()
 
     @property
     def name(self):
@@ -387,7 +387,7 @@ class Reordered(Preconditioner):
         self._dr = to_device(R.row_scale[R.perm], self.device)
         self._dc = to_device(R.col_scale, self.device)
         self._xp = xp
-        self._buf = {}
+        self._buf = ThreadBuffers()
         self.stats = {"reorder": self.reorder, "reorder_time": R.time,
                       "dual_sweeps": R.sweeps, **dict(getattr(self.inner, "stats", {}) or {})}
 
@@ -400,18 +400,18 @@ class Reordered(Preconditioner):
     def apply(self, r, out):
         xp = self._xp
         n = r.shape[0]
-        t = self._buf.get("t")
+        t = self._buf.d.get("t")
         if t is None:                            # FP64, complex128 for a complex M
             wide = np.result_type(self.storage_dtype, np.float64)
-            t = self._buf["t"] = xp.empty(n, wide)
-            self._buf["z"] = xp.empty(n, wide)
-        z = self._buf["z"]
+            t = self._buf.d["t"] = xp.empty(n, wide)
+            self._buf.d["z"] = xp.empty(n, wide)
+        z = self._buf.d["z"]
         if r.dtype == t.dtype:
             xp.take(r, self._perm, out=t)        # t = P r
         else:                                    # gather in r's dtype, then widen
-            g = self._buf.get(r.dtype.char)
+            g = self._buf.d.get(r.dtype.char)
             if g is None:
-                g = self._buf[r.dtype.char] = xp.empty(n, r.dtype)
+                g = self._buf.d[r.dtype.char] = xp.empty(n, r.dtype)
             xp.take(r, self._perm, out=g)
             t[:] = g                             # t = P r
         t *= self._dr                            # t = Dr P r

@@ -31,7 +31,7 @@ import scipy.sparse.linalg as spla
 from mpsolve.backend import array_module, to_device
 from mpsolve.operator import TriangularSweeps
 
-from ._util import wide_dtype
+from ._util import ThreadBuffers, wide_dtype
 from .base import Preconditioner
 from .ilu import ZeroPivotError
 
@@ -98,7 +98,7 @@ class ILUT(Preconditioner):
         self.drop_tol = float(drop_tol)
         self.fill_factor = float(fill_factor)
         self.stats = {}
-        self._buf = {}
+        self._buf = ThreadBuffers()
 
     def _setup(self, C, dtype):
         with warnings.catch_warnings():
@@ -126,7 +126,7 @@ class ILUT(Preconditioner):
         self._xp = array_module(self.device)
         self._pr = to_device(pr_inv, self.device)              # t = r[pr_inv]
         self._pc = to_device(F.perm_c.astype(np.int64), self.device)  # out = z[pc]
-        self._buf = {}
+        self._buf = ThreadBuffers()
         self.stats = {"fill": float((F.L.nnz + F.U.nnz - n) / max(C.nnz, 1)),
                       "drop_tol": self.drop_tol}
 
@@ -138,9 +138,9 @@ class ILUT(Preconditioner):
     def apply(self, r, out):
         xp = self._xp
         key = r.dtype.char + out.dtype.char
-        b = self._buf.get(key)
+        b = self._buf.d.get(key)
         if b is None:
-            b = self._buf[key] = (xp.empty(r.shape[0], r.dtype), xp.empty(r.shape[0], out.dtype))
+            b = self._buf.d[key] = (xp.empty(r.shape[0], r.dtype), xp.empty(r.shape[0], out.dtype))
             self._bound[key] = self._op.bind(r.dtype, out.dtype)
         t, z = b
         xp.take(r, self._pr, out=t)               # t = Pr r

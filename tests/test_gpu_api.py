@@ -250,7 +250,7 @@ def _stored_arrays(obj, seen=None, stored=False):
     mod = type(obj).__module__
     if mod.startswith(("mpsolve", "precond")) and hasattr(obj, "__dict__"):
         op = mod == "mpsolve.operator"
-        return [a for k, o in vars(obj).items() if k not in ("_bound", "_scratch", "parts")
+        return [a for k, o in vars(obj).items() if k not in ("_bound", "_local", "parts")
                 for a in _stored_arrays(o, seen, op)]
     return []
 

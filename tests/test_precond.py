@@ -1425,3 +1425,24 @@ def _spd_stiffness_like(n, seed):
     A = (B.T @ B + 1e-3 * sp.eye(n)).tocsr()
     A.sort_indices()
     return A
+
+
+@pytest.mark.parametrize("name,kw", [("block-isai", {}), ("isai", {"variant": "spd"}),
+                                     ("ilut", {"dtype": "float64"}), ("ilu0", {"reorder": "mc64"}),
+                                     ("block-isai", {"variant": "bilu"})])
+def test_a_set_up_preconditioner_applies_from_several_threads(name, kw):
+    """Apply scratch vectors are per thread: one set-up M serves concurrent solves (a
+    shared intermediate vector made the chains of ISAI return mixed-up products)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mpsolve.matrices import convection_diffusion3d
+    from mpsolve.precond import make_preconditioner
+
+    A = sp.csr_matrix(convection_diffusion3d(16, peclet=10))
+    M = make_preconditioner(name, **kw).setup(A)
+    R = np.random.default_rng(0).standard_normal((8, A.shape[0]))
+    want = [M.matvec(r) for r in R]
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda k: M.matvec(R[k % 8]), range(64)))
+    for k, y in enumerate(got):
+        assert np.array_equal(y, want[k % 8])

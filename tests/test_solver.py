@@ -447,3 +447,20 @@ def test_a_start_that_meets_the_tolerance_needs_no_call_of_the_method(method, pr
     q = s.solve(b, far)
     assert q.iterations > 0 and q.info == 0
     assert q.true_residual <= 1e-6
+
+
+def test_one_solver_solves_correctly_from_several_threads():
+    """Concurrent ``Solver.solve`` calls share the stored workspace: they run one after
+    another (before the lock, 8 calls from 4 threads returned CG breakdowns and garbage)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mpsolve.matrices import poisson3d
+
+    A = poisson3d(16)
+    b = A @ np.ones(A.shape[0])
+    s = mpsolve.Solver(A, method="cg", precond="block-isai", rtol=1e-10)
+    with ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(lambda k: s.solve((k + 1) * b), range(8)))
+    for k, r in enumerate(results):
+        assert r.info == 0
+        assert np.abs(r.x - (k + 1)).max() <= 1e-6 * (k + 1)
