@@ -295,8 +295,20 @@ class DiagonalOperator(_Stored):
 
 
 def _unit_row_scale(indptr, values):
-    """:func:`row_scale` of a triangular factor with a unit diagonal it does not store."""
-    return np.maximum(row_scale(to_host(indptr), to_host(values)), 1.0)
+    """For each stored value of a triangular factor with a unit diagonal it does not store
+    (CSR, or BSR blocks ``(nnzb, b, b)`` with identity diagonal blocks): the largest
+    magnitude in its scalar row, at least 1 (:func:`demote`'s ``scale``)."""
+    ip, v = to_host(indptr), to_host(values)
+    if v.ndim == 1:
+        return np.maximum(row_scale(ip, v), 1.0)
+    a = np.abs(v)
+    out = np.ones(a.shape)
+    rows = np.diff(ip)
+    nz = np.flatnonzero(rows)
+    if nz.size:
+        m = np.maximum.reduceat(a.max(axis=2), ip[nz], axis=0)   # (block rows, b)
+        out[:] = np.maximum(np.repeat(m, rows[nz], axis=0)[:, :, None], 1.0)
+    return out
 
 
 class TriangularSweeps(_Stored):

@@ -28,7 +28,8 @@ pivot, values beyond its FP32 storage), everything is set up again as by the con
 ``"auto"`` choices included.  :attr:`Solver.last_update`
 says which happened.
 
-A Solver is not thread-safe: its solves share one workspace.
+A Solver's solves share one workspace: calls from several threads run one after another
+(a lock); a set-up preconditioner, shared or not, applies from several threads at once.
 """
 from __future__ import annotations
 

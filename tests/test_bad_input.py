@@ -314,3 +314,28 @@ def test_preconditioner_names_from_petsc_and_scipy_get_a_hint(precond, exc, word
     if exc is TypeError:
         with pytest.raises(exc, match="precond="):
             mpsolve.Solver(A0, method=method, precond=precond)
+
+
+@pytest.mark.parametrize("b", [1, 2, 3])
+def test_the_unit_diagonal_row_scale_of_csr_and_bsr_factors(b):
+    """Each stored value's scale is the largest magnitude in its scalar row, counting the
+    implicit 1 of the diagonal (BSR: rows of the blocks, across the block row)."""
+    from mpsolve.operator import _unit_row_scale
+
+    rng = np.random.default_rng(b)
+    nb = 6
+    T = sp.random(nb, nb, density=0.5, random_state=rng, format="csr")
+    T = sp.tril(T, -1, format="csr")
+    T.sort_indices()
+    vals = rng.standard_normal((T.nnz, b, b)) * 10.0 ** rng.integers(-3, 3, (T.nnz, b, 1))
+    got = _unit_row_scale(T.indptr, vals if b > 1 else vals.reshape(-1))
+    dense = np.zeros((nb * b, nb * b))
+    for i in range(nb):
+        for k in range(T.indptr[i], T.indptr[i + 1]):
+            j = T.indices[k]
+            dense[i * b:(i + 1) * b, j * b:(j + 1) * b] = vals[k]
+    rowmax = np.maximum(np.abs(dense).max(axis=1), 1.0)
+    for i in range(nb):
+        for k in range(T.indptr[i], T.indptr[i + 1]):
+            want = np.repeat(rowmax[i * b:(i + 1) * b, None], b, axis=1)
+            assert np.array_equal(got.reshape(-1, b, b)[k], want)
