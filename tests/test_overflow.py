@@ -232,6 +232,6 @@ def test_an_answer_that_overflows_when_unscaled_is_not_a_success():
     AD = sp.csr_matrix(D @ A @ D)
     r = mpsolve.solve(AD, AD @ np.ones(n), method="gmres", precond="ilut", reorder="mc64",
                       precision="double", side="right", restart=30, rtol=1e-8)
-    # (this ILUT's x has entries past 1e308 once unscaled: auto moves on to a finer one)
+    # this ILUT's x has entries past 1e308 once unscaled (auto then tries a finer ILUT)
     assert not np.isfinite(r.x).all()
     assert r.info > 0 and "overflows float64" in r.status and r.true_residual == np.inf
