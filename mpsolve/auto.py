@@ -43,7 +43,11 @@ layer's automatic choice, written once for every device:
    * every class ends with (or, weak diagonal, includes) the direct fallback: GMRES on a
      complete LU with pivoting of the MC64-scaled matrix in FP64 (mhd4800a needs it; so
      did plat362 while the stagnation window was a fixed 300 iterations), as long as its
-     fill bound stays under ``DIRECT_MAX_ENTRIES``.
+     fill bound stays under ``DIRECT_MAX_ENTRIES``;
+   * and, when no preconditioner at all could be set up (a structurally singular ``A``:
+     an empty row or column, which MC64 and every factorisation refuse), GMRES without
+     one: a consistent singular system still has solutions, and GMRES finds one; an
+     inconsistent one ends with its stagnation or breakdown, named in the status.
 
    GMRES runs right-preconditioned (its residual estimate is then the true residual's, which
    the stagnation test below reads) with restart 30 (PETSc's).
@@ -194,6 +198,8 @@ class Choice:
     #: ISAI or Block-ISAI by the block size, decided when the candidate is reached
     #: (:func:`resolve_block`): the detection is run only for a solve that gets there
     by_block: bool = False
+    #: run only when no candidate before it could be set up (the method without M)
+    bare: bool = False
 
     @property
     def label(self) -> str:
@@ -436,6 +442,14 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                 pinned.append(Choice(c.method, None, {}, f"preconditioner pinned by the caller; "
                                      f"method for it: {c.reason}"))
         out = pinned
+    else:
+        # when every preconditioner's set-up fails (an empty row or column: A structurally
+        # singular, which MC64 and the factorisations refuse), the method without one: a
+        # consistent singular system still has solutions, and GMRES finds one
+        bare = method if method != "auto" else "gmres"
+        if not any(c.method == bare and c.precond in (None, "none") for c in out):
+            out.append(Choice(bare, None, {}, "no preconditioner could be set up: the "
+                              "method without one", bare=True))
     prec, why = _precision(an)
     for c in out:
         c.precision = c.precision or prec
@@ -532,7 +546,10 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             c.outcome = ("skipped: CG broke down on p^T A p <= 0 with a positive definite M, "
                          "so A is not positive definite")
             continue
-        last = k == len(cands) - 1
+        if c.bare and (results or not problem.bnrm):   # only after every set-up failed
+            continue                      # (b = 0: x = 0, said as such by _combine)
+        last = all(cc.bare for cc in cands[k + 1:])   # (a bare one after it runs only if
+        # this one cannot be set up: this one may take the whole budget)
         share = left if last else max(1, left // 2)
         if c.by_block and an is not None and pinned is None:
             resolve_block(c, an)            # its time is the analysis's (block_time)

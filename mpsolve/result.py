@@ -207,7 +207,8 @@ class SolveResult:
                          f"{'not needed' if a.get('block_size') is None else a['block_size']}; "
                          f"values over "
                          f"1e{a['value_range']:.0f} ({self.analysis_time * 1e3:.1f} ms)")
-        spare = [c.label for c in self.choices if c.outcome == "not tried"]
+        spare = [c.label for c in self.choices          # (the bare method runs only when
+                 if c.outcome == "not tried" and not getattr(c, "bare", False)]   # no M could)
         for i, c in enumerate(self.choices):
             if c.outcome != "not tried":
                 lines.append(f"choice {i + 1}    {c}")

@@ -168,22 +168,50 @@ def test_zero_diagonal_chooses_mc64_ilut_and_returns_the_callers_x():
 
 
 def test_nothing_sets_up_gives_a_clear_status_not_an_exception(monkeypatch):
-    """Structurally singular (an empty column): every candidate's set-up fails, the
-    matching is attempted once (cached with its error)."""
+    """Structurally singular (an empty column) and inconsistent: every preconditioner's
+    set-up fails (the matching is attempted once, cached with its error), then GMRES
+    without one runs and cannot converge either; the status names them all."""
     from mpsolve.precond import _reorder
 
     calls = []
     real = _reorder.mc64
     monkeypatch.setattr(_reorder, "mc64", lambda C: calls.append(1) or real(C))
     A = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [0.0, 2.0, 1.0], [0.0, 1.0, 4.0]]))
-    b = np.array([1.0, 2.0, 3.0])
+    b = np.array([1.0, 2.0, 3.0])                    # not in the range of A
     res = mpsolve.solve(A, b, rtol=1e-8)
-    assert len(calls) == 1 and len(res.choices) == 4
-    assert res.info == AUTO_FAILED and not res.converged
-    assert all(c.outcome.startswith("set-up failed") for c in res.choices)
+    assert len(calls) == 1 and len(res.choices) == 5
+    assert res.info != 0 and not res.converged
+    assert all(c.outcome.startswith("set-up failed") for c in res.choices[:4])
+    assert res.choices[4].bare and res.choices[4].label == "gmres + none [mixed]"
+    assert res.choices[4].outcome != "not tried"
     assert "structurally singular" in res.choices[0].outcome
-    assert "tried gmres + ilut+mc64" in res.status
-    assert np.array_equal(res.x, np.zeros(3))
+    assert "tried gmres + ilut+mc64" in res.status and "gmres + none" in res.status
+    assert np.isfinite(res.x).all()
+
+
+@pytest.mark.parametrize("consistent", [True, False])
+def test_a_structurally_singular_system_falls_back_to_the_bare_method(consistent):
+    """An empty row: MC64 and every factorisation refuse A, so auto runs GMRES without a
+    preconditioner, which solves a consistent system (it ended with 'no candidate could be
+    set up' before) and says why it stops on an inconsistent one."""
+    from mpsolve.matrices import poisson2d
+
+    A = poisson2d(20).tolil()
+    A[5, :] = 0
+    A = sp.csr_matrix(A)
+    A.eliminate_zeros()
+    b = A @ np.ones(A.shape[0]) if consistent else np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    assert res.choices[-1].bare and res.choices[-1].outcome != "not tried"
+    if consistent:
+        assert res.converged and _ok(res, A, b, 1e-8) <= 1e-8
+    else:
+        assert not res.converged and res.info > 0 and "stagnated" in res.status
+    # a matrix whose preconditioners set up never runs it, and the summary omits it
+    B = poisson2d(20)
+    r = mpsolve.solve(B, B @ np.ones(B.shape[0]), rtol=1e-8)
+    assert r.choices[-1].bare and r.choices[-1].outcome == "not tried"
+    assert "gmres + none" not in r.summary()
 
 
 def test_values_beyond_float32_choose_double():
@@ -373,7 +401,7 @@ def test_stagnation_falls_back_from_the_current_iterate(monkeypatch):
         res = mpsolve.solve(A, b, rtol=1e-8)
     finally:
         ILU0.setup_canonical = real
-    c0, c1, c2, c3, c4 = res.choices
+    c0, c1, c2, c3, c4 = [c for c in res.choices if not c.bare]
     assert (c0.method, c0.precond) == ("bicgstab", "ilu0") and c0.outcome.startswith("stagnated")
     assert (c1.method, c1.precond) == ("gmres", "ilu0") and c1.outcome.startswith("stagnated")
     assert len(setups) == 1                              # ILU(0) set up once for both
@@ -575,7 +603,7 @@ def test_direct_fallback_is_a_complete_lu_where_a_dense_one_fits():
     assert fill * A.nnz >= n * n + n                    # L + U can hold a dense LU
     res = mpsolve.solve(A, b, rtol=1e-8)
     _ok(res, A, b, 1e-8)
-    last = res.choices[-1]
+    last = [c for c in res.choices if not c.bare][-1]
     assert res.converged and last.params == {"reorder": "mc64", "drop_tol": 0.0,
                                              "fill_factor": fill}
     assert last.outcome == "converged" and last.iterations <= 2
@@ -708,11 +736,12 @@ def test_ic0_set_up_reuses_the_analysis_symmetry_test(monkeypatch):
 
 def test_zero_right_hand_side_solves_to_zero_even_where_nothing_sets_up():
     """SciPy's rule, x = 0 for b = 0, holds under auto also for a matrix that no
-    preconditioner can be set up for (the zero matrix); a nonzero b there is info -16."""
+    preconditioner can be set up for (the zero matrix); a nonzero b there ends with the
+    bare GMRES's breakdown, which says A is singular."""
     Z = sp.csr_matrix((3, 3))
     for x0 in (None, np.ones(3)):
         res = mpsolve.solve(Z, np.zeros(3), x0)
         assert res.info == 0 and res.converged and not res.x.any()
         assert "zero right-hand side" in res.status
     res = mpsolve.solve(Z, np.ones(3))
-    assert res.info == auto.AUTO_FAILED and not res.converged
+    assert res.info == -13 and not res.converged and "singular" in res.status
