@@ -108,6 +108,11 @@ def _gemm_to(a, b_, c):
 
 
 # --------------------------------------------------------------------------- set-up
+#: as :data:`mpsolve.kernels.cpu.ilu.LONG_ROW`: a block row of ``U`` this many times longer
+#: than what is left of row ``i`` updates it by lookup, not by a scan (arrow matrices)
+LONG_ROW = 8
+
+
 @njit(**JIT)
 def _bilu0(indptr, indices, data, diag, dinv):
     # Block IKJ with a position map of row i (pos[j] = where block (i, j) is stored):
@@ -131,6 +136,17 @@ def _bilu0(indptr, indices, data, diag, dinv):
             for u in range(b):
                 for v in range(b):
                     data[kk, u, v] = tmp[u, v]
+            if indptr[k + 1] - diag[k] - 1 > LONG_ROW * (e - kk):
+                # row k much longer than what is left of row i (a dense block row): row
+                # i's blocks j > k looked up in it (the same updates, in the same order)
+                q = diag[k] + 1
+                for p in range(kk + 1, e):
+                    q += np.searchsorted(indices[q:indptr[k + 1]], indices[p])
+                    if q >= indptr[k + 1]:
+                        break
+                    if indices[q] == indices[p]:
+                        _gemm_sub(data[kk], data[q], data[p])
+                continue
             for jj in range(diag[k] + 1, indptr[k + 1]):
                 p = pos[indices[jj]]
                 if p >= 0:

@@ -41,6 +41,28 @@ _SETUP = [("float64",), ("complex128",)]
 
 
 # --------------------------------------------------------------------------- set-up
+#: A row ``k`` whose part to scan is more than this many times longer than row ``i``
+#: updates ``i`` by looking ``i``'s columns up in it (binary search) instead of scanning
+#: it: a dense row (an arrow matrix's) would otherwise cost O(n) for every row it couples
+#: to, O(n^2) in all -- 13 s for IC(0) of a 200k arrow matrix, as PETSc's ILU(0) too.
+#: Both ways make the same updates of row i's pattern in the same order: the same bits.
+LONG_ROW = 8
+
+
+@njit(**JIT)
+def _update_by_lookup(w, lik, indices, data, kstart, kend, s, e):
+    # w_j -= lik u_kj for the columns j of row i (indices[s:e], sorted) found in
+    # row k's indices[kstart:kend] (sorted): a binary search each, from the last hit on
+    q = kstart
+    for p in range(s, e):
+        j = indices[p]
+        q += np.searchsorted(indices[q:kend], j)
+        if q >= kend:
+            return
+        if indices[q] == j:
+            w[np.uint64(j)] -= lik * data[q]
+
+
 @njit(**JIT)
 def _ilu0_ikj(n, indptr, indices, data, diag):
     # Saad Alg. 10.4 (IKJ) with a dense work row, as PETSc's numeric factorization:
@@ -61,6 +83,9 @@ def _ilu0_ikj(n, indptr, indices, data, diag):
                 break
             lik = w[k] * inv[k]
             w[k] = lik
+            if indptr[k + 1] - diag[k] - 1 > LONG_ROW * (e - kk):
+                _update_by_lookup(w, lik, indices, data, diag[k] + 1, indptr[k + 1], kk + 1, e)
+                continue
             for jj in range(np.uint64(diag[k] + 1), np.uint64(indptr[k + 1])):
                 w[np.uint64(indices[jj])] -= lik * data[jj]
         for k in range(s, e):
@@ -110,6 +135,9 @@ def ic0_factor(indptr, indices, data, diag, mirror, positive=False):
             m = mirror[kk]                    # (k, i) in row k, in its final upper part
             lik = conj(data[m]) * inv[k]
             data[kk] = lik
+            if indptr[k + 1] - m > LONG_ROW * (e - d):
+                _update_by_lookup(w, lik, indices, data, m, indptr[k + 1], d, e)
+                continue
             for jj in range(np.uint64(m), np.uint64(indptr[k + 1])):
                 w[np.uint64(indices[jj])] -= lik * data[jj]
         for k in range(d, e):

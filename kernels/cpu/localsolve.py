@@ -62,6 +62,10 @@ LANES = 64
 #: vectorised along their rows (about 20-30% slower at s = 81..128 on the 2-core AVX2
 #: machine of the issue).
 LOCKSTEP_MAX = 128
+#: A row of ``A`` more than this many times longer than a local system's ``J`` is read
+#: by looking ``J``'s columns up in it, not by scanning it (a dense row would otherwise
+#: cost O(n) for each of the n systems it appears in).
+LONG_ROW = 8
 
 
 def lanes(s):
@@ -73,6 +77,31 @@ def lanes(s):
 
 
 # ----------------------------------------------------------------- gather into lanes
+@njit(**_JIT)
+def _gather_long_row(g, p, m, j0, k0, k1, pind, aind, adata, transpose, a, nza):
+    # row p of A_J (lane g) from a row of A much longer than J (a dense row): J's columns
+    # looked up in it (both sorted: a binary search each, from the last hit on) instead of
+    # scanning all of it -- the same entries, O(m log n) instead of O(n) for every system
+    # it meets.  Apart from the hot loop of _gather_lanes, which it would slow.
+    b = adata.shape[1]
+    k = k0
+    for q in range(m):
+        c = pind[j0 + q]
+        k += np.searchsorted(aind[k:k1], c)
+        if k >= k1:
+            return
+        if aind[k] != c:
+            continue
+        for u in range(b):
+            for v in range(b):
+                if transpose:
+                    a[q * b + v, p * b + u, g] = adata[k, u, v]
+                    nza[q * b + v, p * b + u] = 1
+                else:
+                    a[p * b + u, q * b + v, g] = adata[k, u, v]
+                    nza[p * b + u, q * b + v] = 1
+
+
 @njit(**_JIT)
 def _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, where, nza):
     # a[:, :, g] = A[J, J] (transpose: A[J, J]^T) of block row rows[t0 + g]; a zeroed here.
@@ -92,6 +121,9 @@ def _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, whe
             r = pind[j0 + p]
             k0 = aptr[r]
             k1 = aptr[r + 1]
+            if k1 - k0 > LONG_ROW * m:                     # a dense row: by lookup
+                _gather_long_row(g, p, m, j0, k0, k1, pind, aind, adata, transpose, a, nza)
+                continue
             if b == 1:                                     # (the common case, unrolled)
                 if transpose:
                     for k in range(k0, k1):
