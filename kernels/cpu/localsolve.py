@@ -78,28 +78,33 @@ def lanes(s):
 
 # ----------------------------------------------------------------- gather into lanes
 @njit(**_JIT)
+def _put_block(a, nza, g, p, q, adata, k, transpose):
+    # block (p, q) of A_J in lane g (transpose: block (q, p), transposed) <- A's block k
+    b = adata.shape[1]
+    for u in range(b):
+        for v in range(b):
+            if transpose:
+                a[q * b + v, p * b + u, g] = adata[k, u, v]
+                nza[q * b + v, p * b + u] = 1
+            else:
+                a[p * b + u, q * b + v, g] = adata[k, u, v]
+                nza[p * b + u, q * b + v] = 1
+
+
+@njit(**_JIT)
 def _gather_long_row(g, p, m, j0, k0, k1, pind, aind, adata, transpose, a, nza):
     # row p of A_J (lane g) from a row of A much longer than J (a dense row): J's columns
     # looked up in it (both sorted: a binary search each, from the last hit on) instead of
     # scanning all of it -- the same entries, O(m log n) instead of O(n) for every system
     # it meets.  Apart from the hot loop of _gather_lanes, which it would slow.
-    b = adata.shape[1]
     k = k0
     for q in range(m):
         c = pind[j0 + q]
         k += np.searchsorted(aind[k:k1], c)
         if k >= k1:
             return
-        if aind[k] != c:
-            continue
-        for u in range(b):
-            for v in range(b):
-                if transpose:
-                    a[q * b + v, p * b + u, g] = adata[k, u, v]
-                    nza[q * b + v, p * b + u] = 1
-                else:
-                    a[p * b + u, q * b + v, g] = adata[k, u, v]
-                    nza[p * b + u, q * b + v] = 1
+        if aind[k] == c:
+            _put_block(a, nza, g, p, q, adata, k, transpose)
 
 
 @njit(**_JIT)
@@ -141,14 +146,7 @@ def _gather_lanes(rows, t0, ng, pptr, pind, aptr, aind, adata, transpose, a, whe
             for k in range(k0, k1):
                 q = where[aind[k]]
                 if q >= 0:
-                    for u in range(b):
-                        for v in range(b):
-                            if transpose:
-                                a[q * b + v, p * b + u, g] = adata[k, u, v]
-                                nza[q * b + v, p * b + u] = 1
-                            else:
-                                a[p * b + u, q * b + v, g] = adata[k, u, v]
-                                nza[p * b + u, q * b + v] = 1
+                    _put_block(a, nza, g, p, q, adata, k, transpose)
         for p in range(m):
             where[pind[j0 + p]] = -1
 
