@@ -177,7 +177,8 @@ def test_a_factor_entry_that_underflows_next_to_the_unit_diagonal_is_flushed():
     M64 = ILUT(dtype="float64").setup(A)
     r = np.random.default_rng(0).standard_normal(A.shape[0])
     y, y64 = M.matvec(r), M64.matvec(r)
-    assert np.linalg.norm(y - y64) <= 1e-5 * np.linalg.norm(y64)
+    # the FP32 factors' rounding only (0.22 eps_fp32 measured): nothing dropped that mattered
+    assert np.linalg.norm(y - y64) <= 8 * np.finfo(np.float32).eps * np.linalg.norm(y64)
 
 
 def test_demote_computes_a_scale_function_only_when_a_value_underflows():

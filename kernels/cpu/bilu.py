@@ -31,7 +31,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..registry import register
-from ._config import JIT
+from ._config import JIT, LONG_ROW
 from .field import conj, wide
 
 _F = ("float32", "float64")
@@ -108,11 +108,6 @@ def _gemm_to(a, b_, c):
 
 
 # --------------------------------------------------------------------------- set-up
-#: as :data:`mpsolve.kernels.cpu.ilu.LONG_ROW`: a block row of ``U`` this many times longer
-#: than what is left of row ``i`` updates it by lookup, not by a scan (arrow matrices)
-LONG_ROW = 8
-
-
 @njit(**JIT)
 def _bilu0(indptr, indices, data, diag, dinv):
     # Block IKJ with a position map of row i (pos[j] = where block (i, j) is stored):

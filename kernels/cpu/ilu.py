@@ -27,7 +27,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..registry import register, register_plan
-from ._config import JIT, NATIVE_REDUCTION_MATH, PARALLEL_MIN, serial_twin
+from ._config import JIT, LONG_ROW, NATIVE_REDUCTION_MATH, PARALLEL_MIN, serial_twin
 from .spmv import partition_rows
 
 from .field import conj, wide
@@ -41,14 +41,6 @@ _SETUP = [("float64",), ("complex128",)]
 
 
 # --------------------------------------------------------------------------- set-up
-#: A row ``k`` whose part to scan is more than this many times longer than row ``i``
-#: updates ``i`` by looking ``i``'s columns up in it (binary search) instead of scanning
-#: it: a dense row (an arrow matrix's) would otherwise cost O(n) for every row it couples
-#: to, O(n^2) in all -- 13 s for IC(0) of a 200k arrow matrix, as PETSc's ILU(0) too.
-#: Both ways make the same updates of row i's pattern in the same order: the same bits.
-LONG_ROW = 8
-
-
 @njit(**JIT)
 def _update_by_lookup(w, lik, indices, data, kstart, kend, s, e):
     # w_j -= lik u_kj for the columns j of row i (indices[s:e], sorted) found in

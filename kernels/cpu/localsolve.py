@@ -45,7 +45,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..registry import register
-from ._config import JIT
+from ._config import JIT, LONG_ROW
 from .field import conj
 
 _JIT = dict(JIT, error_model="numpy")   # x / 0 -> inf (flagged by the check), no exception
@@ -62,10 +62,6 @@ LANES = 64
 #: vectorised along their rows (about 20-30% slower at s = 81..128 on the 2-core AVX2
 #: machine of the issue).
 LOCKSTEP_MAX = 128
-#: A row of ``A`` more than this many times longer than a local system's ``J`` is read
-#: by looking ``J``'s columns up in it, not by scanning it (a dense row would otherwise
-#: cost O(n) for each of the n systems it appears in).
-LONG_ROW = 8
 
 
 def lanes(s):
