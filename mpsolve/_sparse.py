@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-__all__ = ["check_matrix", "canonical_csr", "dtype_check", "widen_half"]
+__all__ = ["check_matrix", "canonical_csr", "dtype_check", "native", "widen_half"]
 
 
 def dtype_check(dtype, name):
@@ -32,12 +32,15 @@ def dtype_check(dtype, name):
 
 
 def widen_half(arr):
-    """``arr`` in FP64 when it holds half-precision (float16) values, else ``arr`` itself.
+    """``arr`` in a dtype the kernels take: FP64 when it holds half-precision (float16)
+    values, the machine's byte order when it has another, else ``arr`` itself.
 
     FP16 is a storage format here, not a working precision, and SciPy's solvers compute
     float16 data in FP64 (as integer data); SciPy's sparse formats cannot hold it at all.
-    The conversion is exact."""
-    return arr.astype(np.float64) if arr.dtype == np.float16 else arr
+    Both conversions are exact."""
+    if arr.dtype == np.float16:
+        return arr.astype(np.float64)
+    return native(arr)
 
 
 def check_matrix(A, name="A"):
@@ -90,7 +93,7 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
     (32-bit indices) is returned as it is.
     """
     if type(A) is sp.csr_matrix and A.indptr.dtype == np.int32 and \
-            A.indices.dtype == np.int32 and A.has_canonical_format:
+            A.indices.dtype == np.int32 and A.data.dtype.isnative and A.has_canonical_format:
         return A                                # nothing to convert (and no SciPy re-check)
     if sp.issparse(A):
         C = A.tocsr()
@@ -104,8 +107,18 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
     else:
         C = sp.csr_matrix(np.asarray(A))
     C = sp.csr_matrix(C)  # matrix-style interface, whatever came in
-    if C.indptr.dtype != np.int32 and C.nnz < 2**31 - 1 and C.shape[1] < 2**31 - 1:
-        C = sp.csr_matrix((C.data, C.indices.astype(np.int32), C.indptr.astype(np.int32)),
+    wide = C.nnz >= 2**31 - 1 or C.shape[1] >= 2**31 - 1
+    index = np.dtype(np.int64 if wide else np.int32)
+    if C.indptr.dtype != index or C.indices.dtype != index or not C.data.dtype.isnative:
+        # 32-bit indices where they fit; native byte order (a big-endian array from a
+        # file or another machine would not type in the compiled kernels)
+        C = sp.csr_matrix((native(C.data), C.indices.astype(index, copy=False),
+                           C.indptr.astype(index, copy=False)),
                           shape=C.shape)
     return C
+
+
+def native(arr):
+    """``arr`` in the machine's byte order (a converted copy when it is not)."""
+    return arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("="))
 

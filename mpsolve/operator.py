@@ -53,6 +53,12 @@ class _Stored:
     def _kernel(self, x_dtype, y_dtype):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def __getstate__(self):
+        # the bound kernels are closures over compiled code: bound again after a pickle
+        state = self.__dict__.copy()
+        state["_bound"] = {}
+        return state
+
     def bind(self, x_dtype, y_dtype):
         """Kernel ``f(x, y)`` computing ``y <- F x`` for these vector dtypes (cached)."""
         key = (dtype_name(x_dtype), dtype_name(y_dtype))
@@ -410,6 +416,18 @@ class BlockTriangularSweeps(_Stored):
         return f
 
 
+class ThreadBuffers(threading.local):
+    """The scratch arrays of an ``apply``, one dict (``.d``) per thread: a set-up
+    operator then applies correctly from several threads at once.  A pickled or copied
+    one starts empty (scratch is remade on first use; a thread-local cannot be pickled)."""
+
+    def __init__(self):
+        self.d = {}
+
+    def __reduce__(self):
+        return (ThreadBuffers, ())
+
+
 class OperatorChain:
     """``out <- F_k ... F_2 F_1 r`` for stored operators ``F_j`` (each with ``bind``).
 
@@ -423,7 +441,7 @@ class OperatorChain:
     def __init__(self, ops):
         self.ops = list(ops)
         self.device = self.ops[0].device if self.ops else DEFAULT_DEVICE
-        self._local = threading.local()
+        self._local = ThreadBuffers()
 
     def __call__(self, r, out):
         ops = self.ops
@@ -431,9 +449,7 @@ class OperatorChain:
             ops[0].bind(r.dtype, out.dtype)(r, out)  # out = F r
             return
         key = (r.dtype.name, out.dtype.name)
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = {}
+        scratch = self._local.d
         sc = scratch.get(key)
         if sc is None:
             xp = array_module(self.device)
@@ -480,7 +496,7 @@ class OperatorChain:
     @property
     def nbytes(self):
         ob = sum(int(op.nbytes) for op in self.ops)
-        scratch = getattr(self._local, "scratch", None) or {}    # this thread's
+        scratch = self._local.d                                  # this thread's
         return ob + sum(int(b.nbytes) for _, bufs in scratch.values() for b in bufs)
 
 

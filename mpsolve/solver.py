@@ -393,7 +393,19 @@ class Solver:
         _, cands = plan(C, a["method"], a["precond"], a["precond_params"])
         return [c.label for c in cands] != self._plan_labels
 
+    def __reduce__(self):
+        # A Solver holds compiled kernels, device arrays and a lock, none of them
+        # picklable: a pickled (or deep-copied) Solver is its matrix and its arguments, set
+        # up again where it is loaded -- the same choices, as the analysis is deterministic.
+        a = dict(self._args)
+        return (_rebuild, (self._problem.A_user, a.pop("precond_params"), a))
+
     def __repr__(self):
         return (f"<Solver {self.n}x{self.n}: {self.method}"
                 + (f" + {self.precond}" if self.precond else "")
                 + f", {self.precision.name}>")
+
+
+def _rebuild(A, precond_params, args):
+    """A :class:`Solver` from its pickled form (:meth:`Solver.__reduce__`)."""
+    return Solver(A, **args, **precond_params)

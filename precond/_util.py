@@ -2,11 +2,10 @@
 messages, and the device their host-side set-up runs on."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from mpsolve.backend import HOST_DEVICE, is_host
+from mpsolve.operator import ThreadBuffers  # noqa: F401  (re-exported for the preconditioners)
 from mpsolve.kernels import provides
 
 __all__ = ["PreconditionerWarning", "ThreadBuffers", "rows_text", "setup_device", "wide_dtype"]
@@ -14,14 +13,6 @@ __all__ = ["PreconditionerWarning", "ThreadBuffers", "rows_text", "setup_device"
 
 class PreconditionerWarning(RuntimeWarning):
     """A preconditioner set-up replaced some rows by its documented fallback rule."""
-
-
-class ThreadBuffers(threading.local):
-    """The scratch arrays of an ``apply``, one dict (``.d``) per thread: a set-up
-    preconditioner then applies correctly from several threads at once."""
-
-    def __init__(self):
-        self.d = {}
 
 
 def rows_text(rows, limit=10):

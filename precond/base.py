@@ -70,6 +70,19 @@ class Preconditioner:
     #: matrix): its set-up errors then do not suggest ``reorder='mc64'`` again
     reorder_hint = True
 
+    def __new__(cls, *args, **kwargs):
+        # ``ILU0(A)`` reads like SciPy's ``spilu(A)``, but the constructor takes only the
+        # cheap parameters: a matrix there would be taken for one of them (``dtype=A``
+        # reads as ``A.dtype``) and leave a preconditioner that is not set up.
+        for value in (*args, *kwargs.values()):
+            if sp.issparse(value) or isinstance(value, (np.ndarray, spla.LinearOperator)):
+                raise TypeError(
+                    f"{cls.__name__}() takes its parameters, not the matrix: set it up "
+                    f"with {cls.__name__}(...).setup(A), or pass M={cls.__name__}() "
+                    "to a solver, which sets it up on its A"
+                )
+        return super().__new__(cls)
+
     def __init__(self, dtype=None):
         self._dtype_request = None if dtype is None else dtype_name(dtype)
         if self._dtype_request not in (None, "float32", "float64"):
@@ -87,6 +100,20 @@ class Preconditioner:
         #: how many times :meth:`setup_canonical` ran: a compiled Krylov loop made from the
         #: arrays of one set-up (:meth:`fusable`) is kept while this count stays the same
         self.setups = 0
+
+    def __getstate__(self):
+        # a pickle or copy keeps the stored operators; the bound kernels (compiled
+        # closures) and the array module are looked up again where it is used
+        state = self.__dict__.copy()
+        state["_bound"] = {}
+        if "_xp" in state:
+            state["_xp"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if "_xp" in state:
+            self._xp = array_module(self.device)
 
     # ----------------------------------------------------------------- protocol
     @property

@@ -168,9 +168,9 @@ class ILUT(Preconditioner):
         key = r.dtype.char + out.dtype.char
         b = self._buf.d.get(key)
         if b is None:
-            b = self._buf.d[key] = (xp.empty(r.shape[0], r.dtype), xp.empty(r.shape[0], out.dtype))
-            self._bound[key] = self._op.bind(r.dtype, out.dtype)
-        t, z = b
+            b = self._buf.d[key] = (xp.empty(r.shape[0], r.dtype), xp.empty(r.shape[0], out.dtype),
+                                    self._op.bind(r.dtype, out.dtype))
+        t, z, sweeps = b
         xp.take(r, self._pr, out=t)               # t = Pr r
-        self._bound[key](t, z)                    # z = (L U)^-1 t
+        sweeps(t, z)                              # z = (L U)^-1 t
         xp.take(z, self._pc, out=out)             # out = Pc z

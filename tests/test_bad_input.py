@@ -340,3 +340,35 @@ def test_the_unit_diagonal_row_scale_of_csr_and_bsr_factors(b):
         for k in range(T.indptr[i], T.indptr[i + 1]):
             want = np.repeat(rowmax[i * b:(i + 1) * b, None], b, axis=1)
             assert np.array_equal(got.reshape(-1, b, b)[k], want)
+
+
+@pytest.mark.parametrize("where", ["A data", "A indices", "b", "x0", "dense A", "all"])
+def test_data_in_the_other_byte_order_is_solved_as_it_is(where):
+    """Big-endian arrays (from a file written on another machine, ``np.dtype('>f8')``)
+    are taken as their values: the same answer as the native ones, bit for bit (the
+    compiled kernels take only the machine's order: converted once, on a copy)."""
+    A, b = A0.tocsr(), A0 @ np.arange(N, dtype=float)
+    data = A.data.astype(">f8") if where in ("A data", "all") else A.data
+    idx = (lambda a: a.astype(">i4")) if where in ("A indices", "all") else (lambda a: a)
+    Ab = sp.csr_matrix((data, idx(A.indices), idx(A.indptr)), shape=A.shape)
+    if where == "dense A":
+        Ab = A.toarray().astype(">f8")
+    bb = b.astype(">f8") if where in ("b", "all") else b
+    x0 = np.zeros(N, ">f8" if where in ("x0", "all") else "f8")
+    for f in (lambda A_, b_: mpsolve.solve(A_, b_, x0=x0, rtol=1e-10).x,
+              lambda A_, b_: cg(A_, b_, x0=x0, rtol=1e-10, M=mpsolve.precond.ILU0())[0],
+              lambda A_, b_: mpsolve.Solver(A_, precond="block-isai", rtol=1e-10).solve(b_).x,
+              lambda A_, b_: mpsolve.solve(A_, np.c_[b_, b_], rtol=1e-10).x[:, 1]):
+        np.testing.assert_array_equal(f(Ab, bb), f(A, b))
+
+
+def test_a_matrix_given_to_a_preconditioner_constructor_is_refused():
+    """``ILU0(A)`` reads like SciPy's ``spilu(A)``; the constructor takes the parameters
+    (a matrix there was read as ``dtype=A.dtype`` and left M not set up)."""
+    for cls in (mpsolve.precond.ILU0, mpsolve.precond.Jacobi, mpsolve.precond.ISAI,
+                mpsolve.precond.BlockISAI, mpsolve.precond.ILUT):
+        for A in (A0, A0.toarray(), sp.linalg.aslinearoperator(A0)):
+            with pytest.raises(TypeError, match=rf"{cls.__name__}\(\.\.\.\)\.setup\(A\)"):
+                cls(A)
+        with pytest.raises(TypeError, match="setup"):
+            cls(dtype=A0)

@@ -464,3 +464,22 @@ def test_one_solver_solves_correctly_from_several_threads():
     for k, r in enumerate(results):
         assert r.info == 0
         assert np.abs(r.x - (k + 1)).max() <= 1e-6 * (k + 1)
+
+
+@pytest.mark.parametrize("precond", ["auto", "jacobi", "block-isai", "ilut"])
+def test_a_solver_pickles_as_its_matrix_and_arguments(precond):
+    """A pickled (or deep-copied) Solver is set up again where it is loaded: the same
+    choices, the same answer bit for bit; it solves and updates on its own."""
+    import copy
+    import pickle
+
+    A = convection_diffusion2d(16)
+    b = A @ np.ones(A.shape[0])
+    s = Solver(A, precond=precond, precision="mixed", rtol=1e-9, maxiter=400)
+    x = s.solve(b).x
+    for twin in (pickle.loads(pickle.dumps(s)), copy.deepcopy(s)):
+        assert repr(twin) == repr(s)
+        np.testing.assert_array_equal(twin.solve(b).x, x)
+        assert twin.update(2.0 * A).last_update == "numeric"
+        np.testing.assert_allclose(twin.solve(b).x, 0.5 * x, rtol=1e-7)
+    np.testing.assert_array_equal(s.solve(b).x, x)
