@@ -200,6 +200,9 @@ class Choice:
     by_block: bool = False
     #: run only when no candidate before it could be set up (the method without M)
     bare: bool = False
+    #: CG chosen by ``method="auto"`` for a preconditioner the caller pinned: taken only
+    #: when that preconditioner, once set up, is symmetric (else the next candidate)
+    needs_symmetric_M: bool = False
 
     @property
     def label(self) -> str:
@@ -690,6 +693,7 @@ def plan(C, method="auto", precond="auto", precond_params=None):
     if pinned is not None:
         for c in cands:
             c.precond = pinned if isinstance(pinned, str) else type(pinned).__name__
+            c.needs_symmetric_M = c.method == "cg" and method == "auto"
     return an, cands
 
 
@@ -707,7 +711,17 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
     ``c.reason``.  Raises the set-up's error (:data:`SETUP_ERRORS`: try the next one)."""
     from .precond import make_preconditioner
 
-    M = pinned if not isinstance(pinned, str) else None
+    if pinned is not None and not isinstance(pinned, str):
+        # the caller's object: used as it is when they set it up, else set up here for
+        # this candidate's side and precision (again only where these change)
+        if not cache.setdefault("pinned set up by the caller", pinned.is_setup) \
+                and C is not None and cache.get("pinned set up for") != (side, policy.precond):
+            cache["pinned set up for"] = None
+            pinned.setup_canonical(C, dtype=policy.precond, device=device, side=side)
+            cache["pinned set up for"] = (side, policy.precond)
+        _check_symmetric(c, pinned)
+        return pinned
+    M = None
     name = pinned if isinstance(pinned, str) else c.precond
     if isinstance(name, str) and name != "none":
         params = dict(c.params) if pinned is None else {}
@@ -738,7 +752,16 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
             c.reason += f"; {note}"
         if getattr(M, "shift", None):
             c.reason += f"; shift={M.shift:g} (an unshifted pivot was not positive)"
+        _check_symmetric(c, M)
     return M
+
+
+def _check_symmetric(c, M):
+    """Refuse (as a failed set-up: the next candidate is tried) a nonsymmetric ``M`` for a
+    CG candidate that ``method="auto"`` chose for a preconditioner the caller pinned."""
+    if c.needs_symmetric_M and M is not None and not M.symmetric:
+        raise ValueError(f"{type(M).__name__} is not symmetric here, and CG needs a "
+                         "symmetric preconditioner: the next method")
 
 
 def _set_up(make, name, params, C, policy, device, side, escalate, cache):

@@ -437,6 +437,37 @@ def test_pinned_method_or_preconditioner():
 
 
 
+@pytest.mark.parametrize("make", [
+    lambda: mpsolve.precond.ILU0(), lambda: mpsolve.precond.Jacobi(),
+    lambda: mpsolve.precond.ISAI(), lambda: mpsolve.precond.ILUT(),
+    lambda: mpsolve.precond.BlockISAI(variant="general"),
+    lambda: mpsolve.precond.Reordered(mpsolve.precond.ILU0()),
+], ids=["ilu0", "jacobi", "isai", "ilut", "block-isai-general", "reordered"])
+@pytest.mark.parametrize("spd", [True, False], ids=["spd", "nonsym"])
+def test_a_preconditioner_object_with_the_auto_method(make, spd):
+    """``solve(A, b, precond=M)`` for an object ``M`` not yet set up: ``method="auto"``
+    sets it up for each candidate's side and converges -- and CG takes it only where
+    ``M`` came out symmetric (an ILUT or a general ISAI on an SPD A: GMRES)."""
+    A = poisson2d(16) if spd else convection_diffusion2d(16, peclet=20)
+    b = A @ np.ones(A.shape[0])
+    for run in (lambda M: mpsolve.solve(A, b, precond=M, rtol=1e-8),
+                lambda M: mpsolve.Solver(A, precond=M, rtol=1e-8).solve(b)):
+        M = make()
+        res = run(M)
+        _ok(res, A, b, 1e-8)
+        assert res.converged and M.is_setup
+        if res.method == "cg":
+            assert spd and M.symmetric
+        tried = [c for c in res.choices if c.outcome != "not tried"]
+        assert all(c.outcome in ("converged", "chosen") or "not symmetric" in c.outcome
+                   for c in tried)
+    # one the caller set up is used as it is
+    M = mpsolve.precond.ILU0(dtype="float64").setup(A)
+    factors = M.matvec(b)
+    res = mpsolve.solve(A, b, precond=M, rtol=1e-8)
+    assert res.converged and np.array_equal(M.matvec(b), factors)
+
+
 def test_pinned_method_reasons_are_true_and_candidates_distinct():
     spd = poisson2d(8)
     an = auto.analyse(sp.csr_matrix(spd))
