@@ -47,7 +47,7 @@ from .kernels.safenorm import all_finite
 from ._system import STAGNATION, check_basis, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
-from .refine import dd_stage, dd_supported, refine_stage
+from .refine import FP64_ROUNDING, dd_stage, dd_supported, refine_stage
 from .result import USER_STOP, Escalation, SolveResult, keep_period, status_text
 
 __all__ = ["run", "iterate", "report_fields"]
@@ -334,6 +334,10 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
     if flag == 2 and info > 0:
         extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
                  + ("" if escalate else "; escalate=True would switch to a stronger policy"))
+    if flag == FP64_ROUNDING and info > 0:
+        extra = ("the tolerance is below FP64's rounding of b - A x: x is the double-double "
+                 "answer (which meets it) rounded to float64, as close as float64 holds it "
+                 "(the low part in SolveResult.x_lo)")
     if info == 0 and judge_answer:
         t = answer_residual(problem, x64)
         if t is not None:
@@ -344,4 +348,5 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
                                        rel=t / problem.bnrm)
     return finish(x64, info, count, iters, hist, true, setup_time,
                   solve_time, escalations, policy, extra, x_lo=x_lo,
-                  at_floor=flag == 2 and info > 0 and policy.stronger() is None)
+                  at_floor=info > 0 and (flag == FP64_ROUNDING
+                                         or (flag == 2 and policy.stronger() is None)))

@@ -125,6 +125,11 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
 #: for sqrt(eps) (double: 327 iterations, forward error 4e-9).
 DD_ETA = 1e-5
 
+#: :func:`dd_stage`'s flag for "the double-double pair meets the tolerance, and x rounded
+#: to FP64 is as close as FP64 holds it" (a tolerance below FP64's rounding of b - A x):
+#: no stronger policy rounds x better, so the driver neither escalates nor moves on
+FP64_ROUNDING = 4
+
 
 def dd_supported(problem) -> bool:
     """Whether ``problem`` can run a double-double stage: the matrix entries of ``A`` are
@@ -256,7 +261,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
                 break
             accuracy = True
             if not moved or new > STAGNATION * true:
-                true, flag = new, 1             # x is as good as FP64 holds it
+                true, flag = new, FP64_ROUNDING  # x is as good as FP64 holds it
                 break
         if f != 0:
             true, flag = new, f
@@ -268,4 +273,9 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         true = new
     if flag == USER_STOP and true <= tol:
         flag = 0
-    return count, iters, flag, judged(xh, r64)
+    certified = judged(xh, r64)
+    if flag == 0 and not certified <= tol:
+        # the Dot2 residual meets the tolerance (it may be exactly 0), its rounding bound
+        # does not: no step can certify less -- the floor of this precision
+        flag = 2
+    return count, iters, flag, certified

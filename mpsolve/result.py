@@ -132,9 +132,10 @@ class SolveResult:
         to FP64.  ``None`` for the other policies (and for FP32 results).
     at_floor : bool
         The iteration stagnated at the accuracy floor of the strongest precision policy
-        (nothing left to escalate to): the tolerance is below what any precision or
-        preconditioner can certify for this system; ``method="auto"`` tries no further
-        candidate.
+        (nothing left to escalate to), or an EFT policy's double-double answer met the
+        tolerance where ``x`` rounded to FP64 cannot (its low part in ``x_lo``): the
+        tolerance is below what any precision or preconditioner can certify for this
+        system; ``method="auto"`` tries no further candidate.
     """
 
     x: np.ndarray

@@ -621,6 +621,28 @@ def test_a_tolerance_below_every_precision_floor_stops_at_the_first_candidate():
     assert ok.converged and not ok.at_floor
 
 
+@pytest.mark.parametrize("x_exact, rtol, floor", [
+    ("random", 1e-17, "FP64's rounding of b - A x"),   # the pair meets it; x rounded cannot
+    ("ones", 1e-30, "accuracy floor of precision 'eft'"),  # Dot2 residual 0, its bound not
+])
+def test_a_tolerance_below_fp64_rounding_says_why_and_stops(x_exact, rtol, floor):
+    """Below what an FP64 x can meet, the EFT stages end with the reason (they ended with
+    info > 0 and no reason, and auto set up every other candidate for 0 iterations each,
+    each one's outcome 'iteration budget spent')."""
+    A = poisson2d(12)
+    x = np.ones(A.shape[0]) if x_exact == "ones" else \
+        np.random.default_rng(0).standard_normal(A.shape[0])
+    b = A @ x
+    direct = mpsolve.solve(A, b, rtol=rtol, method="cg", precond="ilu0", precision="mixed")
+    assert floor in direct.status
+    for res in (direct, mpsolve.solve(A, b, rtol=rtol)):
+        assert not res.converged and res.at_floor
+        assert res.info == res.iterations > 0 and res.x_lo is not None
+        assert np.linalg.norm(res.x - x) <= 1e-13 * np.linalg.norm(x)
+    tried = [c for c in res.choices if c.outcome != "not tried"]
+    assert len(tried) == 1 and "accuracy floor" in tried[0].outcome
+
+
 def test_direct_fallback_is_a_complete_lu_where_a_dense_one_fits():
     """A random sparse skew-symmetric matrix plus 0.01 I: every incomplete candidate
     stagnates, and SuperLU's LU drops what exceeds its fill bound even at drop_tol=0
