@@ -214,6 +214,8 @@ class Choice:
                 + (f" [{self.precision}]" if self.precision else ""))
 
     def __str__(self):
+        if self.outcome == "chosen":    # a Solver's choice at set-up: its solves say the rest
+            return f"{self.label}: {self.reason} -> chosen [set-up {self.setup_seconds:.3f} s]"
         return (f"{self.label}: {self.reason} -> {self.outcome}"
                 + (f" [{self.iterations} it, true residual {self.true_residual:.1e}, "
                    f"{self.seconds:.3f} s]" if self.outcome != "not tried" else ""))

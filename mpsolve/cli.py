@@ -120,15 +120,22 @@ def _start_up() -> float:
 def cmd_solve(args):
     from . import solve
     from ._sparse import check_matrix
-    from .matrices import read_vector, write_mtx
+    from .matrices import read_mtx, write_mtx
 
     if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         raise FileNotFoundError(f"--out {args.out}: its folder does not exist")
     A = check_matrix(load_matrix(args.matrix), "A")   # square, finite: before b = A @ 1
     n = A.shape[0]
     if args.rhs:
-        b = read_vector(args.rhs)
-        rhs_text = args.rhs
+        b = read_mtx(args.rhs)           # n x 1 (or 1 x n): one; n x k: k solved together
+        b = b.toarray() if hasattr(b, "toarray") else np.asarray(b)
+        if 1 in b.shape:
+            b = b.reshape(-1)
+        if b.shape[0] != n:
+            raise ValueError(f"--rhs {args.rhs}: holds a {' x '.join(map(str, b.shape))} "
+                             f"array, but A is {n} x {n}: give n x 1 (one right-hand side) "
+                             f"or n x k ({n} rows, k right-hand sides)")
+        rhs_text = args.rhs + (f"  ({b.shape[1]} right-hand sides)" if b.ndim == 2 else "")
     else:
         b = A @ np.ones(n)
         rhs_text = "A @ ones (default)"
@@ -229,8 +236,10 @@ def build_parser(bench_options=True):
                                     "spec such as poisson3d:50, or a SuiteSparse name found in "
                                     "$MPSOLVE_MATRIX_PATH.  Exit status 0 when converged, 1 otherwise.")
     ps.add_argument("matrix", help="matrix file, generator spec or collection name")
-    ps.add_argument("--rhs", help="right-hand side (Matrix Market vector); default A @ ones")
-    ps.add_argument("--out", help="write the solution x here (Matrix Market)")
+    ps.add_argument("--rhs", help="right-hand side (Matrix Market, n x 1; n x k: k right-hand "
+                    "sides solved together); default A @ ones")
+    ps.add_argument("--out", help="write the solution x here (Matrix Market; n x k for k "
+                    "right-hand sides)")
     _add_solver_options(ps)
     ps.set_defaults(func=cmd_solve)
 

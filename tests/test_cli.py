@@ -42,6 +42,36 @@ def test_solve_a_file_and_write_x(tmp_path, capsys):
     assert np.linalg.norm(A @ x - A @ xtrue) <= 1e-10 * np.linalg.norm(A @ xtrue)
 
 
+def test_several_right_hand_sides_from_a_file(tmp_path, capsys):
+    """An n x k --rhs solves k systems together and --out writes the n x k solution; a 1 x n
+    row is one right-hand side; a file with another row count names both shapes."""
+    from mpsolve.matrices import read_mtx
+
+    A = convection_diffusion2d(12, peclet=10)
+    n = A.shape[0]
+    f = tmp_path / "A.mtx"
+    write_mtx(f, A)
+    X = np.stack([np.linspace(1, 2, n), np.cos(np.arange(n)), np.ones(n)], axis=1)
+    write_mtx(tmp_path / "B.mtx", A @ X)
+    rc = main(["solve", str(f), "--rhs", str(tmp_path / "B.mtx"), "--rtol", "1e-10",
+               "--out", str(tmp_path / "X.mtx")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "(3 right-hand sides)" in out and "3 of 3" in out
+    got = np.asarray(read_mtx(tmp_path / "X.mtx").todense())
+    assert got.shape == (n, 3)
+    res = np.linalg.norm(A @ got - A @ X, axis=0) / np.linalg.norm(A @ X, axis=0)
+    assert res.max() <= 1e-10
+    write_mtx(tmp_path / "row.mtx", (A @ X[:, 0]).reshape(1, -1))
+    assert main(["solve", str(f), "--rhs", str(tmp_path / "row.mtx"), "--rtol", "1e-10",
+                 "--out", str(tmp_path / "x.mtx")]) == 0
+    x = read_vector(tmp_path / "x.mtx")
+    assert np.linalg.norm(A @ x - A @ X[:, 0]) <= 1e-10 * np.linalg.norm(A @ X[:, 0])
+    write_mtx(tmp_path / "short.mtx", np.ones((n - 1, 2)))
+    capsys.readouterr()
+    assert main(["solve", str(f), "--rhs", str(tmp_path / "short.mtx")]) == 2
+    assert f"holds a {n - 1} x 2 array, but A is {n} x {n}" in capsys.readouterr().err
+
+
 def test_solve_generator_spec_nonconverged_exit_status(capsys):
     rc = main(["solve", "poisson2d:30", "--method", "cg", "--maxiter", "3", "--rtol", "1e-12"])
     out = capsys.readouterr().out

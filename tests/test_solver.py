@@ -483,3 +483,13 @@ def test_a_solver_pickles_as_its_matrix_and_arguments(precond):
         assert twin.update(2.0 * A).last_update == "numeric"
         np.testing.assert_allclose(twin.solve(b).x, 0.5 * x, rtol=1e-7)
     np.testing.assert_array_equal(s.solve(b).x, x)
+
+
+def test_the_summary_of_a_solver_solve_gives_the_choice_its_set_up_time():
+    """A Solver's choice is made at set-up: its line in a solve's summary gives the set-up
+    time, not '0 it, true residual nan' (the iterations are the solve's, above it)."""
+    A = poisson2d(12)
+    for b in (A @ np.ones(A.shape[0]), A @ np.ones((A.shape[0], 2))):
+        text = Solver(A, rtol=1e-8).solve(b).summary()
+        line = next(ln for ln in text.splitlines() if ln.startswith("choice 1"))
+        assert "-> chosen [set-up " in line and "nan" not in line
