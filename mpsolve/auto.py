@@ -309,7 +309,8 @@ def direct_fill_factor(n: int, nnz: int) -> Optional[float]:
 
 def _direct(an: Analysis) -> List[Choice]:
     """The last resort: ILUT without dropping = SuperLU's LU with threshold pivoting (complete
-    where a dense LU would fit, else fill bounded by ``DIRECT_FILL`` nnz(A):
+    where a dense LU would fit -- then by SuperLU's supernodal ``splu``, see
+    :class:`~mpsolve.precond.ILUT` -- else fill bounded by ``DIRECT_FILL`` nnz(A):
     :func:`direct_fill_factor`) of the MC64-scaled matrix, as GMRES's preconditioner (GMRES
     then corrects what rounding and any fill bound leave).  mhd4800a needs it: every ILUT
     with dropping (1e-3 ... 1e-6) of it gives non-finite values, the complete one converges

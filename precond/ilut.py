@@ -83,7 +83,10 @@ class ILUT(Preconditioner):
     drop_tol : float
         Entries smaller than ``drop_tol`` times their column's norm are dropped (default 1e-3).
     fill_factor : float
-        At most about ``fill_factor * nnz(A)`` entries in ``L + U`` (default 10).
+        At most about ``fill_factor * nnz(A)`` entries in ``L + U`` (default 10).  With
+        ``drop_tol=0`` and a bound that cannot bind (``fill_factor * nnz(A) >= n^2 + n``)
+        the factorisation is a complete LU, computed by SuperLU's supernodal ``splu`` (the
+        same pivoting; ``stats["factorisation"]`` says which code ran).
     dtype : {"float32", "float64"} or None
         Storage precision of the factors (complex64 / complex128 for a complex ``A``,
         factorised in complex128).
@@ -121,19 +124,30 @@ class ILUT(Preconditioner):
 
     def _setup(self, C, dtype):
         order = column_ordering(C)
+        n = C.shape[0]
+        complete = self.drop_tol == 0.0 and self.fill_factor * max(C.nnz, 1) >= n * n + n
+        if complete:
+            # nothing dropped and a fill bound that cannot bind: a complete LU, by SuperLU's
+            # supernodal factorisation (BLAS-3 panels) with the ILU code's pivoting rule
+            # (threshold 0.1): the same factors, 1.6-1.9x faster (random sparse n = 5000:
+            # 4.4 s against 7.9 s; af23560 0.82 s against 1.38 s)
+            def factor(Cc, order):
+                return spla.splu(Cc, permc_spec=order, diag_pivot_thresh=0.1)
+        else:
+            def factor(Cc, order):
+                return spla.spilu(Cc, drop_tol=self.drop_tol, fill_factor=self.fill_factor,
+                                  permc_spec=order)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", sp.SparseEfficiencyWarning)
             Cc = sp.csc_matrix(C, dtype=wide_dtype(C.dtype))
             try:
                 try:
-                    F = spla.spilu(Cc, drop_tol=self.drop_tol, fill_factor=self.fill_factor,
-                                   permc_spec=order)
+                    F = factor(Cc, order)
                 except RuntimeError:
                     if order == "COLAMD":
                         raise
                     order = "COLAMD"             # (the other ordering's pivots)
-                    F = spla.spilu(Cc, drop_tol=self.drop_tol, fill_factor=self.fill_factor,
-                                   permc_spec=order)
+                    F = factor(Cc, order)
             except RuntimeError as err:
                 raise ZeroPivotError(
                     f"ILUT(drop_tol={self.drop_tol:g}): {err}; lower drop_tol or raise "
@@ -156,7 +170,8 @@ class ILUT(Preconditioner):
         self._pc = to_device(F.perm_c.astype(np.int64), self.device)  # out = z[pc]
         self._buf = ThreadBuffers()
         self.stats = {"fill": float((F.L.nnz + F.U.nnz - n) / max(C.nnz, 1)),
-                      "drop_tol": self.drop_tol, "ordering": order}
+                      "drop_tol": self.drop_tol, "ordering": order,
+                      "factorisation": "complete LU (splu)" if complete else "ILUTP (spilu)"}
 
     def _linear(self):
         """Two exact permutations around ILU(0)'s sweeps (FP64 row sums): linear
