@@ -29,7 +29,9 @@ under numba's simulator, where CuPy cannot allocate -- the same code runs on bot
 1. **Gather** (:func:`gather_local`): one warp per block row ``i``; for each block row
    ``J_p`` of ``J_i`` the lanes stride over the stored blocks of ``A``'s row ``J_p``,
    binary-search each block column in ``J_i`` and copy hits to ``out[t, p b:, q b:]``
-   (the host op's semantics; ``out`` zeroed by the caller).
+   (the host op's semantics; ``out`` zeroed by the caller); a row over ``LONG_ROW``
+   times longer than ``J_i`` (a dense row) is read the other way round, the lanes over
+   ``J_i`` searching the row, as the CPU's gather does.
 2. **Solve**, ``Mat X = E_pos`` (``Mat = A_J^T``; ``spd``: ``A_J``), ``b`` right-hand
    sides:
 
@@ -74,6 +76,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float64, int64
 
+from ..cpu._config import LONG_ROW      # the CPU kernels' rule for a dense row
 from ..registry import register
 from . import dmma, localsolve as LS
 from ._intrin import SIM, WARP, lane_id
@@ -116,7 +119,11 @@ def _on(xp, a, dtype):
 @cuda.jit
 def _gather_kernel(rows, pptr, pind, aptr, aind, adata, out):
     """``out[t] = A[J_i, J_i]``, ``i = rows[t]``: one warp per ``t``, lanes over the stored
-    blocks of each row ``J_p`` of ``A``, a binary search of the block column in ``J_i``."""
+    blocks of each row ``J_p`` of ``A``, a binary search of the block column in ``J_i`` --
+    or, for a row of ``A`` over ``LONG_ROW`` times longer than ``J_i`` (a dense row), lanes
+    over ``J_i``, a binary search of each column in that row: ``O(m log n)`` in place of
+    ``O(n)`` for every local system the row meets (the CPU kernel's rule; the same
+    entries land in the same places).  The branch is the same for the whole warp."""
     nrow = rows.shape[0]
     b = adata.shape[1]
     tid = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
@@ -129,7 +136,25 @@ def _gather_kernel(rows, pptr, pind, aptr, aind, adata, out):
         m = pptr[i + 1] - j0
         for p in range(m):
             r = pind[j0 + p]
-            for k in range(aptr[r] + lane, aptr[r + 1], WARP):
+            k0 = aptr[r]
+            k1 = aptr[r + 1]
+            if k1 - k0 > LONG_ROW * m:
+                for q in range(lane, m, WARP):
+                    c = pind[j0 + q]
+                    lo = k0
+                    hi = k1
+                    while lo < hi:                    # first k with aind[k] >= c
+                        mid = (lo + hi) // 2
+                        if aind[mid] < c:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                    if lo < k1 and aind[lo] == c:
+                        for u in range(b):
+                            for v in range(b):
+                                out[t, p * b + u, q * b + v] = adata[lo, u, v]
+                continue
+            for k in range(k0 + lane, k1, WARP):
                 c = aind[k]
                 lo = 0
                 hi = m

@@ -105,6 +105,33 @@ def test_gather_matches_reference(b, power):
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("b", [1, 2])
+def test_gather_reads_a_dense_row_by_lookup_with_the_same_result(b):
+    """An arrow matrix: its dense first row is far longer than the local systems (by
+    LONG_ROW), so the warp searches it for J_i's columns instead of striding over it (the
+    CPU gather's rule): the same blocks as the reference, which scans."""
+    n = 100
+    rng = np.random.default_rng(5)
+    A = sp.random(n, n, density=3.0 / n, random_state=rng, format="lil")
+    A[0, :] = rng.uniform(0.1, 1.0, n)
+    A[:, 0] = rng.uniform(0.1, 1.0, (n, 1))
+    A = sp.csr_matrix(A + sp.eye(n) * 4.0)
+    if b == 2:
+        A = sp.csr_matrix(sp.kron(A, np.array([[2.0, 0.3], [0.1, 2.0]])))
+    (aptr, aind, adata), (pp, pi), _ = _pattern(A, b, 1, "all")
+    sizes = np.diff(pp)
+    rows = np.flatnonzero((sizes >= 2) & (sizes < sizes.max())).astype(np.int64)[:6]
+    m = int(sizes[rows].max())
+    rows = rows[sizes[rows] == m]
+    assert rows.size and 0 in pi[pp[rows[0]]:pp[rows[0] + 1]]        # the dense row met
+    assert np.diff(aptr)[0] > S.LONG_ROW * m                          # ... by lookup
+    got = np.zeros((rows.size, m * b, m * b))
+    want = np.zeros_like(got)
+    lookup(GPU, "gather_local", F64)(rows, pp, pi, aptr, aind, adata, got)
+    lookup(REF, "gather_local", F64)(rows, pp, pi, aptr, aind, adata, want)
+    assert np.array_equal(got, want) and np.count_nonzero(want[:, 0, :]) > 0
+
+
 def _compare(got, want, bad_g, bad_r, scale=1.0):
     assert np.array_equal(bad_g, bad_r), (np.flatnonzero(bad_g), np.flatnonzero(bad_r))
     assert np.isfinite(got).all()
