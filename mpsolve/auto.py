@@ -319,8 +319,11 @@ def _direct(an: Analysis) -> List[Choice]:
     fill = direct_fill_factor(an.n, an.nnz)
     if fill is None:
         return []
+    complete = fill * max(an.nnz, 1) >= an.n * an.n + an.n
+    lu = "a complete LU" if complete else \
+        f"an LU with fill bounded at {fill:g} nnz(A) (a dense one would not fit)"
     return [Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 0.0, "fill_factor": fill},
-                   "direct fallback: a complete LU with pivoting of the permuted, scaled "
+                   f"direct fallback: {lu} with pivoting of the permuted, scaled "
                    "matrix, in FP64, GMRES on top", precision="double")]
 
 

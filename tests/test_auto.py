@@ -601,6 +601,11 @@ def test_command_line_solve_defaults_to_auto(capsys):
 def test_direct_fallback_only_for_matrices_it_fits(monkeypatch):
     an = auto.analyse(convection_diffusion2d(16))
     assert any(c.params.get("drop_tol") == 0.0 for c in auto.candidates(an))
+    # its reason says whether the LU is complete (a dense one fits) or its fill bounded
+    for k, words in ((16, "a complete LU"), (100, "fill bounded at 50 nnz(A)")):
+        direct = [c for c in auto.candidates(auto.analyse(convection_diffusion2d(k)))
+                  if c.params.get("drop_tol") == 0.0]
+        assert len(direct) == 1 and words in direct[0].reason
     monkeypatch.setattr(auto, "DIRECT_MAX_ENTRIES", an.nnz)
     assert not any(c.params.get("drop_tol") == 0.0 for c in auto.candidates(an))
 
