@@ -45,9 +45,11 @@ layer's automatic choice, written once for every device:
      did plat362 while the stagnation window was a fixed 300 iterations), as long as its
      fill bound stays under ``DIRECT_MAX_ENTRIES``;
    * and, when no preconditioner at all could be set up (a structurally singular ``A``:
-     an empty row or column, which MC64 and every factorisation refuse), GMRES without
-     one: a consistent singular system still has solutions, and GMRES finds one; an
-     inconsistent one ends with its stagnation or breakdown, named in the status.
+     an empty row or column, which MC64 and every factorisation refuse) or none converged
+     (a singular ``A`` whose factors are exactly singular and whose ISAI stagnates), GMRES
+     without one on the iterations left: a consistent singular system still has
+     solutions, and GMRES finds one; an inconsistent one ends with its stagnation or
+     breakdown, named in the status.
 
    GMRES runs right-preconditioned (its residual estimate is then the true residual's, which
    the stagnation test below reads) with restart 30 (PETSc's).
@@ -453,12 +455,13 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
         out = pinned
     else:
         # when every preconditioner's set-up fails (an empty row or column: A structurally
-        # singular, which MC64 and the factorisations refuse), the method without one: a
-        # consistent singular system still has solutions, and GMRES finds one
+        # singular, which MC64 and the factorisations refuse) or none converged (a singular
+        # A whose factors are exactly singular), the method without one, with the budget
+        # left: a consistent singular system still has solutions, and GMRES finds one
         bare = method if method != "auto" else "gmres"
         if not any(c.method == bare and c.precond in (None, "none") for c in out):
-            out.append(Choice(bare, None, {}, "no preconditioner could be set up: the "
-                              "method without one", bare=True))
+            out.append(Choice(bare, None, {}, "no preconditioner could be set up or none "
+                              "converged: the method without one", bare=True))
     prec, why = _precision(an)
     for c in out:
         c.precision = c.precision or prec
@@ -555,10 +558,11 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             c.outcome = ("skipped: CG broke down on p^T A p <= 0 with a positive definite M, "
                          "so A is not positive definite")
             continue
-        if c.bare and (results or not problem.bnrm):   # only after every set-up failed
-            continue                      # (b = 0: x = 0, said as such by _combine)
-        last = all(cc.bare for cc in cands[k + 1:])   # (a bare one after it runs only if
-        # this one cannot be set up: this one may take the whole budget)
+        if c.bare and not problem.bnrm:   # (b = 0: x = 0, said as such by _combine)
+            continue
+        # the last preconditioned candidate may take the whole budget: the bare method
+        # after it runs on what that one leaves (a failed set-up, a stagnation)
+        last = all(cc.bare for cc in cands[k + 1:])
         share = left if last else max(1, left // 2)
         if c.by_block and an is not None and pinned is None:
             resolve_block(c, an)            # its time is the analysis's (block_time)

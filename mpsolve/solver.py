@@ -37,6 +37,7 @@ import threading
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError
 from ._sparse import canonical_csr, check_matrix
@@ -346,9 +347,11 @@ class Solver:
         if (p.A_csr is not None and on_host(A_new)
                 and getattr(A_new, "shape", None) == p.A_csr.shape):
             try:
-                C = canonical_csr(check_matrix(A_new, "A_new"))
+                C = check_matrix(A_new, "A_new")
             except TypeError:
                 C = None
+            # entries to compare patterns by; an operator without them: set up anew
+            C = canonical_csr(C) if sp.issparse(C) else None
         old = p.A_csr
         same = C is not None and C.nnz == old.nnz and (C.dtype.kind == "c") == p.is_complex \
             and np.array_equal(C.indptr, old.indptr) and np.array_equal(C.indices, old.indices)

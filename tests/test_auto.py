@@ -214,6 +214,23 @@ def test_a_structurally_singular_system_falls_back_to_the_bare_method(consistent
     assert "gmres + none" not in r.summary()
 
 
+def test_the_bare_method_also_runs_when_no_preconditioned_candidate_converged():
+    """A singular A whose factors are all exactly singular and whose ISAI stagnates (central
+    convection-diffusion without its diagonal, rank 380 of 400), b consistent: GMRES
+    without a preconditioner, on the iterations left, solves it (it ended with ISAI's
+    stagnation while those iterations were unused)."""
+    A = convection_diffusion2d(20)
+    A = sp.csr_matrix(A - sp.diags(A.diagonal()))
+    A.eliminate_zeros()
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, rtol=1e-9)
+    assert res.converged and _ok(res, A, b, 1e-9) <= 1e-9
+    bare = res.choices[-1]
+    assert bare.bare and bare.outcome == "converged" and bare.iterations > 0
+    assert any(c.outcome.startswith("stagnated") for c in res.choices[:-1])
+    assert res.iterations <= auto.DEFAULT_AUTO_MAXITER
+
+
 def test_values_beyond_float32_choose_double():
     n = 40
     T = sp.diags([-1.0 * np.ones(n - 1), 3.0 * np.ones(n), -0.5 * np.ones(n - 1)], [-1, 0, 1])
