@@ -493,3 +493,16 @@ def test_the_summary_of_a_solver_solve_gives_the_choice_its_set_up_time():
         text = Solver(A, rtol=1e-8).solve(b).summary()
         line = next(ln for ln in text.splitlines() if ln.startswith("choice 1"))
         assert "-> chosen [set-up " in line and "nan" not in line
+
+
+def test_update_with_an_operator_without_entries_sets_up_anew():
+    """``update`` with a LinearOperator (no entries to compare patterns by): everything is
+    set up again, as the constructor does for an operator (it failed with SciPy's 'dtype
+    object' error)."""
+    A = convection_diffusion2d(12)
+    b = A @ np.ones(A.shape[0])
+    s = Solver(A, rtol=1e-9)
+    assert s.update(spla.aslinearoperator(2.0 * A)).last_update == "full"
+    res = s.solve(b)
+    assert res.converged and s.precond is None
+    np.testing.assert_allclose(res.x, 0.5, rtol=1e-6)
