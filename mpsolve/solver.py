@@ -150,7 +150,7 @@ class Solver:
         restart, side = a["restart"], a["side"]
         if auto:
             from .auto import (AUTO_RESTART, DEFAULT_AUTO_MAXITER, candidate_side, plan,
-                               SETUP_ERRORS, set_up_candidate)
+                               resolve_block, SETUP_ERRORS, set_up_candidate)
 
             pinned = None if precond == "auto" else precond
             problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], device=device,
@@ -160,7 +160,12 @@ class Solver:
             an, cands = plan(problem.A_csr, method, precond, a["precond_params"])
             self._plan_labels = [c.label for c in cands]
             chosen = M = policy = None
+            # shared by the candidates, as in auto_solve: the MC64 matching, the symmetry
+            # test, the side a pinned object was set up for
+            cache = {"mirror_hint": getattr(an, "mirror_hint", None)}
             for c in cands:
+                if c.by_block and an is not None and pinned is None:
+                    resolve_block(c, an)
                 policy = as_precision(precision or c.precision, problem.data_dtype)
                 c.precision = policy.name
                 m_side = candidate_side(c.method, side)
@@ -172,7 +177,7 @@ class Solver:
                     continue
                 try:
                     M = set_up_candidate(c, pinned, a["precond_params"], problem.A_csr, policy,
-                                         device, m_side, self.escalate, {})
+                                         device, m_side, self.escalate, cache)
                 except SETUP_ERRORS as err:
                     c.outcome = f"set-up failed: {type(err).__name__}: {err}"
                     continue

@@ -473,6 +473,8 @@ def test_a_preconditioner_object_with_the_auto_method(make, spd):
         res = run(M)
         _ok(res, A, b, 1e-8)
         assert res.converged and M.is_setup
+        # set up for the side the chosen method applies it on (CG left, the others right)
+        assert M._side == ("left" if res.method == "cg" else "right")
         if res.method == "cg":
             assert spd and M.symmetric
         tried = [c for c in res.choices if c.outcome != "not tried"]
