@@ -75,7 +75,8 @@ class Preconditioner:
         # cheap parameters: a matrix there would be taken for one of them (``dtype=A``
         # reads as ``A.dtype``) and leave a preconditioner that is not set up.
         for value in (*args, *kwargs.values()):
-            if sp.issparse(value) or isinstance(value, (np.ndarray, spla.LinearOperator)):
+            if sp.issparse(value) or isinstance(value, spla.LinearOperator) or (
+                    isinstance(value, np.ndarray) and value.ndim == 2):
                 raise TypeError(
                     f"{cls.__name__}() takes its parameters, not the matrix: set it up "
                     f"with {cls.__name__}(...).setup(A), or pass M={cls.__name__}() "
