@@ -501,8 +501,11 @@ def derive_problem(problem: Problem, *, M, maxiter, x0, precond_side) -> Optiona
     :data:`_B_RANGE`): the caller then makes the problem afresh.  ``x0``: ``None`` keeps
     ``problem``'s start, else an array of length ``n`` in the problem's field (a previous
     candidate's answer: finite, on the problem's device), copied.  ``M``: a preconditioner
-    set up for ``A`` on the problem's device, or ``None``."""
+    set up for ``A`` on the problem's device, or ``None``; a matrix or an operator (the
+    caller's own ``M``) also gives ``None``: ``make_problem`` checks and wraps it."""
     if problem.b_exp or not (problem.bnrm == 0.0 or _B_RANGE[0] <= problem.bnrm <= _B_RANGE[1]):
+        return None
+    if M is not None and not isinstance(M, Preconditioner):
         return None
     if M is not None and not (isinstance(M, Preconditioner) and M.is_setup):
         raise TypeError("derive_problem takes a preconditioner set up for A (or None)")

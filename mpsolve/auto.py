@@ -81,6 +81,7 @@ from ._demote import PrecisionRangeError
 from .backend import HOST_DEVICE, array_module, on_host
 from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
+from .precond.base import Preconditioner
 from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure
@@ -406,6 +407,12 @@ def _pin_method(an: Analysis, out: List[Choice], method: str) -> List[Choice]:
     return kept or [Choice(method, "jacobi", {}, "method pinned by the caller")]
 
 
+def is_auto(precond) -> bool:
+    """Whether ``precond`` asks for the automatic choice (it may be an array or a matrix,
+    whose ``==`` would compare elementwise)."""
+    return isinstance(precond, str) and precond == "auto"
+
+
 def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     """The ordered candidates for ``an`` (see module docstring); ``method`` or ``precond``
     other than ``"auto"`` pins that part of the choice."""
@@ -445,7 +452,7 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
         out = _complex_candidates(an, out)
     if method != "auto":
         out = _pin_method(an, out, method)
-    if precond != "auto":
+    if not is_auto(precond):
         seen, pinned = set(), []
         for c in out:
             if c.method not in seen:
@@ -533,7 +540,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             not isinstance(maxiter, (int, np.integer)) or maxiter <= 0)):
         raise ValueError(f"maxiter={maxiter!r}: must be a positive integer (or None: "
                          f"{DEFAULT_AUTO_MAXITER} iterations for method='auto')")
-    pinned = None if precond == "auto" else precond
+    pinned = None if is_auto(precond) else precond
     problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=None,   # caller's units:
                            M=pinned if not isinstance(pinned, str) else None, device=device,
                            scale=False)                 # its monitor works on b and x itself
@@ -675,7 +682,7 @@ def plan(C, method="auto", precond="auto", precond_params=None):
     operator without entries, nothing to analyse), with ``method``/``precond`` pinned where
     they are not ``"auto"`` (``precond`` a name or an object)."""
     precond_params = precond_params or {}
-    pinned = None if precond == "auto" else precond
+    pinned = None if is_auto(precond) else precond
     if precond_params and not isinstance(pinned, str):   # parameters without a name to take them
         from .precond import stray_keywords
         raise stray_keywords(precond_params, precond)
@@ -722,8 +729,10 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
     from .precond import make_preconditioner
 
     if pinned is not None and not isinstance(pinned, str):
-        # the caller's object: used as it is when they set it up, else set up here for
-        # this candidate's side and precision (again only where these change)
+        if not isinstance(pinned, Preconditioner):
+            return pinned                # a matrix or an operator: applied as it is
+        # the caller's preconditioner: used as it is when they set it up, else set up here
+        # for this candidate's side and precision (again only where these change)
         if not cache.setdefault("pinned set up by the caller", pinned.is_setup) \
                 and C is not None and cache.get("pinned set up for") != (side, policy.precond):
             cache["pinned set up for"] = None

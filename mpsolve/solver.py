@@ -44,6 +44,7 @@ from ._sparse import canonical_csr, check_matrix
 from ._system import check_basis, make_problem, set_rhs, system_for
 from ._configure import check_gmres_options, check_precond, configure
 from .backend import on_host, resolve_device
+from .auto import is_auto
 from .driver import iterate, report_fields
 from .krylov import BODIES
 from .operator import SparseOperator
@@ -132,7 +133,7 @@ class Solver:
         a = self._args
         method, precond, precision = a["method"], a["precond"], a["precision"]
         self.escalate = bool(a["escalate"])
-        auto = method == "auto" or (isinstance(precond, str) and precond == "auto")
+        auto = method == "auto" or is_auto(precond)
         if method not in ("auto",) + tuple(BODIES):
             raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
         a["restart"] = check_gmres_options(a["restart"], a["side"])
@@ -152,7 +153,7 @@ class Solver:
             from .auto import (AUTO_RESTART, DEFAULT_AUTO_MAXITER, candidate_side, plan,
                                resolve_block, SETUP_ERRORS, set_up_candidate)
 
-            pinned = None if precond == "auto" else precond
+            pinned = None if is_auto(precond) else precond
             problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], device=device,
                                    M=pinned if not isinstance(pinned, str) else None)
             if method != "auto" and precision is not None:  # the caller's pair: refused
@@ -196,6 +197,8 @@ class Solver:
                 restart, side = (AUTO_RESTART if restart is None else restart), m_side
             else:
                 restart = None
+            if M is not None and not isinstance(M, Preconditioner):
+                M = problem.M_user           # the caller's matrix or operator, as checked
             # as auto_solve hands its candidate to solve(): the set-up object, no name
             body_kw, _, name, m_side = configure(method, M, restart, side, None, stacklevel)
             default_maxiter = DEFAULT_AUTO_MAXITER

@@ -487,6 +487,32 @@ def test_a_preconditioner_object_with_the_auto_method(make, spd):
     assert res.converged and np.array_equal(M.matvec(b), factors)
 
 
+@pytest.mark.parametrize("kind", ["operator", "sparse", "dense"])
+def test_a_matrix_or_operator_as_precond_with_the_auto_method(kind):
+    """``precond=`` a matrix or a LinearOperator (applied as it is) under
+    ``method="auto"``: solve, Solver and several right-hand sides converge with it (they
+    raised: an AttributeError 'is_setup', SciPy's 'isnan' TypeError, NumPy's ambiguous truth
+    value for an array compared with "auto")."""
+    A = convection_diffusion2d(16)
+    b = A @ np.ones(A.shape[0])
+    d = 1.0 / A.diagonal()
+    M = {"operator": spla.LinearOperator(A.shape, lambda r: d * np.ravel(r)),
+         "sparse": sp.diags(d).tocsr(), "dense": np.diag(d)}[kind]
+    runs = (lambda: mpsolve.solve(A, b, precond=M, rtol=1e-8),
+            lambda: mpsolve.Solver(A, precond=M, rtol=1e-8).solve(b),
+            lambda: mpsolve.solve(A, np.c_[b, 2 * b], precond=M, rtol=1e-8))
+    its = []
+    for run in runs:
+        res = run()
+        x = res.x if res.x.ndim == 1 else res.x[:, 0]
+        assert res.converged and np.linalg.norm(b - A @ x) <= 1e-8 * np.linalg.norm(b)
+        its.append(res.iterations)
+    # it is the preconditioner applied: Jacobi's iterations, not the bare method's
+    ref = mpsolve.solve(A, b, method="bicgstab", precond="jacobi", precision="double",
+                        rtol=1e-8)
+    assert its[0] == its[1] == ref.iterations
+
+
 def test_pinned_method_reasons_are_true_and_candidates_distinct():
     spd = poisson2d(8)
     an = auto.analyse(sp.csr_matrix(spd))
