@@ -198,7 +198,10 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     precond : 'auto', None, str or preconditioner
         ``'auto'`` (default): chosen with the method.  ``None``/``'none'``, a name from
         :data:`mpsolve.precond.REGISTRY` (``'jacobi'``, ``'ilu0'``, ``'ilut'``, ...), a
-        preconditioner object, or any ``M`` accepted by :func:`cg`.
+        preconditioner object, or any ``M`` accepted by :func:`cg`.  With
+        ``method='auto'`` a named or object preconditioner is set up for each candidate
+        method's side (one the caller set up is used as it is) and taken by CG only where
+        it came out symmetric; a matrix or an operator is applied as given.
     maxiter : int, optional
         As in :func:`cg` for a named method and preconditioner; with ``'auto'``: the
         Krylov iterations of all candidates together (default 5000).
