@@ -9,7 +9,7 @@ from ._configure import (check_gmres_options, check_precond, configure,  # noqa:
                          gmres_callback_type)  # (configure: re-exported)
 from .driver import run
 from .krylov import BODIES
-from .result import SolveResult
+from .result import USER_STOP, SolveResult
 
 __all__ = ["cg", "gmres", "bicgstab", "solve", "METHODS"]
 
@@ -264,10 +264,29 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
         a_kind = np.dtype(getattr(A, "dtype", None) or np.float64).kind
         if np.iscomplexobj(b) and a_kind != "c" and hasattr(A, "astype"):
             A = A.astype(np.complex128)     # a real A with complex b: a complex problem
-        s = Solver(A, method=method, precond=precond, precision=precision, rtol=rtol,
-                   atol=atol, maxiter=maxiter, restart=restart, side=side, escalate=escalate,
-                   device=device, **precond_params)
-        res = s.solve(b, x0, callback=callback, deflation=deflation)
+        auto = method == "auto" or (isinstance(precond, str) and precond == "auto")
+        try:
+            s = Solver(A, method=method, precond=precond, precision=precision, rtol=rtol,
+                       atol=atol, maxiter=maxiter, restart=restart, side=side,
+                       escalate=escalate, device=device, **precond_params)
+        except ValueError as err:
+            from .auto import NoCandidateError
+
+            if not (auto and isinstance(err, NoCandidateError) and isinstance(b, np.ndarray)):
+                raise
+            res = None
+        else:
+            res = s.solve(b, x0, callback=callback, deflation=deflation)
+        if auto and isinstance(b, np.ndarray) and (res is None or not (
+                res.converged or res.at_floor or res.info == USER_STOP)):
+            # a Solver chooses once; solve(A, b)'s fallbacks run on the columns it left
+            from .auto import columns_fallback
+
+            res = columns_fallback(
+                solve, A, b, x0, res,
+                dict(method=method, precond=precond, precision=precision, rtol=rtol,
+                     atol=atol, maxiter=maxiter, restart=restart, callback=callback,
+                     escalate=escalate, side=side, device=device, **precond_params))
         res.setup_time = time.perf_counter() - t0 - res.solve_time
         return res
     if method == "auto" or (isinstance(precond, str) and precond == "auto"):

@@ -647,6 +647,11 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
                     time.perf_counter() - t0)
 
 
+class NoCandidateError(ValueError):
+    """A :class:`mpsolve.Solver` with ``"auto"``: no candidate's preconditioner could be set
+    up (``solve`` then runs the bare method, which a Solver, choosing once, does not)."""
+
+
 #: A candidate whose preconditioner's set-up raises one of these is left for the next one.
 SETUP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError)
 
@@ -876,3 +881,72 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
                 extra = ROUNDED.format(dtype=r.x.dtype.name, rel=r.true_residual)
     r.status = status_text(r.info, r.iterations, r.true_residual, r.tolerance, extra)
     return r
+
+
+def columns_fallback(solve, A, b, x0, block, kw) -> SolveResult:
+    """``solve(A, B)`` with ``"auto"`` and several right-hand sides, where the block solve
+    did not converge on every column (``block``: its result) or no Solver could be set up
+    (``block`` ``None``): each column not converged is solved by the single right-hand
+    side's automatic choice (:func:`auto_solve`, with its fallbacks) from where the block
+    left it (within the caller's ``maxiter`` where given).  A Solver chooses once and does not
+    fall back, so without this a matrix that ``solve(A, b)`` solves could fail as soon as
+    ``b`` had two columns."""
+    from dataclasses import replace
+
+    from .multi import _worst
+
+    k = b.shape[1]
+    given = kw.get("maxiter")
+    if block is not None:
+        x = np.array(block.x, copy=True)
+        infos = np.array(block.column_info, np.int64)
+        iters = np.array(block.column_iterations, np.int64)
+        trues = np.array(block.column_true_residual, dtype=np.float64)
+    else:
+        x, infos = None, np.ones(k, np.int64)
+        iters, trues = np.zeros(k, np.int64), np.full(k, np.inf)
+    redo = np.flatnonzero(infos != 0)
+    extra_time, choices, first = 0.0, list(block.choices) if block is not None else [], None
+    for j in redo:
+        start = None
+        if given is not None and int(given) <= int(iters[j]):
+            continue                         # the caller's budget is spent on this column
+        if block is not None and np.isfinite(x[:, j]).all():
+            start = x[:, j]
+        elif x0 is not None and not isinstance(x0, str):
+            x0a = np.asarray(x0)
+            start = x0a if x0a.ndim == 1 else x0a[:, j]
+        # the caller's maxiter bounds each column's iterations, the block's included; by
+        # default a column gets auto's whole budget (a Solver, which has no stagnation
+        # monitor, may have spent it on a candidate that stagnated)
+        left = None if given is None else int(given) - int(iters[j])
+        r = auto_solve(solve, A, np.ascontiguousarray(b[:, j]), start, **dict(kw, maxiter=left))
+        first = first or r
+        if x is None:
+            x = np.zeros((b.shape[0], k), dtype=r.x.dtype)
+        x[:, j] = r.x
+        infos[j], trues[j] = r.info, r.true_residual
+        iters[j] += r.iterations
+        extra_time += r.setup_time + r.solve_time
+        for c in r.choices:
+            if c.outcome != "not tried":
+                choices.append(replace(c, reason=f"column {j}, by itself: {c.reason}"))
+    base = block if block is not None else first
+    info = _worst(infos)
+    conv = int((infos == 0).sum())
+    cols = ", ".join(map(str, redo[:10])) + (", ..." if redo.size > 10 else "")
+    why = ("no candidate could be set up for a Solver" if block is None else
+           f"the block solve ({block.method}"
+           + (f" + {block.precond}" if block.precond else "") + f") left them: info "
+           + ", ".join(str(int(i)) for i in np.asarray(block.column_info)[redo][:5]))
+    status = (f"{conv} of {k} right-hand sides converged (block, then by column for columns "
+              f"{cols}: {why}); "
+              + status_text(info, int(iters.max()), float(trues.max()), base.tolerance,
+                            "" if info == 0 else "the automatic choice's fallbacks ran on "
+                            "those columns one by one"))
+    return replace(base, x=x, info=int(info), iterations=int(iters.max()),
+                   true_residual=float(trues.max()), column_info=infos,
+                   column_iterations=iters, column_true_residual=trues, status=status,
+                   rhs_mode="block, then by column", choices=choices,
+                   solve_time=(block.solve_time if block is not None else 0.0) + extra_time,
+                   at_floor=False)

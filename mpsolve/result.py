@@ -124,7 +124,9 @@ class SolveResult:
         ``true_residual``: the largest).  ``None`` for one right-hand side.
     rhs_mode : str
         ``"block"`` (the columns iterated together) or ``"by column"`` (one after the
-        other); ``""`` for one right-hand side.
+        other); ``"block, then by column"`` where ``"auto"``'s block solve left columns
+        unconverged and the single right-hand side's automatic choice (with its
+        fallbacks) solved each of them from there; ``""`` for one right-hand side.
     x_lo : ndarray or None
         The low part of the double-double solution of a policy with
         ``residual="dd"`` (the ``eft`` presets, :mod:`mpsolve.refine`): ``x + x_lo`` is

@@ -150,8 +150,9 @@ class Solver:
         M_was_setup = isinstance(precond, Preconditioner) and precond.is_setup
         restart, side = a["restart"], a["side"]
         if auto:
-            from .auto import (AUTO_RESTART, DEFAULT_AUTO_MAXITER, candidate_side, plan,
-                               resolve_block, SETUP_ERRORS, set_up_candidate)
+            from .auto import (AUTO_RESTART, DEFAULT_AUTO_MAXITER, NoCandidateError,
+                               candidate_side, plan, resolve_block, SETUP_ERRORS,
+                               set_up_candidate)
 
             pinned = None if is_auto(precond) else precond
             problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], device=device,
@@ -190,7 +191,7 @@ class Solver:
             self.choices = cands
             self.analysis = an.as_dict() if an is not None else {}
             if chosen is None:
-                raise ValueError("method/precond 'auto': no candidate could be set up: "
+                raise NoCandidateError("method/precond 'auto': no candidate could be set up: "
                                  + "; ".join(f"{c.label} ({c.outcome})" for c in cands))
             method = chosen.method
             if method == "gmres":
