@@ -41,7 +41,7 @@ from .kernels.safenorm import all_finite, ldexp_array, norm
 from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field
-from .precond.base import Preconditioner
+from .precond.base import Preconditioner, needs_setup, setup_for_solve
 from .result import USER_STOP, callback_period, wants_stop
 
 __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "make_ops",
@@ -373,7 +373,8 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         M = check_matrix(M, "M")
         if M.shape != (n, n):
             raise ValueError(f"M has shape {M.shape}, but A is {n}x{n}: M must be {n}x{n}")
-    elif M is not None and M.is_setup and M.shape != (n, n):
+    elif M is not None and M.is_setup and M.shape != (n, n) and \
+            getattr(M, "_solve_key", None) is None:
         raise ValueError(
             f"M was set up for a {M.shape[0]}x{M.shape[1]} matrix, but A is {n}x{n}; "
             "call M.setup(A) again or pass a fresh preconditioner"
@@ -579,11 +580,11 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
     device = problem.device
     if isinstance(M, Preconditioner):
         t = 0.0
-        if not M.is_setup:
+        if needs_setup(M, problem.A_csr):
             if problem.A_csr is None:
                 raise needs_entries_error(f"M={type(M).__name__} (precond={M.name!r})")
-            M.setup_canonical(problem.A_csr, dtype=problem.realise(precision.precond),
-                              device=device, side=problem.precond_side)
+            setup_for_solve(M, problem.A_csr, dtype=problem.realise(precision.precond),
+                            device=device, side=problem.precond_side)
             t = M.setup_time
         elif M.device != device:
             raise ValueError(

@@ -81,7 +81,7 @@ from ._demote import PrecisionRangeError
 from .backend import HOST_DEVICE, array_module, on_host
 from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
-from .precond.base import Preconditioner
+from .precond.base import Preconditioner, matrix_key, setup_for_solve
 from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure
@@ -738,10 +738,14 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
             return pinned                # a matrix or an operator: applied as it is
         # the caller's preconditioner: used as it is when they set it up, else set up here
         # for this candidate's side and precision (again only where these change)
-        if not cache.setdefault("pinned set up by the caller", pinned.is_setup) \
+        callers = pinned.is_setup and getattr(pinned, "_solve_key", None) is None
+        if not cache.setdefault("pinned set up by the caller", callers) \
                 and C is not None and cache.get("pinned set up for") != (side, policy.precond):
             cache["pinned set up for"] = None
-            pinned.setup_canonical(C, dtype=policy.precond, device=device, side=side)
+            # (an earlier solve's set-up for this matrix, side and precision is kept)
+            if not (pinned.is_setup and getattr(pinned, "_solve_args", None) ==
+                    (side, str(policy.precond)) and pinned._solve_key == matrix_key(C)):
+                setup_for_solve(pinned, C, dtype=policy.precond, device=device, side=side)
             cache["pinned set up for"] = (side, policy.precond)
         _check_symmetric(c, pinned)
         return pinned

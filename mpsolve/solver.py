@@ -49,7 +49,7 @@ from .driver import iterate, report_fields
 from .krylov import BODIES
 from .operator import SparseOperator
 from .precision import as_precision, in_field
-from .precond.base import Preconditioner
+from .precond.base import Preconditioner, setup_for_solve
 from .result import SolveResult
 
 __all__ = ["Solver"]
@@ -147,7 +147,9 @@ class Solver:
         b0 = np.zeros(n, a_dtype if a_dtype.kind in "fc" else np.float64)  # until a solve
         self.choices, self.analysis = [], {}
         self._plan_labels = None
-        M_was_setup = isinstance(precond, Preconditioner) and precond.is_setup
+        # the caller's own set-up (one a solve made for another matrix is not theirs)
+        M_was_setup = isinstance(precond, Preconditioner) and precond.is_setup \
+            and getattr(precond, "_solve_key", None) is None
         restart, side = a["restart"], a["side"]
         if auto:
             from .auto import (AUTO_RESTART, DEFAULT_AUTO_MAXITER, NoCandidateError,
@@ -378,7 +380,7 @@ class Solver:
         M = p.M_user
         try:
             if self._owns_M:     # its set-up on the new values, as it was stored
-                M.setup_canonical(C, dtype=M.storage_dtype, device=M.device, side=M._side)
+                setup_for_solve(M, C, dtype=M.storage_dtype, device=M.device, side=M._side)
             p._systems.clear()   # the stored (FP32) copies of A, made again and range-checked
             self._policies.clear()
             self.precision = self._realise(as_precision(self._start, self._a_dtype()))

@@ -101,6 +101,9 @@ class Preconditioner:
         #: how many times :meth:`setup_canonical` ran: a compiled Krylov loop made from the
         #: arrays of one set-up (:meth:`fusable`) is kept while this count stays the same
         self.setups = 0
+        #: :func:`matrix_key` of the matrix a *solve* set this up for (:func:`setup_for_solve`);
+        #: ``None`` when the caller set it up (then it is theirs, used as it is)
+        self._solve_key = None
 
     def __getstate__(self):
         # a pickle or copy keeps the stored operators; the bound kernels (compiled
@@ -150,6 +153,7 @@ class Preconditioner:
         no second check, no copy.  Returns ``self``."""
         if side not in (None, "left", "right"):
             raise ValueError(f"side={side!r}: use 'left', 'right' or None (left)")
+        self._solve_key = None                  # set up by the caller (setup_for_solve: not)
         self._side = side or "left"
         device = resolve_device(device, C)
         if C.dtype.kind not in "fc" or C.dtype.itemsize > (16 if C.dtype.kind == "c" else 8):
@@ -346,3 +350,30 @@ class Preconditioner:
         state = (f"{self.shape[0]}x{self.shape[1]}, {self.storage_dtype.name}, "
                  f"{self.nbytes / 2**20:.2f} MiB" if self.is_setup else "not set up")
         return f"<{type(self).__name__} ({state})>"
+
+
+def matrix_key(C) -> tuple:
+    """A cheap fingerprint of the canonical CSR matrix ``C``: its shape, pattern size and two
+    sums over its arrays (one pass).  A preconditioner a solve set up for one matrix is set
+    up again when a later solve hands it a matrix with another key."""
+    return (C.shape, C.nnz, C.dtype.str, int(C.indices.sum(dtype=np.int64)),
+            complex(C.data.sum()))
+
+
+def setup_for_solve(M, C, **kw):
+    """``M.setup_canonical(C, **kw)`` by a solve (not by the caller): recorded with ``C``'s
+    :func:`matrix_key`, so that ``M`` passed again with another matrix is set up for it
+    (PETSc's rule: a new operator, a new preconditioner) instead of applying the old one."""
+    M.setup_canonical(C, **kw)
+    M._solve_key = matrix_key(C)
+    M._solve_args = (kw.get("side"), str(kw.get("dtype")))
+    return M
+
+
+def needs_setup(M, C) -> bool:
+    """Whether a solve on the canonical CSR ``C`` must set ``M`` up: it is not set up, or a
+    solve set it up for another matrix (one the caller set up is theirs: used as it is)."""
+    if not M.is_setup:
+        return True
+    key = getattr(M, "_solve_key", None)
+    return key is not None and C is not None and key != matrix_key(C)

@@ -331,3 +331,36 @@ def test_a_real_preconditioner_applies_to_complex_vectors_by_linearity(name):
 def test_setting_a_preconditioner_up_on_an_operator_names_the_fix():
     with pytest.raises(TypeError, match="entries of A.*sparse matrix"):
         ISAI().setup(spla.aslinearoperator(problem("poisson2d")))
+
+
+@pytest.mark.parametrize("method", ["gmres", "auto"])
+def test_a_preconditioner_a_solve_set_up_follows_the_matrix(method):
+    """A preconditioner object passed not set up is set up by the solve; passed again with
+    another matrix (another size, other values, or the same matrix changed in place) it is
+    set up for that one -- PETSc's rule -- where it applied the first matrix's factors (a
+    time-stepping loop reusing one ILU0() ran every step on step 0's).  The same matrix
+    again: not set up again.  One the caller set up stays theirs, used as it is."""
+    from mpsolve.precond import ILU0
+    from mpsolve.matrices import convection_diffusion2d, poisson2d
+
+    A1, A2, A3 = poisson2d(20), convection_diffusion2d(20, peclet=30), poisson2d(21)
+    kw = dict(method=method, rtol=1e-8)
+
+    def its(A, M):
+        return mpsolve.solve(A, A @ np.ones(A.shape[0]), precond=M, **kw).iterations
+
+    M = ILU0()
+    its(A1, M)
+    assert M.setups == 1
+    its(A1, M)
+    assert M.setups == 1                           # the same matrix: kept
+    assert its(A3, M) == its(A3, ILU0()) and M.setups == 2     # another size
+    assert its(A2, M) == its(A2, ILU0()) and M.setups == 3     # other values
+    A4 = A2.copy()
+    its(A4, M)
+    assert M.setups == 3                           # equal values: kept
+    A4.data *= 1.5                                 # changed in place
+    assert its(A4, M) == its(A4, ILU0()) and M.setups == 4
+    # the caller's set-up on A1 is applied to A2 as it is
+    C = ILU0().setup(A1)
+    assert its(A2, C) != its(A2, ILU0()) and C.setups == 1
