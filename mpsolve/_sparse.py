@@ -21,7 +21,7 @@ def dtype_check(dtype, name):
     complex128 (a complex problem runs in the complex twins of its policy's dtypes,
     :func:`mpsolve.precision.in_field`); anything else is a ``TypeError`` naming ``name``."""
     dtype = np.dtype(dtype)
-    if dtype.kind == "c" and dtype not in (np.complex64, np.complex128):
+    if dtype.kind == "c" and dtype.newbyteorder("=") not in (np.complex64, np.complex128):
         raise TypeError(
             f"{name} has dtype {dtype}; complex data must be complex64 or complex128 "
             f"(convert with {name}.astype(np.complex128))"
