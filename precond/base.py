@@ -353,11 +353,13 @@ class Preconditioner:
 
 
 def matrix_key(C) -> tuple:
-    """A cheap fingerprint of the canonical CSR matrix ``C``: its shape, pattern size and two
-    sums over its arrays (one pass).  A preconditioner a solve set up for one matrix is set
-    up again when a later solve hands it a matrix with another key."""
+    """A cheap fingerprint of the canonical CSR matrix ``C`` (a few passes over its arrays,
+    far less than any set-up): its shape, pattern size, the sum of its column indices, and
+    the sum of its values plain and weighted by column index (so that values moved
+    between positions change it too).  A preconditioner a solve set up for one matrix is
+    set up again when a later solve hands it a matrix with another key."""
     return (C.shape, C.nnz, C.dtype.str, int(C.indices.sum(dtype=np.int64)),
-            complex(C.data.sum()))
+            complex(C.data.sum()), complex(np.dot(C.data, C.indices)))
 
 
 def setup_for_solve(M, C, **kw):
