@@ -361,6 +361,8 @@ def test_a_preconditioner_a_solve_set_up_follows_the_matrix(method):
     assert M.setups == 3                           # equal values: kept
     A4.data *= 1.5                                 # changed in place
     assert its(A4, M) == its(A4, ILU0()) and M.setups == 4
+    A4.data[:] = A4.data[::-1].copy()              # the same values, moved: J A J = A^T
+    assert its(A4, M) == its(A4, ILU0()) and M.setups == 5
     # the caller's set-up on A1 is applied to A2 as it is
     C = ILU0().setup(A1)
     assert its(A2, C) != its(A2, ILU0()) and C.setups == 1
