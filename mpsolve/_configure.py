@@ -38,6 +38,12 @@ def gmres_callback_type(callback, callback_type):
     return callback_type or "x"
 
 
+def is_auto(precond) -> bool:
+    """Whether ``precond`` asks for the automatic choice (it may be an array or a matrix,
+    whose ``==`` would compare elementwise)."""
+    return isinstance(precond, str) and precond == "auto"
+
+
 def check_precond(precond):
     """A number where a preconditioner belongs is refused by name (it would otherwise be
     read as a 0-d matrix ``M``)."""

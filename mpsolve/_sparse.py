@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-__all__ = ["check_matrix", "canonical_csr", "dtype_check", "native", "widen_half"]
+__all__ = ["check_matrix", "canonical_csr", "dtype_check", "native", "kernel_ready"]
 
 
 def dtype_check(dtype, name):
@@ -31,7 +31,7 @@ def dtype_check(dtype, name):
     return dtype
 
 
-def widen_half(arr):
+def kernel_ready(arr):
     """``arr`` in a dtype the kernels take: FP64 when it holds half-precision (float16)
     values, the machine's byte order when it has another, else ``arr`` itself.
 
@@ -46,7 +46,7 @@ def widen_half(arr):
 def check_matrix(A, name="A"):
     """Validate a matrix argument; return a SciPy sparse matrix or a LinearOperator.
 
-    Dense arrays become CSR (float16 ones in FP64: :func:`widen_half`).  Integer/boolean
+    Dense arrays become CSR (float16 ones in FP64: :func:`kernel_ready`).  Integer/boolean
     data is accepted (converted to FP64 later, as SciPy does), and complex64/complex128
     data; other complex dtypes,
     non-square shapes and non-finite values are rejected.
@@ -62,7 +62,7 @@ def check_matrix(A, name="A"):
             dtype_check(A.dtype, name)
         return A
     else:
-        arr = widen_half(np.asarray(A))
+        arr = kernel_ready(np.asarray(A))
         if arr.dtype == object:
             raise TypeError(
                 f"{name} of type {type(A).__name__} is not a matrix: pass a SciPy "

@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError, demote
-from ._sparse import canonical_csr, check_matrix, dtype_check, widen_half
+from ._sparse import canonical_csr, check_matrix, dtype_check, kernel_ready
 from .backend import (DEFAULT_DEVICE, HOST_DEVICE, array_module, on_host, resolve_device,
                       to_device, to_host)
 from .kernels.primitives import Primitives, bind_primitives
@@ -62,7 +62,7 @@ _C128 = np.dtype(np.complex128)
 
 # ------------------------------------------------------------------ checks
 def _check_vector(v, n, name):
-    arr = widen_half(v if type(v) is np.ndarray else to_host(v))
+    arr = kernel_ready(v if type(v) is np.ndarray else to_host(v))
     if arr.dtype == object:
         raise TypeError(f"{name} must be a numeric array, got {type(v).__name__}")
     if arr.ndim == 2 and 1 in arr.shape:

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from ._configure import (check_gmres_options, check_precond, configure,  # noqa: F401
+from ._configure import (check_gmres_options, check_precond, configure, is_auto,  # noqa: F401
                          gmres_callback_type)  # (configure: re-exported)
 from .driver import run
 from .krylov import BODIES
@@ -264,7 +264,7 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
         a_kind = np.dtype(getattr(A, "dtype", None) or np.float64).kind
         if np.iscomplexobj(b) and a_kind != "c" and hasattr(A, "astype"):
             A = A.astype(np.complex128)     # a real A with complex b: a complex problem
-        auto = method == "auto" or (isinstance(precond, str) and precond == "auto")
+        auto = method == "auto" or is_auto(precond)
         try:
             s = Solver(A, method=method, precond=precond, precision=precision, rtol=rtol,
                        atol=atol, maxiter=maxiter, restart=restart, side=side,
@@ -289,7 +289,7 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
                      escalate=escalate, side=side, device=device, **precond_params))
         res.setup_time = time.perf_counter() - t0 - res.solve_time
         return res
-    if method == "auto" or (isinstance(precond, str) and precond == "auto"):
+    if method == "auto" or is_auto(precond):
         from .auto import auto_solve
 
         if method not in ("auto",) + tuple(BODIES):

@@ -81,10 +81,10 @@ from ._demote import PrecisionRangeError
 from .backend import HOST_DEVICE, array_module, on_host
 from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
-from .precond.base import Preconditioner, matrix_key, setup_for_solve
+from .precond.base import Preconditioner, needs_setup, setup_for_solve
 from .precond.ilu import SYMMETRY_RTOL
 from ._sparse import canonical_csr, check_matrix
-from ._configure import configure
+from ._configure import configure, is_auto
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
 from .driver import ROUNDED, answer_residual, iterate
 from .krylov import BODIES
@@ -407,12 +407,6 @@ def _pin_method(an: Analysis, out: List[Choice], method: str) -> List[Choice]:
     return kept or [Choice(method, "jacobi", {}, "method pinned by the caller")]
 
 
-def is_auto(precond) -> bool:
-    """Whether ``precond`` asks for the automatic choice (it may be an array or a matrix,
-    whose ``==`` would compare elementwise)."""
-    return isinstance(precond, str) and precond == "auto"
-
-
 def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     """The ordered candidates for ``an`` (see module docstring); ``method`` or ``precond``
     other than ``"auto"`` pins that part of the choice."""
@@ -697,8 +691,8 @@ def plan(C, method="auto", precond="auto", precond_params=None):
         # an unknown name or a bad parameter is the caller's error, refused here (not
         # recorded as every candidate's failed set-up)
         needs_entries = make_preconditioner(pinned, **precond_params) is not None
-    else:
-        needs_entries = False
+    else:                       # an object not set up is set up from A's entries
+        needs_entries = isinstance(pinned, Preconditioner) and not pinned.is_setup
     if C is None and needs_entries:
         raise needs_entries_error(f"precond={pinned!r}")
     if C is not None:
@@ -737,16 +731,9 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
         if not isinstance(pinned, Preconditioner):
             return pinned                # a matrix or an operator: applied as it is
         # the caller's preconditioner: used as it is when they set it up, else set up here
-        # for this candidate's side and precision (again only where these change)
-        callers = pinned.is_setup and getattr(pinned, "_solve_key", None) is None
-        if not cache.setdefault("pinned set up by the caller", callers) \
-                and C is not None and cache.get("pinned set up for") != (side, policy.precond):
-            cache["pinned set up for"] = None
-            # (an earlier solve's set-up for this matrix, side and precision is kept)
-            if not (pinned.is_setup and getattr(pinned, "_solve_args", None) ==
-                    (side, str(policy.precond)) and pinned._solve_key == matrix_key(C)):
-                setup_for_solve(pinned, C, dtype=policy.precond, device=device, side=side)
-            cache["pinned set up for"] = (side, policy.precond)
+        # for this candidate's matrix, side and precision (again only where these change)
+        if C is not None and needs_setup(pinned, C, (side, str(policy.precond))):
+            setup_for_solve(pinned, C, dtype=policy.precond, device=device, side=side)
         _check_symmetric(c, pinned)
         return pinned
     M = None
@@ -925,7 +912,8 @@ def columns_fallback(solve, A, b, x0, block, kw) -> SolveResult:
         # monitor, may have spent it on a candidate that stagnated)
         left = None if given is None else int(given) - int(iters[j])
         r = auto_solve(solve, A, np.ascontiguousarray(b[:, j]), start, **dict(kw, maxiter=left))
-        first = first or r
+        if first is None:
+            first = r
         if x is None:
             x = np.zeros((b.shape[0], k), dtype=r.x.dtype)
         x[:, j] = r.x

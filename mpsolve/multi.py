@@ -41,7 +41,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ._demote import PrecisionRangeError
-from ._sparse import dtype_check, widen_half
+from ._sparse import dtype_check, kernel_ready
 from ._system import (STAGNATION, _B_RANGE, _check_maxiter, _check_tol, _fusable_is_apply,
                       system_for)
 from .backend import on_host, to_device, to_host
@@ -76,7 +76,7 @@ class BlockSystem:
 def check_block(b, n, name="b"):
     """``b`` as a host ``(n, k)`` array, checked as :func:`mpsolve._system.make_problem`
     checks a vector (numeric dtype, finite values); every rejection names ``name``."""
-    arr = widen_half(b if type(b) is np.ndarray else to_host(b))
+    arr = kernel_ready(b if type(b) is np.ndarray else to_host(b))
     if arr.dtype == object:
         raise TypeError(f"{name} must be a numeric array, got {type(b).__name__}")
     if arr.ndim != 2 or arr.shape[0] != n:

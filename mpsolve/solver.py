@@ -42,9 +42,8 @@ import scipy.sparse as sp
 from ._demote import PrecisionRangeError
 from ._sparse import canonical_csr, check_matrix
 from ._system import check_basis, make_problem, set_rhs, system_for
-from ._configure import check_gmres_options, check_precond, configure
+from ._configure import check_gmres_options, check_precond, configure, is_auto
 from .backend import on_host, resolve_device
-from .auto import is_auto
 from .driver import iterate, report_fields
 from .krylov import BODIES
 from .operator import SparseOperator

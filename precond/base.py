@@ -372,10 +372,14 @@ def setup_for_solve(M, C, **kw):
     return M
 
 
-def needs_setup(M, C) -> bool:
+def needs_setup(M, C, args=None) -> bool:
     """Whether a solve on the canonical CSR ``C`` must set ``M`` up: it is not set up, or a
-    solve set it up for another matrix (one the caller set up is theirs: used as it is)."""
+    solve set it up for another matrix -- or, with ``args`` (``(side, dtype name)``), for
+    another side or precision.  One the caller set up is theirs: used as it is."""
     if not M.is_setup:
         return True
     key = getattr(M, "_solve_key", None)
-    return key is not None and C is not None and key != matrix_key(C)
+    if key is None or C is None:
+        return False
+    return key != matrix_key(C) or (args is not None and
+                                    getattr(M, "_solve_args", None) != args)

@@ -15,6 +15,8 @@ from mpsolve.result import AUTO_FAILED, USER_STOP
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
+EPS = np.finfo(np.float64).eps
+
 
 def _ok(res, A, b, rtol):
     """The result is what it says: converged means the FP64 true residual meets rtol;
@@ -688,7 +690,8 @@ def test_a_tolerance_below_fp64_rounding_says_why_and_stops(x_exact, rtol, floor
     for res in (direct, mpsolve.solve(A, b, rtol=rtol)):
         assert not res.converged and res.at_floor
         assert res.info == res.iterations > 0 and res.x_lo is not None
-        assert np.linalg.norm(res.x - x) <= 1e-13 * np.linalg.norm(x)
+        # x: the pair rounded to FP64 (measured 2.7 u here)
+        assert np.linalg.norm(res.x - x) <= 10 * EPS * np.linalg.norm(x)
     tried = [c for c in res.choices if c.outcome != "not tried"]
     assert len(tried) == 1 and "accuracy floor" in tried[0].outcome
 

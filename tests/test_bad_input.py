@@ -225,6 +225,20 @@ def test_linear_operator_with_preconditioner_by_name_is_refused_clearly(name, me
         assert r.converged and np.linalg.norm(r.x - B0) <= 1e-5 * np.linalg.norm(B0)
 
 
+def test_linear_operator_with_a_preconditioner_object_not_set_up_is_refused_clearly():
+    """``method="auto"``, ``A`` an operator and ``precond`` an object not set up: the same
+    TypeError as for a name (it was derive_problem's internal TypeError); set up by the
+    caller, the object is applied and the solve converges."""
+    from scipy.sparse.linalg import aslinearoperator
+    from mpsolve.precond import ILU0
+
+    L = aslinearoperator(A0)
+    with pytest.raises(TypeError, match="matrix entries .*LinearOperator"):
+        mpsolve.solve(L, A0 @ B0, precond=ILU0())
+    r = mpsolve.solve(L, A0 @ B0, precond=ILU0().setup(A0), rtol=1e-8)
+    assert r.converged and np.linalg.norm(A0 @ r.x - A0 @ B0) <= 1e-8 * np.linalg.norm(A0 @ B0)
+
+
 def test_unknown_method_and_preconditioner():
     with pytest.raises(ValueError, match="method"):
         mpsolve.solve(A0, B0, method="minres", precond=None)
