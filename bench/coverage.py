@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import shlex
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -246,19 +249,13 @@ def _cell(r):
     return "yes", str(r["iterations"]), f"{r['seconds']:.3f}", r["config"]
 
 
-def _problems(collection, generated):
+def _problems(entries, generated):
+    """(name, spd or None, loader) of a collection's matrices (``entries``, from
+    :func:`~mpsolve.matrices.list_collection`) and of the generated problems; ``spd`` None:
+    decided from the matrix."""
     from mpsolve.matrices import generate, read_mtx
 
-    rows = []
-    man = Path(collection) / "MANIFEST.tsv"
-    if man.exists():
-        lines = man.read_text().splitlines()
-        head = lines[0].split("\t")
-        for ln in lines[1:]:
-            if ln.strip():
-                rec = dict(zip(head, ln.split("\t")))
-                rows.append((rec["name"], rec.get("likely_spd") == "yes",
-                             lambda f=Path(collection) / rec["file"]: read_mtx(f).tocsr()))
+    rows = [(e.name, e.spd, lambda f=e.path: read_mtx(f).tocsr()) for e in entries]
     for spec in generated:
         rows.append((spec, None, lambda s=spec: sp.csr_matrix(generate(s))))
     return rows
@@ -299,11 +296,17 @@ def _is_spd_like(A):
 def main(argv=None):
     from mpsolve.bench.baselines import petsc_available
     from mpsolve.bench.petsc_mpi import default_ranks, find_mpiexec
+    from mpsolve.bench.suite import find_collection
+    from mpsolve.matrices import list_collection
 
     here = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser(prog="python -m mpsolve.bench.coverage",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--collection", default=str(here.parent / "shared" / "matrices" / "suitesparse"))
+    p.add_argument("--collection", default=None,
+                   help="the matrices' folder (a MANIFEST.tsv, *.mtx[.gz] or extracted "
+                        "SuiteSparse tarballs; default: the first folder of $MPSOLVE_MATRIX_PATH, "
+                        "$MPSOLVE_TEST_COLLECTION and a source checkout's "
+                        "../shared/matrices/suitesparse that exists)")
     p.add_argument("--out", default=str(here / "bench" / "results" / "coverage.md"),
                    help="the Markdown file to write (or a folder: its coverage.md)")
     p.add_argument("--only", nargs="*", default=None, help="these matrices only")
@@ -321,8 +324,23 @@ def main(argv=None):
         p.error(f"--petsc-ranks: {args.petsc_ranks} must be positive")
     _REPEAT[0] = args.repeat
     have_petsc = petsc_available()
+    collection = args.collection
+    if collection is None:
+        found = find_collection()
+        collection = str(found[0]) if found else None
+    elif not Path(collection).is_dir():
+        p.error(f"--collection {collection}: no such folder")
+    entries = list_collection([collection]) if collection else []
+    if collection and not entries:
+        p.error(f"--collection {collection}: no matrices there (a MANIFEST.tsv, *.mtx[.gz], "
+                f"or extracted SuiteSparse tarballs <name>/<name>.mtx[.gz])")
+    listed = _problems(entries, [] if args.no_generated else GENERATED)
+    unknown = sorted(set(args.only or ()) - {name for name, _, _ in listed})
+    if unknown:
+        p.error(f"--only {' '.join(unknown)}: neither in the collection "
+                f"({collection or 'none found'}) nor a generated problem")
     problems = []
-    for name, spd, load in _problems(args.collection, [] if args.no_generated else GENERATED):
+    for name, spd, load in listed:
         if args.only and name not in args.only:
             continue
         A = load()
@@ -352,7 +370,9 @@ def main(argv=None):
         table.append((name, A.shape[0], A.nnz, auto, own, pet, sci))
         print(name, A.shape[0], "auto", _cell(auto), "own best", _cell(own), "petsc",
               pet and _cell(pet), "scipy", _cell(sci), flush=True)
-    text = _markdown(table, have_petsc, ranks, notes)
+    given = sys.argv[1:] if argv is None else list(argv)
+    command = " ".join(["python -m mpsolve.bench.coverage"] + [shlex.quote(a) for a in given])
+    text = _markdown(table, have_petsc, ranks, notes, command=command, collection=collection)
     out = Path(args.out)
     if out.is_dir():                        # a folder: its coverage.md
         out = out / "coverage.md"
@@ -367,9 +387,10 @@ def _gmean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def _markdown(table, have_petsc, petsc_ranks=(1,), notes=()):
+def _markdown(table, have_petsc, petsc_ranks=(1,), notes=(), command=None, collection=None):
     """The Markdown page; ``petsc_ranks``: the rank counts PETSc ran on, ``notes``: what
-    went wrong with ``mpiexec`` (for the header)."""
+    went wrong with ``mpiexec``, ``command``: the command line, ``collection``: the matrices'
+    folder (for the header)."""
     from .common import mpsolve_threads
     from .report import parallel_line
 
@@ -377,8 +398,9 @@ def _markdown(table, have_petsc, petsc_ranks=(1,), notes=()):
                              petsc_ranks=list(petsc_ranks) if have_petsc else [],
                              petsc_mpi_notes=list(notes)))
     lines = ["# Coverage: mpsolve `auto` against PETSc's and SciPy's best", "",
-             f"Command: `python -m mpsolve.bench.coverage --repeat {_REPEAT[0]}` (this machine: "
-             "2 cores; kernels compiled by a warm-up before the first timing; every run "
+             f"Command: `{command or 'python -m mpsolve.bench.coverage'}` (this machine: "
+             f"{os.cpu_count()} cores; kernels compiled by a warm-up before the first timing; "
+             "every run "
              f"repeated while under {REPEAT_BELOW:g} s (a first run over it once more), up to "
              f"{_REPEAT[0]} times, the "
              "fastest kept).", "",
@@ -390,7 +412,10 @@ def _markdown(table, have_petsc, petsc_ranks=(1,), notes=()):
              "`precision='mixed'`.  PETSc: the fastest of CG (SPD) x "
              "{Jacobi, ICC(0)}, GMRES(30) x {Jacobi, ILU(0)}, BiCGSTAB x {Jacobi, ILU(0)} "
              "on each rank count (`xR`: R MPI ranks) that solves; SciPy: the fastest of "
-             "the same methods x {Jacobi, spilu}.", "", par, "",
+             "the same methods x {Jacobi, spilu}.", "",
+             f"Matrices: {collection or 'no collection folder'}"
+             f"{' and the generated problems' if any(r[0] in GENERATED for r in table) else ''}"
+             ".", "", par, "",
              "| matrix | n | nnz | auto | it | s | auto's choice | own best | it | s | config "
              "| PETSc | it | s | config | SciPy | it | s | config |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

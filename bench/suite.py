@@ -135,15 +135,35 @@ def _load_problems(args, log=None):
     from mpsolve.matrices import generate, list_collection, read_mtx
 
     out = []
-    if args.collection:
-        for e in list_collection([args.collection]):
+    collection = args.collection
+    if args.matrices and not collection:         # from the collection found by default
+        found = find_collection()
+        if not found:
+            raise SystemExit("mpsolve bench: error: --matrices: no collection folder found; "
+                             "pass --collection DIR or set MPSOLVE_MATRIX_PATH")
+        collection = str(found[0])
+    if collection:
+        if not os.path.isdir(collection):
+            raise SystemExit(f"mpsolve bench: error: --collection {collection}: no such folder")
+        entries = list_collection([collection])
+        if not entries:
+            raise SystemExit(f"mpsolve bench: error: --collection {collection}: no "
+                             "matrices there (a MANIFEST.tsv, *.mtx[.gz], or extracted "
+                             "SuiteSparse tarballs <name>/<name>.mtx[.gz])")
+        unknown = sorted(set(args.matrices or ()) - {e.name for e in entries})
+        if unknown:
+            raise SystemExit(f"mpsolve bench: error: --matrices {' '.join(unknown)}: not in "
+                             f"{collection} (its {len(entries)} matrices: "
+                             f"{' '.join(e.name for e in entries[:8])}"
+                             f"{' ...' if len(entries) > 8 else ''})")
+        for e in entries:
             if args.matrices and e.name not in args.matrices:
                 continue
             A = read_mtx(e.path)
             out.append((e.name, A, bool(e.spd)))
     specs = args.problems
     if specs is None:
-        specs = ([] if args.collection else QUICK_SUITE if args.quick else
+        specs = ([] if collection else QUICK_SUITE if args.quick else
                  FULL_SUITE if args.full else DEFAULT_SUITE)
     for spec in specs:
         A = generate(spec)
@@ -151,7 +171,7 @@ def _load_problems(args, log=None):
         # SPD, or Hermitian positive definite (magnetic2d): CG applies
         spd = name.startswith(("poisson", "anisotropic", "elasticity", "laplacian", "magnetic"))
         out.append((spec, A, spd))
-    if args.problems is None and not (args.collection or args.quick or args.full):
+    if args.problems is None and not (collection or args.quick or args.full):
         found, folders = _default_matrices()
         if log:
             log(f"SuiteSparse: {len(found)} of {len(DEFAULT_MATRICES)} default matrices from "
@@ -555,10 +575,13 @@ def add_arguments(p):
                         "collection is found ($MPSOLVE_MATRIX_PATH or "
                         "../shared/matrices/suitesparse), a few minutes")
     p.add_argument("--collection", metavar="DIR",
-                   help="run the matrices of a SuiteSparse collection folder (with MANIFEST.tsv "
-                        "or *.mtx[.gz]) instead of the generated problems")
+                   help="run the matrices of a SuiteSparse collection folder (with MANIFEST.tsv, "
+                        "*.mtx[.gz] or extracted tarballs <name>/<name>.mtx[.gz]) instead of "
+                        "the generated problems")
     p.add_argument("--matrices", nargs="+", metavar="NAME",
-                   help="only these matrices of the collection")
+                   help="only these matrices of the collection (--collection, else the first "
+                        "folder of $MPSOLVE_MATRIX_PATH, $MPSOLVE_TEST_COLLECTION and "
+                        "../shared/matrices/suitesparse that exists)")
     p.add_argument("--problems", nargs="+", metavar="SPEC",
                    help=f"generated problems (default: {' '.join(DEFAULT_SUITE)} and the "
                         f"SuiteSparse matrices {' '.join(DEFAULT_MATRICES)} when found)")

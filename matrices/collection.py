@@ -231,7 +231,10 @@ def list_collection(path=None):
     -------
     list of MatrixEntry
         From ``MANIFEST.tsv`` when a folder has one (rows in file order), else from the headers
-        of its ``*.mtx`` / ``*.mtx.gz`` files (sorted by name; ``spd`` is None).
+        of its ``*.mtx`` / ``*.mtx.gz`` files and of the extracted SuiteSparse tarballs in it,
+        ``<name>/<name>.mtx[.gz]`` and ``<group>/<name>/<name>.mtx[.gz]`` (sorted by name;
+        ``spd`` is None; a tarball's auxiliary files such as ``<name>_b.mtx`` are not
+        listed).
 
     Examples
     --------
@@ -274,14 +277,47 @@ def list_collection(path=None):
                                      "columns name, group, rows, cols, nnz, symmetry, field, "
                                      "likely_spd, file") from None
             continue
-        files = sorted(list(folder.glob("*.mtx")) + list(folder.glob("*.mtx.gz")))
-        for f in files:
+        for group, name, f in _matrix_files(folder):
             h = mtx_header(f)
-            name = f.name[:-7] if f.name.endswith(".mtx.gz") else f.name[:-4]
-            entries.append(MatrixEntry(name=name, group="", path=f, rows=h["rows"],
+            entries.append(MatrixEntry(name=name, group=group, path=f, rows=h["rows"],
                                        nnz=h["entries"], symmetric=h["symmetry"] != "general",
                                        spd=None, cols=h["cols"], field=h["field"]))
     return entries
+
+
+def _mtx_name(f):
+    """``f``'s matrix name: its file name without ``.mtx`` / ``.mtx.gz`` (None: not one)."""
+    for ext in (".mtx.gz", ".mtx"):
+        if f.name.endswith(ext) and len(f.name) > len(ext):
+            return f.name[:-len(ext)]
+    return None
+
+
+def _matrix_files(folder):
+    """(group, name, file) of the matrices of a folder without a manifest, sorted by name:
+    ``*.mtx[.gz]`` in it, and the extracted tarballs' ``<name>/<name>.mtx[.gz]`` and
+    ``<group>/<name>/<name>.mtx[.gz]``.  In a tarball's folder only the file named after it
+    is the matrix: ``<name>_b.mtx`` (a right-hand side), ``<name>_coord.mtx`` and the like
+    are its auxiliary data, not matrices of the collection -- and so are such files extracted
+    flat beside ``<name>.mtx`` (same row count, another column count)."""
+    found = {}
+    for pattern, depth in (("*.mtx*", 0), ("*/*.mtx*", 1), ("*/*/*.mtx*", 2)):
+        for f in sorted(folder.glob(pattern)):
+            name = _mtx_name(f)
+            if name is None or not f.is_file() or (depth and f.parent.name != name):
+                continue
+            group = f.parent.parent.name if depth == 2 else ""
+            found.setdefault((name, group), f)   # .mtx sorts before .mtx.gz: it wins
+    for (name, group), f in list(found.items()):
+        # tarballs extracted flat: '<base>_b.mtx' beside '<base>.mtx' with its row count and
+        # another column count is the base's auxiliary data ('G2_circuit' beside 'G2' stays)
+        base = name.rpartition("_")[0]
+        if group or not base or (base, "") not in found:
+            continue
+        h, hb = mtx_header(f), mtx_header(found[base, ""])
+        if h["rows"] == hb["rows"] and h["cols"] != h["rows"]:
+            del found[name, group]
+    return [(group, name, f) for (name, group), f in sorted(found.items())]
 
 
 def _group_from_manifests(name):

@@ -417,3 +417,24 @@ def test_default_rank_counts():
     assert default_ranks(1) == [1] and default_ranks(2) == [1, 2] and default_ranks(16) == [1, 2]
     assert pc_label("ilu", 1) == "ilu" and pc_label("ilu", 4) == "bjacobi+ilu x4"
     assert pc_label("sor", 2) == "local ssor x2" and pc_label("jacobi", 2) == "jacobi x2"
+
+
+def test_collection_errors_name_the_folder_and_the_unknown_matrices(tmp_path, monkeypatch):
+    from mpsolve.matrices import poisson2d, write_mtx
+
+    suite, args = _args("--collection", str(tmp_path))
+    with pytest.raises(SystemExit, match="no matrices there"):
+        suite._load_problems(args)
+    (tmp_path / "ab").mkdir()
+    write_mtx(tmp_path / "ab" / "ab.mtx", poisson2d(3))      # an extracted tarball
+    assert [n for n, _, _ in suite._load_problems(args)] == ["ab"]
+    suite, args = _args("--collection", str(tmp_path), "--matrices", "ab", "zz")
+    with pytest.raises(SystemExit, match=r"--matrices zz: not in .*its 1 matrices: ab"):
+        suite._load_problems(args)
+    suite, args = _args("--collection", str(tmp_path / "none"))
+    with pytest.raises(SystemExit, match="no such folder"):
+        suite._load_problems(args)
+    # --matrices alone: from the collection found by default
+    monkeypatch.setenv("MPSOLVE_MATRIX_PATH", str(tmp_path))
+    suite, args = _args("--matrices", "ab")
+    assert [n for n, _, _ in suite._load_problems(args)] == ["ab"]

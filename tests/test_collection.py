@@ -174,6 +174,24 @@ def test_list_collection_without_manifest(tmp_path):
     assert (b.rows, b.nnz, b.symmetric) == (9, 21, True)
 
 
+def test_list_collection_finds_extracted_tarballs_and_skips_their_auxiliary_files(tmp_path):
+    for folder in ("bcs", "HB/nos", "other"):
+        (tmp_path / folder).mkdir(parents=True)
+    write_mtx(tmp_path / "bcs" / "bcs.mtx", poisson2d(3))     # <name>/<name>.mtx
+    write_mtx(tmp_path / "bcs" / "bcs_b.mtx", np.ones((9, 1)))
+    write_mtx(tmp_path / "HB" / "nos" / "nos.mtx.gz", poisson2d(2))   # <group>/<name>/...
+    write_mtx(tmp_path / "HB" / "nos" / "nos_coord.mtx", np.ones((4, 2)))
+    write_mtx(tmp_path / "flat.mtx", poisson2d(4))            # extracted flat, with its b
+    write_mtx(tmp_path / "flat_b.mtx", np.ones((16, 1)))
+    write_mtx(tmp_path / "flat_2.mtx", poisson2d(2))          # square: a matrix of its own
+    write_mtx(tmp_path / "other" / "x.mtx", poisson2d(2))     # not named after its folder
+    entries = list_collection(tmp_path)
+    assert [(e.group, e.name, e.rows) for e in entries] == [
+        ("", "bcs", 9), ("", "flat", 16), ("", "flat_2", 4), ("HB", "nos", 4)]
+    assert entries[0].path == tmp_path / "bcs" / "bcs.mtx"
+    assert load("nos", path=[tmp_path]).shape == (4, 4)       # find agrees
+
+
 def test_list_collection_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         list_collection(tmp_path / "missing")

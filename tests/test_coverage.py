@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from conftest import COLLECTION
 
@@ -86,3 +87,24 @@ def test_coverage_petsc_best_on_two_ranks(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[11] == "yes" and cells[14].endswith(" x2"), cells     # SPD: CG solves it
     assert "Note:" not in text
+
+
+def test_coverage_refuses_unknown_matrices_and_says_what_ran(tmp_path, capsys):
+    from mpsolve.bench import coverage
+    from mpsolve.matrices import write_mtx
+
+    (tmp_path / "m").mkdir()
+    with pytest.raises(SystemExit):
+        coverage.main(["--collection", str(tmp_path / "m"), "--out", str(tmp_path)])
+    assert "no matrices there" in capsys.readouterr().err
+    write_mtx(tmp_path / "m" / "tri.mtx", sp.diags_array([-1.0, 3.0, -1.0], offsets=[-1, 0, 1],
+                                                         shape=(30, 30)))
+    with pytest.raises(SystemExit):
+        coverage.main(["--collection", str(tmp_path / "m"), "--only", "tri", "nosuch"])
+    assert "--only nosuch: neither in the collection" in capsys.readouterr().err
+    argv = ["--collection", str(tmp_path / "m"), "--no-generated", "--out", str(tmp_path),
+            "--repeat", "1", "--petsc-ranks", "1", "--time-limit", "5"]
+    assert coverage.main(argv) == 0
+    text = (tmp_path / "coverage.md").read_text()
+    assert f"Command: `python -m mpsolve.bench.coverage {' '.join(argv)}`" in text
+    assert f"Matrices: {tmp_path / 'm'}." in text and "| tri | 30 |" in text
