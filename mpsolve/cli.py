@@ -19,14 +19,17 @@ __all__ = ["main", "load_matrix"]
 
 
 def load_matrix(spec: str):
-    """A matrix from a file path, a generator spec or a collection name."""
-    from .matrices import GENERATORS, generate, load, read_mtx
+    """A matrix from a file path (:func:`mpsolve.matrices.read_matrix`: Matrix Market,
+    MATLAB, Harwell-Boeing, ``.npz`` or an extracted SuiteSparse tarball's folder), a
+    generator spec or a collection name."""
+    from .matrices import GENERATORS, MATRIX_SUFFIXES, generate, load, read_matrix
 
     if os.path.exists(spec):
-        return read_mtx(spec)
-    if spec.endswith((".mtx", ".mtx.gz")) or os.sep in spec:
-        raise FileNotFoundError(f"{spec}: no such file (a matrix is a Matrix Market file, a "
-                                "generator spec such as poisson3d:50, or a collection name)")
+        return read_matrix(spec)
+    if spec.lower().endswith(MATRIX_SUFFIXES) or os.sep in spec:
+        raise FileNotFoundError(f"{spec}: no such file (a matrix is a file -- Matrix Market, "
+                                "MATLAB, Harwell-Boeing or .npz --, a generator spec such as "
+                                "poisson3d:50, or a collection name)")
     head = spec.split(":", 1)[0]
     if ":" in spec or head in GENERATORS:
         return generate(spec if ":" in spec else spec + ":32")
@@ -232,10 +235,13 @@ def build_parser(bench_options=True):
     sub.required = True
 
     ps = sub.add_parser("solve", help="solve A x = b and print a summary",
-                        description="Solve A x = b.  MATRIX is a .mtx/.mtx.gz file, a generator "
+                        description="Solve A x = b.  MATRIX is a matrix file (.mtx/.mtx.gz, .mat, "
+                                    ".rb/.rua/.rsa/.hb, .npz), a generator "
                                     "spec such as poisson3d:50, or a SuiteSparse name found in "
                                     "$MPSOLVE_MATRIX_PATH.  Exit status 0 when converged, 1 otherwise.")
-    ps.add_argument("matrix", help="matrix file, generator spec or collection name")
+    ps.add_argument("matrix", help="matrix file (Matrix Market, MATLAB .mat, Harwell-Boeing, .npz, or "
+                         "an extracted SuiteSparse tarball's folder), generator spec or "
+                         "collection name")
     ps.add_argument("--rhs", help="right-hand side (Matrix Market, n x 1; n x k: k right-hand "
                     "sides solved together); default A @ ones")
     ps.add_argument("--out", help="write the solution x here (Matrix Market; n x k for k "
@@ -251,7 +257,9 @@ def build_parser(bench_options=True):
                                     "what is missing and the pip command that installs it; "
                                     "exit status 0 when a GPU is usable, 1 when not.")
     pi.add_argument("matrix", nargs="?", default=None,
-                    help="matrix file, generator spec or collection name")
+                    help="matrix file (Matrix Market, MATLAB .mat, Harwell-Boeing, .npz, or "
+                         "an extracted SuiteSparse tarball's folder), generator spec or "
+                         "collection name")
     pi.add_argument("--device", "--gpu", dest="device", action="store_true",
                     help="report the GPU stack (exit status 0: usable, 1: not)")
     pi.set_defaults(func=cmd_info)

@@ -42,6 +42,24 @@ def test_solve_a_file_and_write_x(tmp_path, capsys):
     assert np.linalg.norm(A @ x - A @ xtrue) <= 1e-10 * np.linalg.norm(A @ xtrue)
 
 
+def test_solve_a_suitesparse_mat_file_and_an_extracted_tarball(tmp_path, capsys):
+    import scipy.io
+    import scipy.sparse as sp
+
+    A = convection_diffusion2d(12, peclet=10)
+    scipy.io.savemat(tmp_path / "cd.mat", {"Problem": {"A": sp.csc_matrix(A), "name": "cd"}})
+    (tmp_path / "cd").mkdir()
+    write_mtx(tmp_path / "cd" / "cd.mtx.gz", A)
+    for path in (tmp_path / "cd.mat", tmp_path / "cd"):
+        assert main(["solve", str(path), "--rtol", "1e-10"]) == 0
+        out = capsys.readouterr().out
+        assert "converged" in out and "(144 x 144, 672 nonzeros)" in out
+    assert main(["info", str(tmp_path / "cd.mat")]) == 0
+    assert "144" in capsys.readouterr().out
+    assert main(["solve", str(tmp_path / "missing.mat")]) == 2
+    assert "missing.mat: no such file" in capsys.readouterr().err
+
+
 def test_several_right_hand_sides_from_a_file(tmp_path, capsys):
     """An n x k --rhs solves k systems together and --out writes the n x k solution; a 1 x n
     row is one right-hand side; a file with another row count names both shapes."""

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+import scipy.io
 import scipy.linalg
 import scipy.sparse as sp
 from hypothesis import given, settings
@@ -45,12 +46,92 @@ EPS = np.finfo(np.float64).eps
 
 @pytest.mark.parametrize("module", ["mpsolve.matrices", "mpsolve.matrices.mmio",
                                     "mpsolve.matrices.generators", "mpsolve.matrices.analysis",
-                                    "mpsolve.matrices.collection"])
+                                    "mpsolve.matrices.collection", "mpsolve.matrices.formats"])
 def test_doctests(module):
     mod = importlib.import_module(module)
     res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert res.attempted > 0
     assert res.failed == 0
+
+
+# --------------------------------------------------------------------------- other files
+
+def _hb_file(path, A, kind):
+    """A Harwell-Boeing file of ``A`` (stored as it is) with matrix type ``kind``."""
+    scipy.io.hb_write(str(path), sp.csc_matrix(A))
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = kind + lines[2][3:]
+    path.write_text("".join(lines))
+
+
+def test_read_matrix_reads_every_format_to_the_same_canonical_csr(tmp_path):
+    from mpsolve.matrices import read_matrix
+
+    A = _random_sparse(30, 30, 0.2, seed=3) + 4 * sp.eye(30)
+    S = _random_sparse(30, 30, 0.2, seed=4, symmetric=True)
+    K = sp.triu(_random_sparse(30, 30, 0.2, seed=5), 1)
+    K = (K - K.T).tocsr()                                   # skew-symmetric
+    files = {}
+    scipy.io.savemat(tmp_path / "ss.mat",                  # SuiteSparse's layout
+                     {"Problem": {"A": sp.csc_matrix(A), "name": "ss", "kind": "test"}})
+    files["ss.mat"] = A
+    scipy.io.savemat(tmp_path / "one.mat", {"K": sp.csc_matrix(S), "note": "text"})
+    files["one.mat"] = S
+    scipy.io.savemat(tmp_path / "dense.mat", {"D": A.toarray()})
+    files["dense.mat"] = A
+    _hb_file(tmp_path / "a.rua", A, "RUA")
+    files["a.rua"] = A
+    _hb_file(tmp_path / "s.rsa", sp.tril(S), "RSA")          # the lower triangle, as stored
+    files["s.rsa"] = S
+    _hb_file(tmp_path / "k.RB", sp.tril(K), "RZA")
+    files["k.RB"] = K
+    sp.save_npz(tmp_path / "a.npz", sp.coo_matrix(A))
+    files["a.npz"] = A
+    (tmp_path / "ss").mkdir()                               # an extracted tarball
+    write_mtx(tmp_path / "ss" / "ss.mtx.gz", A)
+    write_mtx(tmp_path / "ss" / "ss_b.mtx", np.ones((30, 1)))
+    files["ss"] = A
+    for name, expected in files.items():
+        B = read_matrix(tmp_path / name)
+        assert sp.isspmatrix_csr(B) and B.has_canonical_format and B.dtype == np.float64, name
+        assert abs(B - expected).max() <= 1e-14 * abs(expected).max(), name
+
+
+def test_read_matrix_complex_mat_and_integer_data(tmp_path):
+    from mpsolve.matrices import read_matrix
+
+    C = sp.csr_matrix(np.array([[1 + 2j, 0], [3j, 4]]))
+    scipy.io.savemat(tmp_path / "c.mat", {"Problem": {"A": sp.csc_matrix(C)}})
+    B = read_matrix(tmp_path / "c.mat")
+    assert B.dtype == np.complex128 and (B != C).nnz == 0
+    scipy.io.savemat(tmp_path / "i.mat", {"M": np.array([[2, 1], [1, 2]], dtype=np.int16)})
+    assert read_matrix(tmp_path / "i.mat").dtype == np.float64
+
+
+def test_read_matrix_refuses_clearly(tmp_path):
+    from mpsolve.matrices import MatrixMarketError, read_matrix
+
+    scipy.io.savemat(tmp_path / "two.mat", {"A": np.eye(2), "B": np.eye(3)})
+    with pytest.raises(MatrixMarketError, match=r"exactly one matrix variable.*'A', 'B'"):
+        read_matrix(tmp_path / "two.mat")
+    (tmp_path / "v73.mat").write_bytes(                      # a MATLAB v7.3 (HDF5) header
+        b"MATLAB 7.3 MAT-file".ljust(116) + bytes(8) + b"\x00\x02IM" + bytes(512))
+    with pytest.raises(MatrixMarketError, match=r"v73.mat.*v7.3 file: save it with"):
+        read_matrix(tmp_path / "v73.mat")
+    (tmp_path / "junk.mat").write_bytes(bytes(300))
+    with pytest.raises(MatrixMarketError, match="junk.mat: SciPy's loadmat could not"):
+        read_matrix(tmp_path / "junk.mat")
+    _hb_file(tmp_path / "c.rb", sp.eye(3), "CUA")
+    with pytest.raises(MatrixMarketError, match="CUA.*complex.*Matrix Market"):
+        read_matrix(tmp_path / "c.rb")
+    (tmp_path / "x.txt").write_text("1 2 3\n")
+    with pytest.raises(MatrixMarketError, match=r"bad banner.*MATLAB, Harwell-Boeing and .npz"):
+        read_matrix(tmp_path / "x.txt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="folder without empty.mtx"):
+        read_matrix(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        read_matrix(tmp_path / "none.mat")
 
 
 # --------------------------------------------------------------------------- Matrix Market I/O

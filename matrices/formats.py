@@ -1,0 +1,159 @@
+"""Read a sparse matrix from any of the files SuiteSparse and SciPy users keep them in.
+
+:func:`read_matrix` dispatches on the file name:
+
+- ``.mtx`` / ``.mtx.gz``: Matrix Market (:func:`~mpsolve.matrices.read_mtx`, which checks
+  the file line by line);
+- ``.mat``: MATLAB (SciPy's ``loadmat``, formats v4 to v7); SuiteSparse's ``.mat`` files hold
+  a struct ``Problem`` whose field ``A`` is the matrix, other files one sparse or 2-D array;
+- ``.rb``, ``.rua``, ``.rsa``, ``.hb``: Harwell-Boeing / Rutherford-Boeing, assembled and
+  real (SciPy's ``hb_read``; symmetric and skew-symmetric storage, which SciPy refuses, is
+  read as the stored triangle and expanded here);
+- ``.npz``: ``scipy.sparse.save_npz``;
+- a folder: an extracted SuiteSparse tarball, ``<folder>/<folder name>.mtx[.gz]``.
+
+Every reader returns what :func:`~mpsolve.matrices.read_mtx` returns: a canonical CSR matrix
+(sorted indices, duplicates summed), complex128 for complex data, float64 otherwise.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import scipy.io
+import scipy.sparse as sp
+
+from .mmio import MatrixMarketError, read_mtx
+
+__all__ = ["read_matrix", "MATRIX_SUFFIXES"]
+
+#: file name endings :func:`read_matrix` reads (case-insensitive)
+MATRIX_SUFFIXES = (".mtx", ".mtx.gz", ".mat", ".rb", ".rua", ".rsa", ".hb", ".npz")
+
+
+def _canonical(A, path):
+    if not sp.issparse(A):
+        A = np.asarray(A)
+        if A.ndim != 2 or A.dtype.kind not in "biufc":
+            raise MatrixMarketError(f"{path}: holds a {A.ndim}-D {A.dtype} array, not a matrix")
+    A = sp.csr_matrix(A)
+    kind = A.dtype.kind
+    A = A.astype(np.complex128 if kind == "c" else np.float64, copy=False)
+    A.sum_duplicates()
+    A.sort_indices()
+    return A
+
+
+def _read_mat(path):
+    try:
+        data = scipy.io.loadmat(path, squeeze_me=True, struct_as_record=False)
+    except NotImplementedError as exc:           # MATLAB v7.3 is HDF5
+        raise MatrixMarketError(f"{path}: {exc} (a MATLAB v7.3 file: save it with "
+                                "save(..., '-v7') or as Matrix Market)") from None
+    except (scipy.io.matlab.MatReadError, ValueError, TypeError, OSError) as exc:
+        raise MatrixMarketError(f"{path}: SciPy's loadmat could not read it: {exc}") from None
+    variables = {k: v for k, v in data.items() if not k.startswith("__")}
+    problem = variables.get("Problem")
+    if problem is not None and hasattr(problem, "A"):
+        return _canonical(problem.A, path)      # SuiteSparse's layout
+    matrices = {k: v for k, v in variables.items()
+                if sp.issparse(v) or (isinstance(v, np.ndarray) and v.ndim == 2
+                                      and v.dtype.kind in "biufc")}
+    if len(matrices) != 1:
+        raise MatrixMarketError(
+            f"{path}: expected a SuiteSparse struct 'Problem' with a field 'A' or exactly one "
+            f"matrix variable, found {sorted(variables) or 'no variables'}")
+    return _canonical(next(iter(matrices.values())), path)
+
+
+def _read_hb(path):
+    with open(path, "rb") as fh:
+        lines = fh.read().decode("ascii", errors="replace").splitlines(keepends=True)
+    if len(lines) < 4:
+        raise MatrixMarketError(f"{path}: too short for a Harwell-Boeing file (4 header lines)")
+    kind = lines[2][:3].upper()
+    if len(kind) < 3 or kind[0] not in "RPIC" or kind[2] not in "AE":
+        raise MatrixMarketError(f"{path}, line 3: matrix type {kind!r} is not a Harwell-Boeing "
+                                "type such as RUA, RSA or PSA")
+    if kind[0] == "C" or kind[2] == "E":
+        raise MatrixMarketError(f"{path}: type {kind} ({'complex' if kind[0] == 'C' else 'elemental'}"
+                                f") is not read (SciPy's hb_read reads assembled real matrices); "
+                                "use the Matrix Market (.mtx) file of the matrix")
+    storage = kind[1]
+    if storage not in "USZR":
+        raise MatrixMarketError(f"{path}, line 3: storage {storage!r} of type {kind!r} is "
+                                "not U, S, Z or R")
+    # SciPy reads unsymmetric storage only: read the stored triangle as such, expand it below
+    lines[2] = lines[2][:1] + "U" + lines[2][2:]
+    try:
+        A = scipy.io.hb_read(io.StringIO("".join(lines)))
+    except (ValueError, IndexError, TypeError) as exc:
+        raise MatrixMarketError(f"{path}: SciPy's hb_read could not read it: {exc}") from None
+    A = sp.csr_matrix(A)
+    if storage == "S":
+        A = A + sp.triu(A, 1).T + sp.tril(A, -1).T
+    elif storage == "Z":
+        A = A - A.T
+    return _canonical(A, path)
+
+
+def read_matrix(path):
+    """Read a sparse matrix from a Matrix Market, MATLAB, Harwell-Boeing or ``.npz`` file, or
+    from an extracted SuiteSparse tarball's folder (see the module docstring).
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix
+        Canonical; complex128 for complex data, float64 otherwise.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file or folder, or a folder without ``<name>.mtx[.gz]``.
+    MatrixMarketError
+        The file cannot be read as its format (the message says why), or its name ends in
+        none of :data:`MATRIX_SUFFIXES` and it is no Matrix Market file either.
+
+    Examples
+    --------
+    >>> import tempfile, os, scipy.sparse as sp
+    >>> from mpsolve.matrices import read_matrix, poisson2d
+    >>> f = os.path.join(tempfile.mkdtemp(), "p.npz")
+    >>> sp.save_npz(f, poisson2d(3))
+    >>> read_matrix(f).shape
+    (9, 9)
+    """
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        name = os.path.basename(os.path.normpath(p))
+        for ext in (".mtx", ".mtx.gz"):
+            f = os.path.join(p, name + ext)
+            if os.path.isfile(f):
+                return read_mtx(f)
+        raise FileNotFoundError(f"{p} is a folder without {name}.mtx or {name}.mtx.gz (the "
+                                "layout of an extracted SuiteSparse tarball): pass the file")
+    if not os.path.isfile(p):
+        raise FileNotFoundError(f"no such file: {p!r}")
+    low = p.lower()
+    if low.endswith(".mat"):
+        return _read_mat(p)
+    if low.endswith((".rb", ".rua", ".rsa", ".hb")):
+        return _read_hb(p)
+    if low.endswith(".npz"):
+        try:
+            return _canonical(sp.load_npz(p), p)
+        except (ValueError, OSError, KeyError) as exc:
+            raise MatrixMarketError(f"{p}: not a scipy.sparse.save_npz file: {exc}") from None
+    try:
+        return read_mtx(p)
+    except MatrixMarketError as exc:
+        if low.endswith((".mtx", ".mtx.gz")):
+            raise
+        raise MatrixMarketError(f"{exc} -- the matrix files read are Matrix Market, MATLAB, "
+                                f"Harwell-Boeing and .npz ({', '.join(MATRIX_SUFFIXES)})") from None
