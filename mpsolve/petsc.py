@@ -8,7 +8,8 @@ calls the methods it finds):
     preconditioner on its *local* CSR block (the whole matrix in serial; on
     ``-pc_type bjacobi`` each rank's sub-PC is handed its diagonal block; an
     MPI matrix given directly is reduced to its local diagonal block with
-    ``MatGetDiagonalBlock``).  It rebuilds only when the operator changed
+    ``MatGetDiagonalBlock``; a matrix-free ``P`` -- a shell -- is refused, but by
+    ``Jacobi``, which takes its diagonal).  It rebuilds only when the operator changed
     (PETSc's object state); ``setup_count`` counts the builds.
 ``apply(pc, x, y)``
     ``y = M x`` on the vectors' own arrays (``x.array_r``, ``y.array``): no copies.
@@ -137,6 +138,13 @@ def petsc_vec(x, comm=None):
     return v
 
 
+#: PETSc Mat types without stored entries: converting one to AIJ (what :func:`local_csr`
+#: would do) applies it to every unit vector, n products -- hours for a large operator
+MATRIX_FREE = frozenset({"shell", "python", "mffd", "composite", "normal", "normalh",
+                         "transpose", "hermitiantranspose", "schurcomplement", "lrc",
+                         "submatrix"})
+
+
 def local_csr(P) -> sp.csr_matrix:
     """The local (diagonal-block) CSR matrix of a PETSc Mat, without PETSc-side copies
     where the format allows (AIJ); BAIJ/SBAIJ/dense are converted first.  Values in
@@ -261,7 +269,7 @@ class _MpsolvePC:
         if self.M is not None and key == self._key:
             return
         t0 = time.perf_counter()
-        C = local_csr(P)
+        C = self._operator(P)
         kw = accepted_params(self.precond_cls, self.params, drop_none=False)
         M = self.precond_cls(**kw, **({"dtype": self.dtype} if self.dtype else {}))
         self.M = M.setup(C, dtype=self.dtype or "float32", side=self.side or "left",
@@ -274,6 +282,17 @@ class _MpsolvePC:
         self.setup_time = time.perf_counter() - t0
         self.setup_count += 1
         self._key = key
+
+    def _operator(self, P):
+        """The local CSR matrix the preconditioner is set up from; a matrix-free ``P`` is
+        refused (PETSc's ILU and ICC refuse it too), Jacobi takes its diagonal."""
+        if P.getType() not in MATRIX_FREE:
+            return local_csr(P)
+        raise TypeError(
+            f"mpsolve.petsc.{type(self).__name__} needs the entries of the preconditioning "
+            f"matrix, but P is a matrix-free Mat of type {P.getType()!r}: pass an assembled "
+            "(AIJ) approximation as P (ksp.setOperators(A, P)), or use "
+            "mpsolve.petsc.Jacobi, which needs only P's diagonal (MatGetDiagonal)")
 
     def apply(self, pc, x, y):
         self._apply(x.array_r, y.array)  # y = M x on PETSc's own arrays
@@ -349,7 +368,15 @@ class _MpsolvePC:
 
 
 class Jacobi(_MpsolvePC):
-    """Point Jacobi (:class:`mpsolve.precond.Jacobi`) as a PETSc Python PC."""
+    """Point Jacobi (:class:`mpsolve.precond.Jacobi`) as a PETSc Python PC; on a
+    matrix-free ``P`` (a shell) from its ``MatGetDiagonal``, as PETSc's PCJACOBI."""
+
+    def _operator(self, P):
+        if P.getType() not in MATRIX_FREE:
+            return local_csr(P)
+        d = P.createVecLeft()
+        P.getDiagonal(d)                 # the shell's diagonal operation, or PETSc's error
+        return sp.diags_array(np.array(d.array_r, dtype=scalar_dtype()), format="csr")
 
     @property
     def precond_cls(self):

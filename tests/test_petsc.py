@@ -514,3 +514,49 @@ def test_plugin_accumulate_option_is_still_honoured():
     ksp, P = _ksp(A, "fgmres", ctx)
     _solve(ksp, P, A @ np.ones(A.shape[0]))
     assert ctx.M.accumulate == "float32"
+
+
+def test_a_matrix_free_operator_is_refused_clearly_but_jacobi_takes_its_diagonal():
+    A = convection_diffusion2d(16, peclet=5).tocsr()
+    n = A.shape[0]
+    products = []
+
+    class Shell:                     # a matrix-free operator with a diagonal, as PCJACOBI needs
+        def mult(self, mat, x, y):
+            products.append(1)
+            y.array[:] = A @ x.array_r
+
+        def getDiagonal(self, mat, d):
+            d.array[:] = A.diagonal()
+
+    S = PETSc.Mat().createPython((n, n), Shell())
+    S.setUp()
+    b = S.createVecLeft()
+    b.setArray(A @ np.ones(n))
+    its = {}
+    for name, ctx in (("petsc", None), ("mpsolve", mp.Jacobi())):
+        ksp = PETSc.KSP().create()
+        ksp.setOperators(S)
+        ksp.setType("gmres")
+        ksp.setTolerances(rtol=1e-10)
+        pc = ksp.getPC()
+        if ctx is None:
+            pc.setType("jacobi")
+        else:
+            pc.setType("python")
+            pc.setPythonContext(ctx)
+        x = b.duplicate()
+        products.clear()
+        ksp.solve(b, x)
+        assert ksp.getConvergedReason() > 0
+        its[name] = (ksp.getIterationNumber(), len(products))
+    assert its["mpsolve"] == its["petsc"]          # the same M, no products to build it
+    ksp, _ = _ksp(A, "gmres", mp.ILU0())
+    ksp.setOperators(S)
+    products.clear()
+    with pytest.raises(PETSc.Error) as err:
+        ksp.solve(b, b.duplicate())
+    assert isinstance(err.value.__cause__, TypeError)
+    assert "matrix-free Mat of type 'python'" in str(err.value.__cause__)
+    assert "ksp.setOperators(A, P)" in str(err.value.__cause__)
+    assert len(products) < 5                       # not n products to densify the shell
