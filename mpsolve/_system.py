@@ -187,9 +187,10 @@ class Problem:
     #: :meth:`residual_bound`'s kernel ``f(x, b) -> sum_i v_i^2`` and its two constants
     #: (FP64 and Dot2 residuals; made once)
     _rbound: Optional[tuple] = None
-    #: the first residual of a zero start is ``b`` itself: checked (exact zeros) once per
-    #: solve and then no product with ``A`` -- SciPy's solvers, given an exact
-    #: preconditioner, use at most three products with ``A``, and so does mpsolve
+    #: the first residual of a zero start (none, or an all-zero ``x0`` given: SciPy's
+    #: ``x.any()`` test) is ``b`` itself: checked (exact zeros) once per solve and then no
+    #: product with ``A`` -- SciPy's solvers, given an exact preconditioner, use at most
+    #: three products with ``A``, and so does mpsolve
     _first_residual: bool = True
     #: a complex problem: every dtype of its policies is realised as the complex twin
     #: (:func:`mpsolve.precision.in_field`); ``hp`` is FP64 or complex128, the dtype of the
@@ -216,7 +217,7 @@ class Problem:
         0 no longer reads as "converged".  An operator without entries (a
         ``LinearOperator``) has no bound: its computed residual is returned as it is."""
         first, self._first_residual = self._first_residual, False
-        exact = first and self.x0_mode == "zero" and not bool(x64.any())
+        exact = first and not bool(x64.any())           # no start, or a zero one given
         if exact:
             r64[:] = self.b64                                  # b - A 0, exactly
         else:

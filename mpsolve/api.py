@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 
@@ -133,6 +134,13 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
           callback=None, callback_type=None, precision=None, escalate=True, side="left",
           device=None):
     _one_rhs(b, "gmres")
+    if callback is not None and callback_type is None:
+        # SciPy's warning, for the same reason (the default may follow SciPy's), with the
+        # phrase its users' warning filters match
+        warnings.warn("mpsolve.gmres called without specifying `callback_type` for its "
+                      "callback: the default, 'legacy', may change with SciPy's; say which "
+                      "you mean, gmres(..., callback_type='pr_norm') -- or 'legacy' to keep "
+                      "`maxiter` counting inner iterations", DeprecationWarning, stacklevel=2)
     r = _gmres_result(A, b, x0, rtol=rtol, atol=atol, restart=restart, maxiter=maxiter, M=M,
                       callback=callback, callback_type=callback_type, precision=precision,
                       escalate=escalate, side=side, device=device)
@@ -146,12 +154,16 @@ def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, c
     side = side or "left"
     m = 20 if restart is None else restart
     kw = {"restart": m, "callback_type": ctype, "side": side}
-    if callback is not None and ctype == "legacy":
+    legacy = callback is not None and ctype == "legacy"
+    if legacy:
         # SciPy's legacy mode: maxiter counts inner iterations
         kw["max_inner"] = maxiter
-    return run("gmres", BODIES["gmres"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
-               callback=callback, precision=precision, escalate=escalate, body_kw=kw,
-               precond_name=precond_name, device=device, precond_side=side)
+    r = run("gmres", BODIES["gmres"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
+            callback=callback, precision=precision, escalate=escalate, body_kw=kw,
+            precond_name=precond_name, device=device, precond_side=side)
+    if legacy and maxiter is not None and r.info > 0 and r.iterations >= maxiter:
+        r.info = int(maxiter)          # SciPy: stopped at maxiter inner iterations
+    return r
 
 
 gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
@@ -175,9 +187,11 @@ gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
 """, maxiter_note=" in restart cycles (default ``10 n``); with a callback and "
      "``callback_type='legacy'`` it counts inner iterations, as in SciPy",
      callback_note="``callback_type='x'``: ``callback(xk)`` after each restart cycle; "
-     "``'pr_norm'`` or ``'legacy'`` (the default when a callback is given): "
+     "``'pr_norm'`` or ``'legacy'`` (the default when a callback is given, with SciPy's "
+     "DeprecationWarning asking to name one): "
      "``callback(residual_norm / ||b||)`` after each inner iteration.",
-     info_note=" (restart cycles)")
+     info_note=" (restart cycles; inner iterations with a callback and "
+     "``callback_type='legacy'``, as in SciPy)")
 
 
 def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=1e-5,

@@ -199,7 +199,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
             return callback(v)                  # GMRES's residual-norm callbacks
         keep_period(cb, callback)
 
-    if problem._first_residual and problem.x0_mode == "zero" and not bool(xp.any(xh)):
+    if problem._first_residual and not bool(xp.any(xh)):   # a zero start
         r64[:] = problem.b64                    # b - A 0, exactly
         problem._first_residual = False
     else:

@@ -2,6 +2,8 @@
 the SciPy behaviour it mirrors and checks mpsolve against SciPy on the same call."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -128,3 +130,49 @@ def test_gmres_with_a_singular_preconditioner_is_exact_where_it_can_be(side):
     assert infos != 0 and info == -13
     np.testing.assert_allclose(M @ (A @ x), M @ b, rtol=1e-7)
     assert np.array_equal(x0, [1.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_an_explicit_zero_start_is_a_zero_start(method):
+    """SciPy (``test_precond_inverse`` passes ``x0 = 0 * b``): the first residual of an
+    all-zero ``x0`` is ``b`` (``x.any()``), no product with ``A`` -- at most three with an
+    exact preconditioner, as with no ``x0``."""
+    A = _spd(20).tocsc()
+    b = np.arange(1.0, 21.0)
+    lu = spla.splu(A)
+    count = [0]
+
+    def matvec(x):
+        count[0] += 1
+        return A @ x
+
+    Aop = spla.LinearOperator(A.shape, matvec=matvec, dtype=np.float64)
+    M = spla.LinearOperator(A.shape, matvec=lu.solve, dtype=np.float64)
+    for x0 in (np.zeros(20), -np.zeros(20)):
+        count[0] = 0
+        x, info = getattr(mpsolve, method)(Aop, b, x0=x0, M=M, rtol=1e-8)
+        assert info == 0 and count[0] <= 3, count[0]
+        assert np.linalg.norm(A @ x - b) <= 1e-8 * np.linalg.norm(b)
+
+
+def test_gmres_legacy_callback_as_scipy_warning_info_and_scalar():
+    """SciPy's gmres with a callback and no ``callback_type``: a DeprecationWarning (its
+    phrase, which warning filters match), the legacy mode whose ``maxiter`` counts inner
+    iterations and whose ``info`` is then that ``maxiter``, and residual norms passed as
+    NumPy scalars (callbacks read ``.ndim``)."""
+    rng = np.random.default_rng(1)
+    A = rng.random((20, 20))
+    b = rng.random(20)
+    for solver in (spla.gmres, mpsolve.gmres):
+        seen = []
+        with pytest.warns(DeprecationWarning, match="called without specifying `callback_type`"):
+            x, info = solver(A, b, rtol=1e-6, atol=0.0, callback=seen.append, maxiter=2,
+                             restart=50)
+        assert info == 2 and len(seen) == 2, solver
+        assert all(isinstance(r, np.float64) and r.ndim == 0 for r in seen), solver
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                 # named: no warning
+        x, info = mpsolve.gmres(A, b, rtol=1e-6, atol=0.0, callback=seen.append, maxiter=3,
+                                restart=50, callback_type="legacy")
+        assert info == 3
+        x, info = mpsolve.gmres(A, b, rtol=1e-6, atol=0.0, maxiter=2, restart=50)

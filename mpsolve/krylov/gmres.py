@@ -228,8 +228,9 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             est = ops.givens(H, cs, sn, g, j)   # Givens: H[:, j] -> R, g updated
             inner += 1
             hist.append(est * ratio)
+            # (the norm as a NumPy scalar, as SciPy passes it: callbacks read its .ndim)
             if (callback is not None and callback_type in ("pr_norm", "legacy")
-                    and wants_stop(callback(est / bnrm))):
+                    and wants_stop(callback(np.float64(est / bnrm)))):
                 stop = True
             j_end = j + 1
             if wnorm <= eps * wnorm_in or wnorm == 0.0:

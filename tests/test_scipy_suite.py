@@ -1,0 +1,41 @@
+"""SciPy's own tests of ``cg``/``gmres``/``bicgstab`` (``scipy/sparse/linalg/_isolve/tests/
+test_iterative.py`` of the installed SciPy) run against mpsolve's drop-ins: the file is
+read at test time, its solver list narrowed to mpsolve's three, and run by pytest in a
+subprocess.  Nothing of SciPy's is copied into this repository; a SciPy whose test file
+is not installed, or reads differently, skips with the reason."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+IMPORT = "from mpsolve import bicgstab, cg, gmres\n"
+
+
+def _scipy_test_file() -> Path:
+    spec = importlib.util.find_spec("scipy.sparse.linalg._isolve")
+    path = Path(spec.origin).parent / "tests" / "test_iterative.py" if spec else None
+    if path is None or not path.is_file():
+        pytest.skip("the installed SciPy ships without its tests (test_iterative.py)")
+    return path
+
+
+def test_scipys_iterative_solver_tests_pass_with_mpsolve_solvers(tmp_path):
+    text = _scipy_test_file().read_text()
+    solvers = re.search(r"^_SOLVERS = \[[^\]]*\]", text, flags=re.M)
+    if solvers is None:
+        pytest.skip("SciPy's test_iterative.py has no _SOLVERS list to narrow")
+    text = (text[:solvers.start()] + IMPORT + "_SOLVERS = [bicgstab, cg, gmres]"
+            + text[solvers.end():])
+    test = tmp_path / "test_iterative_mpsolve.py"
+    test.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-W", "ignore::pytest.PytestUnknownMarkWarning", str(test)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    tail = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    assert re.search(r"\b\d{2,} passed", proc.stdout), tail   # SciPy's tests ran, not none
