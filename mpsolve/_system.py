@@ -89,6 +89,8 @@ def _check_tol(value, name):
     tolerance that every residual meets returns ``x0`` at once with ``info = 0``)."""
     if type(value) is float and value >= 0.0:  # the common case, at once (NaN fails >=)
         return value
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]                       # a 0-d array is its number, as for SciPy
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ToleranceError(f"{name}={value!r}: must be a real, non-negative number "
                              "(SciPy's 'legacy' and None are not accepted either)")
@@ -103,6 +105,8 @@ def _check_maxiter(maxiter, default):
         return default
     if type(maxiter) is int and maxiter > 0:    # the common case, at once
         return maxiter
+    if isinstance(maxiter, np.ndarray) and maxiter.ndim == 0:
+        maxiter = maxiter[()]                   # a 0-d array is its number, as for SciPy
     if isinstance(maxiter, (bool, np.bool_)) or not isinstance(maxiter, numbers.Integral):
         raise TypeError(f"maxiter must be a positive integer or None, got {maxiter!r}")
     if maxiter <= 0:

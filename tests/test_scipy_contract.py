@@ -176,3 +176,21 @@ def test_gmres_legacy_callback_as_scipy_warning_info_and_scalar():
                                 restart=50, callback_type="legacy")
         assert info == 3
         x, info = mpsolve.gmres(A, b, rtol=1e-6, atol=0.0, maxiter=2, restart=50)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_zero_dimensional_arrays_are_numbers_for_tolerances_and_maxiter(method):
+    """SciPy takes ``rtol``/``atol``/``maxiter`` as 0-d arrays (what ``np.array(1e-8)`` or
+    a reduction gives) as their numbers; a 1-element 1-d array is still refused."""
+    A = _spd(30)
+    b = A @ np.ones(30)
+    kw = dict(rtol=np.array(1e-12), atol=np.array(0.0), maxiter=np.array(4))
+    if method == "gmres":
+        kw["restart"] = 2                                       # 4 cycles of 2: unconverged
+    x, info = getattr(mpsolve, method)(A, b, **kw)
+    xs, infos = getattr(spla, method)(A, b, **kw)
+    assert info == infos == 4
+    x, info = getattr(mpsolve, method)(A, b, atol=np.array(1e-6), rtol=0.0)
+    assert info == 0 and np.linalg.norm(b - A @ x) <= 1e-6
+    with pytest.raises(ValueError, match=r"atol=array\(\[1.e-08\]\)"):
+        getattr(mpsolve, method)(A, b, atol=np.array([1e-8]))
