@@ -17,7 +17,7 @@ nrm2    native vs compensated norm on 10M FP64.
 sum     ``np.sum`` vs Sum2 on 10M FP64.
 rows    one thread, one serial SpMV (FP32 values, FP64 row sums: the mixed operator) on
         matrices of short and long rows (7-point Poisson 50^3, elasticity3d:12 with 68 a row,
-        the SuiteSparse bcsstk16 where ``MPSOLVE_MATRIX_PATH`` finds it): the kernel,
+        the SuiteSparse bcsstk16 where the suite finds a collection): the kernel,
         which adds each row's products two at a time (PETSc's order), against the same
         loop one product a step (the kernel before; SciPy's order).  These matrices fit
         in the caches, where the chain of dependent adds, not memory, bounds the product.
@@ -174,15 +174,18 @@ def _rows_one_a_step(indptr, indices, data, x, y):
 
 
 def _row_matrix(name):
-    """The ``rows`` group's matrix ``name`` (CSR), or ``None`` where no collection has it."""
+    """The ``rows`` group's matrix ``name`` (CSR), or ``None`` where no collection found by
+    :func:`mpsolve.bench.suite.find_collection` has it."""
     from mpsolve.matrices import elasticity3d
     from mpsolve.matrices.collection import CollectionError, load
     if name == "poisson3d:50":
         return poisson3d(50)
     if name == "elasticity3d:12":
         return sp.csr_matrix(elasticity3d(12))
-    try:
-        return sp.csr_matrix(load(name))
+    from mpsolve.bench.suite import find_collection
+
+    try:        # the folders the suite finds ($MPSOLVE_MATRIX_PATH, ../shared/...)
+        return sp.csr_matrix(load(name, path=find_collection()))
     except (OSError, ValueError, CollectionError):
         return None
 
