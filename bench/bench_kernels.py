@@ -175,14 +175,14 @@ def _rows_one_a_step(indptr, indices, data, x, y):
 
 def _row_matrix(name):
     """The ``rows`` group's matrix ``name`` (CSR), or ``None`` where no collection found by
-    :func:`mpsolve.bench.suite.find_collection` has it."""
+    :func:`mpsolve.bench.common.find_collection` has it."""
     from mpsolve.matrices import elasticity3d
     from mpsolve.matrices.collection import CollectionError, load
     if name == "poisson3d:50":
         return poisson3d(50)
     if name == "elasticity3d:12":
         return sp.csr_matrix(elasticity3d(12))
-    from mpsolve.bench.suite import find_collection
+    from mpsolve.bench.common import find_collection
 
     try:        # the folders the suite finds ($MPSOLVE_MATRIX_PATH, ../shared/...)
         return sp.csr_matrix(load(name, path=find_collection()))

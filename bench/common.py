@@ -1,8 +1,10 @@
 """What every runner of the suite shares: the record of one run and the time limit."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, List
 
 __all__ = ["Run", "TimeLimit", "deadline_callback", "maxiter_for", "sampled",
@@ -121,3 +123,21 @@ def emit(text, out=None):
     if out:
         with open(out, "w") as f:
             f.write(text)
+
+
+def find_collection():
+    """SuiteSparse collection folders the bench takes matrices from: the folders of
+    ``$MPSOLVE_MATRIX_PATH`` (as :func:`mpsolve.matrices.load`), ``$MPSOLVE_TEST_COLLECTION``
+    (the tests' collection) and, in a source checkout, ``../shared/matrices/suitesparse``
+    next to the repository; only those that exist, in that order."""
+    items = [p for p in os.environ.get("MPSOLVE_MATRIX_PATH", "").split(os.pathsep) if p]
+    if os.environ.get("MPSOLVE_TEST_COLLECTION"):
+        items.append(os.environ["MPSOLVE_TEST_COLLECTION"])
+    repo = Path(__file__).resolve().parents[1]
+    items.append(str(repo.parent / "shared" / "matrices" / "suitesparse"))
+    out = []
+    for p in items:
+        f = Path(p).expanduser()
+        if f.is_dir() and f not in out:
+            out.append(f)
+    return out

@@ -296,7 +296,7 @@ def _is_spd_like(A):
 def main(argv=None):
     from mpsolve.bench.baselines import petsc_available
     from mpsolve.bench.petsc_mpi import default_ranks, find_mpiexec
-    from mpsolve.bench.suite import find_collection
+    from mpsolve.bench.common import find_collection
     from mpsolve.matrices import list_collection
 
     here = Path(__file__).resolve().parents[1]

@@ -29,13 +29,13 @@ import platform
 import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import List
 
 import numpy as np
 
 from .baselines import petsc_available, petsc_build, run_petsc, run_petsc_ranks, run_scipy
-from .common import Run, TimeLimit, deadline_callback, maxiter_for, mpsolve_threads, sampled
+from .common import (Run, TimeLimit, deadline_callback, find_collection, maxiter_for,
+                     mpsolve_threads, sampled)
 
 __all__ = ["add_arguments", "main", "run_suite", "run_mpsolve", "Run", "DEFAULT_SUITE",
            "FULL_SUITE", "QUICK_SUITE", "DEFAULT_MATRICES", "DEFAULT_CONFIGS",
@@ -82,27 +82,6 @@ METHODS = ["cg", "gmres", "bicgstab"]
 #: about a second with the better configurations; what runs longer has failed.
 DEFAULT_TIME_LIMIT = 20.0
 FULL_TIME_LIMIT = 60.0
-
-
-def _repo_root():
-    return Path(__file__).resolve().parents[1]
-
-
-def find_collection():
-    """SuiteSparse folders to take :data:`DEFAULT_MATRICES` from: the folders of
-    ``$MPSOLVE_MATRIX_PATH`` (as :func:`mpsolve.matrices.load`), ``$MPSOLVE_TEST_COLLECTION``
-    (the tests' collection) and, in a source checkout, ``../shared/matrices/suitesparse``
-    next to the repository; only those that exist."""
-    items = [p for p in os.environ.get("MPSOLVE_MATRIX_PATH", "").split(os.pathsep) if p]
-    if os.environ.get("MPSOLVE_TEST_COLLECTION"):
-        items.append(os.environ["MPSOLVE_TEST_COLLECTION"])
-    items.append(str(_repo_root().parent / "shared" / "matrices" / "suitesparse"))
-    out = []
-    for p in items:
-        f = Path(p).expanduser()
-        if f.is_dir() and f not in out:
-            out.append(f)
-    return out
 
 
 def _default_matrices():

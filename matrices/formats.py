@@ -78,9 +78,10 @@ def _read_hb(path):
         raise MatrixMarketError(f"{path}, line 3: matrix type {kind!r} is not a Harwell-Boeing "
                                 "type such as RUA, RSA or PSA")
     if kind[0] == "C" or kind[2] == "E":
-        raise MatrixMarketError(f"{path}: type {kind} ({'complex' if kind[0] == 'C' else 'elemental'}"
-                                f") is not read (SciPy's hb_read reads assembled real matrices); "
-                                "use the Matrix Market (.mtx) file of the matrix")
+        what = "complex" if kind[0] == "C" else "elemental"
+        raise MatrixMarketError(f"{path}: type {kind} ({what}) is not read (SciPy's hb_read "
+                                "reads assembled real matrices); use the Matrix Market (.mtx) "
+                                "file of the matrix")
     storage = kind[1]
     if storage not in "USZR":
         raise MatrixMarketError(f"{path}, line 3: storage {storage!r} of type {kind!r} is "

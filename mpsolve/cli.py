@@ -239,9 +239,9 @@ def build_parser(bench_options=True):
                                     ".rb/.rua/.rsa/.hb, .npz), a generator "
                                     "spec such as poisson3d:50, or a SuiteSparse name found in "
                                     "$MPSOLVE_MATRIX_PATH.  Exit status 0 when converged, 1 otherwise.")
-    ps.add_argument("matrix", help="matrix file (Matrix Market, MATLAB .mat, Harwell-Boeing, .npz, or "
-                         "an extracted SuiteSparse tarball's folder), generator spec or "
-                         "collection name")
+    ps.add_argument("matrix", help="matrix file (Matrix Market, MATLAB .mat, Harwell-Boeing, "
+                    ".npz, or an extracted SuiteSparse tarball's folder), generator spec or "
+                    "collection name")
     ps.add_argument("--rhs", help="right-hand side (Matrix Market, n x 1; n x k: k right-hand "
                     "sides solved together); default A @ ones")
     ps.add_argument("--out", help="write the solution x here (Matrix Market; n x k for k "
