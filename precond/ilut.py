@@ -22,6 +22,7 @@ row's sum in FP64) on the preconditioner's device, and applied as
 """
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -36,6 +37,20 @@ from .base import Preconditioner
 from .ilu import ZeroPivotError
 
 __all__ = ["ILUT"]
+
+
+def _empty_lines(C) -> str:
+    """'rows 1, 5 are empty' / 'column 3 is empty' for a CSR matrix with empty rows or
+    columns (structurally singular: no LU exists), '' otherwise."""
+    out = []
+    for what, counts in (("row", np.diff(C.indptr)),
+                         ("column", np.bincount(C.indices, minlength=C.shape[1]))):
+        idx = np.flatnonzero(counts == 0)
+        if idx.size:
+            shown = ", ".join(map(str, idx[:5])) + (", ..." if idx.size > 5 else "")
+            out.append(f"{what}{'s' if idx.size > 1 else ''} {shown} "
+                       f"{'are' if idx.size > 1 else 'is'} empty")
+    return "; ".join(out)
 
 
 def sweep_layout(L, U):
@@ -149,9 +164,16 @@ class ILUT(Preconditioner):
                     order = "COLAMD"             # (the other ordering's pivots)
                     F = factor(Cc, order)
             except RuntimeError as err:
+                # SuperLU's text, less its source location ("[0]: matrix is singular at
+                # line 148 in file .../ilu_dpivotL.c")
+                what = re.sub(r"^\[\d+\]:\s*|\s+at line \d+ in file \S+", "",
+                              str(err).strip().splitlines()[0] if str(err).strip() else "")
+                empty = _empty_lines(C)
                 raise ZeroPivotError(
-                    f"ILUT(drop_tol={self.drop_tol:g}): {err}; lower drop_tol or raise "
-                    "fill_factor" + (", or reorder='mc64'" if self.reorder_hint else "")
+                    f"ILUT(drop_tol={self.drop_tol:g}): SuperLU: {what or 'factorisation failed'}"
+                    + (f"; A is structurally singular ({empty}): no factorisation exists"
+                       if empty else "; lower drop_tol or raise fill_factor"
+                       + (", or reorder='mc64'" if self.reorder_hint else ""))
                 ) from None
         lptr, lind, lval, uptr, uind, uval, dinv, n = sweep_layout(F.L, F.U)
         if not (np.isfinite(uval).all() and np.isfinite(dinv).all()):

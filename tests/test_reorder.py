@@ -216,6 +216,17 @@ def test_ilut_bad_parameters_and_singular_factor():
         Reordered(ILUT(), reorder="rcm")
     with pytest.raises(ValueError, match="reorder"):
         make_preconditioner("none", reorder="mc64")
+    # SuperLU's failure without its source location; an empty row or column named as the
+    # structural singularity it is (no drop_tol helps), else the advice that may
+    empty = sp.csr_matrix(np.array([[1.0, 0, 0], [0, 0, 0], [0, 0, 1]]))
+    with pytest.raises(ZeroPivotError) as err:
+        ILUT().setup(empty)
+    msg = str(err.value)
+    assert "row 1 is empty; column 1 is empty" in msg and "no factorisation exists" in msg
+    assert "line" not in msg and ".c" not in msg and "\n" not in msg
+    with pytest.raises(ZeroPivotError, match=r"SuperLU: Factor is exactly singular; lower "
+                                             r"drop_tol or raise fill_factor"):
+        ILUT().setup(sp.csr_matrix(np.array([[1.0, 1.0], [1.0, 1.0]])))
 
 
 def test_bellman_ford_reports_a_negative_cycle():
