@@ -37,14 +37,14 @@ from .generators import (
     poisson2d,
     poisson3d,
 )
-from .formats import MATRIX_SUFFIXES, read_matrix
+from .formats import MATRIX_SUFFIXES, read_dense, read_matrix
 from .mmio import MatrixMarketError, mtx_header, read_mtx, read_vector, write_mtx
 
 __all__ = [
     # Matrix Market
     "MatrixMarketError", "read_mtx", "read_vector", "write_mtx", "mtx_header",
     # other files
-    "read_matrix", "MATRIX_SUFFIXES",
+    "read_matrix", "read_dense", "MATRIX_SUFFIXES",
     # generators
     "laplacian_1d", "poisson2d", "poisson3d", "anisotropic2d", "anisotropic3d",
     "convection_diffusion2d", "convection_diffusion3d", "elasticity3d", "jump3d",

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 
 from .mmio import MatrixMarketError, read_mtx
 
-__all__ = ["read_matrix", "MATRIX_SUFFIXES"]
+__all__ = ["read_matrix", "read_dense", "MATRIX_SUFFIXES"]
 
 #: file name endings :func:`read_matrix` reads (case-insensitive)
 MATRIX_SUFFIXES = (".mtx", ".mtx.gz", ".mat", ".rb", ".rua", ".rsa", ".hb", ".npz")
@@ -158,3 +158,45 @@ def read_matrix(path):
             raise
         raise MatrixMarketError(f"{exc} -- the matrix files read are Matrix Market, MATLAB, "
                                 f"Harwell-Boeing and .npz ({', '.join(MATRIX_SUFFIXES)})") from None
+
+
+def read_dense(path):
+    """A right-hand side (or several) as a dense array: ``.npy`` (``numpy.save``; no
+    pickles), ``.mat`` (a SuiteSparse ``Problem``'s ``b``, or the file's one numeric
+    variable), else Matrix Market (:func:`~mpsolve.matrices.read_mtx`, array or coordinate).
+
+    Returns
+    -------
+    numpy.ndarray
+        1-D or 2-D, as stored; float64 or complex128 for Matrix Market files.
+    """
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise FileNotFoundError(f"no such file: {p!r}")
+    low = p.lower()
+    if low.endswith(".npy"):
+        try:
+            return np.load(p, allow_pickle=False)
+        except ValueError as exc:
+            raise MatrixMarketError(f"{p}: not a numeric .npy file: {exc}") from None
+    if low.endswith(".mat"):
+        try:
+            data = scipy.io.loadmat(p, squeeze_me=True, struct_as_record=False)
+        except (NotImplementedError, scipy.io.matlab.MatReadError, ValueError,
+                TypeError, OSError) as exc:
+            raise MatrixMarketError(f"{p}: SciPy's loadmat could not read it: {exc}") from None
+        variables = {k: v for k, v in data.items() if not k.startswith("__")}
+        problem = variables.get("Problem")
+        if problem is not None and hasattr(problem, "b"):
+            b = problem.b
+        else:
+            arrays = [v for v in variables.values() if sp.issparse(v) or (
+                isinstance(v, np.ndarray) and v.ndim in (1, 2) and v.dtype.kind in "biufc")]
+            if len(arrays) != 1:
+                raise MatrixMarketError(
+                    f"{p}: expected a SuiteSparse struct 'Problem' with a field 'b' or exactly "
+                    f"one numeric variable, found {sorted(variables) or 'no variables'}")
+            b = arrays[0]
+        return b.toarray() if sp.issparse(b) else np.asarray(b)
+    b = read_mtx(p)
+    return b.toarray() if sp.issparse(b) else np.asarray(b)

@@ -123,15 +123,17 @@ def _start_up() -> float:
 def cmd_solve(args):
     from . import solve
     from ._sparse import check_matrix
-    from .matrices import read_mtx, write_mtx
+    from .matrices import read_dense, write_mtx
 
     if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         raise FileNotFoundError(f"--out {args.out}: its folder does not exist")
     A = check_matrix(load_matrix(args.matrix), "A")   # square, finite: before b = A @ 1
     n = A.shape[0]
     if args.rhs:
-        b = read_mtx(args.rhs)           # n x 1 (or 1 x n): one; n x k: k solved together
-        b = b.toarray() if hasattr(b, "toarray") else np.asarray(b)
+        b = read_dense(args.rhs)         # n x 1 (or 1 x n): one; n x k: k solved together
+        if b.ndim not in (1, 2) or b.dtype.kind not in "biufc":
+            raise ValueError(f"--rhs {args.rhs}: holds a {b.ndim}-D {b.dtype} array, not "
+                             "a vector or an n x k block of them")
         if 1 in b.shape:
             b = b.reshape(-1)
         if b.shape[0] != n:
@@ -158,7 +160,10 @@ def cmd_solve(args):
           "process; not in the times below)")
     print(res.summary())
     if args.out:
-        write_mtx(args.out, res.x, comment="mpsolve solution")
+        if args.out.lower().endswith(".npy"):
+            np.save(args.out, res.x)
+        else:
+            write_mtx(args.out, res.x, comment="mpsolve solution")
         print(f"solution written to {args.out}")
     return 0 if res.converged else 1
 
@@ -242,10 +247,11 @@ def build_parser(bench_options=True):
     ps.add_argument("matrix", help="matrix file (Matrix Market, MATLAB .mat, Harwell-Boeing, "
                     ".npz, or an extracted SuiteSparse tarball's folder), generator spec or "
                     "collection name")
-    ps.add_argument("--rhs", help="right-hand side (Matrix Market, n x 1; n x k: k right-hand "
+    ps.add_argument("--rhs", help="right-hand side (Matrix Market, .npy, or .mat: a "
+                    "SuiteSparse Problem's b; n x 1; n x k: k right-hand "
                     "sides solved together); default A @ ones")
-    ps.add_argument("--out", help="write the solution x here (Matrix Market; n x k for k "
-                    "right-hand sides)")
+    ps.add_argument("--out", help="write the solution x here (Matrix Market, or .npy by its "
+                    "name; n x k for k right-hand sides)")
     _add_solver_options(ps)
     ps.set_defaults(func=cmd_solve)
 

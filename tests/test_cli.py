@@ -54,6 +54,20 @@ def test_solve_a_suitesparse_mat_file_and_an_extracted_tarball(tmp_path, capsys)
         assert main(["solve", str(path), "--rtol", "1e-10"]) == 0
         out = capsys.readouterr().out
         assert "converged" in out and "(144 x 144, 672 nonzeros)" in out
+    # SuiteSparse's .mat carries b too: --rhs reads it; .npy in and out
+    xtrue = np.linspace(1, 2, 144)
+    scipy.io.savemat(tmp_path / "cdb.mat", {"Problem": {"A": sp.csc_matrix(A), "b": A @ xtrue}})
+    assert main(["solve", str(tmp_path / "cdb.mat"), "--rhs", str(tmp_path / "cdb.mat"),
+                 "--rtol", "1e-12", "--out", str(tmp_path / "x.npy")]) == 0
+    assert np.abs(np.load(tmp_path / "x.npy") - xtrue).max() < 1e-9
+    np.save(tmp_path / "B.npy", np.c_[A @ xtrue, 2 * (A @ xtrue)])
+    assert main(["solve", str(tmp_path / "cd.mat"), "--rhs", str(tmp_path / "B.npy"),
+                 "--rtol", "1e-12", "--out", str(tmp_path / "X.npy")]) == 0
+    assert np.abs(np.load(tmp_path / "X.npy") - np.c_[xtrue, 2 * xtrue]).max() < 1e-9
+    capsys.readouterr()
+    np.save(tmp_path / "bad.npy", np.zeros((144, 2, 2)))
+    assert main(["solve", str(tmp_path / "cd.mat"), "--rhs", str(tmp_path / "bad.npy")]) == 2
+    assert "holds a 3-D float64 array" in capsys.readouterr().err
     assert main(["info", str(tmp_path / "cd.mat")]) == 0
     assert "144" in capsys.readouterr().out
     assert main(["solve", str(tmp_path / "missing.mat")]) == 2
