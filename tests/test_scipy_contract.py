@@ -71,13 +71,16 @@ def test_zero_b_with_infinite_rtol_is_not_nan():
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_an_exact_preconditioner_needs_at_most_three_products_with_a(method):
-    """SciPy (``test_precond_inverse``): with ``M = A^{-1}`` given as a LinearOperator
-    the solvers converge at once, using at most three products with ``A``; the
-    first residual of a zero start is ``b`` itself (no product).  The answer is
-    certified by mpsolve's FP64 true residual all the same."""
+@pytest.mark.parametrize("start", ["none", "zeros", "negative zeros"])
+def test_an_exact_preconditioner_needs_at_most_three_products_with_a(method, start):
+    """SciPy (``test_precond_inverse``, which passes ``x0 = 0 * b``): with ``M = A^{-1}``
+    given as a LinearOperator the solvers converge at once, using at most three products
+    with ``A``; the first residual of a zero start -- none, or an all-zero ``x0``
+    (``x.any()``) -- is ``b`` itself (no product).  The answer is certified by mpsolve's
+    FP64 true residual all the same."""
     A = _spd(20).tocsc()
     b = np.arange(1.0, 21.0)
+    x0 = {"none": None, "zeros": np.zeros(20), "negative zeros": -np.zeros(20)}[start]
     lu = spla.splu(A)
     count = [0]
 
@@ -87,7 +90,7 @@ def test_an_exact_preconditioner_needs_at_most_three_products_with_a(method):
 
     Aop = spla.LinearOperator(A.shape, matvec=matvec, dtype=np.float64)
     M = spla.LinearOperator(A.shape, matvec=lu.solve, dtype=np.float64)
-    x, info = getattr(mpsolve, method)(Aop, b, M=M, rtol=1e-8)
+    x, info = getattr(mpsolve, method)(Aop, b, x0=x0, M=M, rtol=1e-8)
     assert info == 0 and count[0] <= 3, count[0]
     assert np.linalg.norm(A @ x - b) <= 1e-8 * np.linalg.norm(b)
 
@@ -130,29 +133,6 @@ def test_gmres_with_a_singular_preconditioner_is_exact_where_it_can_be(side):
     assert infos != 0 and info == -13
     np.testing.assert_allclose(M @ (A @ x), M @ b, rtol=1e-7)
     assert np.array_equal(x0, [1.0, 0.0, 0.0])
-
-
-@pytest.mark.parametrize("method", METHODS)
-def test_an_explicit_zero_start_is_a_zero_start(method):
-    """SciPy (``test_precond_inverse`` passes ``x0 = 0 * b``): the first residual of an
-    all-zero ``x0`` is ``b`` (``x.any()``), no product with ``A`` -- at most three with an
-    exact preconditioner, as with no ``x0``."""
-    A = _spd(20).tocsc()
-    b = np.arange(1.0, 21.0)
-    lu = spla.splu(A)
-    count = [0]
-
-    def matvec(x):
-        count[0] += 1
-        return A @ x
-
-    Aop = spla.LinearOperator(A.shape, matvec=matvec, dtype=np.float64)
-    M = spla.LinearOperator(A.shape, matvec=lu.solve, dtype=np.float64)
-    for x0 in (np.zeros(20), -np.zeros(20)):
-        count[0] = 0
-        x, info = getattr(mpsolve, method)(Aop, b, x0=x0, M=M, rtol=1e-8)
-        assert info == 0 and count[0] <= 3, count[0]
-        assert np.linalg.norm(A @ x - b) <= 1e-8 * np.linalg.norm(b)
 
 
 def test_gmres_legacy_callback_as_scipy_warning_info_and_scalar():
