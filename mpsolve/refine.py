@@ -42,7 +42,11 @@ Stagnation: if one refinement step does not halve the true residual, the
 inner precision cannot make progress on this matrix (its condition number is
 beyond ``1/eps_fp32``); the stage stops with flag 2 so the driver can escalate.
 Each inner solve gets at most a tenth of the iteration budget.
-The user's ``callback`` is called with the FP64 iterate after each outer step.
+The user's ``callback`` is called as the method calls it -- each iteration (CG, BiCGSTAB)
+or each restart cycle (GMRES, ``callback_type='x'``) with the FP64 iterate ``x + ||r|| d``,
+or each GMRES inner iteration with the residual norm over ``||b||`` (``'pr_norm'``,
+``'legacy'``), as SciPy calls them; ``'legacy'``'s ``maxiter`` caps the inner iterations
+of all steps together.
 """
 from __future__ import annotations
 
@@ -80,7 +84,27 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
     true = problem.true_residual(x64, r64)
     count = iters = 0
     flag = 1
+    # the user's callback sees what the method's own would show, in the caller's units:
+    # the inner system solves A d = r / ||r|| from d = 0, so the iterate is x + ||r|| d and a
+    # residual norm (GMRES's 'pr_norm'/'legacy' callbacks) is the inner one times ||r||
+    scale = true
+    inner_cb = None
+    if callback is not None:
+        xt = ws.get("ir_xt", n, x64.dtype)
+
+        def inner_cb(v):
+            if getattr(v, "shape", ()) == ():
+                return callback(v * scale)
+            xt[:] = v                            # (FP64 from here)
+            problem.xp.multiply(xt, scale, out=xt)
+            problem.xp.add(xt, x64, out=xt)
+            return callback(xt)
+        keep_period(inner_cb, callback)
+    # SciPy's legacy GMRES mode caps the inner iterations of the whole solve
+    cap = body_kw.get("max_inner")
     while true > tol and count < budget:
+        if cap is not None and iters >= cap:
+            break
         scale = true
         problem.xp.divide(r64, scale, out=step)
         r[:] = step                              # inner right-hand side r / ||r||, unit norm
@@ -89,7 +113,8 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
         eta = max(INNER_RTOL, 0.5 * tol / true)  # no need to go further than the goal
         sub = []
         step_budget = min(budget - count, max(1, -(-budget // STEP_SHARE)))
-        c, it, iflag = body(inner, d, r, step_budget, eta, None, sub, **body_kw)
+        kw = body_kw if cap is None else dict(body_kw, max_inner=cap - iters)
+        c, it, iflag = body(inner, d, r, step_budget, eta, inner_cb, sub, **kw)
         count += c
         iters += it
         hist.extend(h * scale for h in sub)
@@ -103,7 +128,7 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
         if new > true:                           # the correction made it worse: undo it
             x64 -= step
             new = problem.true_residual(x64, r64)
-        if callback is not None and wants_stop(callback(x64)):
+        if iflag == USER_STOP:                   # the callback asked to stop
             true = new
             flag = USER_STOP
             break

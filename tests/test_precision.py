@@ -205,11 +205,39 @@ def test_iterative_refinement_stagnates_on_fp32_singular_matrix():
 
 
 def test_ir_callback_sees_fp64_iterates():
+    """Under refinement the callback is called as the method calls it: each iteration with
+    the FP64 iterate x + ||r|| d (not only after each refinement step), the last one the
+    answer; its residuals fall to the tolerance."""
     A = poisson3d(10)
     b = A @ np.ones(A.shape[0])
     seen = []
-    r = mpsolve.solve(A, b, method="cg", precision="ir", rtol=1e-12, callback=seen.append, precond=None)
-    assert r.converged and seen and all(s.dtype == np.float64 for s in seen)
+    r = mpsolve.solve(A, b, method="cg", precision="ir", rtol=1e-12, escalate=False,
+                      callback=lambda x: seen.append(x.copy()), precond=None)
+    assert r.converged and all(s.dtype == np.float64 for s in seen)
+    assert len(seen) == r.iterations > 3                  # one a CG iteration
+    res = [np.linalg.norm(b - A @ s) / np.linalg.norm(b) for s in seen]
+    assert res[0] > 1e-3 and res[-1] <= 1e-11
+    assert np.linalg.norm(seen[-1] - r.x) <= 1e-6 * np.linalg.norm(r.x)
+
+
+@pytest.mark.parametrize("precision", ["ir", "single"])
+def test_ir_gmres_residual_norm_callbacks_as_scipy(precision):
+    """GMRES's 'pr_norm'/'legacy' callbacks under refinement get NumPy scalars: each inner
+    iteration's residual norm over ||b|| in the caller's units (the inner system's norm
+    times ||r||); 'legacy' caps the inner iterations of all steps together."""
+    rng = np.random.default_rng(1)
+    A = rng.random((20, 20)) + 20 * np.eye(20)
+    b = rng.random(20)
+    seen = []
+    x, info = mpsolve.gmres(A, b, rtol=1e-12, atol=0.0, callback=seen.append, restart=5,
+                            callback_type="pr_norm", precision=precision)
+    assert info == 0 and len(seen) >= 2
+    assert all(isinstance(v, np.float64) and v.ndim == 0 for v in seen)
+    assert seen[0] < 1.0 and min(seen) <= 1e-11      # the caller's units: ||r|| / ||b||
+    seen.clear()
+    x, info = mpsolve.gmres(A, b, rtol=1e-12, atol=0.0, callback=seen.append, restart=50,
+                            maxiter=3, callback_type="legacy", precision=precision)
+    assert info == 3 and len(seen) == 3
 
 
 def test_nonfinite_iteration_is_never_silent():
