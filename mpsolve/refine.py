@@ -57,7 +57,7 @@ import numpy as np
 from ._system import STAGNATION, system_for
 from .kernels.registry import lookup
 from .kernels.safenorm import norm
-from .result import USER_STOP, keep_period, wants_stop
+from .result import USER_STOP, keep_period
 
 __all__ = ["refine_stage", "dd_stage", "dd_supported", "INNER_RTOL", "DD_ETA"]
 

@@ -1,8 +1,9 @@
 """SciPy's own tests of ``cg``/``gmres``/``bicgstab`` (``scipy/sparse/linalg/_isolve/tests/
 test_iterative.py`` of the installed SciPy) run against mpsolve's drop-ins: the file is
 read at test time, its solver list narrowed to mpsolve's three (with the default
-precision, and with ``eft`` and ``mixed`` as theirs), and run by pytest in a subprocess.  Nothing of SciPy's is copied into this repository; a SciPy whose test file
-is not installed, or reads differently, skips with the reason."""
+precision, and with ``eft`` and ``mixed`` as theirs), and run by pytest in a subprocess.
+Nothing of SciPy's is copied into this repository; a SciPy whose test file is not
+installed, or reads differently, skips with the reason."""
 from __future__ import annotations
 
 import importlib.util
