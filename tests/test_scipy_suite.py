@@ -1,9 +1,9 @@
 """SciPy's own tests of ``cg``/``gmres``/``bicgstab`` (``scipy/sparse/linalg/_isolve/tests/
 test_iterative.py`` of the installed SciPy) run against mpsolve's drop-ins: the file is
-read at test time, its solver list narrowed to mpsolve's three (with the default
-precision, and with ``eft`` and ``mixed`` as theirs), and run by pytest in a subprocess.
-Nothing of SciPy's is copied into this repository; a SciPy whose test file is not
-installed, or reads differently, skips with the reason."""
+read at test time, its solver list narrowed to mpsolve's three (as they are, with
+precision ``eft`` or ``mixed``, and on the NumPy ``reference`` device), and run by pytest
+in a subprocess.  Nothing of SciPy's is copied into this repository; a SciPy whose test
+file is not installed, or reads differently, skips with the reason."""
 from __future__ import annotations
 
 import importlib.util
@@ -25,29 +25,32 @@ def _scipy_test_file() -> Path:
     return path
 
 
-def _with_precision(precision):
-    """The drop-ins with ``precision`` as their default (None: mpsolve's default)."""
-    if precision is None:
+def _with_defaults(kw):
+    """The drop-ins with the keywords ``kw`` as their defaults (none: mpsolve's own)."""
+    if not kw:
         return IMPORT
     return (f"import functools as _ft\nimport mpsolve as _mp\n"
-            f"cg, gmres, bicgstab = (_ft.wraps(f)(_ft.partial(f, precision={precision!r}))\n"
+            f"cg, gmres, bicgstab = (_ft.wraps(f)(_ft.partial(f, **{kw!r}))\n"
             f"                       for f in (_mp.cg, _mp.gmres, _mp.bicgstab))\n")
 
 
-#: (precision, SciPy tests deselected and why): with an FP32 preconditioner, SciPy's
-#: ``TestGMRES::test_callback`` -- GMRES's first residual norm with ``M = 1e-3 I``, compared
-#: to 1e-10 -- differs at FP32's rounding (5e-8), as it must
-PRECISIONS = [(None, ()), ("eft", ()), ("mixed", ("TestGMRES::test_callback",))]
+#: (keywords, SciPy tests deselected): the default, two precisions and the NumPy reference
+#: device.  With an FP32 preconditioner, SciPy's ``TestGMRES::test_callback`` -- GMRES's
+#: first residual norm with ``M = 1e-3 I``, compared to 1e-10 -- differs at FP32's
+#: rounding (5e-8), as it must
+VARIANTS = [({}, ()), ({"precision": "eft"}, ()),
+            ({"precision": "mixed"}, ("TestGMRES::test_callback",)),
+            ({"device": "reference"}, ())]
 
 
-@pytest.mark.parametrize("precision,deselect", PRECISIONS,
-                         ids=[p or "default" for p, _ in PRECISIONS])
-def test_scipys_iterative_solver_tests_pass_with_mpsolve_solvers(tmp_path, precision, deselect):
+@pytest.mark.parametrize("kw,deselect", VARIANTS,
+                         ids=["-".join(map(str, k.values())) or "default" for k, _ in VARIANTS])
+def test_scipys_iterative_solver_tests_pass_with_mpsolve_solvers(tmp_path, kw, deselect):
     text = _scipy_test_file().read_text()
     solvers = re.search(r"^_SOLVERS = \[[^\]]*\]", text, flags=re.M)
     if solvers is None:
         pytest.skip("SciPy's test_iterative.py has no _SOLVERS list to narrow")
-    text = (text[:solvers.start()] + _with_precision(precision)
+    text = (text[:solvers.start()] + _with_defaults(kw)
             + "_SOLVERS = [bicgstab, cg, gmres]" + text[solvers.end():])
     test = tmp_path / "test_iterative_mpsolve.py"
     test.write_text(text)
