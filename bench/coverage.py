@@ -298,6 +298,7 @@ def main(argv=None):
     from mpsolve.bench.petsc_mpi import default_ranks, find_mpiexec
     from mpsolve.bench.common import find_collection
     from mpsolve.matrices import list_collection
+    from mpsolve.matrices.collection import LAYOUTS
 
     here = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser(prog="python -m mpsolve.bench.coverage",
@@ -332,8 +333,7 @@ def main(argv=None):
         p.error(f"--collection {collection}: no such folder")
     entries = list_collection([collection]) if collection else []
     if collection and not entries:
-        p.error(f"--collection {collection}: no matrices there (a MANIFEST.tsv, *.mtx[.gz], "
-                f"or extracted SuiteSparse tarballs <name>/<name>.mtx[.gz])")
+        p.error(f"--collection {collection}: no matrices there ({LAYOUTS})")
     listed = _problems(entries, [] if args.no_generated else GENERATED)
     unknown = sorted(set(args.only or ()) - {name for name, _, _ in listed})
     if unknown:

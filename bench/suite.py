@@ -112,6 +112,7 @@ def _default_matrices():
 def _load_problems(args, log=None):
     """(name, A, spd) triples of the suite."""
     from mpsolve.matrices import generate, list_collection, read_mtx
+    from mpsolve.matrices.collection import LAYOUTS
 
     out = []
     collection = args.collection
@@ -127,8 +128,7 @@ def _load_problems(args, log=None):
         entries = list_collection([collection])
         if not entries:
             raise SystemExit(f"mpsolve bench: error: --collection {collection}: no "
-                             "matrices there (a MANIFEST.tsv, *.mtx[.gz], or extracted "
-                             "SuiteSparse tarballs <name>/<name>.mtx[.gz])")
+                             f"matrices there ({LAYOUTS})")
         unknown = sorted(set(args.matrices or ()) - {e.name for e in entries})
         if unknown:
             raise SystemExit(f"mpsolve bench: error: --matrices {' '.join(unknown)}: not in "

@@ -35,6 +35,9 @@ __all__ = ["MatrixEntry", "CollectionError", "load", "find", "list_collection", 
            "search_path", "get_cache_dir", "DEFAULT_BASE_URL"]
 
 DEFAULT_BASE_URL = "https://sparse.tamu.edu"
+#: what :func:`list_collection` takes as a collection folder's matrices (for messages)
+LAYOUTS = ("a MANIFEST.tsv, *.mtx[.gz], or extracted SuiteSparse tarballs "
+           "<name>/<name>.mtx[.gz]")
 MANIFEST = "MANIFEST.tsv"
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from .mmio import MatrixMarketError, read_mtx
+from .mmio import MatrixMarketError, canonical_csr, read_mtx
 
 __all__ = ["read_matrix", "read_dense", "MATRIX_SUFFIXES"]
 
@@ -38,15 +38,13 @@ def _canonical(A, path):
         A = np.asarray(A)
         if A.ndim != 2 or A.dtype.kind not in "biufc":
             raise MatrixMarketError(f"{path}: holds a {A.ndim}-D {A.dtype} array, not a matrix")
-    A = sp.csr_matrix(A)
-    kind = A.dtype.kind
-    A = A.astype(np.complex128 if kind == "c" else np.float64, copy=False)
-    A.sum_duplicates()
-    A.sort_indices()
-    return A
+    return canonical_csr(A, np.complex128 if A.dtype.kind == "c" else np.float64)
 
 
-def _read_mat(path):
+def _mat_variable(path, field, ndims, what):
+    """From a MATLAB file: a SuiteSparse ``Problem``'s ``field`` (``"A"``, ``"b"``), else the
+    file's one numeric variable of ``ndims`` dimensions (sparse counts as 2-D); ``what``
+    names it in the error."""
     try:
         data = scipy.io.loadmat(path, squeeze_me=True, struct_as_record=False)
     except NotImplementedError as exc:           # MATLAB v7.3 is HDF5
@@ -56,16 +54,17 @@ def _read_mat(path):
         raise MatrixMarketError(f"{path}: SciPy's loadmat could not read it: {exc}") from None
     variables = {k: v for k, v in data.items() if not k.startswith("__")}
     problem = variables.get("Problem")
-    if problem is not None and hasattr(problem, "A"):
-        return _canonical(problem.A, path)      # SuiteSparse's layout
-    matrices = {k: v for k, v in variables.items()
-                if sp.issparse(v) or (isinstance(v, np.ndarray) and v.ndim == 2
-                                      and v.dtype.kind in "biufc")}
-    if len(matrices) != 1:
+    if problem is not None and hasattr(problem, field):
+        return getattr(problem, field)           # SuiteSparse's layout
+    found = [v for v in variables.values()
+             if (sp.issparse(v) and 2 in ndims) or (isinstance(v, np.ndarray)
+                                                   and v.ndim in ndims
+                                                   and v.dtype.kind in "biufc")]
+    if len(found) != 1:
         raise MatrixMarketError(
-            f"{path}: expected a SuiteSparse struct 'Problem' with a field 'A' or exactly one "
-            f"matrix variable, found {sorted(variables) or 'no variables'}")
-    return _canonical(next(iter(matrices.values())), path)
+            f"{path}: expected a SuiteSparse struct 'Problem' with a field '{field}' or exactly "
+            f"one {what} variable, found {sorted(variables) or 'no variables'}")
+    return found[0]
 
 
 def _read_hb(path):
@@ -143,7 +142,7 @@ def read_matrix(path):
         raise FileNotFoundError(f"no such file: {p!r}")
     low = p.lower()
     if low.endswith(".mat"):
-        return _read_mat(p)
+        return _canonical(_mat_variable(p, "A", (2,), "matrix"), p)
     if low.endswith((".rb", ".rua", ".rsa", ".hb")):
         return _read_hb(p)
     if low.endswith(".npz"):
@@ -180,23 +179,7 @@ def read_dense(path):
         except ValueError as exc:
             raise MatrixMarketError(f"{p}: not a numeric .npy file: {exc}") from None
     if low.endswith(".mat"):
-        try:
-            data = scipy.io.loadmat(p, squeeze_me=True, struct_as_record=False)
-        except (NotImplementedError, scipy.io.matlab.MatReadError, ValueError,
-                TypeError, OSError) as exc:
-            raise MatrixMarketError(f"{p}: SciPy's loadmat could not read it: {exc}") from None
-        variables = {k: v for k, v in data.items() if not k.startswith("__")}
-        problem = variables.get("Problem")
-        if problem is not None and hasattr(problem, "b"):
-            b = problem.b
-        else:
-            arrays = [v for v in variables.values() if sp.issparse(v) or (
-                isinstance(v, np.ndarray) and v.ndim in (1, 2) and v.dtype.kind in "biufc")]
-            if len(arrays) != 1:
-                raise MatrixMarketError(
-                    f"{p}: expected a SuiteSparse struct 'Problem' with a field 'b' or exactly "
-                    f"one numeric variable, found {sorted(variables) or 'no variables'}")
-            b = arrays[0]
+        b = _mat_variable(p, "b", (1, 2), "numeric")
         return b.toarray() if sp.issparse(b) else np.asarray(b)
     b = read_mtx(p)
     return b.toarray() if sp.issparse(b) else np.asarray(b)

@@ -293,7 +293,13 @@ def read_mtx(path):
     ((16, 16), 64, dtype('float64'))
     """
     data, header = _mmread(path)
-    A = sp.csr_matrix(data, dtype=_dtype(header))
+    return canonical_csr(data, _dtype(header))
+
+
+def canonical_csr(data, dtype):
+    """``data`` (sparse or dense) as a canonical CSR matrix of ``dtype``: duplicates summed,
+    indices sorted, explicit zeros kept (what every matrix reader returns)."""
+    A = sp.csr_matrix(data, dtype=dtype)
     A.sum_duplicates()
     A.sort_indices()
     return A

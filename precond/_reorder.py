@@ -55,7 +55,7 @@ from scipy.sparse.csgraph import maximum_bipartite_matching, min_weight_full_bip
 
 from mpsolve.backend import array_module, to_device
 
-from ._util import ThreadBuffers, rows_text
+from ._util import ThreadBuffers, empty_lines_text, rows_text
 from .base import Preconditioner
 
 __all__ = ["mc64", "Reordering", "Reordered", "StructurallySingularError", "REORDERINGS"]
@@ -109,12 +109,8 @@ def _structural_error(P):
     match = maximum_bipartite_matching(P, perm_type="column")   # row i -> column, or -1
     rows = np.flatnonzero(match < 0)
     cols = np.setdiff1d(np.arange(n), match[match >= 0])
-    empty_r = np.flatnonzero(np.diff(P.indptr) == 0)
-    empty_c = np.setdiff1d(np.arange(n), P.indices)
-    what = ""
-    if empty_r.size or empty_c.size:
-        what = (f" (empty rows: {rows_text(empty_r) or 'none'}; empty columns: "
-                f"{rows_text(empty_c) or 'none'})")
+    empty = empty_lines_text(P)
+    what = f" ({empty})" if empty else ""
     return StructurallySingularError(
         f"mc64: A is structurally singular: a maximum matching of its nonzeros covers "
         f"{n - rows.size} of {n} rows; rows {rows_text(rows)} cannot be matched to columns "

@@ -21,6 +21,17 @@ def rows_text(rows, limit=10):
     return ", ".join(map(str, rows)) + (", ..." if len(rows) == limit else "")
 
 
+def empty_lines_text(P) -> str:
+    """``"empty rows: 1, 5; empty columns: none"`` for a square CSR pattern with empty rows
+    or columns (structurally singular: no factorisation exists), ``""`` otherwise."""
+    empty_r = np.flatnonzero(np.diff(P.indptr) == 0)
+    empty_c = np.setdiff1d(np.arange(P.shape[1]), P.indices)
+    if not (empty_r.size or empty_c.size):
+        return ""
+    return (f"empty rows: {rows_text(empty_r) or 'none'}; "
+            f"empty columns: {rows_text(empty_c) or 'none'}")
+
+
 def setup_device(device: str, op: str | None = None) -> str:
     """Where the FP64 set-up kernels (factorisations, local-system gathers) of a
     preconditioner for ``device`` run: the device itself when its arrays live on the

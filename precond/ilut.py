@@ -32,25 +32,11 @@ import scipy.sparse.linalg as spla
 from mpsolve.backend import array_module, to_device
 from mpsolve.operator import TriangularSweeps
 
-from ._util import ThreadBuffers, wide_dtype
+from ._util import ThreadBuffers, empty_lines_text, wide_dtype
 from .base import Preconditioner
 from .ilu import ZeroPivotError
 
 __all__ = ["ILUT"]
-
-
-def _empty_lines(C) -> str:
-    """'rows 1, 5 are empty' / 'column 3 is empty' for a CSR matrix with empty rows or
-    columns (structurally singular: no LU exists), '' otherwise."""
-    out = []
-    for what, counts in (("row", np.diff(C.indptr)),
-                         ("column", np.bincount(C.indices, minlength=C.shape[1]))):
-        idx = np.flatnonzero(counts == 0)
-        if idx.size:
-            shown = ", ".join(map(str, idx[:5])) + (", ..." if idx.size > 5 else "")
-            out.append(f"{what}{'s' if idx.size > 1 else ''} {shown} "
-                       f"{'are' if idx.size > 1 else 'is'} empty")
-    return "; ".join(out)
 
 
 def sweep_layout(L, U):
@@ -168,7 +154,7 @@ class ILUT(Preconditioner):
                 # line 148 in file .../ilu_dpivotL.c")
                 what = re.sub(r"^\[\d+\]:\s*|\s+at line \d+ in file \S+", "",
                               str(err).strip().splitlines()[0] if str(err).strip() else "")
-                empty = _empty_lines(C)
+                empty = empty_lines_text(C)
                 raise ZeroPivotError(
                     f"ILUT(drop_tol={self.drop_tol:g}): SuperLU: {what or 'factorisation failed'}"
                     + (f"; A is structurally singular ({empty}): no factorisation exists"
