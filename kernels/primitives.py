@@ -212,8 +212,8 @@ CONTRACT = (
        "positive: one not > 0)",
        keys=(("float64",),), host=True, complex=True),
     Op("symmetric_mirror", "symmetric_mirror(indptr, indices, data, rtol, mirror) -> bool",
-       "is A symmetric (complex: Hermitian) to rtol? mirror[k] = position of entry k's "
-       "transpose",
+       "is A symmetric (complex: Hermitian) to rtol, relative to max(|a_ij|, |a_ji|, "
+       "sqrt(|a_ii a_jj|))? mirror[k] = position of entry k's transpose",
        keys=(("float64",),), host=True, complex=True),
     Op("ilu_split", "ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, "
        "lptr, uval, uind, uptr, dinv)", "lay the ILU(0) factors out for ilu_sweeps",

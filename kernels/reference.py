@@ -572,7 +572,8 @@ def ref_diag_positions(indptr, indices):
 
 @_reg_pc("reference", "symmetric_mirror", _PC_SETUP_C)
 def ref_symmetric_mirror(indptr, indices, data, rtol, mirror):
-    """Symmetric pattern and ``|a_ij - conj(a_ji)| <= rtol max(|a_ij|, |a_ji|)``?  Then
+    """Symmetric pattern and ``|a_ij - conj(a_ji)| <= rtol max(|a_ij|, |a_ji|,
+    sqrt(|a_ii a_jj|))`` (the CPU kernel's test)?  Then
     ``mirror[k]`` = position of entry ``k``'s transpose (canonical CSR: the keys
     ``i n + j`` are sorted, so the transpose is found by a binary search)."""
     n = indptr.size - 1
@@ -586,7 +587,11 @@ def ref_symmetric_mirror(indptr, indices, data, rtol, mirror):
     if not np.array_equal(key[pos], tkey):
         return False
     a, b = data, data[pos]
-    if np.any(np.abs(a - np.conj(b)) > rtol * np.maximum(np.abs(a), np.abs(b))):
+    dabs = np.zeros(n)
+    on = rows == cols
+    dabs[rows[on]] = np.abs(data[on])
+    scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), np.sqrt(dabs[rows] * dabs[cols]))
+    if np.any(np.abs(a - np.conj(b)) > rtol * scale):
         return False
     mirror[:] = pos
     return True

@@ -10,7 +10,7 @@ import numpy as np
 
 from .krylov import BODIES
 
-__all__ = ["configure", "check_gmres_options", "gmres_callback_type"]
+__all__ = ["configure", "check_gmres_options", "gmres_callback_type", "check_cg_preconditioner"]
 
 
 def check_gmres_options(restart=None, side=None):
@@ -80,3 +80,29 @@ def configure(method, precond, restart=None, side=None, precond_params=None, sta
         warnings.warn(f"restart is a GMRES option; ignored by method={method!r}",
                       stacklevel=stacklevel)
     return {}, M, name, "right" if method == "bicgstab" else "left"
+
+
+def check_cg_preconditioner(problem):
+    """CG needs a symmetric positive definite preconditioner: a set-up mpsolve
+    preconditioner that is not symmetric (ILUT's pivoting, a reordering, ISAI's ``general``
+    variant, ``ILU0(symmetric=False)``, BILU's ISAI without SPD pivot blocks) is refused on a
+    symmetric ``A`` (the test of ILU(0)'s symmetric form), with the choices that are.  It
+    would break CG down or stall it (ILUT on a biharmonic problem: breakdown at the first
+    iteration).  On a nonsymmetric ``A``, or an operator without entries, CG is the
+    caller's own choice and nothing is checked."""
+    from .precond.base import Preconditioner
+    from .precond.ilu import is_symmetric
+
+    M = problem.M_user
+    C = problem.A_csr
+    if not isinstance(M, Preconditioner) or not M.is_setup or M.symmetric or C is None:
+        return
+    if not is_symmetric(C):
+        return
+    variant = getattr(M, "variant", None)
+    what = repr(M) + (f" (variant={variant!r})" if variant else "")
+    raise ValueError(
+        f"method='cg': the preconditioner {what} is not symmetric, and CG needs a symmetric "
+        "positive definite one for this symmetric A (with it CG breaks down or stalls): use "
+        "precond='ilu0' (IC(0) here), 'isai' or 'block-isai' (variant 'auto' or 'spd'), "
+        "'jacobi' or 'block-jacobi' -- or method='gmres' or 'bicgstab' to keep this one")

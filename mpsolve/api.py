@@ -33,7 +33,9 @@ _COMMON_DOC = """
         Iteration limit{maxiter_note}.
     M : sparse matrix, ndarray, LinearOperator or mpsolve preconditioner
         Approximation of ``A^-1``.  An mpsolve preconditioner that is not set up
-        yet is set up on ``A`` in the policy's preconditioner precision.
+        yet is set up on ``A`` in the policy's preconditioner precision.  Under CG, an
+        mpsolve preconditioner that is not symmetric (``M.symmetric`` False) on a
+        symmetric ``A`` is refused (``ValueError`` naming the ones that are).
     callback : callable, optional
         {callback_note}  Returning ``True`` stops the solve: ``info`` is then
         0 if ``x`` meets the tolerance, else ``-15``.

@@ -82,7 +82,7 @@ from .backend import HOST_DEVICE, array_module, on_host
 from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
 from .precond.base import Preconditioner, needs_setup, setup_for_solve
-from .precond.ilu import SYMMETRY_RTOL
+from .precond.ilu import is_symmetric
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure, is_auto
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
@@ -252,14 +252,10 @@ def analyse(A, canonical=False) -> Analysis:
         HOST_DEVICE, "row_stats", (C.dtype,))(C.indptr, C.indices, C.data, TINY, EPS)
     # the symmetry test of ILU(0)'s symmetric form (same kernel, same tolerance): when auto
     # calls A symmetric, IC(0) is symmetric too and CG may use it
-    if cplx:                                     # Hermitian, to the same relative tolerance
-        D = C - C.conj().T
-        symmetric = bool(D.nnz == 0 or np.abs(D.data).max() <= SYMMETRY_RTOL * amax)
-    else:
-        mirror = np.empty(C.nnz, np.int32 if C.nnz < 2**31 else np.int64)
-        data = C.data.astype(np.float64, copy=False)
-        symmetric = bool(lookup(HOST_DEVICE, "symmetric_mirror", ("float64",))(
-            C.indptr, C.indices, data, SYMMETRY_RTOL, mirror))
+    # (complex: Hermitian, A == A^H, by the same kernel and tolerance)
+    mirror = np.empty(C.nnz, np.int32 if C.nnz < 2**31 else np.int64)
+    data = C.data.astype(np.complex128 if cplx else np.float64, copy=False)
+    symmetric = is_symmetric(C, mirror=mirror)
     f32 = np.finfo(np.float32)
     an = Analysis(
         n=n, nnz=int(C.nnz), symmetric=symmetric,
@@ -272,10 +268,9 @@ def analyse(A, canonical=False) -> Analysis:
         fits_float32=bool(amax == 0 or (amax < f32.max / 16 and amin >= f32.tiny)),
     )
     an._csr = C                                  # for the block size, if ever needed
-    if not cplx:
-        # the symmetry test's verdict and transpose positions, for ILU(0)'s set-up on these
-        # very arrays in this solve (ILU0.mirror_hint): not a dataclass field
-        an.mirror_hint = (C.indptr, C.indices, data, symmetric, mirror)
+    # the symmetry test's verdict and transpose positions, for ILU(0)'s set-up on these
+    # very arrays in this solve (ILU0.mirror_hint): not a dataclass field
+    an.mirror_hint = (C.indptr, C.indices, data, symmetric, mirror)
     an.time = time.perf_counter() - t0
     return an
 

@@ -44,6 +44,7 @@ import numpy as np
 from ._demote import PrecisionRangeError
 from .backend import on_host
 from .kernels.safenorm import all_finite
+from ._configure import check_cg_preconditioner
 from ._system import STAGNATION, check_basis, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
@@ -253,6 +254,8 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
 
     check_basis(method, problem, policy)
     policy, sys = realise(policy, 0)
+    if method == "cg":
+        check_cg_preconditioner(problem)         # M is set up by now
     setup_time = time.perf_counter() - t0
 
     t1 = time.perf_counter()

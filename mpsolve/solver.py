@@ -42,7 +42,8 @@ import scipy.sparse as sp
 from ._demote import PrecisionRangeError
 from ._sparse import canonical_csr, check_matrix
 from ._system import check_basis, make_problem, set_rhs, system_for
-from ._configure import check_gmres_options, check_precond, configure, is_auto
+from ._configure import (check_cg_preconditioner, check_gmres_options, check_precond,
+                         configure, is_auto)
 from .backend import on_host, resolve_device
 from .driver import iterate, report_fields
 from .krylov import BODIES
@@ -228,6 +229,8 @@ class Solver:
         self._owns_M = isinstance(M, Preconditioner) and not M_was_setup
         check_basis(method, problem, policy)
         self.precision = self._realise(policy)      # the preconditioner is set up here
+        if method == "cg":
+            check_cg_preconditioner(problem)
         self._name = name
         self._report = report_fields(problem, method, name)
         if auto:

@@ -63,7 +63,7 @@ from ._localsolve import COND_LIMIT, transpose_operator
 from ._pattern import block_pattern, detect_block_size, to_bsr
 from ._util import PreconditionerWarning, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
-from .ilu import SYMMETRY_RTOL, ZeroPivotError
+from .ilu import SHIFT_GROWTH, SHIFT_START, ZeroPivotError, is_symmetric, symmetry_rtol
 
 __all__ = ["BlockILU0", "BlockTriangularSweeps", "bilu0_factor", "bilu0_split",
            "bilu_isai_operators"]
@@ -79,15 +79,6 @@ def _pad(C, b):
     P = sp.block_diag([C, sp.identity(extra)], format="csr")
     P.sort_indices()
     return P
-
-
-def _symmetric(A, host, rtol):
-    """Whether canonical CSR ``A`` is symmetric (complex: Hermitian) to ``rtol`` (the
-    ``symmetric_mirror`` kernel)."""
-    mirror = np.empty(A.indices.size, np.int64)
-    wide = wide_dtype(A.dtype)
-    return bool(lookup(host, "symmetric_mirror", (wide,))(
-        A.indptr, A.indices, A.data.astype(wide, copy=False), rtol, mirror))
 
 
 def bilu0_factor(C, b, device=HOST_DEVICE):
@@ -153,6 +144,69 @@ def _ptr(rows, nb):
     return ptr
 
 
+def _shift_blocks(C, b, s):
+    """``C`` with its entries outside the ``b x b`` diagonal blocks divided by ``1 + s``."""
+    rows = np.repeat(np.arange(C.shape[0]), np.diff(C.indptr))
+    off = rows // b != C.indices // b
+    data = C.data.copy()
+    data[off] /= 1.0 + s
+    S = sp.csr_matrix((data, C.indices, C.indptr), shape=C.shape)
+    S.has_sorted_indices = True
+    return S
+
+
+def bilu0_shifted(C, b, host, symmetric):
+    """``(factors, shift)``: :func:`bilu0_factor` of ``C`` -- or, for ``symmetric`` ``C``
+    with a positive diagonal whose pivot blocks are not all positive definite, of ``C``
+    with its off-diagonal blocks divided by ``1 + s`` for the first ``s`` of
+    ``SHIFT_START * SHIFT_GROWTH^k`` that makes them so (``shift = s``; else ``None``).
+    For ``s`` large enough the pivots are ``C``'s own diagonal blocks, positive definite
+    for SPD ``C``: otherwise :class:`ZeroPivotError`."""
+    d = C.diagonal()
+    spd = symmetric and C.shape[0] > 0 and bool((d.real > 0).all() and (d.imag == 0).all())
+    first = None
+    try:
+        fac = bilu0_factor(C, b, host)
+        if not spd or _pd_blocks(fac[4]):
+            return fac, None
+    except ZeroPivotError as err:
+        if not spd:
+            raise
+        first = err
+    # the limit of the shift: the pivots are C's own diagonal blocks; if those are not
+    # positive definite no shift helps (and C is not positive definite)
+    try:
+        limit = _pd_blocks(bilu0_factor(_shift_blocks(C, b, np.inf), b, host)[4])
+    except ZeroPivotError:
+        limit = False
+    s = SHIFT_START
+    while limit and s < 1e16:
+        try:
+            fac = bilu0_factor(_shift_blocks(C, b, s), b, host)
+            if _pd_blocks(fac[4]):
+                return fac, s
+        except ZeroPivotError:
+            pass
+        s *= SHIFT_GROWTH
+    if first is not None:
+        raise first
+    raise ZeroPivotError("BILU(0): the pivot blocks are not positive definite, nor are A's "
+                         "diagonal blocks (so A is not positive definite); use GMRES with "
+                         "BlockILU0(symmetric=False), or Block-ISAI")
+
+
+def _pd_blocks(dinv):
+    """Whether every pivot block inverse (``(nb, b, b)``) is Hermitian positive definite
+    (its Hermitian part: the symmetric form stores that)."""
+    if dinv.shape[0] == 0:
+        return True
+    if dinv.shape[1] == 1:
+        return bool((dinv.real > 0).all())
+    H = 0.5 * (dinv + np.swapaxes(dinv, 1, 2).conj())
+    with np.errstate(all="ignore"):
+        return bool((np.linalg.eigvalsh(H)[:, 0] > 0).all())
+
+
 class BlockILU0(Preconditioner):
     """Block ILU(0) preconditioner ``M = (L U)^{-1}`` on the block pattern of ``A``.
 
@@ -171,8 +225,14 @@ class BlockILU0(Preconditioner):
         ``True``: ``A`` is symmetric (complex: Hermitian); use ``U' = L^T`` (``L^H``) and
         a symmetrised ``D^{-1}`` (the block ``L D L^T`` / ``L D L^H`` form), so ``M`` is
         symmetric / Hermitian (CG, PETSc's ``applyTranspose``).  ``False``: general BILU(0).  ``None`` (default):
-        symmetric when ``A``'s pattern is and its values agree to ``SYMMETRY_RTOL``
-        (1e-12) relative.
+        symmetric when :func:`~mpsolve.precond.ilu.is_symmetric` says so (as :class:`ILU0`).
+    shift : "auto", None or float
+        ``"auto"`` (default): on symmetric ``A`` with a positive diagonal, where the pivot
+        blocks of BILU(0) are not all positive definite (``M`` would not be, and CG would
+        break down), the off-diagonal blocks are divided by ``1 + s`` for the smallest
+        ``s`` in ``1e-3, 4e-3, ...`` that makes them so (Manteuffel's shift, as
+        :class:`ILU0`'s; the value is in ``shift``).  A number: that ``s`` always.
+        ``None`` or 0: no shift.
 
     Attributes
     ----------
@@ -211,8 +271,14 @@ class BlockILU0(Preconditioner):
     supports_complex = True      # complex128 set-up, complex64/128 storage
     symmetric = False
 
-    def __init__(self, block_size=None, dtype=None, symmetric=None):
+    def __init__(self, block_size=None, dtype=None, symmetric=None, shift="auto"):
         super().__init__(dtype)
+        if not (shift is None or (isinstance(shift, str) and shift == "auto") or (
+                isinstance(shift, (int, float)) and not isinstance(shift, bool)
+                and np.isfinite(shift) and shift >= 0)):
+            raise ValueError(f"shift={shift!r}: use 'auto', None or a number >= 0")
+        self._shift_request = shift
+        self.shift = None
         if block_size is not None and (int(block_size) != block_size or block_size < 1):
             raise ValueError(f"block_size={block_size!r}: use a positive integer or None")
         if symmetric not in (None, True, False):
@@ -228,12 +294,12 @@ class BlockILU0(Preconditioner):
         self.block_size = b
         sym = self._symmetric_request
         if sym is None:
-            sym = _symmetric(A, host, SYMMETRY_RTOL)
-        elif sym and not _symmetric(A, host, 1e-8):
+            sym = is_symmetric(A, host)
+        elif sym and not is_symmetric(A, host, max(1e-8, symmetry_rtol(A.dtype))):
             raise ValueError("BlockILU0(symmetric=True): A is not symmetric (pattern or "
                              "values differ by more than 1e-8 relative); use symmetric=False "
                              "or None")
-        indptr, indices, data, diag, dinv = bilu0_factor(A, b, host)
+        indptr, indices, data, diag, dinv = self._factor(A, b, host, sym)
         nb = indptr.size - 1
         mirror = np.empty(indices.size if sym else 0, np.int64)
         if sym:  # the block pattern of a symmetric A is symmetric: mirror[k] = (j, i)
@@ -254,6 +320,21 @@ class BlockILU0(Preconditioner):
         self._op = BlockTriangularSweeps(lptr.astype(np.int32), lind, lval,
                                          uptr.astype(np.int32), uind, uval, dinv, n, dtype,
                                          device=self.device)
+
+    def _factor(self, A, b, host, sym):
+        """BILU(0) of ``A``, shifted as ``shift`` says (sets ``self.shift``).  ``"auto"``: for
+        symmetric ``A`` with a positive diagonal (SPD-looking), factors whose pivot blocks
+        are not all positive definite -- so the stored ``M = (L D L^T)^{-1}`` is not, and
+        CG breaks down (a biharmonic problem: at the first iteration) -- are made again
+        from ``A`` with its off-diagonal blocks divided by ``1 + s`` (Manteuffel's shift,
+        as :class:`ILU0`'s), ``s`` from ``SHIFT_START`` growing by ``SHIFT_GROWTH``: for
+        ``s`` large enough the pivots are ``A``'s own diagonal blocks."""
+        req = self._shift_request
+        if not (isinstance(req, str) and req == "auto"):
+            self.shift = float(req) if req else None
+            return bilu0_factor(_shift_blocks(A, b, self.shift) if self.shift else A, b, host)
+        fac, self.shift = bilu0_shifted(A, b, host, sym)
+        return fac
 
     def _linear(self):
         """Two block sweeps, each block row's sums carried in FP64: linear
@@ -322,8 +403,10 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     its factors on the block patterns of ``tril(S^power)`` / ``triu(S^power)`` by block
     substitution (FP64; on ``device`` where it registers ``block_tri_isai``, the GPU's
     products on FP64 Tensor Cores), stored as BSR in ``dtype`` on ``device``.  ``symmetric``:
-    ``None`` detects (symmetric ``A`` to ``SYMMETRY_RTOL`` with SPD pivot blocks gives
-    ``M = G^T G``); ``False`` always gives ``M = U_isai L_isai``.
+    ``None`` detects (symmetric ``A``, :func:`~.ilu.is_symmetric`, with SPD pivot blocks gives
+    ``M = G^T G``; where the pivot blocks are not SPD on an SPD-looking ``A``, BILU(0) is
+    shifted first as :class:`BlockILU0`'s, ``stats["shift"]``); ``False`` always gives
+    ``M = U_isai L_isai``.
 
     Returns ``(chain, fallback_rows, stats)``: ``chain(r, out)`` applies ``M``
     (``[L_isai, U_isai]`` or ``[G, G^T]``, in the order applied), the block rows that
@@ -338,7 +421,13 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     xp = array_module(sdev)
     n = C.shape[0]
     t0 = time.perf_counter()
-    fac = bilu0_factor(C, b, host)
+    sym = False
+    if symmetric is None or symmetric:
+        sym = is_symmetric(C, host, None if symmetric is None
+                           else max(1e-8, symmetry_rtol(C.dtype)))
+        if symmetric and not sym:
+            raise ValueError(f"{name}: symmetric=True, but A is not symmetric")
+    fac, shift = bilu0_shifted(C, b, host, sym)    # (shifted where its pivots are not SPD)
     indptr, indices, data, diag, dinv = fac
     nb = indptr.size - 1
     t1 = time.perf_counter()
@@ -350,21 +439,17 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     t_solve = time.perf_counter() - t1
     t1 = time.perf_counter()                        # store: the symmetric form, demotion
     chol = None
-    if symmetric is None or symmetric:
-        if _symmetric(C, host, SYMMETRY_RTOL if symmetric is None else 1e-8):
-            # (complex: Hermitian, D^-1 = C C^H)
-            Dinv = 0.5 * (dinv + dinv.transpose(0, 2, 1).conj())
-            if b == 1:                                 # 1 x 1: LAPACK's potrf is a sqrt
-                d = Dinv.reshape(-1).real
-                chol = np.sqrt(d).reshape(nb, 1, 1) if np.all(d > 0) else None
-            else:
-                try:
-                    chol = np.linalg.cholesky(Dinv)    # D^-1 = C C^T, blockwise
-                except np.linalg.LinAlgError:
-                    chol = None
-        elif symmetric:
-            raise ValueError(f"{name}: symmetric=True, but A is not symmetric")
-    stats = dict(pattern_nnz_blocks_L=int(li.size), solve_device=sdev)
+    if sym:                                         # (complex: Hermitian, D^-1 = C C^H)
+        Dinv = 0.5 * (dinv + dinv.transpose(0, 2, 1).conj())
+        if b == 1:                                  # 1 x 1: LAPACK's potrf is a sqrt
+            d = Dinv.reshape(-1).real
+            chol = np.sqrt(d).reshape(nb, 1, 1) if np.all(d > 0) else None
+        else:
+            try:
+                chol = np.linalg.cholesky(Dinv)     # D^-1 = C C^T, blockwise
+            except np.linalg.LinAlgError:
+                chol = None
+    stats = dict(pattern_nnz_blocks_L=int(li.size), solve_device=sdev, shift=shift)
     if chol is not None:
         # G = C^T L_isai (block row i scaled by C_i^T); M = G^T G = L_isai^T D^-1 L_isai
         # (complex: G = C^H L_isai, M = G^H G)

@@ -30,7 +30,7 @@ from mpsolve.operator import TriangularSweeps
 from ._util import rows_text, wide_dtype
 from .base import Preconditioner
 
-__all__ = ["ILU0", "ZeroPivotError", "ilu0_factor"]
+__all__ = ["ILU0", "ZeroPivotError", "ilu0_factor", "is_symmetric", "symmetry_rtol"]
 
 
 class ZeroPivotError(ValueError):
@@ -129,11 +129,38 @@ def ilu0_split(C, device=HOST_DEVICE):
 MIN_BLOCK_ROWS = 50_000
 
 
-#: Relative tolerance of the symmetry check of ``ILU0(symmetric=None)``.
+#: Relative tolerance of the symmetry test (:func:`is_symmetric`) for FP64 values.
 SYMMETRY_RTOL = 1e-12
 #: ``ILU0(shift="auto")``'s first shift, and the factor between two tries.
 SHIFT_START = 1e-3
 SHIFT_GROWTH = 4.0
+
+
+def symmetry_rtol(dtype) -> float:
+    """The symmetry test's tolerance for values stored in ``dtype``: ``SYMMETRY_RTOL``, or
+    64 units in the last place of a narrower float, at most 1e-2 (a matrix assembled in
+    FP32 is symmetric only to FP32 rounding: 7.6e-6 for float32)."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "fc":
+        return SYMMETRY_RTOL
+    return max(SYMMETRY_RTOL, min(64.0 * float(np.finfo(dt).eps), 1e-2))
+
+
+def is_symmetric(C, host=HOST_DEVICE, rtol=None, mirror=None) -> bool:
+    """Whether canonical CSR ``C`` is symmetric (complex: Hermitian, ``C == C^H``): its
+    pattern is, and ``|c_ij - conj(c_ji)| <= rtol max(|c_ij|, |c_ji|, sqrt(|c_ii c_jj|))``
+    for every stored entry (the host device's ``symmetric_mirror`` kernel; the diagonal
+    term lets the rounding noise of entries that cancel to zero pass, and keeps the test
+    invariant under symmetric scaling).  ``rtol``: default :func:`symmetry_rtol` of
+    ``C.dtype``.  ``mirror`` (int array of ``C.nnz``), when given, receives each entry's
+    transpose position.  The one test of every symmetric form (ILU(0), BILU(0), ILUT, ISAI's
+    ``variant="auto"``), of :func:`mpsolve.auto.analyse` and of CG's check of ``M``."""
+    wide = wide_dtype(C.dtype)
+    if mirror is None:
+        mirror = np.empty(C.nnz, np.int64)
+    return bool(lookup(host, "symmetric_mirror", (wide,))(
+        C.indptr, C.indices, C.data.astype(wide, copy=False),
+        symmetry_rtol(C.dtype) if rtol is None else rtol, mirror))
 
 
 def _positive_diagonal(A, diag) -> bool:
@@ -189,8 +216,9 @@ class ILU0(Preconditioner):
         (``U = D L^T``, the IC(0) / LDL^T form) so ``M`` is symmetric bit for bit
         and usable with CG (and PETSc's ``applyTranspose``); factorised as IC(0), the
         upper factor by elimination and ``L`` read off it, half ILU(0)'s work.  ``False``: general
-        ILU(0).  ``None`` (default): symmetric when ``A``'s pattern is and its
-        values agree to ``SYMMETRY_RTOL`` (1e-12) relative.  For complex ``A``
+        ILU(0).  ``None`` (default): symmetric when :func:`is_symmetric` says so
+        (1e-12 relative to ``max(|a_ij|, |a_ji|, sqrt(|a_ii a_jj|))`` for FP64 values, 64
+        ulps for narrower ones: an assembled matrix's rounding noise passes).  For complex ``A``
         symmetric means Hermitian (``A == A^H``; ``U = D L^H``, ``M`` Hermitian): a
         complex-symmetric ``A`` (``A == A^T``, e.g. Helmholtz) gets the general form.
     pivot_tol : float
@@ -289,13 +317,12 @@ class ILU0(Preconditioner):
         hint, self.mirror_hint = self.mirror_hint, None
         mirror = np.empty(A.indices.size if sym is not False else 0,
                           np.int32 if A.indices.size < 2**31 else np.int64)
-        is_symmetric = lookup(host, "symmetric_mirror", (wide,))
         if sym is None and hint is not None and hint[0] is A.indptr and \
                 hint[1] is A.indices and hint[2] is A.data:
             sym, mirror = bool(hint[3]), hint[4]      # this matrix's test, done already
         elif sym is None:
-            sym = bool(is_symmetric(A.indptr, A.indices, A.data, SYMMETRY_RTOL, mirror))
-        elif sym and not is_symmetric(A.indptr, A.indices, A.data, 1e-8, mirror):
+            sym = is_symmetric(A, host, mirror=mirror)
+        elif sym and not is_symmetric(A, host, max(1e-8, symmetry_rtol(A.dtype)), mirror):
             raise ValueError("ILU0(symmetric=True): A is not symmetric (Hermitian, for complex "
                              "A: pattern or values differ by more than 1e-8 relative); use "
                              "symmetric=False or None")

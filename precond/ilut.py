@@ -18,7 +18,10 @@ threshold, COLAMD column ordering, dropping relative to the column norm), run on
 on the host: ``Pr A Pc ~ L U``.  Only the set-up is SciPy's: the factors are stored in
 ``dtype`` as ILU(0)'s two-sweep operator (:class:`~mpsolve.operator.TriangularSweeps`, each
 row's sum in FP64) on the preconditioner's device, and applied as
-``out = Pc (L U)^-1 Pr r`` with the two permutations as gathers.
+``out = Pc (L U)^-1 Pr r`` with the two permutations as gathers.  The rows and then the
+columns of ``A`` are first scaled by powers of 2 so that each one's largest entry is near 1
+(:func:`equilibrate`): ILUTP's dropping and pivoting are not scale-invariant, and without
+it they fail on badly scaled matrices that ILU(0) takes.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from mpsolve.operator import TriangularSweeps
 
 from ._util import ThreadBuffers, empty_lines_text, wide_dtype
 from .base import Preconditioner
-from .ilu import ZeroPivotError
+from .ilu import SHIFT_GROWTH, SHIFT_START, ZeroPivotError, is_symmetric
 
 __all__ = ["ILUT"]
 
@@ -76,6 +79,40 @@ def column_ordering(C) -> str:
     return "MMD_AT_PLUS_A" if dense else "COLAMD"
 
 
+def equilibrate(C):
+    """Row and column scale factors ``(r, c)`` that bring the largest entry of every row,
+    then of every column, of ``diag(r) C diag(c)`` into ``[1, 2)`` (LAPACK's ``dgeequb``
+    rule: powers of 2, so scaling rounds nothing; a matrix already so scaled, as MC64
+    leaves it, is left alone); 1 for an empty line.
+
+    SuperLU's ILUTP drops relative to column norms and pivots by a threshold on the
+    column, so its factors depend on the scaling of the rows: on a convection-diffusion
+    matrix with rows scaled by 1e-3..1e3 it reports the factor exactly singular, and on a
+    diagonally dominant random matrix its factors grow to 1e60, where the equilibrated
+    matrix factors well (``tests/test_ilut.py``)."""
+    A = abs(sp.csr_matrix(C))
+    rmax = np.asarray(A.max(axis=1).toarray()).ravel().astype(np.float64)
+    r = np.ones_like(rmax)
+    on = rmax > 0
+    r[on] = np.ldexp(1.0, 1 - np.frexp(rmax[on])[1])     # 2^-floor(log2 max)
+    cmax = np.asarray((sp.diags(r) @ A).max(axis=0).toarray()).ravel().astype(np.float64)
+    c = np.ones_like(cmax)
+    on = cmax > 0
+    c[on] = np.ldexp(1.0, 1 - np.frexp(cmax[on])[1])
+    return r, c
+
+
+def _spd_looking(C, host) -> bool:
+    """Symmetric (complex: Hermitian) ``C`` (:func:`~.ilu.is_symmetric`) with a real
+    positive diagonal: ILUT's symmetric form applies."""
+    if C.shape[0] == 0:
+        return False
+    d = C.diagonal()
+    if not (np.all(d.real > 0) and np.all(d.imag == 0)):
+        return False
+    return is_symmetric(C, host)
+
+
 class ILUT(Preconditioner):
     """Threshold ILU with pivoting (SuperLU's ILUTP), applied as two sweeps.
 
@@ -111,8 +148,12 @@ class ILUT(Preconditioner):
     supports_complex = True      # SuperLU factorises complex128 (stored complex64/128)
     symmetric = False
 
-    def __init__(self, drop_tol=1e-3, fill_factor=10.0, dtype=None):
+    def __init__(self, drop_tol=1e-3, fill_factor=10.0, dtype=None, symmetric=None):
         super().__init__(dtype)
+        if symmetric not in (None, True, False):
+            raise ValueError(f"symmetric={symmetric!r}: use True, False or None (detect)")
+        self._symmetric_request = symmetric
+        self.shift = self._shift = None
         for key, v in (("drop_tol", drop_tol), ("fill_factor", fill_factor)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) \
                     or v < 0 or (key == "fill_factor" and v < 1):
@@ -124,44 +165,23 @@ class ILUT(Preconditioner):
         self._buf = ThreadBuffers()
 
     def _setup(self, C, dtype):
-        order = column_ordering(C)
+        sym = False
+        if self._symmetric_request is not False:
+            sym = _spd_looking(C, self._setup_device)
+            if self._symmetric_request and not sym:
+                raise ValueError("ILUT(symmetric=True): A is not symmetric (Hermitian) with a "
+                                 "positive diagonal; use symmetric=None or False")
+        got = self._symmetric_factor(C) if sym else None
+        if sym and got is None and self._symmetric_request:
+            raise ZeroPivotError("ILUT(symmetric=True): no shift up to the diagonal "
+                                 "dominance bound gives positive pivots (A is probably not "
+                                 "positive definite); use symmetric=None")
+        if got is None:
+            got = self._general_factor(C)
+        L, U, perm_r, perm_c, r, c, form, order, complete = got
+        self.symmetric = form == "symmetric"
         n = C.shape[0]
-        complete = self.drop_tol == 0.0 and self.fill_factor * max(C.nnz, 1) >= n * n + n
-        if complete:
-            # nothing dropped and a fill bound that cannot bind: a complete LU, by SuperLU's
-            # supernodal factorisation (BLAS-3 panels) with the ILU code's pivoting rule
-            # (threshold 0.1): the same factors, 1.6-1.9x faster (random sparse n = 5000:
-            # 4.4 s against 7.9 s; af23560 0.82 s against 1.38 s)
-            def factor(Cc, order):
-                return spla.splu(Cc, permc_spec=order, diag_pivot_thresh=0.1)
-        else:
-            def factor(Cc, order):
-                return spla.spilu(Cc, drop_tol=self.drop_tol, fill_factor=self.fill_factor,
-                                  permc_spec=order)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", sp.SparseEfficiencyWarning)
-            Cc = sp.csc_matrix(C, dtype=wide_dtype(C.dtype))
-            try:
-                try:
-                    F = factor(Cc, order)
-                except RuntimeError:
-                    if order == "COLAMD":
-                        raise
-                    order = "COLAMD"             # (the other ordering's pivots)
-                    F = factor(Cc, order)
-            except RuntimeError as err:
-                # SuperLU's text, less its source location ("[0]: matrix is singular at
-                # line 148 in file .../ilu_dpivotL.c")
-                what = re.sub(r"^\[\d+\]:\s*|\s+at line \d+ in file \S+", "",
-                              str(err).strip().splitlines()[0] if str(err).strip() else "")
-                empty = empty_lines_text(C)
-                raise ZeroPivotError(
-                    f"ILUT(drop_tol={self.drop_tol:g}): SuperLU: {what or 'factorisation failed'}"
-                    + (f"; A is structurally singular ({empty}): no factorisation exists"
-                       if empty else "; lower drop_tol or raise fill_factor"
-                       + (", or reorder='mc64'" if self.reorder_hint else ""))
-                ) from None
-        lptr, lind, lval, uptr, uind, uval, dinv, n = sweep_layout(F.L, F.U)
+        lptr, lind, lval, uptr, uind, uval, dinv, n = sweep_layout(L, U)
         if not (np.isfinite(uval).all() and np.isfinite(dinv).all()):
             raise ZeroPivotError(f"ILUT(drop_tol={self.drop_tol:g}): the factors are not "
                                  "finite; lower drop_tol"
@@ -172,14 +192,110 @@ class ILUT(Preconditioner):
         # Pr A Pc = L U, Pr[perm_r[i], i] = 1, Pc[i, perm_c[i]] = 1 (SciPy's SuperLU):
         # A^-1 r = Pc U^-1 L^-1 Pr r, i.e. t[perm_r] = r, out = ((LU)^-1 t)[perm_c]
         pr_inv = np.empty(n, np.int64)
-        pr_inv[F.perm_r] = np.arange(n)
+        pr_inv[perm_r] = np.arange(n)
+        scaled = not (np.all(r == 1.0) and np.all(c == 1.0))
         self._xp = array_module(self.device)
         self._pr = to_device(pr_inv, self.device)              # t = r[pr_inv]
-        self._pc = to_device(F.perm_c.astype(np.int64), self.device)  # out = z[pc]
+        self._pc = to_device(perm_c.astype(np.int64), self.device)  # out = z[pc]
+        # the row scaling in the order t is gathered in, and the column scaling (None: 1)
+        self._r = to_device(r[pr_inv], self.device) if scaled else None
+        self._c = to_device(c, self.device) if scaled else None
         self._buf = ThreadBuffers()
-        self.stats = {"fill": float((F.L.nnz + F.U.nnz - n) / max(C.nnz, 1)),
-                      "drop_tol": self.drop_tol, "ordering": order,
+        self.shift = self._shift
+        self.stats = {"fill": float((lval.size + uval.size + n) / max(C.nnz, 1)),
+                      "drop_tol": self.drop_tol, "ordering": order, "equilibrated": scaled,
+                      "form": form, "shift": self._shift,
                       "factorisation": "complete LU (splu)" if complete else "ILUTP (spilu)"}
+
+    def _factor(self, Cc, order, symmetric):
+        """SuperLU on CSC ``Cc``: ILUTP (``spilu``), or the complete LU when nothing is
+        dropped and the fill bound cannot bind (supernodal ``splu``, BLAS-3 panels: the
+        same factors 1.6-1.9x faster -- random sparse n = 5000: 4.4 s against 7.9 s;
+        af23560 0.82 s against 1.38 s).  ``symmetric``: SuperLU's symmetric mode
+        (diagonal pivots, the same permutation of rows and columns)."""
+        n = Cc.shape[0]
+        complete = self.drop_tol == 0.0 and self.fill_factor * max(Cc.nnz, 1) >= n * n + n
+        thresh = 0.0 if symmetric else 0.1
+        opts = {"SymmetricMode": True} if symmetric else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", sp.SparseEfficiencyWarning)
+            if complete:
+                return spla.splu(Cc, permc_spec=order, diag_pivot_thresh=thresh,
+                                 options=opts or {}), complete
+            return spla.spilu(Cc, drop_tol=self.drop_tol, fill_factor=self.fill_factor,
+                              permc_spec=order, diag_pivot_thresh=None if opts is None
+                              else thresh, options=opts or {}), complete
+
+    def _general_factor(self, C):
+        """ILUTP of the equilibrated ``R C S`` (:func:`equilibrate`): ``Pr (R C S) Pc ~ L
+        U`` with SuperLU's threshold row pivoting, ``M = S Pc (L U)^-1 Pr R``."""
+        self._shift = None
+        r, c = equilibrate(C)
+        if not (np.all(r == 1.0) and np.all(c == 1.0)):
+            C = sp.csr_matrix(sp.diags(r) @ C @ sp.diags(c))
+            C.sort_indices()
+        order = column_ordering(C)
+        Cc = sp.csc_matrix(C, dtype=wide_dtype(C.dtype))
+        try:
+            try:
+                F, complete = self._factor(Cc, order, False)
+            except RuntimeError:
+                if order == "COLAMD":
+                    raise
+                order = "COLAMD"             # (the other ordering's pivots)
+                F, complete = self._factor(Cc, order, False)
+        except RuntimeError as err:
+            # SuperLU's text, less its source location ("[0]: matrix is singular at
+            # line 148 in file .../ilu_dpivotL.c")
+            what = re.sub(r"^\[\d+\]:\s*|\s+at line \d+ in file \S+", "",
+                          str(err).strip().splitlines()[0] if str(err).strip() else "")
+            empty = empty_lines_text(C)
+            raise ZeroPivotError(
+                f"ILUT(drop_tol={self.drop_tol:g}): SuperLU: {what or 'factorisation failed'}"
+                + (f"; A is structurally singular ({empty}): no factorisation exists"
+                   if empty else "; lower drop_tol or raise fill_factor"
+                   + (", or reorder='mc64'" if self.reorder_hint else ""))
+            ) from None
+        return F.L, F.U, F.perm_r, F.perm_c, r, c, "general", order, complete
+
+    def _symmetric_factor(self, C):
+        """The symmetric form for symmetric (Hermitian) ``C`` with a positive diagonal: the
+        ILUT of ``S C S`` (``S`` the powers of 2 nearest ``diag(C)^-1/2``: symmetric
+        equilibration) by SuperLU in symmetric mode -- minimum degree on ``C + C^T``, the
+        diagonal pivots -- and only its upper factor kept: ``S C S ~ U^H D^-1 U`` (``D =
+        diag(U)``; ``U = D L^H`` in exact arithmetic without dropping), so ``M = S P (U^H
+        D^-1 U)^-1 P^T S`` is symmetric (Hermitian), and positive definite when the pivots
+        ``D`` are positive: an incomplete Cholesky with threshold, for CG.  Where a pivot is
+        not positive the off-diagonal entries are divided by ``1 + s`` (Manteuffel's
+        shift, as :class:`ILU0`'s) for ``s`` from ``SHIFT_START`` growing by
+        ``SHIFT_GROWTH`` up to the bound that makes the shifted matrix diagonally dominant
+        (not for a complete factorisation, ``drop_tol=0``: shifted, it would no longer be
+        exact).  ``None`` where that fails (or SuperLU does): the general form is used."""
+        d = C.diagonal().real
+        sc = np.ldexp(1.0, 1 - np.frexp(np.sqrt(d))[1])    # scaled diagonal in [1, 4)
+        B = sp.csr_matrix(sp.diags(sc) @ C @ sp.diags(sc), dtype=wide_dtype(C.dtype))
+        B.sort_indices()
+        dB = B.diagonal()
+        off = np.asarray(abs(B).sum(axis=1)).ravel() - np.abs(dB)
+        enough = float(np.max(off / dB.real)) - 1.0 if B.shape[0] else 0.0
+        s = 0.0
+        while True:
+            Bs = B if s == 0.0 else sp.csr_matrix(sp.diags(dB) + (B - sp.diags(dB)) / (1 + s))
+            try:
+                F, complete = self._factor(sp.csc_matrix(Bs), "MMD_AT_PLUS_A", True)
+            except RuntimeError:
+                F = None
+            if F is not None and np.array_equal(F.perm_r, F.perm_c):
+                U = sp.csr_matrix(F.U)
+                piv = U.diagonal()
+                if np.all(np.isfinite(U.data)) and np.all(piv.real > 0):
+                    self._shift = s or None
+                    Lh = sp.csr_matrix((sp.diags(1.0 / piv) @ U).conj().T)   # unit lower
+                    return (Lh, U, F.perm_r, F.perm_c, sc, sc, "symmetric", "MMD_AT_PLUS_A",
+                            complete)
+            if s > enough or (F is not None and complete):
+                return None                  # (a shifted complete LU is not exact: general)
+            s = SHIFT_START if s == 0.0 else s * SHIFT_GROWTH
 
     def _linear(self):
         """Two exact permutations around ILU(0)'s sweeps (FP64 row sums): linear
@@ -194,6 +310,10 @@ class ILUT(Preconditioner):
             b = self._buf.d[key] = (xp.empty(r.shape[0], r.dtype), xp.empty(r.shape[0], out.dtype),
                                     self._op.bind(r.dtype, out.dtype))
         t, z, sweeps = b
-        xp.take(r, self._pr, out=t)               # t = Pr r
+        xp.take(r, self._pr, out=t)               # t = Pr R r (powers of 2: exact)
+        if self._r is not None:
+            xp.multiply(t, self._r, out=t)
         sweeps(t, z)                              # z = (L U)^-1 t
-        xp.take(z, self._pc, out=out)             # out = Pc z
+        xp.take(z, self._pc, out=out)             # out = S Pc z
+        if self._c is not None:
+            xp.multiply(out, self._c, out=out)

@@ -23,13 +23,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from mpsolve.backend import HOST_DEVICE, to_device, to_host
-from mpsolve.kernels import lookup
 from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
 from ._localsolve import DEFAULT_MAX_LOCAL, local_solve, transpose_operator
 from ._pattern import block_pattern, to_bsr, truncate_wide_rows
 from ._util import PreconditionerWarning, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
+from .ilu import is_symmetric, symmetry_rtol
 
 __all__ = ["ISAI", "isai_operators"]
 
@@ -56,8 +56,6 @@ _DEFAULT_POWER = {"general": 1, "right": 1, "spd": 1, "lower": 1, "upper": 1, "i
 #: (0.43) keeps ``A`` and needs 600 GMRES iterations to Jacobi's 350 (``A^2``: 27), though
 #: in a third of ``A^2``'s time (``bench/results/isai_power.md``).
 POWER_RESIDUAL = 0.5
-#: Relative tolerance of the symmetry check of ``variant="auto"`` (as ILU0's).
-SYMMETRY_RTOL = 1e-12
 
 
 def _triangle(C, part):
@@ -281,7 +279,7 @@ class _ISAIBase(Preconditioner):
         """The variant for ``variant="auto"``, chosen once per set-up and recorded in
         ``variant`` and ``variant_reason``:
 
-        * symmetric ``A`` (pattern and values, to :data:`SYMMETRY_RTOL`) -> ``spd``:
+        * symmetric ``A`` (pattern and values: :func:`~.ilu.is_symmetric`) -> ``spd``:
           ``M = G^T G`` is symmetric positive definite for SPD ``A``, safe under CG
           (and under PETSc's KSPCG); for complex ``A`` the test is ``A == A^H``
           (Hermitian; ``M = G^H G``), so a complex-symmetric ``A`` is not ``spd``;
@@ -292,13 +290,10 @@ class _ISAIBase(Preconditioner):
         """
         if self._variant_request != "auto":
             return self._variant_request, "requested"
-        mirror = np.empty(A.nnz, np.int64)
-        wide = wide_dtype(A.dtype)
-        sym = bool(lookup(self._setup_device, "symmetric_mirror", (wide,))(
-            A.indptr, A.indices, A.data.astype(wide, copy=False), SYMMETRY_RTOL, mirror))
-        what = "Hermitian" if wide.kind == "c" else "symmetric"
+        sym = is_symmetric(A, self._setup_device)
+        what = "Hermitian" if A.dtype.kind == "c" else "symmetric"
         if sym:
-            return "spd", f"auto: A is {what} (to {SYMMETRY_RTOL:g} relative)"
+            return "spd", f"auto: A is {what} (to {symmetry_rtol(A.dtype):g} relative)"
         side = self._side
         variant = "right" if side == "right" else "general"
         return variant, f"auto: A is not {what}; {side} preconditioning"

@@ -170,11 +170,24 @@ def diag_positions(indptr, indices):
 @njit(**JIT)
 def symmetric_mirror(indptr, indices, data, rtol, mirror):
     """True when the pattern is symmetric and ``|a_ij - conj(a_ji)| <= rtol max(|a_ij|,
-    |a_ji|)`` for every stored entry (symmetric real data, Hermitian complex data); then
-    ``mirror[k]`` is the position of entry ``k``'s transpose.  One pass with a cursor per row (sorted rows): walking the rows in
-    order visits the entries of column ``j`` by ascending row, which for a symmetric
-    pattern are the entries of row ``j`` in order."""
+    |a_ji|, sqrt(|a_ii a_jj|))`` for every stored entry (symmetric real data, Hermitian
+    complex data); then ``mirror[k]`` is the position of entry ``k``'s transpose.
+
+    The diagonal term makes the test blind to rounding noise in entries that cancel to
+    (near) zero -- an assembled finite-element matrix is symmetric only to its rounding,
+    and an entry that is zero in exact arithmetic may be stored as ``1e-15`` against
+    ``-7e-15`` -- and keeps it invariant under symmetric diagonal scaling ``D A D``.
+
+    One pass for the diagonal, then one with a cursor per row (sorted rows): walking the
+    rows in order visits the entries of column ``j`` by ascending row, which for a
+    symmetric pattern are the entries of row ``j`` in order."""
     n = indptr.size - 1
+    dabs = np.zeros(n)
+    for i in range(n):
+        for k in range(indptr[i], indptr[i + 1]):
+            if indices[k] == i:
+                dabs[i] = abs(data[k])
+                break
     cursor = indptr[:-1].copy()
     for i in range(n):
         for k in range(indptr[i], indptr[i + 1]):
@@ -184,7 +197,7 @@ def symmetric_mirror(indptr, indices, data, rtol, mirror):
                 return False
             cursor[j] = m + 1
             a, b = data[k], data[np.uint64(m)]
-            if abs(a - conj(b)) > rtol * max(abs(a), abs(b)):
+            if abs(a - conj(b)) > rtol * max(abs(a), abs(b), np.sqrt(dabs[i] * dabs[j])):
                 return False
             mirror[k] = m
     return True
