@@ -239,11 +239,16 @@ class ILUT(Preconditioner):
         try:
             try:
                 F, complete = self._factor(Cc, order, False)
-            except RuntimeError:
-                if order == "COLAMD":
-                    raise
-                order = "COLAMD"             # (the other ordering's pivots)
-                F, complete = self._factor(Cc, order, False)
+            except RuntimeError as first:
+                # the other ordering's pivots: COLAMD where MMD(A + A^T) leaves rajat19's
+                # factor singular, MMD(A + A^T) where COLAMD leaves a 3-D coefficient-jump
+                # matrix's (jump3d:30) singular
+                other = "MMD_AT_PLUS_A" if order == "COLAMD" else "COLAMD"
+                try:
+                    F, complete = self._factor(Cc, other, False)
+                except RuntimeError:
+                    raise first from None
+                order = other
         except RuntimeError as err:
             # SuperLU's text, less its source location ("[0]: matrix is singular at
             # line 148 in file .../ilu_dpivotL.c")

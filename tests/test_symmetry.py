@@ -183,3 +183,15 @@ def test_fp32_matrix_is_symmetric_to_its_own_rounding():
     b = P32 @ np.ones(A.shape[0], np.float32)
     assert mpsolve.solve(P32, b, rtol=1e-5).method == "cg"
     assert not analyse(P).symmetric and ISAI().setup(P).variant == "general"
+
+
+def test_ilut_general_form_tries_the_other_ordering():
+    """SuperLU's ILUTP under COLAMD finds a 3-D coefficient-jump matrix's factor exactly
+    singular; the minimum degree ordering of ``A + A^T`` factors it."""
+    from mpsolve.matrices import jump3d
+
+    A = jump3d(20, seed=0)
+    M = ILUT(symmetric=False, dtype="float64").setup(A)
+    assert M.stats["ordering"] == "MMD_AT_PLUS_A" and M.stats["form"] == "general"
+    res = mpsolve.solve(A, A @ np.ones(A.shape[0]), method="gmres", precond=M, rtol=1e-8)
+    assert res.info == 0 and res.iterations <= 30
