@@ -22,6 +22,13 @@ row's sum in FP64) on the preconditioner's device, and applied as
 columns of ``A`` are first scaled by powers of 2 so that each one's largest entry is near 1
 (:func:`equilibrate`): ILUTP's dropping and pivoting are not scale-invariant, and without
 it they fail on badly scaled matrices that ILU(0) takes.
+
+On symmetric (Hermitian) ``A`` with a positive diagonal the default is the symmetric form
+(:meth:`ILUT._symmetric_factor`): SuperLU in symmetric mode on ``S A S`` (diagonal pivots,
+one permutation for rows and columns), only ``U`` kept and ``L = (D^-1 U)^H`` read off it,
+as ILU(0)'s IC(0) form -- so ``M`` is symmetric positive definite and CG can use it (the
+pivoting form broke CG down on a biharmonic problem; the symmetric one takes 10 iterations
+there, and 3-6 on finite-element and coefficient-jump problems).
 """
 from __future__ import annotations
 
@@ -128,6 +135,20 @@ class ILUT(Preconditioner):
     dtype : {"float32", "float64"} or None
         Storage precision of the factors (complex64 / complex128 for a complex ``A``,
         factorised in complex128).
+    symmetric : bool or None
+        ``None`` (default): the symmetric form where ``A`` is symmetric (complex:
+        Hermitian; :func:`~mpsolve.precond.ilu.is_symmetric`) with a positive diagonal --
+        an incomplete Cholesky with threshold, ``M`` symmetric positive definite for CG
+        (:meth:`_symmetric_factor`; shifted where a pivot is not positive, ``shift``) --
+        else the general form, SuperLU's ILUTP with row pivoting on the equilibrated
+        matrix.  ``True``: the symmetric form or an error; ``False``: the general form.
+
+    Attributes
+    ----------
+    symmetric : bool
+        After set-up: whether the symmetric form was used (``stats["form"]``).
+    shift : float or None
+        The shift of the symmetric form, where one was needed.
 
     Raises
     ------
