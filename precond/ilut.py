@@ -96,7 +96,7 @@ def equilibrate(C):
     column, so its factors depend on the scaling of the rows: on a convection-diffusion
     matrix with rows scaled by 1e-3..1e3 it reports the factor exactly singular, and on a
     diagonally dominant random matrix its factors grow to 1e60, where the equilibrated
-    matrix factors well (``tests/test_ilut.py``)."""
+    matrix factors well (``tests/test_symmetry.py``)."""
     A = abs(sp.csr_matrix(C))
     rmax = np.asarray(A.max(axis=1).toarray()).ravel().astype(np.float64)
     r = np.ones_like(rmax)
@@ -228,14 +228,18 @@ class ILUT(Preconditioner):
                       "form": form, "shift": self._shift,
                       "factorisation": "complete LU (splu)" if complete else "ILUTP (spilu)"}
 
+    def _complete(self, C) -> bool:
+        """Nothing dropped and a fill bound that cannot bind: a complete factorisation."""
+        n = C.shape[0]
+        return self.drop_tol == 0.0 and self.fill_factor * max(C.nnz, 1) >= n * n + n
+
     def _factor(self, Cc, order, symmetric):
         """SuperLU on CSC ``Cc``: ILUTP (``spilu``), or the complete LU when nothing is
         dropped and the fill bound cannot bind (supernodal ``splu``, BLAS-3 panels: the
         same factors 1.6-1.9x faster -- random sparse n = 5000: 4.4 s against 7.9 s;
         af23560 0.82 s against 1.38 s).  ``symmetric``: SuperLU's symmetric mode
         (diagonal pivots, the same permutation of rows and columns)."""
-        n = Cc.shape[0]
-        complete = self.drop_tol == 0.0 and self.fill_factor * max(Cc.nnz, 1) >= n * n + n
+        complete = self._complete(Cc)
         thresh = 0.0 if symmetric else 0.1
         opts = {"SymmetricMode": True} if symmetric else None
         with warnings.catch_warnings():
@@ -319,7 +323,7 @@ class ILUT(Preconditioner):
                     Lh = sp.csr_matrix((sp.diags(1.0 / piv) @ U).conj().T)   # unit lower
                     return (Lh, U, F.perm_r, F.perm_c, sc, sc, "symmetric", "MMD_AT_PLUS_A",
                             complete)
-            if s > enough or (F is not None and complete):
+            if s > enough or self._complete(B):
                 return None                  # (a shifted complete LU is not exact: general)
             s = SHIFT_START if s == 0.0 else s * SHIFT_GROWTH
 
