@@ -188,6 +188,19 @@ def cmd_info(args):
         raise ValueError("give a MATRIX to describe, or --device for the GPU report")
     A = load_matrix(args.matrix)
     info = matrix_info(A)
+    if A.shape[0] == A.shape[1]:
+        # what solve(A, b) would do: the analysis's own symmetry test (the one every
+        # symmetric form uses; ``symmetric`` above is the looser normwise sqrt(eps) one)
+        # and the candidates in the order it would try them
+        from ._sparse import canonical_csr, check_matrix
+        from .auto import plan
+
+        try:
+            an, cands = plan(canonical_csr(check_matrix(A, "A")))
+            info["auto_symmetric"] = bool(an.symmetric)
+            info["auto_candidates"] = " -> ".join(c.label for c in cands)
+        except (ValueError, TypeError) as err:   # a matrix no solve takes (NaN, dtype)
+            info["auto_candidates"] = f"none: {err}"
     width = max(len(k) for k in info)
     print(f"matrix  {args.matrix}")
     for k, v in info.items():
@@ -257,7 +270,9 @@ def build_parser(bench_options=True):
 
     pi = sub.add_parser("info", help="facts about a matrix, or (--device) the GPU stack found",
                         description="Print facts about a matrix: size, nonzeros, symmetry, "
-                                    "diagonal dominance and a block-size guess.  With --device: "
+                                    "diagonal dominance, a block-size guess, and what solve(A, "
+                                    "b) would try (the automatic choice's symmetry test and "
+                                    "candidates, in order).  With --device: "
                                     "what GPU, compute capability, CUDA driver and runtime, "
                                     "CuPy/numba-cuda/NVRTC/nvJitLink versions were found, or "
                                     "what is missing and the pip command that installs it; "

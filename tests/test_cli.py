@@ -141,6 +141,27 @@ def test_info_reports_block_size_and_symmetry(capsys):
     assert "symmetric" in out
 
 
+def test_info_reports_the_automatic_choice(tmp_path, capsys):
+    """``mpsolve info`` says what ``solve(A, b)`` would try, by the solvers' own symmetry
+    test: a matrix symmetric to 1e-10 relative is 'symmetric' normwise (sqrt(eps)) but
+    not for the solvers, which take BiCGSTAB for it."""
+    import scipy.io
+    import scipy.sparse as sp
+
+    from mpsolve.matrices import poisson2d
+
+    assert main(["info", "poisson2d:8"]) == 0
+    out = capsys.readouterr().out
+    assert "auto_symmetric" in out and "auto_candidates         cg + ilu0" in out
+    A = poisson2d(8).tolil()
+    A[0, 1] = -1.0 + 1e-10
+    scipy.io.mmwrite(tmp_path / "near.mtx", sp.csr_matrix(A))
+    assert main(["info", str(tmp_path / "near.mtx")]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[1:])
+    assert lines["symmetric"].strip() == "True" and lines["auto_symmetric"].strip() == "False"
+    assert lines["auto_candidates"].startswith("bicgstab")
+
+
 def test_clear_errors(tmp_path, capsys):
     bad = tmp_path / "bad.mtx"
     bad.write_text("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 q 1.0\n")
