@@ -98,6 +98,8 @@ def equilibrate(C):
     diagonally dominant random matrix its factors grow to 1e60, where the equilibrated
     matrix factors well (``tests/test_symmetry.py``)."""
     A = abs(sp.csr_matrix(C))
+    if A.shape[0] == 0:
+        return np.ones(0), np.ones(0)
     rmax = np.asarray(A.max(axis=1).toarray()).ravel().astype(np.float64)
     r = np.ones_like(rmax)
     on = rmax > 0

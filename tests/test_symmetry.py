@@ -223,3 +223,15 @@ def test_symmetry_kernels_agree_near_the_threshold():
             assert np.array_equal(m1, m2)
         verdicts.add(bool(v1))
     assert verdicts == {True, False}          # both sides of the threshold were met
+
+
+@pytest.mark.parametrize("A", [sp.csr_matrix((0, 0)), sp.csr_matrix(np.array([[2.0]])),
+                               sp.csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]]))],
+                         ids=["empty", "1x1", "zero-diagonal"])
+def test_ilut_tiny_matrices(A):
+    """ILUT on an empty matrix (set up as before equilibration existed), a 1 x 1 (the
+    symmetric form) and a symmetric one without a diagonal (the general form pivots)."""
+    M = ILUT(dtype="float64").setup(A)
+    n = A.shape[0]
+    assert M.symmetric == (n == 1)
+    assert np.allclose(M.matvec(A @ np.ones(n)), 1.0)
