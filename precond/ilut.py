@@ -111,6 +111,16 @@ def equilibrate(C):
     return r, c
 
 
+#: ``ILUT(symmetric=None)`` keeps the symmetric form only where it needs no shift above
+#: this (``s`` of ``SHIFT_START * SHIFT_GROWTH^k``: 0.064 passes, 0.256 does not); a larger
+#: shift means ``A`` is far from positive definite, where the pivoting general form is the
+#: better preconditioner.  GMRES(30) right-preconditioned, iterations symmetric / general:
+#: Poisson 2-D minus 0.05 I (shift 0.016) 55 / 117, Poisson 3-D minus 0.3 I (0.016)
+#: 83 / 387, real Helmholtz n = 10^4, k = 30 (0.064) 1761 / 5259, biharmonic minus 3 I
+#: (0.256) no convergence in 9000 / 5.
+SHIFT_DETECTED = 0.1
+
+
 def _spd_looking(C, host) -> bool:
     """Symmetric (complex: Hermitian) ``C`` (:func:`~.ilu.is_symmetric`) with a real
     positive diagonal: ILUT's symmetric form applies."""
@@ -141,9 +151,10 @@ class ILUT(Preconditioner):
         ``None`` (default): the symmetric form where ``A`` is symmetric (complex:
         Hermitian; :func:`~mpsolve.precond.ilu.is_symmetric`) with a positive diagonal --
         an incomplete Cholesky with threshold, ``M`` symmetric positive definite for CG
-        (:meth:`_symmetric_factor`; shifted where a pivot is not positive, ``shift``) --
-        else the general form, SuperLU's ILUTP with row pivoting on the equilibrated
-        matrix.  ``True``: the symmetric form or an error; ``False``: the general form.
+        (:meth:`_symmetric_factor`; shifted where a pivot is not positive, ``shift``, by
+        at most :data:`SHIFT_DETECTED`) -- else the general form, SuperLU's ILUTP with row
+        pivoting on the equilibrated matrix.  ``True``: the symmetric form (any shift) or
+        an error; ``False``: the general form.
 
     Attributes
     ----------
@@ -194,7 +205,9 @@ class ILUT(Preconditioner):
             if self._symmetric_request and not sym:
                 raise ValueError("ILUT(symmetric=True): A is not symmetric (Hermitian) with a "
                                  "positive diagonal; use symmetric=None or False")
-        got = self._symmetric_factor(C) if sym else None
+        # detected (symmetric=None): shifts up to SHIFT_DETECTED only; asked for: any
+        got = self._symmetric_factor(C, None if self._symmetric_request else
+                                     SHIFT_DETECTED) if sym else None
         if sym and got is None and self._symmetric_request:
             raise ZeroPivotError("ILUT(symmetric=True): no shift up to the diagonal "
                                  "dominance bound gives positive pivots (A is probably not "
@@ -290,7 +303,7 @@ class ILUT(Preconditioner):
             ) from None
         return F.L, F.U, F.perm_r, F.perm_c, r, c, "general", order, complete
 
-    def _symmetric_factor(self, C):
+    def _symmetric_factor(self, C, most=None):
         """The symmetric form for symmetric (Hermitian) ``C`` with a positive diagonal: the
         ILUT of ``S C S`` (``S`` the powers of 2 nearest ``diag(C)^-1/2``: symmetric
         equilibration) by SuperLU in symmetric mode -- minimum degree on ``C + C^T``, the
@@ -300,9 +313,10 @@ class ILUT(Preconditioner):
         ``D`` are positive: an incomplete Cholesky with threshold, for CG.  Where a pivot is
         not positive the off-diagonal entries are divided by ``1 + s`` (Manteuffel's
         shift, as :class:`ILU0`'s) for ``s`` from ``SHIFT_START`` growing by
-        ``SHIFT_GROWTH`` up to the bound that makes the shifted matrix diagonally dominant
-        (not for a complete factorisation, ``drop_tol=0``: shifted, it would no longer be
-        exact).  ``None`` where that fails (or SuperLU does): the general form is used."""
+        ``SHIFT_GROWTH`` up to the bound that makes the shifted matrix diagonally dominant,
+        or up to ``most`` (not for a complete factorisation, ``drop_tol=0``: shifted, it
+        would no longer be exact).  ``None`` where that fails (or SuperLU does): the
+        general form is used."""
         d = C.diagonal().real
         sc = np.ldexp(1.0, 1 - np.frexp(np.sqrt(d))[1])    # scaled diagonal in [1, 4)
         B = sp.csr_matrix(sp.diags(sc) @ C @ sp.diags(sc), dtype=wide_dtype(C.dtype))
@@ -325,9 +339,10 @@ class ILUT(Preconditioner):
                     Lh = sp.csr_matrix((sp.diags(1.0 / piv) @ U).conj().T)   # unit lower
                     return (Lh, U, F.perm_r, F.perm_c, sc, sc, "symmetric", "MMD_AT_PLUS_A",
                             complete)
-            if s > enough or self._complete(B):
+            nxt = SHIFT_START if s == 0.0 else s * SHIFT_GROWTH
+            if s > enough or (most is not None and nxt > most) or self._complete(B):
                 return None                  # (a shifted complete LU is not exact: general)
-            s = SHIFT_START if s == 0.0 else s * SHIFT_GROWTH
+            s = nxt
 
     def _linear(self):
         """Two exact permutations around ILU(0)'s sweeps (FP64 row sums): linear
