@@ -254,7 +254,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
 
     check_basis(method, problem, policy)
     policy, sys = realise(policy, 0)
-    if method == "cg":
+    if method == "cg" and not problem.reused:    # (a Solver checks at set-up and update)
         check_cg_preconditioner(problem)         # M is set up by now
     setup_time = time.perf_counter() - t0
 

@@ -392,6 +392,8 @@ class Solver:
             self._build(A_new, stacklevel=4)
             self.last_update = "full"
             return self
+        if self.method == "cg":
+            check_cg_preconditioner(p)       # (new values: A symmetric now, M not)
         self._report.update(report_fields(p, self.method, self._name))
         self.setup_time = time.perf_counter() - t0
         self.last_update = "numeric"

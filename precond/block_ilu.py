@@ -63,7 +63,8 @@ from ._localsolve import COND_LIMIT, transpose_operator
 from ._pattern import block_pattern, detect_block_size, to_bsr
 from ._util import PreconditionerWarning, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
-from .ilu import SHIFT_GROWTH, SHIFT_START, ZeroPivotError, is_symmetric, symmetry_rtol
+from .ilu import (ZeroPivotError, first_shift, is_symmetric, positive_diagonal,
+                  shift_off_diagonal, symmetry_rtol)
 
 __all__ = ["BlockILU0", "BlockTriangularSweeps", "bilu0_factor", "bilu0_split",
            "bilu_isai_operators"]
@@ -144,26 +145,14 @@ def _ptr(rows, nb):
     return ptr
 
 
-def _shift_blocks(C, b, s):
-    """``C`` with its entries outside the ``b x b`` diagonal blocks divided by ``1 + s``."""
-    rows = np.repeat(np.arange(C.shape[0]), np.diff(C.indptr))
-    off = rows // b != C.indices // b
-    data = C.data.copy()
-    data[off] /= 1.0 + s
-    S = sp.csr_matrix((data, C.indices, C.indptr), shape=C.shape)
-    S.has_sorted_indices = True
-    return S
-
-
 def bilu0_shifted(C, b, host, symmetric):
     """``(factors, shift)``: :func:`bilu0_factor` of ``C`` -- or, for ``symmetric`` ``C``
     with a positive diagonal whose pivot blocks are not all positive definite, of ``C``
     with its off-diagonal blocks divided by ``1 + s`` for the first ``s`` of
-    ``SHIFT_START * SHIFT_GROWTH^k`` that makes them so (``shift = s``; else ``None``).
+    :func:`~.ilu.first_shift`'s sequence that makes them so (``shift = s``; else ``None``).
     For ``s`` large enough the pivots are ``C``'s own diagonal blocks, positive definite
     for SPD ``C``: otherwise :class:`ZeroPivotError`."""
-    d = C.diagonal()
-    spd = symmetric and C.shape[0] > 0 and bool((d.real > 0).all() and (d.imag == 0).all())
+    spd = symmetric and positive_diagonal(C)
     first = None
     try:
         fac = bilu0_factor(C, b, host)
@@ -176,18 +165,21 @@ def bilu0_shifted(C, b, host, symmetric):
     # the limit of the shift: the pivots are C's own diagonal blocks; if those are not
     # positive definite no shift helps (and C is not positive definite)
     try:
-        limit = _pd_blocks(bilu0_factor(_shift_blocks(C, b, np.inf), b, host)[4])
+        limit = _pd_blocks(bilu0_factor(shift_off_diagonal(C, np.inf, b), b, host)[4])
     except ZeroPivotError:
         limit = False
-    s = SHIFT_START
-    while limit and s < 1e16:
+
+    def attempt(s):
         try:
-            fac = bilu0_factor(_shift_blocks(C, b, s), b, host)
-            if _pd_blocks(fac[4]):
-                return fac, s
+            fac = bilu0_factor(shift_off_diagonal(C, s, b), b, host)
         except ZeroPivotError:
-            pass
-        s *= SHIFT_GROWTH
+            return None
+        return fac if _pd_blocks(fac[4]) else None
+
+    if limit:                           # (then some finite shift makes them positive definite)
+        fac, s = first_shift(attempt, 1e16)
+        if fac is not None:
+            return fac, s
     if first is not None:
         raise first
     raise ZeroPivotError("BILU(0): the pivot blocks are not positive definite, nor are A's "
@@ -327,12 +319,13 @@ class BlockILU0(Preconditioner):
         are not all positive definite -- so the stored ``M = (L D L^T)^{-1}`` is not, and
         CG breaks down (a biharmonic problem: at the first iteration) -- are made again
         from ``A`` with its off-diagonal blocks divided by ``1 + s`` (Manteuffel's shift,
-        as :class:`ILU0`'s), ``s`` from ``SHIFT_START`` growing by ``SHIFT_GROWTH``: for
+        as :class:`ILU0`'s), ``s`` by :func:`~.ilu.first_shift`'s sequence: for
         ``s`` large enough the pivots are ``A``'s own diagonal blocks."""
         req = self._shift_request
         if not (isinstance(req, str) and req == "auto"):
             self.shift = float(req) if req else None
-            return bilu0_factor(_shift_blocks(A, b, self.shift) if self.shift else A, b, host)
+            return bilu0_factor(shift_off_diagonal(A, self.shift, b) if self.shift else A, b,
+                                host)
         fac, self.shift = bilu0_shifted(A, b, host, sym)
         return fac
 

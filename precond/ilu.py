@@ -30,7 +30,8 @@ from mpsolve.operator import TriangularSweeps
 from ._util import rows_text, wide_dtype
 from .base import Preconditioner
 
-__all__ = ["ILU0", "ZeroPivotError", "ilu0_factor", "is_symmetric", "symmetry_rtol"]
+__all__ = ["ILU0", "ZeroPivotError", "ilu0_factor", "is_symmetric", "symmetry_rtol",
+           "positive_diagonal", "dominance_shift", "shift_off_diagonal", "first_shift"]
 
 
 class ZeroPivotError(ValueError):
@@ -163,14 +164,61 @@ def is_symmetric(C, host=HOST_DEVICE, rtol=None, mirror=None) -> bool:
         symmetry_rtol(C.dtype) if rtol is None else rtol, mirror))
 
 
-def _positive_diagonal(A, diag) -> bool:
-    """Every diagonal entry of ``A`` stored, real and positive (what IC(0) needs);
-    ``diag``: the positions of the diagonal entries in ``A.data`` (-1: not stored)."""
-    if not diag.size or diag.min() < 0:
+def positive_diagonal(A, diag=None) -> bool:
+    """Every diagonal entry of ``A`` stored, real and positive (what IC(0) and the other
+    symmetric forms need); ``diag``: the positions of the diagonal entries in ``A.data``
+    (-1: not stored), when the caller has them."""
+    if diag is None:
+        d = A.diagonal()                     # (an entry not stored reads 0: not positive)
+        if not d.size:
+            return False
+    elif not diag.size or diag.min() < 0:
         return False
-    d = A.data[diag]
+    else:
+        d = A.data[diag]
     return bool((d.real > 0).all() and (d.imag == 0).all()) if np.iscomplexobj(d) \
         else bool((d > 0).all())
+
+
+def dominance_shift(A) -> float:
+    """The shift past which ``D + (A - D) / (1 + s)`` is strictly diagonally dominant
+    (an incomplete Cholesky of it then exists): ``max_i sum_{j != i} |a_ij| / |a_ii| - 1``,
+    for ``A`` with a zero-free diagonal."""
+    if A.shape[0] == 0:
+        return 0.0
+    d = np.abs(A.diagonal())
+    off = np.asarray(abs(A).sum(axis=1)).ravel() - d
+    return float(np.max(off / d)) - 1.0
+
+
+def shift_off_diagonal(A, s, b=1):
+    """CSR ``A`` with its entries outside the ``b x b`` diagonal blocks divided by
+    ``1 + s`` (Manteuffel's shifted matrix; ``b = 1``: off the diagonal)."""
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    off = rows // b != A.indices // b
+    data = A.data.copy()
+    data[off] /= 1.0 + s
+    S = sp.csr_matrix((data, A.indices, A.indptr), shape=A.shape)
+    S.has_sorted_indices = A.has_sorted_indices
+    return S
+
+
+def first_shift(attempt, bound, most=None):
+    """Manteuffel's shift sequence, shared by the symmetric forms (IC(0), BILU(0), ILUT):
+    ``attempt(s)`` (a result, or ``None`` for factors that will not do) for ``s =
+    SHIFT_START, SHIFT_START * SHIFT_GROWTH, ...`` until one succeeds; it ends after the
+    first ``s`` above ``bound`` (where the shifted factorisation is known to exist, e.g.
+    :func:`dominance_shift`) and before any above ``most``.  Returns ``(result, s)``, or
+    ``(None, None)``."""
+    s = SHIFT_START
+    while most is None or s <= most:
+        got = attempt(s)
+        if got is not None:
+            return got, s
+        if s > bound:
+            break
+        s *= SHIFT_GROWTH
+    return None, None
 
 
 class ILU0(Preconditioner):
@@ -358,31 +406,28 @@ class ILU0(Preconditioner):
         # symmetric with a positive diagonal: IC(0) for CG, so its pivots must be positive;
         # each try stops at its first pivot that is not
         diag = lookup(host, "diag_positions", (wide_dtype(A.dtype),))(A.indptr, A.indices)
-        spd = bool(sym) and _positive_diagonal(A, diag)
+        spd = bool(sym) and positive_diagonal(A, diag)
         try:
             return ilu0_factor(A, host, mirror=mirror, positive=spd, diag=diag)
         except ZeroPivotError:
             if not spd:
                 raise
-        # D + (A - D) / (1 + s) is strictly diagonally dominant (IC(0) then exists)
-        # once 1 + s > max_i sum_{j != i} |a_ij| / a_ii: the sequence ends there
-        d = np.abs(A.diagonal())
-        off = np.asarray(abs(A).sum(axis=1)).ravel() - d
-        enough = float(np.max(off / d)) - 1.0
-        s = SHIFT_START
-        while True:
+
+        def attempt(s):
             try:
-                factors = ilu0_factor(A, host, s, mirror, positive=True, diag=diag)
-                self.shift = s
-                return factors
+                return ilu0_factor(A, host, s, mirror, positive=True, diag=diag)
             except ZeroPivotError:
-                pass
-            if s > enough:
-                raise ZeroPivotError(
-                    f"IC(0): no shift up to {s:.3g} gives positive pivots (A's diagonal is "
-                    "positive, so A is probably not positive definite); use GMRES with "
-                    "ILU0(symmetric=False), or ISAI")
-            s *= SHIFT_GROWTH
+                return None
+
+        # the sequence ends past dominance_shift(A), where IC(0) of the shifted A exists
+        bound = dominance_shift(A)
+        factors, self.shift = first_shift(attempt, bound)
+        if factors is None:
+            raise ZeroPivotError(
+                f"IC(0): no shift up to {bound:.3g} gives positive pivots (A's diagonal is "
+                "positive, so A is probably not positive definite); use GMRES with "
+                "ILU0(symmetric=False), or ISAI")
+        return factors
 
     def _linear(self):
         """Two triangular sweeps, each row's sum carried in FP64: linear

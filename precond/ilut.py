@@ -44,7 +44,8 @@ from mpsolve.operator import TriangularSweeps
 
 from ._util import ThreadBuffers, empty_lines_text, wide_dtype
 from .base import Preconditioner
-from .ilu import SHIFT_GROWTH, SHIFT_START, ZeroPivotError, is_symmetric
+from .ilu import (ZeroPivotError, dominance_shift, first_shift, is_symmetric,
+                  positive_diagonal, shift_off_diagonal)
 
 __all__ = ["ILUT"]
 
@@ -112,7 +113,7 @@ def equilibrate(C):
 
 
 #: ``ILUT(symmetric=None)`` keeps the symmetric form only where it needs no shift above
-#: this (``s`` of ``SHIFT_START * SHIFT_GROWTH^k``: 0.064 passes, 0.256 does not); a larger
+#: this (``s`` of :func:`~.ilu.first_shift`'s sequence: 0.064 passes, 0.256 does not); a larger
 #: shift means ``A`` is far from positive definite, where the pivoting general form is the
 #: better preconditioner.  GMRES(30) right-preconditioned, iterations symmetric / general:
 #: Poisson 2-D minus 0.05 I (shift 0.016) 55 / 117, Poisson 3-D minus 0.3 I (0.016)
@@ -124,12 +125,7 @@ SHIFT_DETECTED = 0.1
 def _spd_looking(C, host) -> bool:
     """Symmetric (complex: Hermitian) ``C`` (:func:`~.ilu.is_symmetric`) with a real
     positive diagonal: ILUT's symmetric form applies."""
-    if C.shape[0] == 0:
-        return False
-    d = C.diagonal()
-    if not (np.all(d.real > 0) and np.all(d.imag == 0)):
-        return False
-    return is_symmetric(C, host)
+    return positive_diagonal(C) and is_symmetric(C, host)
 
 
 class ILUT(Preconditioner):
@@ -312,37 +308,34 @@ class ILUT(Preconditioner):
         D^-1 U)^-1 P^T S`` is symmetric (Hermitian), and positive definite when the pivots
         ``D`` are positive: an incomplete Cholesky with threshold, for CG.  Where a pivot is
         not positive the off-diagonal entries are divided by ``1 + s`` (Manteuffel's
-        shift, as :class:`ILU0`'s) for ``s`` from ``SHIFT_START`` growing by
-        ``SHIFT_GROWTH`` up to the bound that makes the shifted matrix diagonally dominant,
-        or up to ``most`` (not for a complete factorisation, ``drop_tol=0``: shifted, it
-        would no longer be exact).  ``None`` where that fails (or SuperLU does): the
-        general form is used."""
+        shift, as :class:`ILU0`'s) for ``s`` of :func:`~.ilu.first_shift`'s sequence, up
+        to the bound that makes the shifted matrix diagonally dominant, or up to ``most``
+        (not for a complete factorisation, ``drop_tol=0``: shifted, it would no longer be
+        exact).  ``None`` where that fails (or SuperLU does): the general form is used."""
         d = C.diagonal().real
         sc = np.ldexp(1.0, 1 - np.frexp(np.sqrt(d))[1])    # scaled diagonal in [1, 4)
         B = sp.csr_matrix(sp.diags(sc) @ C @ sp.diags(sc), dtype=wide_dtype(C.dtype))
         B.sort_indices()
-        dB = B.diagonal()
-        off = np.asarray(abs(B).sum(axis=1)).ravel() - np.abs(dB)
-        enough = float(np.max(off / dB.real)) - 1.0 if B.shape[0] else 0.0
-        s = 0.0
-        while True:
-            Bs = B if s == 0.0 else sp.csr_matrix(sp.diags(dB) + (B - sp.diags(dB)) / (1 + s))
+
+        def attempt(s):
             try:
-                F, complete = self._factor(sp.csc_matrix(Bs), "MMD_AT_PLUS_A", True)
+                F, complete = self._factor(sp.csc_matrix(shift_off_diagonal(B, s) if s else B),
+                                           "MMD_AT_PLUS_A", True)
             except RuntimeError:
-                F = None
-            if F is not None and np.array_equal(F.perm_r, F.perm_c):
-                U = sp.csr_matrix(F.U)
-                piv = U.diagonal()
-                if np.all(np.isfinite(U.data)) and np.all(piv.real > 0):
-                    self._shift = s or None
-                    Lh = sp.csr_matrix((sp.diags(1.0 / piv) @ U).conj().T)   # unit lower
-                    return (Lh, U, F.perm_r, F.perm_c, sc, sc, "symmetric", "MMD_AT_PLUS_A",
-                            complete)
-            nxt = SHIFT_START if s == 0.0 else s * SHIFT_GROWTH
-            if s > enough or (most is not None and nxt > most) or self._complete(B):
-                return None                  # (a shifted complete LU is not exact: general)
-            s = nxt
+                return None
+            if not np.array_equal(F.perm_r, F.perm_c):
+                return None
+            U = sp.csr_matrix(F.U)
+            piv = U.diagonal()
+            if not (np.all(np.isfinite(U.data)) and np.all(piv.real > 0)):
+                return None
+            Lh = sp.csr_matrix((sp.diags(1.0 / piv) @ U).conj().T)      # unit lower
+            return Lh, U, F.perm_r, F.perm_c, sc, sc, "symmetric", "MMD_AT_PLUS_A", complete
+
+        got, self._shift = attempt(0.0), None
+        if got is None and not self._complete(B):   # (a shifted complete LU is not exact)
+            got, self._shift = first_shift(attempt, dominance_shift(B), most)
+        return got
 
     def _linear(self):
         """Two exact permutations around ILU(0)'s sweeps (FP64 row sums): linear

@@ -152,6 +152,11 @@ def test_cg_refuses_a_nonsymmetric_preconditioner_on_a_symmetric_matrix():
     assert mpsolve.solve(A, b, method="gmres", precond="isai", variant="general").info == 0
     C = convection_diffusion2d(16, peclet=0.5)
     mpsolve.solve(C, C @ np.ones(C.shape[0]), method="cg", precond="isai", maxiter=50)
+    # a Solver checks at set-up and at update (new values symmetric, its M not), not per solve
+    s = mpsolve.Solver(C, method="cg", precond=ISAI(variant="general"), maxiter=50)
+    s.solve(C @ np.ones(C.shape[0]))
+    with pytest.raises(ValueError, match="not symmetric"):
+        s.update(A)
 
 
 def _row_scaled_convection():
