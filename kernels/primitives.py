@@ -119,6 +119,12 @@ CONTRACT = (
        "arrays (once per convergence claim; a GPU solve hands over host copies)",
        keys=tuple((v, d, d) for v in _F for d in _F), modes=("acc64",), host=True,
        complex=True),
+    Op("residual_norms", "residual_norms(plan, indptr, indices, data, x, b, r) -> "
+       "(float, float)", "residual (r to the same bits) and, in the same pass, "
+       "(sum_i |r_i|^2, residual_scale's sum), FP64: a true residual, its norm and its "
+       "rounding bound in one pass over A (inf/NaN on overflow or a non-finite entry); "
+       "dtypes (data, x, b, r)", keys=tuple((v, d, d, d) for v in _F for d in _F),
+       modes=("acc64",), host=True, complex=True),
     Op("residual_dd", "residual_dd(plan, indptr, indices, data, xh, xl, b, r, rl)",
        "r + rl = b - A (xh + xl): Dot2 per row (TwoProd by FMA, TwoSum), x a double-double "
        "pair; r the pair rounded to FP64, rl the rest; all FP64", keys=(("float64",),)),

@@ -414,6 +414,17 @@ def ref_residual_scale(plan, indptr, indices, data, x, b):
         return float(np.dot(v, v))
 
 
+@_register("reference", "residual_norms",
+           [(v, d, d, d) for f in (_F, _C) for v in f for d in f], mode="acc64")
+def ref_residual_norms(plan, indptr, indices, data, x, b, r):
+    """``ref_residual`` and ``(||r||^2, ref_residual_scale)`` in FP64, by NumPy."""
+    ref_residual(plan, indptr, indices, data, x, b, r)
+    rw = r.astype(_acc("acc64", r.dtype))
+    with np.errstate(over="ignore", invalid="ignore"):
+        ssq = float(np.vdot(rw, rw).real)
+    return ssq, ref_residual_scale(plan, indptr, indices, data, x, b)
+
+
 def _ref_bsrmv(mode):
     def bsrmv(plan, indptr, indices, data, x, y):
         """``y = A x`` for BSR ``A`` (a trailing partial block: rows/columns past the

@@ -37,7 +37,7 @@ from ._sparse import canonical_csr, check_matrix, dtype_check, kernel_ready
 from .backend import (DEFAULT_DEVICE, HOST_DEVICE, array_module, on_host, resolve_device,
                       to_device, to_host)
 from .kernels.primitives import Primitives, bind_primitives
-from .kernels.safenorm import all_finite, ldexp_array, norm
+from .kernels.safenorm import _tiny2, all_finite, ldexp_array, norm
 from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field
@@ -187,7 +187,11 @@ class Problem:
     #: the workspace outlives the solve (a :class:`mpsolve.Solver`'s): :meth:`answer`
     #: copies ``x`` even where no cast is needed, so the next solve cannot overwrite it
     reused: bool = False
-    _residual64: Optional[Callable] = None   # A64's bound ``r = b - A x`` (made once)
+    #: :meth:`_bind_residual`'s ``(fused, residual)`` kernels for ``A64`` (made once)
+    _residual64: Optional[tuple] = None
+    #: ``(2 tiny, squares per entry)`` of ``hp`` (:func:`~mpsolve.kernels.safenorm._tiny2`):
+    #: a norm from ``residual_norms`` below that lost accuracy to underflow
+    _tiny2: tuple = (0.0, 1)
     #: :meth:`residual_bound`'s kernel ``f(x, b) -> sum_i v_i^2`` and its two constants
     #: (FP64 and Dot2 residuals; made once)
     _rbound: Optional[tuple] = None
@@ -221,35 +225,57 @@ class Problem:
         0 no longer reads as "converged".  An operator without entries (a
         ``LinearOperator``) has no bound: its computed residual is returned as it is."""
         first, self._first_residual = self._first_residual, False
-        exact = first and not bool(x64.any())           # no start, or a zero one given
-        if exact:
+        if first and not bool(x64.any()):               # no start, or a zero one given
             r64[:] = self.b64                                  # b - A 0, exactly
-        else:
-            res = self._residual64
-            if res is None:
-                res = self._residual64 = self.A64.bind_residual(self.hp)
+            return self.bnrm                                   # (= norm(b64), taken already)
+        res = self._residual64
+        if res is None:
+            res = self._residual64 = self._bind_residual()
+        fused, res = res
+        if fused is None:
             res(x64, self.b64, r64)                            # r = b - A x in FP64
-        nrm = norm(r64, self.xp)                               # overflow-safe
-        return nrm if exact else self.certified(nrm, x64)
+            return self.certified(norm(r64, self.xp), x64)     # (norm: overflow-safe)
+        # one pass: r = b - A x, ||r||^2 and the rounding bound's sum of squares
+        ssq, ssq_v = fused(x64, self.b64, r64)
+        nrm = math.sqrt(ssq)
+        tiny2, per = self._tiny2
+        if not (nrm < math.inf and ssq >= tiny2 * (per * r64.size)):
+            # 0 where x solves the system exactly; otherwise the sum overflowed or lost
+            # accuracy to underflow: the rescaled norm
+            nrm = 0.0 if ssq == 0.0 and not r64.any() else norm(r64, self.xp)
+        return self.certified(nrm, x64, ssq_v=ssq_v)
 
-    def certified(self, nrm, x64, b64=None, tol=None, dd=False) -> float:
+    def _bind_residual(self):
+        """``(fused, residual)``: the device's one-pass ``residual_norms`` for ``A64``
+        bound (``None`` where it has none: a device without the host ops, an operator
+        without entries) and ``r = b - A x`` alone (used where ``fused`` is ``None``)."""
+        hp = self.hp
+        try:
+            fused = self.A64._csr_kernel("residual_norms", (hp, hp, hp), "acc64")
+        except (AttributeError, KeyError):
+            return None, self.A64.bind_residual(hp)
+        self._tiny2 = _tiny2(hp)
+        return fused, None
+
+    def certified(self, nrm, x64, b64=None, tol=None, dd=False, ssq_v=None) -> float:
         """``nrm``, the norm of the FP64 residual ``b - A x64`` (``b64``: default the
         problem's ``b``), as :meth:`true_residual` returns it: plus its
         :meth:`residual_bound` where ``nrm`` meets ``tol`` (default the problem's) and the
         bound is over :data:`CERTIFY` times ``tol``.  ``dd``: ``nrm`` is the norm of the
         residual computed by ``residual_dd`` (Dot2 rows) of ``x64`` alone, whose bound is
         ``u nrm + gamma_{2m+1}^2 ||v||`` (ORO 2005, as :mod:`mpsolve.kernels.cpu.dd`
-        states it for a pair with a zero low part)."""
+        states it for a pair with a zero low part).  ``ssq_v``: the bound's sum of squares
+        when the residual's pass computed it already (``residual_norms``)."""
         tol = self.tol if tol is None else tol
         if nrm <= tol and self.A_csr is not None:
-            bound = self.residual_bound(x64, b64, dd)
+            bound = self.residual_bound(x64, b64, dd, ssq_v)
             if dd:
                 bound += 1.01 * 2.0**-53 * nrm
             if not bound <= CERTIFY * tol:                     # (NaN: not certified)
                 return nrm + bound
         return nrm
 
-    def residual_bound(self, x64, b64=None, dd=False) -> float:
+    def residual_bound(self, x64, b64=None, dd=False, ssq_v=None) -> float:
         """A bound of the rounding error of the FP64 residual ``b - A x64`` that
         :meth:`true_residual` computes: ``gamma ||v||_2`` with ``v_i = |b_i| + sum_j
         |a_ij| |x_j|`` (one pass over ``A``, the ``residual_scale`` kernel).  Each row is
@@ -258,12 +284,13 @@ class Problem:
         (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., eq. (3.4));
         complex rows: ``sqrt(2) gamma_{m+2}`` (ibid., section 3.6).  ``dd``: the Dot2
         residual's ``gamma_{2m+1}^2 ||v||`` (:meth:`certified`; real rows).  The constants
-        carry a margin for the rounding of ``v`` itself.  ``inf`` where ``v`` overflows."""
+        carry a margin for the rounding of ``v`` itself.  ``inf`` where ``v`` overflows.
+        ``ssq_v``: ``||v||^2`` computed already (no pass over ``A`` then)."""
         rb = self._rbound
         if rb is None:
             rb = self._rbound = self._bound_kernel()
         kernel, gamma, gamma_dd = rb
-        ssq = kernel(x64, self.b64 if b64 is None else b64)
+        ssq = kernel(x64, self.b64 if b64 is None else b64) if ssq_v is None else ssq_v
         return (gamma_dd if dd else gamma) * math.sqrt(ssq) if ssq < math.inf else math.inf
 
     def _bound_kernel(self):

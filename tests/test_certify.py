@@ -148,6 +148,45 @@ def test_residual_scale_kernel(device, dt, n):
         assert kern(plan, ip, ix, A.data, x * 1e200, b) == np.inf
 
 
+@pytest.mark.parametrize("device", ["cpu", "reference"])
+@pytest.mark.parametrize("dt", [("float64", "float64"), ("float32", "float64"),
+                                ("complex128", "complex128"), ("complex64", "complex128")])
+@pytest.mark.parametrize("n", [37, 50_000])                # serial and parallel launch plans
+def test_residual_norms_kernel(device, dt, n):
+    """``residual_norms`` writes ``residual``'s ``r`` bit for bit and returns its squared
+    norm and ``residual_scale``'s sum (the same sum on the cpu, where both add in row
+    order); non-finite sums where ``x`` overflows or holds a NaN."""
+    rng = np.random.default_rng(n + 1)
+    A = sp.random(n, n, density=min(0.2, 8 / n), random_state=rng, format="csr")
+    A.data = rng.standard_normal(A.nnz)
+    vdt, xdt = (np.dtype(d) for d in dt)
+    A = sp.csr_matrix(A.astype(vdt) * (1 - 2j if vdt.kind == "c" else 1))
+    x = rng.standard_normal(n).astype(xdt)
+    b = rng.standard_normal(n).astype(xdt)
+    if vdt.kind == "c":
+        x = (x * (0.5 + 1j)).astype(xdt)
+    ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    plan = launch_plan(device, "spmv", ip)
+    key = (vdt, xdt, xdt, xdt)
+    r0, r1 = np.empty(n, xdt), np.empty(n, xdt)
+    lookup(device, "residual", key, "acc64")(plan, ip, ix, A.data, x, b, r0)
+    ssq, s = lookup(device, "residual_norms", key, "acc64")(plan, ip, ix, A.data, x, b, r1)
+    np.testing.assert_array_equal(r1, r0)
+    assert ssq == pytest.approx(float(np.vdot(r0, r0).real), rel=1e-12)
+    scale = lookup(device, "residual_scale", (vdt, xdt, xdt), "acc64")(plan, ip, ix, A.data,
+                                                                      x, b)
+    if device == "cpu":
+        assert s == scale
+    assert s == pytest.approx(scale, rel=1e-12)
+    big = lookup(device, "residual_norms", key, "acc64")(plan, ip, ix, A.data, x * 1e200, b,
+                                                         r1)
+    assert big == (np.inf, np.inf)
+    x[3] = np.nan
+    with np.errstate(invalid="ignore"):
+        bad = lookup(device, "residual_norms", key, "acc64")(plan, ip, ix, A.data, x, b, r1)
+    assert not any(np.isfinite(bad))
+
+
 @pytest.mark.parametrize("method", ["cg", "gmres"])
 def test_no_false_success_in_a_block_of_right_hand_sides(method):
     """Several right-hand sides iterated together: each column is judged as a single

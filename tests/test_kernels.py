@@ -57,7 +57,7 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               # against exact oracles and the reference device: tests/test_eft_refine.py
               "residual_dd", "dd_axpy",
               # against the reference device and NumPy: tests/test_certify.py
-              "residual_scale",
+              "residual_scale", "residual_norms",
               # against the reference device and the Python bodies: tests/test_fused.py
               "cg_loop", "gmres_arnoldi", "bicgstab_loop"}
 

@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit, prange, get_num_threads
 
 from ._config import JIT, PARALLEL_MIN
-from .field import cmul, narrow, wide
+from .field import abs2, cmul, narrow, wide
 from ..registry import register, register_plan
 
 #: Below this many ``nnz + rows`` the SpMV runs serially.
@@ -177,6 +177,43 @@ def _csr_residual_ser(parts, indptr, indices, data, x, b, r):
     _rows_residual(0, indptr.size - 1, indptr, indices, data, x, b, r)
 
 
+@njit(inline="always", **JIT)
+def _rows_residual_norms(lo, hi, indptr, indices, data, x, b, r):
+    # _rows_residual (the same products in the same order: r to the same bits) and, in the
+    # same pass, sum_i |r_i|^2 of the stored r and sum_i (|b_i| + sum_j |a_ij| |x_j|)^2
+    # (_rows_residual_scale's sum), both in FP64
+    ssq = 0.0
+    s = 0.0
+    for i in range(lo, hi):
+        bi = wide(b[i])
+        acc = bi
+        v = abs(bi)
+        for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            a = wide(data[k])
+            xj = wide(x[np.uint64(indices[k])])
+            acc -= a * xj
+            v += abs(a) * abs(xj)
+        r[i] = acc
+        ssq += abs2(wide(r[i]))
+        s += v * v
+    return ssq, s
+
+
+@njit(parallel=True, **JIT)
+def _csr_residual_norms_par(parts, indptr, indices, data, x, b, r):
+    ssq = np.empty(parts.size - 1, dtype=np.float64)
+    part = np.empty(parts.size - 1, dtype=np.float64)
+    for t in prange(parts.size - 1):
+        ssq[t], part[t] = _rows_residual_norms(parts[t], parts[t + 1], indptr, indices, data,
+                                               x, b, r)
+    return ssq.sum(), part.sum()
+
+
+@njit(**JIT)
+def _csr_residual_norms_ser(parts, indptr, indices, data, x, b, r):
+    return _rows_residual_norms(0, indptr.size - 1, indptr, indices, data, x, b, r)
+
+
 _F = ("float32", "float64")
 _C = ("complex64", "complex128")
 # the same kernels for complex values and vectors (field.wide/narrow/cmul: complex128 /
@@ -247,6 +284,20 @@ def csr_residual_scale(parts, indptr, indices, data, x, b):
     ``inf`` where it overflows.  Dtypes key: ``(data, x, b)``."""
     f = _csr_residual_scale_par if parts.size > 2 else _csr_residual_scale_ser
     return float(f(parts, indptr, indices, data, x, b))
+
+
+@register("cpu", "residual_norms", [(v, d, d, d) for v, d, _ in _SQ], mode="acc64")
+def csr_residual_norms(parts, indptr, indices, data, x, b, r):
+    """:func:`csr_residual` (``r`` to the same bits) and, in the same pass over ``A``,
+    ``(sum_i |r_i|^2, sum_i (|b_i| + sum_j |a_ij| |x_j|)^2)`` in FP64: the square of the
+    residual's norm (of ``r`` as stored) and :func:`csr_residual_scale`'s sum.  A solve's
+    true residual, its norm and its rounding bound at the cost of the residual alone
+    (the sums are compute the pass has room for: it waits on memory).  ``inf`` or NaN
+    where a sum overflows or an entry is not finite: the caller judges them.  Dtypes
+    key: ``(data, x, b, r)``."""
+    f = _csr_residual_norms_par if parts.size > 2 else _csr_residual_norms_ser
+    ssq, s = f(parts, indptr, indices, data, x, b, r)
+    return float(ssq), float(s)
 
 
 @register("cpu", "residual", [(v, d, d, d) for v, d, _ in _SQ], mode="acc64")
