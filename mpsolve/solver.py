@@ -378,7 +378,7 @@ class Solver:
         p.A_csr = C
         p.A_user = C
         p.A64 = SparseOperator(C, hp, "float64", p.device, what="A")
-        p._residual64 = None
+        p._residual64 = p._rbound = None      # (kernels bound to the old values)
         M = p.M_user
         try:
             if self._owns_M:     # its set-up on the new values, as it was stored

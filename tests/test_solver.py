@@ -221,6 +221,27 @@ def test_update_same_pattern_is_numeric_and_matches_fresh():
     assert (A2 != keep).nnz == 0                  # A_new untouched
 
 
+@pytest.mark.parametrize("precision", ["double", "eft"])
+def test_update_certifies_with_the_new_values(precision):
+    """The FP64 residual's rounding bound after a numeric ``update`` is the new matrix's:
+    the bound's kernel was bound to the old values and was kept (a bound a million times
+    too small for ``1e6 A``, so a certification that could pass a false success)."""
+    A = poisson2d(10)
+    n = A.shape[0]
+    A2 = A * 1e6
+    s = Solver(A, method="cg", precond="jacobi", precision=precision, rtol=1e-10)
+    b = _rhs(n, 5)
+    s.solve(b)
+    assert s.update(A2).last_update == "numeric"
+    fresh = Solver(A2, method="cg", precond="jacobi", precision=precision, rtol=1e-10)
+    r, q = s.solve(b), fresh.solve(b)
+    _same(r, q)
+    x = r.x.copy()
+    for dd in (False, True):
+        got = s._problem.residual_bound(x, dd=dd)
+        assert got == fresh._problem.residual_bound(x, dd=dd) > 0
+
+
 def test_update_other_pattern_or_shape_is_full():
     A = poisson2d(10)
     kw = dict(method="cg", precond="ilu0", precision="double", rtol=1e-10)
