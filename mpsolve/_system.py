@@ -223,7 +223,9 @@ class Problem:
         than ``|b|`` that ``b - A x`` cancels to rounding noise (a diverged iterate of a
         singular system, a tolerance below what FP64 can verify) a computed residual of
         0 no longer reads as "converged".  An operator without entries (a
-        ``LinearOperator``) has no bound: its computed residual is returned as it is."""
+        ``LinearOperator``) has no bound: its computed residual is returned as it is.
+        On a device with ``residual_norms`` (the host devices) the residual, its norm and
+        the bound's sum come from one pass over ``A``."""
         first, self._first_residual = self._first_residual, False
         if first and not bool(x64.any()):               # no start, or a zero one given
             r64[:] = self.b64                                  # b - A 0, exactly

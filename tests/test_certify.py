@@ -119,15 +119,11 @@ def test_certified_residual_is_the_computed_one_where_rounding_is_negligible():
         np.linalg.norm(b - A @ x) / np.linalg.norm(b), rel=1e-6)
 
 
-@pytest.mark.parametrize("device", ["cpu", "reference"])
-@pytest.mark.parametrize("dt", [("float64", "float64"), ("float32", "float64"),
-                                ("float32", "float32"), ("complex128", "complex128"),
-                                ("complex64", "complex128")])
-@pytest.mark.parametrize("n", [37, 50_000])                # serial and parallel launch plans
-def test_residual_scale_kernel(device, dt, n):
-    """``residual_scale`` = ``sum_i (|b_i| + (|A| |x|)_i)^2`` (NumPy in FP64), empty rows
-    included; ``inf`` when it overflows."""
-    rng = np.random.default_rng(n)
+def _residual_case(dt, n, seed):
+    """A random ``n x n`` CSR matrix with values of ``dt[0]`` (some rows empty; complex:
+    the real values times ``1 - 2j``), ``x`` and ``b`` of ``dt[1]``, and the int32 index
+    arrays."""
+    rng = np.random.default_rng(seed)
     A = sp.random(n, n, density=min(0.2, 8 / n), random_state=rng, format="csr")
     A.data = rng.standard_normal(A.nnz)
     vdt, xdt = (np.dtype(d) for d in dt)
@@ -136,7 +132,19 @@ def test_residual_scale_kernel(device, dt, n):
     b = rng.standard_normal(n).astype(xdt)
     if vdt.kind == "c":
         x = (x * (0.5 + 1j)).astype(xdt)
-    ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    return A, x, b, A.indptr.astype(np.int32), A.indices.astype(np.int32)
+
+
+@pytest.mark.parametrize("device", ["cpu", "reference"])
+@pytest.mark.parametrize("dt", [("float64", "float64"), ("float32", "float64"),
+                                ("float32", "float32"), ("complex128", "complex128"),
+                                ("complex64", "complex128")])
+@pytest.mark.parametrize("n", [37, 50_000])                # serial and parallel launch plans
+def test_residual_scale_kernel(device, dt, n):
+    """``residual_scale`` = ``sum_i (|b_i| + (|A| |x|)_i)^2`` (NumPy in FP64), empty rows
+    included; ``inf`` when it overflows."""
+    A, x, b, ip, ix = _residual_case(dt, n, seed=n)
+    vdt, xdt = A.dtype, x.dtype
     kern = lookup(device, "residual_scale", (vdt, xdt, xdt), "acc64")
     plan = launch_plan(device, "spmv", ip)
     got = kern(plan, ip, ix, A.data, x, b)
@@ -156,16 +164,8 @@ def test_residual_norms_kernel(device, dt, n):
     """``residual_norms`` writes ``residual``'s ``r`` bit for bit and returns its squared
     norm and ``residual_scale``'s sum (the same sum on the cpu, where both add in row
     order); non-finite sums where ``x`` overflows or holds a NaN."""
-    rng = np.random.default_rng(n + 1)
-    A = sp.random(n, n, density=min(0.2, 8 / n), random_state=rng, format="csr")
-    A.data = rng.standard_normal(A.nnz)
-    vdt, xdt = (np.dtype(d) for d in dt)
-    A = sp.csr_matrix(A.astype(vdt) * (1 - 2j if vdt.kind == "c" else 1))
-    x = rng.standard_normal(n).astype(xdt)
-    b = rng.standard_normal(n).astype(xdt)
-    if vdt.kind == "c":
-        x = (x * (0.5 + 1j)).astype(xdt)
-    ip, ix = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    A, x, b, ip, ix = _residual_case(dt, n, seed=n + 1)
+    vdt, xdt = A.dtype, x.dtype
     plan = launch_plan(device, "spmv", ip)
     key = (vdt, xdt, xdt, xdt)
     r0, r1 = np.empty(n, xdt), np.empty(n, xdt)
