@@ -34,7 +34,8 @@ import math
 
 import numpy as np
 
-__all__ = ["trustworthy", "safe_nrm2", "safe_after", "safe_dot_ratio", "norm", "all_finite",
+__all__ = ["trustworthy", "safe_nrm2", "safe_after", "safe_dot_ratio", "norm", "checked_norm",
+           "all_finite",
            "scale_exponent", "ldexp_array"]
 
 _LIMITS = {}
@@ -202,6 +203,14 @@ def norm(v, xp) -> float:
     else:
         with np.errstate(over="ignore", under="ignore"):    # judged below, not warned about
             r = float(xp.linalg.norm(v))
+    return checked_norm(r, v, xp)
+
+
+def checked_norm(r, v, xp) -> float:
+    """``||v||_2`` from ``r``, ``sqrt`` of an unscaled sum of the squares of ``v``'s entries
+    computed already (:func:`norm`'s, or one a fused kernel returned): ``r`` itself where
+    it is :func:`trustworthy`, ``0`` for an all-zero ``v``, else :func:`norm`'s rescaled
+    value."""
     tiny2, per = _tiny2(v.dtype)
     if r < math.inf and r * r >= tiny2 * (per * v.size):  # trustworthy(r, v.size, v.dtype)
         return r

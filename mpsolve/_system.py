@@ -37,7 +37,7 @@ from ._sparse import canonical_csr, check_matrix, dtype_check, kernel_ready
 from .backend import (DEFAULT_DEVICE, HOST_DEVICE, array_module, on_host, resolve_device,
                       to_device, to_host)
 from .kernels.primitives import Primitives, bind_primitives
-from .kernels.safenorm import _tiny2, all_finite, ldexp_array, norm
+from .kernels.safenorm import all_finite, checked_norm, ldexp_array, norm
 from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field
@@ -187,11 +187,8 @@ class Problem:
     #: the workspace outlives the solve (a :class:`mpsolve.Solver`'s): :meth:`answer`
     #: copies ``x`` even where no cast is needed, so the next solve cannot overwrite it
     reused: bool = False
-    #: :meth:`_bind_residual`'s ``(fused, residual)`` kernels for ``A64`` (made once)
+    #: :meth:`_bind_residual`'s ``(kernel, fused)`` for ``A64`` (made once)
     _residual64: Optional[tuple] = None
-    #: ``(2 tiny, squares per entry)`` of ``hp`` (:func:`~mpsolve.kernels.safenorm._tiny2`):
-    #: a norm from ``residual_norms`` below that lost accuracy to underflow
-    _tiny2: tuple = (0.0, 1)
     #: :meth:`residual_bound`'s kernel ``f(x, b) -> sum_i v_i^2`` and its two constants
     #: (FP64 and Dot2 residuals; made once)
     _rbound: Optional[tuple] = None
@@ -230,34 +227,34 @@ class Problem:
         if first and not bool(x64.any()):               # no start, or a zero one given
             r64[:] = self.b64                                  # b - A 0, exactly
             return self.bnrm                                   # (= norm(b64), taken already)
-        res = self._residual64
-        if res is None:
-            res = self._residual64 = self._bind_residual()
-        fused, res = res
-        if fused is None:
-            res(x64, self.b64, r64)                            # r = b - A x in FP64
+        bound = self._residual64
+        if bound is None:
+            bound = self._residual64 = self._bind_residual()
+        kernel, fused = bound
+        if not fused:
+            kernel(x64, self.b64, r64)                         # r = b - A x in FP64
             return self.certified(norm(r64, self.xp), x64)     # (norm: overflow-safe)
         # one pass: r = b - A x, ||r||^2 and the rounding bound's sum of squares
-        ssq, ssq_v = fused(x64, self.b64, r64)
-        nrm = math.sqrt(ssq)
-        tiny2, per = self._tiny2
-        if not (nrm < math.inf and ssq >= tiny2 * (per * r64.size)):
-            # 0 where x solves the system exactly; otherwise the sum overflowed or lost
-            # accuracy to underflow: the rescaled norm
-            nrm = 0.0 if ssq == 0.0 and not r64.any() else norm(r64, self.xp)
-        return self.certified(nrm, x64, ssq_v=ssq_v)
+        ssq, ssq_v = kernel(x64, self.b64, r64)
+        return self.certified(checked_norm(math.sqrt(ssq), r64, self.xp), x64, ssq_v=ssq_v)
 
     def _bind_residual(self):
-        """``(fused, residual)``: the device's one-pass ``residual_norms`` for ``A64``
-        bound (``None`` where it has none: a device without the host ops, an operator
-        without entries) and ``r = b - A x`` alone (used where ``fused`` is ``None``)."""
+        """``(kernel, fused)``: the device's one-pass ``residual_norms`` for ``A64``
+        (``fused``), or where it has none (a device without the host ops, an operator
+        without entries) ``r = b - A x`` alone."""
         hp = self.hp
         try:
-            fused = self.A64._csr_kernel("residual_norms", (hp, hp, hp), "acc64")
+            return self.A64._csr_kernel("residual_norms", (hp, hp, hp), "acc64"), True
         except (AttributeError, KeyError):
-            return None, self.A64.bind_residual(hp)
-        self._tiny2 = _tiny2(hp)
-        return fused, None
+            return self.A64.bind_residual(hp), False
+
+    def replace_values(self, C) -> None:
+        """Take ``C``, a canonical CSR matrix of ``A``'s pattern and field, as ``A``
+        (:meth:`mpsolve.Solver.update`): its FP64 operator made again, and the kernels
+        bound to the old values dropped (the residual's and its rounding bound's)."""
+        self.A_csr = self.A_user = C
+        self.A64 = SparseOperator(C, self.hp, "float64", self.device, what="A")
+        self._residual64 = self._rbound = None
 
     def certified(self, nrm, x64, b64=None, tol=None, dd=False, ssq_v=None) -> float:
         """``nrm``, the norm of the FP64 residual ``b - A x64`` (``b64``: default the

@@ -47,7 +47,6 @@ from ._configure import (check_cg_preconditioner, check_gmres_options, check_pre
 from .backend import on_host, resolve_device
 from .driver import iterate, report_fields
 from .krylov import BODIES
-from .operator import SparseOperator
 from .precision import as_precision, in_field
 from .precond.base import Preconditioner, setup_for_solve
 from .result import SolveResult
@@ -375,10 +374,7 @@ class Solver:
             self._build(A_new, stacklevel=4)
             self.last_update = "full"
             return self
-        p.A_csr = C
-        p.A_user = C
-        p.A64 = SparseOperator(C, hp, "float64", p.device, what="A")
-        p._residual64 = p._rbound = None      # (kernels bound to the old values)
+        p.replace_values(C)
         M = p.M_user
         try:
             if self._owns_M:     # its set-up on the new values, as it was stored

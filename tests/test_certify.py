@@ -135,6 +135,14 @@ def _residual_case(dt, n, seed):
     return A, x, b, A.indptr.astype(np.int32), A.indices.astype(np.int32)
 
 
+def _scale_oracle(A, x, b):
+    """``sum_i (|b_i| + (|A| |x|)_i)^2`` by NumPy, moduli in FP64."""
+    wide = np.complex128 if A.dtype.kind == "c" else np.float64
+    absA = sp.csr_matrix((np.abs(A.data.astype(wide)), A.indices, A.indptr), shape=A.shape)
+    v = np.abs(b.astype(wide)) + absA @ np.abs(x.astype(wide))
+    return float(v @ v)
+
+
 @pytest.mark.parametrize("device", ["cpu", "reference"])
 @pytest.mark.parametrize("dt", [("float64", "float64"), ("float32", "float64"),
                                 ("float32", "float32"), ("complex128", "complex128"),
@@ -148,10 +156,7 @@ def test_residual_scale_kernel(device, dt, n):
     kern = lookup(device, "residual_scale", (vdt, xdt, xdt), "acc64")
     plan = launch_plan(device, "spmv", ip)
     got = kern(plan, ip, ix, A.data, x, b)
-    wide = np.complex128 if vdt.kind == "c" else np.float64     # moduli in FP64
-    absA = sp.csr_matrix((np.abs(A.data.astype(wide)), ix, ip), shape=A.shape)
-    v = np.abs(b.astype(wide)) + absA @ np.abs(x.astype(wide))
-    assert got == pytest.approx(float(v @ v), rel=1e-12)
+    assert got == pytest.approx(_scale_oracle(A, x, b), rel=1e-12)
     if xdt.itemsize * (2 if xdt.kind == "f" else 1) == 16:       # an FP64 x can overflow v^2
         assert kern(plan, ip, ix, A.data, x * 1e200, b) == np.inf
 
@@ -161,29 +166,34 @@ def test_residual_scale_kernel(device, dt, n):
                                 ("complex128", "complex128"), ("complex64", "complex128")])
 @pytest.mark.parametrize("n", [37, 50_000])                # serial and parallel launch plans
 def test_residual_norms_kernel(device, dt, n):
-    """``residual_norms`` writes ``residual``'s ``r`` bit for bit and returns its squared
-    norm and ``residual_scale``'s sum (the same sum on the cpu, where both add in row
-    order); non-finite sums where ``x`` overflows or holds a NaN."""
+    """``residual_norms`` writes ``r = b - A x`` (on the cpu: the ``residual`` kernel's
+    bits) and returns ``||r||^2`` and the bound's sum (NumPy's, and on the cpu the
+    ``residual_scale`` kernel's bits: both add in row order); non-finite sums where ``x``
+    overflows or holds a NaN."""
     A, x, b, ip, ix = _residual_case(dt, n, seed=n + 1)
     vdt, xdt = A.dtype, x.dtype
     plan = launch_plan(device, "spmv", ip)
     key = (vdt, xdt, xdt, xdt)
-    r0, r1 = np.empty(n, xdt), np.empty(n, xdt)
-    lookup(device, "residual", key, "acc64")(plan, ip, ix, A.data, x, b, r0)
-    ssq, s = lookup(device, "residual_norms", key, "acc64")(plan, ip, ix, A.data, x, b, r1)
-    np.testing.assert_array_equal(r1, r0)
-    assert ssq == pytest.approx(float(np.vdot(r0, r0).real), rel=1e-12)
-    scale = lookup(device, "residual_scale", (vdt, xdt, xdt), "acc64")(plan, ip, ix, A.data,
-                                                                      x, b)
+    r = np.empty(n, xdt)
+    ssq, s = lookup(device, "residual_norms", key, "acc64")(plan, ip, ix, A.data, x, b, r)
+    wide = np.complex128 if vdt.kind == "c" else np.float64
+    exact = b.astype(wide) - sp.csr_matrix(A, dtype=wide) @ x.astype(wide)
+    np.testing.assert_allclose(r, exact, rtol=0,
+                               atol=1e-13 * np.sqrt(_scale_oracle(A, x, b)))
+    assert ssq == pytest.approx(float(np.vdot(r, r).real), rel=1e-12)
+    assert s == pytest.approx(_scale_oracle(A, x, b), rel=1e-12)
     if device == "cpu":
-        assert s == scale
-    assert s == pytest.approx(scale, rel=1e-12)
+        r0 = np.empty(n, xdt)
+        lookup(device, "residual", key, "acc64")(plan, ip, ix, A.data, x, b, r0)
+        np.testing.assert_array_equal(r, r0)
+        assert s == lookup(device, "residual_scale", (vdt, xdt, xdt), "acc64")(
+            plan, ip, ix, A.data, x, b)
     big = lookup(device, "residual_norms", key, "acc64")(plan, ip, ix, A.data, x * 1e200, b,
-                                                         r1)
+                                                         r)
     assert big == (np.inf, np.inf)
     x[3] = np.nan
     with np.errstate(invalid="ignore"):
-        bad = lookup(device, "residual_norms", key, "acc64")(plan, ip, ix, A.data, x, b, r1)
+        bad = lookup(device, "residual_norms", key, "acc64")(plan, ip, ix, A.data, x, b, r)
     assert not any(np.isfinite(bad))
 
 
