@@ -90,12 +90,14 @@ def check_cg_preconditioner(problem):
     would break CG down or stall it (ILUT on a biharmonic problem: breakdown at the first
     iteration).  On a nonsymmetric ``A``, or an operator without entries, CG is the
     caller's own choice and nothing is checked."""
+    M = problem.M_user
+    C = problem.A_csr
+    if M is None or C is None or getattr(M, "symmetric", None) is True:
+        return                          # (a symmetric one, or none: before the imports)
     from .precond.base import Preconditioner
     from .precond.ilu import is_symmetric
 
-    M = problem.M_user
-    C = problem.A_csr
-    if not isinstance(M, Preconditioner) or not M.is_setup or M.symmetric or C is None:
+    if not isinstance(M, Preconditioner) or not M.is_setup or M.symmetric:
         return
     if not is_symmetric(C):
         return

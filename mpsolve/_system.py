@@ -22,7 +22,6 @@ without checking it again.
 """
 from __future__ import annotations
 
-import copy
 import math
 import numbers
 import os
@@ -189,9 +188,9 @@ class Problem:
     reused: bool = False
     #: :meth:`_bind_residual`'s ``(kernel, fused)`` for ``A64`` (made once)
     _residual64: Optional[tuple] = None
-    #: :meth:`residual_bound`'s kernel ``f(x, b) -> sum_i v_i^2`` and its two constants
-    #: (FP64 and Dot2 residuals; made once)
-    _rbound: Optional[tuple] = None
+    #: :meth:`residual_bound`'s kernel ``f(x, b) -> sum_i v_i^2`` (bound when a pass needs
+    #: it) and its two constants (FP64 and Dot2 residuals); made once
+    _rbound: Optional[list] = None
     #: the first residual of a zero start (none, or an all-zero ``x0`` given: SciPy's
     #: ``x.any()`` test) is ``b`` itself: checked (exact zeros) once per solve and then no
     #: product with ``A`` -- SciPy's solvers, given an exact preconditioner, use at most
@@ -287,28 +286,33 @@ class Problem:
         ``ssq_v``: ``||v||^2`` computed already (no pass over ``A`` then)."""
         rb = self._rbound
         if rb is None:
-            rb = self._rbound = self._bound_kernel()
-        kernel, gamma, gamma_dd = rb
-        ssq = kernel(x64, self.b64 if b64 is None else b64) if ssq_v is None else ssq_v
-        return (gamma_dd if dd else gamma) * math.sqrt(ssq) if ssq < math.inf else math.inf
+            rb = self._rbound = [None, *self._bound_constants()]
+        if ssq_v is None:                 # (the kernel is bound where a pass needs it)
+            if rb[0] is None:
+                rb[0] = self._bound_kernel()
+            ssq_v = rb[0](x64, self.b64 if b64 is None else b64)
+        return (rb[2] if dd else rb[1]) * math.sqrt(ssq_v) if ssq_v < math.inf else math.inf
 
-    def _bound_kernel(self):
-        C = self.A_csr
-        m = int(np.diff(C.indptr).max()) if C.shape[0] else 0
+    def _bound_constants(self):
+        """``(gamma, gamma_dd)`` of :meth:`residual_bound` for ``A``'s longest row."""
+        ip = self.A_csr.indptr
+        m = int((ip[1:] - ip[:-1]).max()) if ip.size > 1 else 0
 
         def gamma_(k, u=2.0**-53):
             return k * u / (1.0 - k * u) * (1.0 + 4 * (m + 2) * u)
         gamma = math.sqrt(2.0) * gamma_(m + 2) if self.is_complex else gamma_(m + 1)
-        gamma_dd = gamma_(2 * m + 1) ** 2
+        return gamma, gamma_(2 * m + 1) ** 2
+
+    def _bound_kernel(self):
+        """``f(x, b) -> ||v||^2`` of :meth:`residual_bound` (the ``residual_scale`` kernel)."""
         hp = self.hp
         try:
-            return self.A64._csr_kernel("residual_scale", (hp, hp), "acc64"), gamma, gamma_dd
+            return self.A64._csr_kernel("residual_scale", (hp, hp), "acc64")
         except KeyError:           # a device without the kernel: on host copies
             H = self.A64.to_scipy()
             parts = launch_plan(HOST_DEVICE, "spmv", H.indptr)
             g = lookup(HOST_DEVICE, "residual_scale", (H.dtype, hp, hp), "acc64")
-            return (lambda x, b: g(parts, H.indptr, H.indices, H.data, to_host(x),
-                                   to_host(b))), gamma, gamma_dd
+            return lambda x, b: g(parts, H.indptr, H.indices, H.data, to_host(x), to_host(b))
 
     def all_finite(self, x) -> bool:
         return all_finite(x, self.xp)
@@ -541,7 +545,8 @@ def derive_problem(problem: Problem, *, M, maxiter, x0, precond_side) -> Optiona
         return None
     if M is not None and not (isinstance(M, Preconditioner) and M.is_setup):
         raise TypeError("derive_problem takes a preconditioner set up for A (or None)")
-    sub = copy.copy(problem)            # the checked fields shared; the rest made anew
+    sub = object.__new__(Problem)       # the checked fields shared; the rest made anew
+    sub.__dict__.update(problem.__dict__)
     sub.M_user, sub.maxiter = M, _check_maxiter(maxiter, None)
     sub.precond_side, sub.workspace = precond_side, Workspace(problem.xp)
     sub._ops_cache, sub._systems, sub.reused, sub._first_residual = {}, {}, False, True

@@ -78,7 +78,7 @@ from typing import List, Optional
 import numpy as np
 
 from ._demote import PrecisionRangeError
-from .backend import HOST_DEVICE, array_module, on_host
+from .backend import HOST_DEVICE, array_module, is_host, on_host
 from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
 from .precond.base import Preconditioner, needs_setup, setup_for_solve
@@ -665,9 +665,19 @@ class UnstableFactorsError(ArithmeticError):
 def ilu_growth(M, C) -> float:
     """``||M (C e) - e||_inf`` for ``e`` the ones vector: how far the preconditioned operator
     moves a smooth vector, ``inf`` where it is not finite (:data:`ILU_GROWTH_LIMIT`)."""
-    e = np.ones(C.shape[0])
-    y = to_host(M.matvec(C @ e))
-    g = float(np.max(np.abs(y - 1.0))) if y.size else 0.0
+    n = C.shape[0]
+    if not n:
+        return 0.0
+    y = C @ np.ones(n)
+    if y.dtype == np.float64 and M.dtype.kind == "f" and is_host(M.device):
+        # M.apply on host FP64 vectors: none of M.matvec's conversions is due
+        z = np.empty_like(y)
+        M.apply(y, z)
+        y = z
+    else:
+        y = to_host(M.matvec(y))
+    y -= 1.0
+    g = float(np.abs(y).max())
     return g if np.isfinite(g) else float("inf")
 
 

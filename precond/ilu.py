@@ -176,8 +176,9 @@ def positive_diagonal(A, diag=None) -> bool:
         return False
     else:
         d = A.data[diag]
-    return bool((d.real > 0).all() and (d.imag == 0).all()) if np.iscomplexobj(d) \
-        else bool((d > 0).all())
+    if d.dtype.kind == "c":
+        return bool(d.real.min() > 0 and not d.imag.any())
+    return bool(d.min() > 0)                  # (a NaN: min is NaN, not positive)
 
 
 def dominance_shift(A) -> float:
@@ -378,10 +379,10 @@ class ILU0(Preconditioner):
         n = A.shape[0]
         if self.pivot_tol:
             _check_pivots(A, data[diag], self.pivot_tol, self.reorder_hint)
-        nl = int(np.sum(diag - indptr[:-1]))
+        nl = int(diag.sum()) - int(indptr[:-1].sum())      # entries left of the diagonals
         nu = indices.size - n - nl
-        lptr = np.empty(n + 1, np.int64)
-        uptr = np.empty(n + 1, np.int64)
+        lptr = np.empty(n + 1, np.int32)      # (the sweeps take 32-bit row pointers)
+        uptr = np.empty(n + 1, np.int32)
         lind = np.empty(nl, np.int32)
         uind = np.empty(nu, np.int32)
         lval = np.empty(nl, wide)
@@ -391,7 +392,7 @@ class ILU0(Preconditioner):
                                            lptr, uval, uind, uptr, dinv)
         self.symmetric = sym
         # out = U'^-1 D^-1 L^-1 r: two sweeps (one task per diagonal block)
-        self._op = TriangularSweeps(lptr.astype(np.int32), lind, lval, uptr.astype(np.int32),
+        self._op = TriangularSweeps(lptr, lind, lval, uptr,
                                     uind, uval, dinv, self.bounds, dtype, what="ILU(0)",
                                     device=self.device)
 
