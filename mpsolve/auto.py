@@ -203,8 +203,9 @@ class Choice:
     by_block: bool = False
     #: run only when no candidate before it could be set up (the method without M)
     bare: bool = False
-    #: CG chosen by ``method="auto"`` for a preconditioner the caller pinned: taken only
-    #: when that preconditioner, once set up, is symmetric (else the next candidate)
+    #: a CG candidate whose preconditioner must come out symmetric (else the next
+    #: candidate): CG chosen by ``method="auto"`` for a preconditioner the caller pinned,
+    #: or any CG candidate on a symmetric ``A`` whose preconditioner auto chose
     needs_symmetric_M: bool = False
 
     @property
@@ -393,7 +394,8 @@ def _pin_method(an: Analysis, out: List[Choice], method: str) -> List[Choice]:
             what = f"not {herm}" if not an.symmetric else f"{herm} without a positive diagonal"
             warn = f" (A is {what}: CG assumes a {herm} positive definite A and may fail)"
         kept = [Choice(method, c.precond, dict(c.params), c.reason, by_block=c.by_block)
-                for c in first.values() if not (method == "cg" and c.precond == "ilut")]
+                for c in first.values()
+                if not (method == "cg" and (c.precond == "ilut" or c.params.get("reorder")))]
     for c in kept:
         o = first[key(c)]
         c.reason = (f"method {method} pinned by the caller{warn}; "
@@ -715,6 +717,12 @@ def plan(C, method="auto", precond="auto", precond_params=None):
         for c in cands:
             c.precond = pinned if isinstance(pinned, str) else type(pinned).__name__
             c.needs_symmetric_M = c.method == "cg" and method == "auto"
+    elif an is not None and an.symmetric:
+        # CG refuses a nonsymmetric M for a symmetric A (check_cg_preconditioner): where
+        # the preconditioner is auto's choice, one that came out nonsymmetric (a reordered
+        # one under a pinned CG) gives way to the next candidate instead
+        for c in cands:
+            c.needs_symmetric_M = c.method == "cg"
     return an, cands
 
 
@@ -778,7 +786,7 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
 
 def _check_symmetric(c, M):
     """Refuse (as a failed set-up: the next candidate is tried) a nonsymmetric ``M`` for a
-    CG candidate that ``method="auto"`` chose for a preconditioner the caller pinned."""
+    CG candidate that needs a symmetric one (:attr:`Choice.needs_symmetric_M`)."""
     if c.needs_symmetric_M and M is not None and not M.symmetric:
         raise ValueError(f"{type(M).__name__} is not symmetric here, and CG needs a "
                          "symmetric preconditioner: the next method")

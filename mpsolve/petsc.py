@@ -10,7 +10,9 @@ calls the methods it finds):
     MPI matrix given directly is reduced to its local diagonal block with
     ``MatGetDiagonalBlock``; a matrix-free ``P`` -- a shell -- is refused, but by
     ``Jacobi``, which takes its diagonal).  It rebuilds only when the operator changed
-    (PETSc's object state); ``setup_count`` counts the builds.
+    (PETSc's object state); ``setup_count`` counts the builds.  Storage is FP32 unless
+    a ``dtype`` (or precision) is given; where the values do not fit FP32 it is FP64
+    instead, as ``mpsolve.solve`` escalates (``escalated`` says why, and ``view``).
 ``apply(pc, x, y)``
     ``y = M x`` on the vectors' own arrays (``x.array_r``, ``y.array``): no copies.
     With ``device=`` a device without host arrays (the keyword of the class, or
@@ -74,6 +76,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from ._demote import PrecisionRangeError
 from ._params import accepted_params, init_params
 from .backend import array_module, download, is_host, resolve_device, upload
 from .precision import PRESETS
@@ -179,6 +182,9 @@ class _MpsolvePC:
         self.device = self._check_device(self.params.pop("device", None))
         self._bufs = None                             # (x, y) on a non-host device
         self.M = None
+        #: why the last set-up stored the preconditioner in FP64 where FP32 was the
+        #: default (its values do not fit FP32), or None
+        self.escalated = None
         self.setup_count = 0
         self.setup_time = 0.0
         self._key = None
@@ -271,9 +277,19 @@ class _MpsolvePC:
         t0 = time.perf_counter()
         C = self._operator(P)
         kw = accepted_params(self.precond_cls, self.params, drop_none=False)
-        M = self.precond_cls(**kw, **({"dtype": self.dtype} if self.dtype else {}))
-        self.M = M.setup(C, dtype=self.dtype or "float32", side=self.side or "left",
-                         device=self.device)
+
+        def build(dtype):
+            return self.precond_cls(**kw, dtype=dtype).setup(
+                C, dtype=dtype, side=self.side or "left", device=self.device)
+
+        try:
+            self.M, self.escalated = build(self.dtype or "float32"), None
+        except PrecisionRangeError as err:
+            if self.dtype is not None:   # a storage precision the caller chose: refused
+                raise
+            # the default FP32 storage does not hold P's preconditioner: FP64, as
+            # mpsolve.solve escalates (said by view)
+            self.M, self.escalated = build("float64"), f"FP32 range: stored in FP64 ({err})"
         self._bufs = None
         if not is_host(self.M.device):   # the KSP's vectors cross to the device and back
             xp = array_module(self.M.device)
@@ -358,6 +374,8 @@ class _MpsolvePC:
                 lines.append("  " + ", ".join(f"{k}={v}" for k, v in extra.items()))
             lines.append(f"  storage {self.M.storage_dtype.name}, setups {self.setup_count}, "
                          f"last setup {self.setup_time:.3g} s")
+            if self.escalated:
+                lines.append(f"  {self.escalated}")
         for ln in lines:
             viewer.printfASCII(ln + "\n")
 

@@ -535,6 +535,26 @@ def test_pinned_method_reasons_are_true_and_candidates_distinct():
         assert len(keys) == len(set(keys)) and cands[0].precond == "ilu0"
         assert f"(A is not {herm}: CG assumes a {herm} positive definite A" in cands[0].reason
 
+def test_pinned_cg_on_a_symmetric_zero_diagonal_matrix_is_a_status_not_an_error():
+    """``method="cg"`` with the automatic preconditioner on a symmetric saddle-point matrix
+    (a zero diagonal block): auto's choices for it are reordered (MC64) and so
+    nonsymmetric, which CG's check refuses for a symmetric A -- that check raised out of
+    ``solve`` naming a preconditioner the caller never chose.  Now no nonsymmetric M is
+    set up for CG: the solve ends with CG's own status (A is indefinite), every candidate
+    run under CG had a symmetric M, and auto (the method free) solves it."""
+    K = poisson2d(10)
+    B = sp.eye(30, 100, format="csr") + sp.random(30, 100, density=0.05, random_state=3)
+    A = sp.bmat([[K, B.T], [B, None]]).tocsr()
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="cg", rtol=1e-8)
+    assert not res.converged and "CG" in res.status
+    assert {c.method for c in res.choices} == {"cg"}
+    assert not any("mc64" in c.label for c in res.choices)
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    _ok(res, A, b, 1e-8)
+    assert res.converged
+
+
 def test_linear_operator_gets_unpreconditioned_gmres():
     A = convection_diffusion2d(12)
     op = spla.aslinearoperator(A)

@@ -560,3 +560,28 @@ def test_a_matrix_free_operator_is_refused_clearly_but_jacobi_takes_its_diagonal
     assert "matrix-free Mat of type 'python'" in str(err.value.__cause__)
     assert "ksp.setOperators(A, P)" in str(err.value.__cause__)
     assert len(products) < 5                       # not n products to densify the shell
+
+
+@pytest.mark.parametrize("pc_name", DEFAULT_PCS)
+def test_plugin_stores_in_fp64_where_fp32_cannot_hold_the_preconditioner(pc_name):
+    """A matrix scaled by 1e-80 (its inverse's entries near 1e80, its inverse Cholesky
+    factor's near 1e40: past FP32's 3.4e38 either way): the
+    default FP32 storage cannot hold any plug-in's preconditioner, so it is stored in
+    FP64 (as mpsolve.solve escalates) and CG converges; a caller's explicit FP32 is
+    refused with the range error, not run."""
+    from mpsolve._demote import PrecisionRangeError
+    from mpsolve.matrices import poisson2d
+
+    A = (poisson2d(12) * 1e-80).tocsr()
+    b = A @ np.ones(A.shape[0])
+    ctx = getattr(mp, pc_name)()
+    ksp, P = _ksp(A, "cg", ctx)
+    x, its, reason = _solve(ksp, P, b)
+    assert reason > 0, f"KSPCG + {pc_name}: reason {reason}"
+    assert np.linalg.norm(b - A @ x) <= 1.01 * RTOL * np.linalg.norm(b)
+    assert ctx.M.storage_dtype == np.float64 and "FP32 range" in ctx.escalated
+    ctx32 = getattr(mp, pc_name)(dtype="float32")
+    ksp, P = _ksp(A, "cg", ctx32)
+    with pytest.raises(PETSc.Error) as err:
+        _solve(ksp, P, b)
+    assert isinstance(err.value.__cause__, PrecisionRangeError)
