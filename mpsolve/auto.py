@@ -220,9 +220,13 @@ class Choice:
     def __str__(self):
         if self.outcome == "chosen":    # a Solver's choice at set-up: its solves say the rest
             return f"{self.label}: {self.reason} -> chosen [set-up {self.setup_seconds:.3f} s]"
-        return (f"{self.label}: {self.reason} -> {self.outcome}"
-                + (f" [{self.iterations} it, true residual {self.true_residual:.1e}, "
-                   f"{self.seconds:.3f} s]" if self.outcome != "not tried" else ""))
+        head = f"{self.label}: {self.reason} -> {self.outcome}"
+        if self.outcome == "not tried" or self.outcome.startswith("skipped"):
+            return head
+        if self.outcome.startswith("set-up failed"):      # no iteration ran
+            return head + f" [{self.seconds:.3f} s]"
+        return head + (f" [{self.iterations} it, true residual {self.true_residual:.1e}, "
+                       f"{self.seconds:.3f} s]")
 
 
 def analyse(A, canonical=False) -> Analysis:

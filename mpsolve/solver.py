@@ -10,7 +10,8 @@ checks ``b`` (and ``x0``), copies it and runs the same driver as :func:`mpsolve.
 (:func:`mpsolve.driver.iterate`) on the stored Systems and the same workspace vectors:
 the same iterations and the same answer, bit for bit, as a fresh ``mpsolve.solve`` with
 the same arguments (with ``"auto"``: as long as the fresh solve's first candidate is
-the one kept here and does not hand over to the next one, and the policy is not an
+the one kept here and does not hand over to the next one -- where auto's CG breaks down,
+the Solver too leaves it, for good: :meth:`Solver.solve` -- and the policy is not an
 iterative refinement, whose correction solves take a share of the iteration budget: the
 fresh solve gives its first candidate half of it; the preconditioner keeps the
 storage precision of the policy it was set up for, which ``precision=None`` takes from
@@ -65,8 +66,11 @@ class Solver:
         As in :func:`mpsolve.solve`.  ``"auto"`` is resolved here, once: the analysis of
         ``A`` orders the candidates (:func:`mpsolve.auto.candidates`) and the first whose
         preconditioner sets up is kept (``choices`` lists them).  Unlike
-        :func:`mpsolve.solve`, a kept candidate that breaks down or stagnates in a solve is
-        not replaced by the next one: the result says so (``info``, ``status``).
+        :func:`mpsolve.solve`, a kept candidate that stagnates in a solve is not replaced
+        by the next one: the result says so (``info``, ``status``).  One exception: CG
+        with auto's own (positive definite) preconditioner that breaks down on
+        ``p^T A p <= 0`` has shown ``A`` indefinite; the choice is then made again without
+        CG, that solve run again, and the new choice kept for every later solve.
     rtol, atol, maxiter
         Defaults of every :meth:`solve` (each call may override them).  ``maxiter``
         counts as in :func:`mpsolve.solve` for the method run (GMRES: restart cycles);
@@ -121,6 +125,9 @@ class Solver:
                           atol=atol, maxiter=maxiter, restart=restart, side=side,
                           escalate=escalate, device=device, precond_params=precond_params)
         self.last_update = None
+        #: ``"auto"``'s CG broke down in a solve (its M positive definite, so A is not):
+        #: the choice skips CG from then on (:meth:`_switch_from_cg`)
+        self._not_pd = False
         # one solve (or update) at a time: they share the stored workspace and Systems
         self._lock = threading.RLock()
         self._build(A, stacklevel=4)
@@ -167,6 +174,10 @@ class Solver:
             # test, the side a pinned object was set up for
             cache = {"mirror_hint": getattr(an, "mirror_hint", None)}
             for c in cands:
+                if self._not_pd and c.method == "cg":
+                    c.outcome = ("skipped: CG broke down on p^T A p <= 0 in a solve, with a "
+                                 "positive definite M, so A is not positive definite")
+                    continue
                 if c.by_block and an is not None and pinned is None:
                     resolve_block(c, an)
                 policy = as_precision(precision or c.precision, problem.data_dtype)
@@ -297,6 +308,39 @@ class Solver:
             return self._solve(b, x0, rtol, atol, maxiter, callback, deflation)
 
     def _solve(self, b, x0, rtol, atol, maxiter, callback, deflation):
+        r = self._run(b, x0, rtol, atol, maxiter, callback, deflation)
+        if not self._cg_broke_down(r):
+            return r
+        return self._switch_from_cg(r, b, x0, rtol, atol, maxiter, callback, deflation)
+
+    def _cg_broke_down(self, r) -> bool:
+        """CG chosen by ``"auto"`` with auto's own preconditioner (positive definite by
+        construction: shifted IC(0), FSAI, Jacobi of a positive diagonal) met the
+        curvature breakdown (info -12) in this solve, in some column: A is not positive
+        definite, and every later solve would break down as well."""
+        a = self._args
+        if self.method != "cg" or a["method"] != "auto" or not is_auto(a["precond"]):
+            return False
+        cols = getattr(r, "column_info", None)
+        return r.info == -12 or (cols is not None and bool(np.any(np.asarray(cols) == -12)))
+
+    def _switch_from_cg(self, r, b, x0, rtol, atol, maxiter, callback, deflation):
+        """What :func:`mpsolve.auto.auto_solve` does on CG's breakdown, kept: the choice is
+        made again without CG (the next candidate that sets up, GMRES or BiCGSTAB) for
+        this solve, run again from its own start, and for every later one.  The result
+        counts both runs' iterations and set-up; ``choices`` and ``status`` say so."""
+        t0 = time.perf_counter()
+        self._not_pd = True
+        self._build(self._problem.A_csr, stacklevel=5)
+        rebuilt = time.perf_counter() - t0
+        r2 = self._run(b, x0, rtol, atol, maxiter, callback, deflation)
+        r2.iterations += r.iterations
+        r2.setup_time += r.setup_time + r.solve_time + rebuilt
+        r2.status += (f"; CG broke down after {r.iterations} iterations (A is not positive "
+                      f"definite): this Solver now runs {self.method}")
+        return r2
+
+    def _run(self, b, x0, rtol, atol, maxiter, callback, deflation):
         t0 = time.perf_counter()
         a = self._args
         if getattr(b, "ndim", None) == 2 and b.shape[1] != 1:
@@ -371,6 +415,7 @@ class Solver:
         if same and C.dtype.kind not in "fc":
             C = C.astype(hp)                     # as make_problem: integers in FP64
         if not same or self._choice_changed(C):
+            self._not_pd = False                 # (learnt of the old matrix)
             self._build(A_new, stacklevel=4)
             self.last_update = "full"
             return self

@@ -589,17 +589,22 @@ def test_a_three_dimensional_b_is_refused_naming_both_shapes():
 
 
 def test_auto_with_several_right_hand_sides_falls_back_by_column():
-    """A symmetric indefinite matrix with a positive diagonal: auto's first choice, CG +
-    IC(0), breaks down.  With one right-hand side auto moves on to GMRES; with three, the
+    """A symmetric indefinite matrix with a positive diagonal: auto's first choice, CG,
+    breaks down.  With one right-hand side auto moves on to GMRES; with three, the
     block solve of the Solver (which chooses once) broke down and solve returned info -12.
     Now each column it left is solved by the single right-hand side's auto from there --
-    and a caller's maxiter still bounds every column."""
+    and a caller's maxiter still bounds every column.  (With auto's own preconditioner the
+    Solver itself leaves CG on its breakdown -- A is then shown indefinite -- and the block
+    solve converges; with the caller's pinned Jacobi it keeps CG, and the columns fall
+    back.)"""
     A = sp.csr_matrix(poisson2d(16) - 0.5 * sp.eye(256))
     X = np.stack([np.ones(256), np.cos(np.arange(256.0)), np.linspace(-1, 1, 256)], axis=1)
     B = A @ X
     one = mpsolve.solve(A, B[:, 0], rtol=1e-8)
     assert one.converged and one.method == "gmres"
     res = mpsolve.solve(A, B, rtol=1e-8)
+    assert res.converged and res.rhs_mode == "block" and res.method == "gmres"
+    res = mpsolve.solve(A, B, rtol=1e-8, precond="jacobi")
     assert res.converged and res.rhs_mode == "block, then by column"
     assert np.array_equal(res.column_info, [0, 0, 0])
     rel = np.linalg.norm(B - A @ res.x, axis=0) / np.linalg.norm(B, axis=0)
@@ -607,7 +612,7 @@ def test_auto_with_several_right_hand_sides_falls_back_by_column():
     assert any(c.reason.startswith("column 2, by itself") and c.outcome == "converged"
                for c in res.choices)
     for cap in (3, 12):
-        capped = mpsolve.solve(A, B, rtol=1e-8, maxiter=cap)
+        capped = mpsolve.solve(A, B, rtol=1e-8, maxiter=cap, precond="jacobi")
         assert capped.column_iterations.max() <= cap
         assert capped.converged == (capped.column_info == 0).all()
     # a matrix the block solves is returned as before: no per-column pass

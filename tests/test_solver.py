@@ -516,6 +516,36 @@ def test_the_summary_of_a_solver_solve_gives_the_choice_its_set_up_time():
         assert "-> chosen [set-up " in line and "nan" not in line
 
 
+def test_auto_solver_leaves_cg_when_it_breaks_down_on_an_indefinite_matrix():
+    """A symmetric matrix with a positive diagonal that is indefinite (a shifted Laplacian,
+    a Helmholtz operator): the automatic choice is CG, which breaks down on it.  A Solver
+    chose once and broke down on every solve (one right-hand side or several), where
+    ``solve(A, b)`` falls back to GMRES.  Now the Solver's first breakdown moves its
+    choice past CG for good: that solve is run again and converges, the next ones run
+    GMRES from the start, and the choices say why CG was left."""
+    A = (poisson2d(20) - 0.3 * sp.eye(400)).tocsr()
+    rng = np.random.default_rng(7)
+    s = Solver(A, rtol=1e-8)
+    assert s.method == "cg"
+    b = A @ rng.standard_normal(400)
+    res = s.solve(b)
+    assert res.converged and np.linalg.norm(b - A @ res.x) <= 1e-8 * np.linalg.norm(b)
+    assert s.method != "cg" and "CG broke down" in res.status
+    assert all(c.outcome.startswith("skipped: CG broke down") for c in s.choices
+               if c.method == "cg")
+    again = s.solve(b)
+    assert again.converged and "CG broke down" not in again.status
+    assert again.iterations < res.iterations            # no CG iterations this time
+    B = A @ rng.standard_normal((400, 3))
+    block = Solver(A, rtol=1e-8).solve(B)
+    assert block.converged and np.all(np.asarray(block.column_info) == 0)
+    for j in range(3):
+        assert np.linalg.norm(B[:, j] - A @ block.x[:, j]) <= 1e-8 * np.linalg.norm(B[:, j])
+    # a skipped candidate's line in the summary has no iteration figures
+    line = next(ln for ln in res.summary().splitlines() if "skipped" in ln)
+    assert " it, " not in line and "nan" not in line
+
+
 def test_update_with_an_operator_without_entries_sets_up_anew():
     """``update`` with a LinearOperator (no entries to compare patterns by): everything is
     set up again, as the constructor does for an operator (it failed with SciPy's 'dtype
