@@ -259,3 +259,25 @@ def test_nonfinite_iteration_is_never_silent():
     x, info = mpsolve.cg(A, b, M=M, rtol=1e-12)
     assert info == -14
     assert np.isfinite(x).all()
+
+
+@pytest.mark.parametrize("pc", ["jacobi", "ilu0", "isai"])
+def test_left_gmres_stops_at_the_floor_instead_of_cycling_to_maxiter(pc):
+    """Left-preconditioned GMRES with a tolerance below FP64's floor and no escalation:
+    each cycle met its (preconditioned) target, SciPy's rule tightened the next one, a
+    cycle that missed the tighter target relaxed it again -- in turns for all 2000 cycles
+    (about 40,000 iterations), ending without a reason.  Now a claim whose tighter target
+    did not halve the true residual hands back to the driver, which calls it the floor."""
+    A = poisson2d(12)
+    b = A @ np.random.default_rng(0).standard_normal(A.shape[0])
+    res = mpsolve.solve(A, b, method="gmres", precond=pc, side="left", rtol=1e-17,
+                        maxiter=2000, precision="double", escalate=False)
+    assert not res.converged and res.info < 50 and res.iterations < 1000
+    assert "stagnated at the accuracy floor of precision 'double'" in res.status
+    assert res.true_residual < 1e-15
+    # block GMRES's columns, by the same rule
+    B = np.column_stack([b, A @ np.ones(A.shape[0])])
+    block = mpsolve.solve(A, B, method="gmres", precond=pc, side="left", rtol=1e-17,
+                          maxiter=2000, precision="double", escalate=False)
+    assert block.rhs_mode == "block" and not block.converged
+    assert np.asarray(block.column_iterations).max() < 1000

@@ -36,6 +36,8 @@ import math
 
 import numpy as np
 
+from .._system import STAGNATION
+
 __all__ = ["block_gmres_body"]
 
 
@@ -66,6 +68,7 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
     flags = np.ones(k, np.int64)
     factor = np.ones(k)
     last_happy = np.full(k, math.inf)
+    last_claim = np.full(k, math.inf)      # left: true residual after the last met target
     active = np.arange(k)                      # caller's columns still iterating
     rn = np.empty(k)
     col_dot(R, R, rn)
@@ -174,8 +177,11 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                     else:
                         last_happy[col] = rnew[i]
                 elif est[c] <= target[c]:
-                    if left and factor[col] > eps:
+                    # (left: as GMRES, a claim whose tighter target did not halve the true
+                    # residual hands the column back: at a floor the two rules took turns)
+                    if left and factor[col] > eps and not rnew[i] > STAGNATION * last_claim[col]:
                         factor[col] *= 0.25
+                        last_claim[col] = rnew[i]
                     else:
                         flags[col], done[col] = 0, True
                 elif left:

@@ -80,7 +80,7 @@ import math
 
 import numpy as np
 
-from .._system import compiled_loop
+from .._system import STAGNATION, compiled_loop
 from ..operator import CallableOperator, SparseOperator
 from ..precond import Preconditioner
 from ..result import USER_STOP, wants_stop
@@ -155,6 +155,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     factor = 1.0                               # left: tightening of the inner target
     claimed = None                             # left, compressed: (beta, est) of the last cycle
     last_happy = math.inf                      # true residual after the last happy breakdown
+    last_claim = math.inf                      # left: true residual after the last met target
     rnorm = nrm2(r)
     if rnorm <= tol:
         return 0, 0, 0
@@ -280,11 +281,15 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             return cycle, inner, 1
         if est <= target:
             # the minimised residual met its target but the true one did not
-            if left and factor > eps:
+            if left and factor > eps and not rnorm > STAGNATION * last_claim:
                 factor *= 0.25                  # ask the next cycle for more (SciPy's rule)
+                last_claim = rnorm
             else:
                 # the working precision's floor or rounding drift: the driver judges
-                # with the FP64 true residual (replacement, stagnation, escalation)
+                # with the FP64 true residual (replacement, stagnation, escalation) --
+                # left: also where the last claim's tighter target did not halve the true
+                # residual (at a floor, tighter targets and the relaxation of the cycles
+                # that miss them took turns until maxiter: thousands of cycles)
                 return cycle, inner, 0
         elif left:
             factor = min(1.0, 1.5 * factor)
