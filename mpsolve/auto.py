@@ -172,7 +172,7 @@ class Analysis:
         return d
 
     def __str__(self):
-        kind = ("symmetric" if self.symmetric else "nonsymmetric") + \
+        kind = symmetry_word(self.symmetric, self.is_complex) + \
             (", positive diagonal" if self.positive_diagonal else "")
         weak = (f", {self.zero_diagonal} zero and {self.tiny_diagonal} tiny diagonal entries"
                 if self.weak_diagonal else "")
@@ -227,6 +227,14 @@ class Choice:
             return head + f" [{self.seconds:.3f} s]"
         return head + (f" [{self.iterations} it, true residual {self.true_residual:.1e}, "
                        f"{self.seconds:.3f} s]")
+
+
+def symmetry_word(symmetric: bool, is_complex: bool) -> str:
+    """What the symmetry test found, in words: a complex matrix is tested for ``A = A^H``
+    (a complex-symmetric ``A = A^T`` is non-Hermitian)."""
+    if is_complex:
+        return "Hermitian" if symmetric else "non-Hermitian"
+    return "symmetric" if symmetric else "nonsymmetric"
 
 
 def analyse(A, canonical=False) -> Analysis:

@@ -202,7 +202,9 @@ class SolveResult:
             lines.append(f"escalation  {e}")
         if self.analysis:
             a = self.analysis
-            kind = ("symmetric" if a["symmetric"] else "nonsymmetric") + \
+            from .auto import symmetry_word
+
+            kind = symmetry_word(a["symmetric"], a.get("is_complex", False)) + \
                 (", positive diagonal" if a["positive_diagonal"] else "")
             lines.append(f"analysis    {kind}; {a['zero_diagonal']} zero, {a['tiny_diagonal']} "
                          f"tiny diagonal entries; {100 * a['dominant_rows']:.0f}% rows "
