@@ -535,6 +535,25 @@ def test_pinned_method_reasons_are_true_and_candidates_distinct():
         assert len(keys) == len(set(keys)) and cands[0].precond == "ilu0"
         assert f"(A is not {herm}: CG assumes a {herm} positive definite A" in cands[0].reason
 
+def test_ic0_growth_test_is_blind_to_symmetric_scaling():
+    """IC(0)'s growth test measures ``M A x - x`` relative to ``x = |diag A|^{-1/2}``: a
+    symmetric scaling ``D A D`` (mixed units) leaves it as it was.  With the ones vector
+    it read 1.9e147 on a Laplacian scaled over 1e-150..1e150, and ``precond="ilu0"``
+    refused exact-to-rounding factors as unstable (no candidate could be set up)."""
+    from mpsolve.precond import ILU0
+
+    A = sp.csr_matrix(poisson2d(15))
+    d = 10.0 ** np.random.default_rng(1).uniform(-75, 75, A.shape[0])
+    S = sp.csr_matrix(sp.diags(d) @ A @ sp.diags(d))
+    g = auto.ilu_growth(ILU0(dtype="float64").setup(A), A)
+    gs = auto.ilu_growth(ILU0(dtype="float64").setup(S), S)
+    assert g < 10 and abs(gs - g) <= 1e-6 * g
+    b = S @ np.ones(S.shape[0])
+    res = mpsolve.solve(S, b, precond="ilu0", rtol=1e-8)
+    assert res.converged and res.choices[0].outcome == "converged"
+    _ok(res, S, b, 1e-8)
+
+
 def test_pinned_cg_on_a_symmetric_zero_diagonal_matrix_is_a_status_not_an_error():
     """``method="cg"`` with the automatic preconditioner on a symmetric saddle-point matrix
     (a zero diagonal block): auto's choices for it are reordered (MC64) and so
