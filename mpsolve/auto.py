@@ -447,6 +447,13 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                 *_direct(an)]
     else:
         out += [*_ilu0_first(an, {}, ""),
+                # a zero-free diagonal needs no MC64 permutation, which can hurt: on a
+                # central-difference convection-diffusion matrix (Peclet 2000, ILU(0)
+                # refused as unstable) ILUT after MC64 was exactly singular at drop_tol 1e-3
+                # and 1e-4, ILUT on A itself converged in 154 GMRES iterations (0.6 s
+                # against 1.35 s by way of ISAI's stagnation); af23560: as ISAI
+                Choice("gmres", "ilut", {}, "ILU(0) failed: threshold ILU with SuperLU's "
+                       "partial pivoting, on A itself (a zero-free diagonal)"),
                 Choice("gmres", "isai", {}, "ILU(0) failed or was slow: the approximate "
                        "inverse (best on circuit matrices)"),
                 Choice("gmres", *ilut_mc64, "both failed: pivoting ILUT after MC64"),
