@@ -133,8 +133,10 @@ class Solver:
         self._build(A, stacklevel=4)
 
     # ------------------------------------------------------------------ set-up
-    def _build(self, A, stacklevel):
-        """Everything the constructor does (and :meth:`update` with another pattern)."""
+    def _build(self, A, stacklevel, device=None):
+        """Everything the constructor does (and :meth:`update` with another pattern);
+        ``device``: the device to keep (a choice made again for the checked host copy of
+        ``A``), instead of the one the arguments resolve to."""
         t0 = time.perf_counter()
         a = self._args
         method, precond, precision = a["method"], a["precond"], a["precision"]
@@ -144,7 +146,7 @@ class Solver:
             raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
         a["restart"] = check_gmres_options(a["restart"], a["side"])
         check_precond(precond)
-        device = resolve_device(a["device"], A)
+        device = resolve_device(a["device"] if device is None else device, A)
         if not on_host(A) and hasattr(A, "get"):
             A = A.get()                             # a device sparse matrix: checked on the host
         A = check_matrix(A, "A")
@@ -331,7 +333,7 @@ class Solver:
         counts both runs' iterations and set-up; ``choices`` and ``status`` say so."""
         t0 = time.perf_counter()
         self._not_pd = True
-        self._build(self._problem.A_csr, stacklevel=5)
+        self._build(self._problem.A_csr, stacklevel=5, device=self._problem.device)
         rebuilt = time.perf_counter() - t0
         r2 = self._run(b, x0, rtol, atol, maxiter, callback, deflation)
         r2.iterations += r.iterations

@@ -546,6 +546,20 @@ def test_auto_solver_leaves_cg_when_it_breaks_down_on_an_indefinite_matrix():
     assert " it, " not in line and "nan" not in line
 
 
+def test_a_solver_leaving_cg_stays_on_its_device(fake_gpu):
+    """The choice made again after CG's breakdown (above) is made for the device the
+    Solver was set up on (device data in, device data out), not for the host copy of
+    ``A`` it is made from."""
+    from test_gpu_api import FakeCsr, FakeCupy, _dev
+
+    A = (poisson2d(12) - 0.3 * sp.eye(144)).tocsr()
+    s = Solver(FakeCsr(A), rtol=1e-8)
+    device = s._problem.device
+    res = s.solve(_dev(A @ np.ones(144)))
+    assert res.converged and "CG broke down" in res.status and s.method != "cg"
+    assert s._problem.device == device != "cpu" and type(res.x) is FakeCupy
+
+
 def test_update_with_an_operator_without_entries_sets_up_anew():
     """``update`` with a LinearOperator (no entries to compare patterns by): everything is
     set up again, as the constructor does for an operator (it failed with SciPy's 'dtype
