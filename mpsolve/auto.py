@@ -90,7 +90,8 @@ from .driver import ROUNDED, answer_residual, iterate
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
-from .result import AUTO_FAILED, BREAKDOWNS, USER_STOP, SolveResult, status_text, wants_stop
+from .result import (AUTO_FAILED, BREAKDOWNS, USER_STOP, SolveResult, status_text,
+                     symmetry_word, wants_stop)
 
 __all__ = ["Analysis", "Choice", "analyse", "candidates", "auto_solve", "plan", "candidate_side",
            "set_up_candidate", "DEFAULT_AUTO_MAXITER"]
@@ -227,14 +228,6 @@ class Choice:
             return head + f" [{self.seconds:.3f} s]"
         return head + (f" [{self.iterations} it, true residual {self.true_residual:.1e}, "
                        f"{self.seconds:.3f} s]")
-
-
-def symmetry_word(symmetric: bool, is_complex: bool) -> str:
-    """What the symmetry test found, in words: a complex matrix is tested for ``A = A^H``
-    (a complex-symmetric ``A = A^T`` is non-Hermitian)."""
-    if is_complex:
-        return "Hermitian" if symmetric else "non-Hermitian"
-    return "symmetric" if symmetric else "nonsymmetric"
 
 
 def analyse(A, canonical=False) -> Analysis:

@@ -29,6 +29,14 @@ BREAKDOWNS = {
 }
 
 
+def symmetry_word(symmetric: bool, is_complex: bool) -> str:
+    """What the symmetry test found, in words: a complex matrix is tested for ``A = A^H``
+    (a complex-symmetric ``A = A^T`` is non-Hermitian)."""
+    if is_complex:
+        return "Hermitian" if symmetric else "non-Hermitian"
+    return "symmetric" if symmetric else "nonsymmetric"
+
+
 def wants_stop(ret) -> bool:
     """Whether a callback's return value asks the solve to stop: ``True`` (or a NumPy
     ``True``) does, anything else -- ``None`` above all -- does not (Krylov.jl's rule)."""
@@ -202,8 +210,6 @@ class SolveResult:
             lines.append(f"escalation  {e}")
         if self.analysis:
             a = self.analysis
-            from .auto import symmetry_word
-
             kind = symmetry_word(a["symmetric"], a.get("is_complex", False)) + \
                 (", positive diagonal" if a["positive_diagonal"] else "")
             lines.append(f"analysis    {kind}; {a['zero_diagonal']} zero, {a['tiny_diagonal']} "
