@@ -264,17 +264,21 @@ def _problems(entries, generated):
 def _warm_up():
     """Compile the kernels every candidate class uses once, before anything is timed (the
     compiled kernels are cached on disk, so a user pays this once per installation) --
-    their parallel forms too, which only larger systems call (40000 unknowns here, above
-    the default threshold ``MPSOLVE_PARALLEL_MIN`` = 32768; without them the first
-    generated problem's time was its compilation, 2.4 s against 0.03 s, and a run over
-    ``REPEAT_BELOW`` is not repeated)."""
+    their parallel forms too, which only larger systems call (here above the measured
+    threshold ``PARALLEL_MIN``, :mod:`mpsolve.kernels.cpu._calibrate`; without them the
+    first generated problem's time was its compilation, 2.4 s against 0.03 s, and a run
+    over ``REPEAT_BELOW`` is not repeated)."""
+    import math
+
     import mpsolve
+    from mpsolve.kernels.cpu._config import PARALLEL_MIN
     from mpsolve.matrices import convection_diffusion2d, poisson2d
 
     P = poisson2d(8)
     N = convection_diffusion2d(8)
     Z = sp.csr_matrix(np.array([[0.0, 2.0, 0.0], [1.0, 0.5, 0.0], [0.0, 1.0, 3.0]]))
-    big = (poisson2d(200), convection_diffusion2d(200))
+    side = math.isqrt(PARALLEL_MIN) + 2
+    big = (poisson2d(side), convection_diffusion2d(side)) if side <= 1500 else ()
     for A in (P, N, Z, sp.csr_matrix(P - 3.9 * sp.eye(P.shape[0])), *big):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

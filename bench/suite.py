@@ -253,10 +253,13 @@ def _warm_up(A, method, precision, precond, args):
         from mpsolve.precond import detect_block_size
 
         block = detect_block_size(A)  # kernels are generated per block size
-    key = (method, precision, precond, A.shape[0] > 40_000, block)
+    from mpsolve.kernels.cpu._config import PARALLEL_MIN
+
+    big = PARALLEL_MIN + 64                      # (the kernels' parallel forms from here)
+    key = (method, precision, precond, A.shape[0] >= big, block)
     if key in _WARM:
         return
-    m = min(A.shape[0], 40_000)
+    m = min(A.shape[0], big)
     S = A[:m, :m].tocsr()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -8,6 +8,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+# The kernels' parallel threshold is measured per machine (mpsolve.kernels.cpu._calibrate);
+# the suite pins it (before mpsolve is imported, and for its subprocesses) so that every
+# kernel's parallel form runs at the sizes the tests use, on every machine alike
+os.environ.setdefault("MPSOLVE_PARALLEL_MIN", "32768")
+
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTION = Path(os.environ.get("MPSOLVE_TEST_COLLECTION",
                                  ROOT.parent / "shared" / "matrices" / "suitesparse"))

@@ -4,9 +4,13 @@ import types
 
 from numba import njit
 
-#: Vectors shorter than this run the serial kernel: a parallel region costs a few
-#: microseconds to open, more than a short vector takes to stream.
-PARALLEL_MIN = int(os.environ.get("MPSOLVE_PARALLEL_MIN", "32768"))
+from ._calibrate import parallel_min
+
+#: Vectors shorter than this run the serial kernel: opening a parallel region costs more
+#: than a short vector takes to stream -- a few microseconds on a server whose idle
+#: threads spin, 55-80 us on a 2-vCPU virtual machine whose threads sleep.  Measured once
+#: per machine (:mod:`._calibrate`); ``MPSOLVE_PARALLEL_MIN`` sets it.
+PARALLEL_MIN = parallel_min()
 
 #: Options of every CPU kernel.  ``cache=True`` keeps compiled code on disk so a
 #: second process does not pay the compile again; ``nogil`` lets a caller thread them.

@@ -1,0 +1,140 @@
+"""The vector length from which the CPU kernels open a parallel region, measured.
+
+A parallel region pays off once the work it splits outweighs the cost of opening it, and
+that cost depends on the machine far more than the streaming rate does: on a many-core
+server whose idle threads spin it is a few microseconds, so a few ten thousand elements
+are worth splitting; on the 2-vCPU virtual machines of this project the OpenMP workers
+sleep between regions and a region costs 55-80 us to open, against 7 us for a serial
+``axpy`` of 32768 elements -- the old fixed threshold made every vector operation between
+32768 and about 260,000 elements up to 11x slower than its serial form (a CG iteration
+calls six), and medium-sized solves 1.3-2x slower in all.
+
+Model: a serial sweep costs ``a n``, a parallel one ``o + a n / p`` (``o`` the region's
+cost, ``p`` its speed-up on long vectors); they cross at ``n* = o / (a (1 - 1/p))``.
+:func:`parallel_min` measures ``o`` on a short vector and ``a`` and ``p`` on a long one
+(``axpy``, each call after about 20 us of Python work, as between a solver's kernel calls,
+so sleeping workers are measured as sleeping), and returns ``n*`` rounded to a power of
+two, between :data:`LOW` and :data:`HIGH` (:data:`HIGH` where ``p`` brings nothing: one
+thread, or cores that share one memory path).  About 60 ms, once per machine: the value
+is kept in a small JSON file keyed by the machine (host name, CPUs, Numba's threads and
+threading layer), so every process of a machine uses the same threshold -- and so the
+same kernels and the same bits for the same problem.  ``MPSOLVE_PARALLEL_MIN`` overrides
+it (no measurement); the file lives in ``MPSOLVE_CACHE_DIR``, else ``~/.cache/mpsolve``
+(a directory that cannot be written: measured again per process).
+"""
+import json
+import math
+import os
+import platform
+import time
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+#: Bounds of the measured threshold (elements).  ``LOW`` is the old fixed value's half
+#: (a region never pays below it); ``HIGH``: in effect "never split a vector".
+LOW = 2 ** 14
+HIGH = 2 ** 24
+#: Lengths measured: ``o`` on ``SHORT`` elements (its sweep is negligible), ``a`` and ``p``
+#: on ``LONG`` (8 MiB per vector: beyond the caches, as the vectors that get split).
+SHORT = 2 ** 10
+LONG = 2 ** 20
+REPEAT = 15
+#: The threshold where nothing could be measured (the old fixed value).
+FALLBACK = 2 ** 15
+GAP = 20e-6
+FILE = "parallel_min.json"
+
+
+@njit(cache=True, nogil=True)
+def _axpy_ser(a, x, y):
+    for i in range(x.size):
+        y[i] += a * x[i]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _axpy_par(a, x, y):
+    for i in prange(x.size):
+        y[i] += a * x[i]
+
+
+def _median_time(f, x, y):
+    ts = []
+    for _ in range(REPEAT):
+        t = time.perf_counter()
+        while time.perf_counter() - t < GAP:       # Python work between kernel calls
+            pass
+        t = time.perf_counter()
+        f(1e-9, x, y)
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+
+
+def _crossover(xs, ys, xl, yl) -> float:
+    """One estimate of ``n*`` (``inf`` where splitting brings nothing)."""
+    o = max(_median_time(_axpy_par, xs, ys) - _median_time(_axpy_ser, xs, ys), 0.0)
+    ser, par = _median_time(_axpy_ser, xl, yl), _median_time(_axpy_par, xl, yl)
+    gain = ser - max(par - o, 1e-12)               # a n (1 - 1/p) on LONG elements
+    if gain <= 0.05 * ser:                         # p <= 1.05
+        return math.inf
+    return o * LONG / gain
+
+
+def measure() -> int:
+    """``n*`` of the module docstring, measured now: the median of three estimates,
+    rounded to the nearest power of two in ``[LOW, HIGH]`` (five runs on this project's
+    machine gave 222k-295k, all 2^18; one estimate alone once gave 2^21)."""
+    if get_num_threads() < 2:
+        return HIGH
+    xs, ys = np.ones(SHORT), np.zeros(SHORT)
+    xl, yl = np.ones(LONG), np.zeros(LONG)
+    for f in (_axpy_ser, _axpy_par):               # compiled (or loaded) and warm
+        f(1e-9, xs, ys)
+        f(1e-9, xl, yl)
+    n_star = float(np.median([_crossover(xs, ys, xl, yl) for _ in range(3)]))
+    if not math.isfinite(n_star):
+        return HIGH
+    return int(min(HIGH, max(LOW, 2 ** round(math.log2(max(n_star, 1.0))))))
+
+
+def _key() -> str:
+    import numba
+
+    return "|".join((platform.node(), str(os.cpu_count()), str(get_num_threads()),
+                     numba.config.THREADING_LAYER, numba.__version__))
+
+
+def _cache_path() -> str:
+    root = os.environ.get("MPSOLVE_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "mpsolve")
+    return os.path.join(root, FILE)
+
+
+def parallel_min() -> int:
+    """The threshold: ``MPSOLVE_PARALLEL_MIN`` if set, else this machine's kept value,
+    else :func:`measure` (kept for the next process where the cache can be written)."""
+    env = os.environ.get("MPSOLVE_PARALLEL_MIN")
+    if env is not None:
+        return int(env)
+    path, key = _cache_path(), _key()
+    try:
+        with open(path) as fh:
+            kept = json.load(fh)
+        if kept.get("key") == key and isinstance(kept.get("parallel_min"), int):
+            return kept["parallel_min"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        value = measure()
+    except Exception:                 # noqa: BLE001 - no threading layer to measure
+        return FALLBACK
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as fh:
+            json.dump({"key": key, "parallel_min": value,
+                       "measured": time.strftime("%Y-%m-%d %H:%M:%S")}, fh)
+        os.replace(tmp, path)                      # atomic: concurrent processes agree
+    except OSError:
+        pass
+    return value

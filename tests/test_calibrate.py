@@ -1,0 +1,67 @@
+"""The measured parallel threshold (mpsolve.kernels.cpu._calibrate): its model, its bounds,
+the per-machine file and the environment override."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mpsolve.kernels.cpu import _calibrate as cal
+
+
+def _fake_times(monkeypatch, short_par, short_ser, long_ser, long_par):
+    """``_median_time`` answering by kernel and length (seconds)."""
+    table = {(cal._axpy_par, cal.SHORT): short_par, (cal._axpy_ser, cal.SHORT): short_ser,
+             (cal._axpy_ser, cal.LONG): long_ser, (cal._axpy_par, cal.LONG): long_par}
+    monkeypatch.setattr(cal, "_median_time", lambda f, x, y: table[f, x.size])
+    monkeypatch.setattr(cal, "get_num_threads", lambda: 2)
+
+
+@pytest.mark.parametrize("times, expected", [
+    # this project's VM: o = 60 us, 2^20 elements 550 us serial, 370 us split (p ~ 1.8):
+    # n* = 60 * 2^20 / (550 - 310) = 262144 -> 2^18
+    ((61e-6, 1e-6, 550e-6, 370e-6), 2 ** 18),
+    # a server whose workers spin: o = 3 us, p ~ 8 -> n* ~ 5.9k, raised to LOW
+    ((4e-6, 1e-6, 550e-6, 72e-6), cal.LOW),
+    # no speed-up on long vectors (one memory path): never split
+    ((61e-6, 1e-6, 550e-6, 600e-6), cal.HIGH),
+    # a huge region cost: capped at HIGH
+    ((20e-3, 1e-6, 550e-6, 300e-6), cal.HIGH),
+])
+def test_the_crossover_model(monkeypatch, times, expected):
+    _fake_times(monkeypatch, *times)
+    assert cal.measure() == expected
+
+
+def test_one_thread_never_splits(monkeypatch):
+    monkeypatch.setattr(cal, "get_num_threads", lambda: 1)
+    assert cal.measure() == cal.HIGH
+
+
+def test_a_real_measurement_is_a_power_of_two_in_bounds():
+    v = cal.measure()
+    assert cal.LOW <= v <= cal.HIGH and v & (v - 1) == 0
+
+
+def test_kept_per_machine_and_overridden_by_the_environment(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(cal, "measure", lambda: calls.append(1) or 4096)
+    monkeypatch.delenv("MPSOLVE_PARALLEL_MIN", raising=False)
+    monkeypatch.setenv("MPSOLVE_CACHE_DIR", str(tmp_path))
+    assert cal.parallel_min() == 4096 and len(calls) == 1
+    kept = json.loads((tmp_path / cal.FILE).read_text())
+    assert kept["parallel_min"] == 4096 and kept["key"] == cal._key()
+    assert cal.parallel_min() == 4096 and len(calls) == 1          # read back, not measured
+    (tmp_path / cal.FILE).write_text(json.dumps({"key": "another machine",
+                                                 "parallel_min": 99}))
+    assert cal.parallel_min() == 4096 and len(calls) == 2          # not this machine's
+    (tmp_path / cal.FILE).write_text("{not json")
+    assert cal.parallel_min() == 4096 and len(calls) == 3          # unreadable: measured
+    monkeypatch.setenv("MPSOLVE_PARALLEL_MIN", "12345")
+    assert cal.parallel_min() == 12345 and len(calls) == 3         # no measurement
+    # a cache that cannot be written: measured, and still answered
+    monkeypatch.delenv("MPSOLVE_PARALLEL_MIN")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("MPSOLVE_CACHE_DIR", str(blocker / "sub"))
+    assert cal.parallel_min() == 4096 and len(calls) == 4
