@@ -50,11 +50,12 @@ def test_kept_per_machine_and_overridden_by_the_environment(monkeypatch, tmp_pat
     monkeypatch.setenv("MPSOLVE_CACHE_DIR", str(tmp_path))
     assert cal.parallel_min() == 4096 and len(calls) == 1
     kept = json.loads((tmp_path / cal.FILE).read_text())
-    assert kept["parallel_min"] == 4096 and kept["key"] == cal._key()
+    assert kept[cal._key()]["parallel_min"] == 4096
     assert cal.parallel_min() == 4096 and len(calls) == 1          # read back, not measured
-    (tmp_path / cal.FILE).write_text(json.dumps({"key": "another machine",
-                                                 "parallel_min": 99}))
+    (tmp_path / cal.FILE).write_text(json.dumps({"another machine": {"parallel_min": 99}}))
     assert cal.parallel_min() == 4096 and len(calls) == 2          # not this machine's
+    kept = json.loads((tmp_path / cal.FILE).read_text())
+    assert kept["another machine"]["parallel_min"] == 99           # kept beside this one
     (tmp_path / cal.FILE).write_text("{not json")
     assert cal.parallel_min() == 4096 and len(calls) == 3          # unreadable: measured
     monkeypatch.setenv("MPSOLVE_PARALLEL_MIN", "12345")

@@ -17,10 +17,10 @@ so sleeping workers are measured as sleeping), and returns ``n*`` rounded to a p
 two, between :data:`LOW` and :data:`HIGH` (:data:`HIGH` where ``p`` brings nothing: one
 thread, or cores that share one memory path).  About 60 ms, once per machine: the value
 is kept in a small JSON file keyed by the machine (host name, CPUs, Numba's threads and
-threading layer), so every process of a machine uses the same threshold -- and so the
-same kernels and the same bits for the same problem.  ``MPSOLVE_PARALLEL_MIN`` overrides
-it (no measurement); the file lives in ``MPSOLVE_CACHE_DIR``, else ``~/.cache/mpsolve``
-(a directory that cannot be written: measured again per process).
+threading layer: :func:`_key`), so every process of a machine uses the same threshold --
+and so the same kernels and the same bits for the same problem.  ``MPSOLVE_PARALLEL_MIN``
+overrides it (no measurement); the file lives in ``MPSOLVE_CACHE_DIR``, else
+``~/.cache/mpsolve`` (a directory that cannot be written: measured again per process).
 """
 import json
 import math
@@ -98,10 +98,21 @@ def measure() -> int:
 
 
 def _key() -> str:
+    """This machine and threading set-up: host, CPUs, threads, Numba's version and the
+    threading layer asked for -- with ``"default"``, whether TBB is installed (Numba's
+    default takes TBB's layer where it is, else OpenMP's: their regions cost 10 against
+    60 us here, and their thresholds differ by 4x)."""
     import numba
+    from importlib import metadata
 
-    return "|".join((platform.node(), str(os.cpu_count()), str(get_num_threads()),
-                     numba.config.THREADING_LAYER, numba.__version__))
+    layer = numba.config.THREADING_LAYER
+    try:
+        metadata.version("tbb")
+        layer += "+tbb"
+    except metadata.PackageNotFoundError:
+        pass
+    return "|".join((platform.node(), str(os.cpu_count()), str(get_num_threads()), layer,
+                     numba.__version__))
 
 
 def _cache_path() -> str:
@@ -117,24 +128,37 @@ def parallel_min() -> int:
     if env is not None:
         return int(env)
     path, key = _cache_path(), _key()
-    try:
-        with open(path) as fh:
-            kept = json.load(fh)
-        if kept.get("key") == key and isinstance(kept.get("parallel_min"), int):
-            return kept["parallel_min"]
-    except (OSError, ValueError, AttributeError):
-        pass
+    kept = _read(path)
+    entry = kept.get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("parallel_min"), int):
+        return entry["parallel_min"]
     try:
         value = measure()
     except Exception:                 # noqa: BLE001 - no threading layer to measure
         return FALLBACK
+    kept[key] = {"parallel_min": value, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        import numba
+
+        kept[key]["layer"] = numba.threading_layer()    # (what ran the measurement)
+    except ValueError:
+        pass
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}"
         with open(tmp, "w") as fh:
-            json.dump({"key": key, "parallel_min": value,
-                       "measured": time.strftime("%Y-%m-%d %H:%M:%S")}, fh)
+            json.dump(kept, fh, indent=1)
         os.replace(tmp, path)                      # atomic: concurrent processes agree
     except OSError:
         pass
     return value
+
+
+def _read(path) -> dict:
+    """The kept values, by :func:`_key` (empty where the file is missing or unreadable)."""
+    try:
+        with open(path) as fh:
+            kept = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
