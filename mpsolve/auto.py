@@ -443,8 +443,9 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
                 # a zero-free diagonal needs no MC64 permutation, which can hurt: on a
                 # central-difference convection-diffusion matrix (Peclet 2000, ILU(0)
                 # refused as unstable) ILUT after MC64 was exactly singular at drop_tol 1e-3
-                # and 1e-4, ILUT on A itself converged in 154 GMRES iterations (0.6 s
-                # against 1.35 s by way of ISAI's stagnation); af23560: as ISAI
+                # and 1e-4; ILUT on A itself converged in 144 GMRES iterations, the whole
+                # solve 0.22 s against 1.35 s by way of ISAI's stagnation; af23560 1.42
+                # against 1.74 s (176 iterations against ISAI's 347)
                 Choice("gmres", "ilut", {}, "ILU(0) failed: threshold ILU with SuperLU's "
                        "partial pivoting, on A itself (a zero-free diagonal)"),
                 Choice("gmres", "isai", {}, "ILU(0) failed or was slow: the approximate "
