@@ -399,9 +399,8 @@ def test_stagnation_falls_back_from_the_current_iterate(monkeypatch):
     stagnate, the pivoting ILUT (on A itself: its diagonal is zero-free) finishes -- before
     it, GMRES + ISAI stagnated too, and ILUT after MC64 finished; each candidate starts
     where the one before stopped, and the two ILU(0) candidates share one set-up.  (Its
-    ILU(0) factors
-    are unstable, growth 2.4e11, and auto refuses them at set-up: the growth test is off
-    here, to show the stagnation path.)"""
+    ILU(0) factors are unstable, growth 2.4e11, and auto refuses them at set-up: the growth
+    test is off here, to show the stagnation path.)"""
     from mpsolve.precond import ILU0
 
     monkeypatch.setattr(auto, "ILU_GROWTH_LIMIT", np.inf)
