@@ -39,13 +39,22 @@ def test_one_thread_never_splits(monkeypatch):
 
 
 def test_a_real_measurement_is_a_power_of_two_in_bounds():
-    v = cal.measure()
-    assert cal.LOW <= v <= cal.HIGH and v & (v - 1) == 0
+    """In this process and in the child process the threshold is measured in."""
+    for v in (cal.measure(), cal._measure_apart()):
+        assert cal.LOW <= v <= cal.HIGH and v & (v - 1) == 0
+
+
+def test_a_failed_measurement_falls_back(monkeypatch, tmp_path):
+    monkeypatch.delenv("MPSOLVE_PARALLEL_MIN", raising=False)
+    monkeypatch.setenv("MPSOLVE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cal, "_measure_apart", lambda: None)
+    assert cal.parallel_min() == cal.FALLBACK
+    assert not (tmp_path / cal.FILE).exists()            # nothing kept: measured next time
 
 
 def test_kept_per_machine_and_overridden_by_the_environment(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(cal, "measure", lambda: calls.append(1) or 4096)
+    monkeypatch.setattr(cal, "_measure_apart", lambda: calls.append(1) or 4096)
     monkeypatch.delenv("MPSOLVE_PARALLEL_MIN", raising=False)
     monkeypatch.setenv("MPSOLVE_CACHE_DIR", str(tmp_path))
     assert cal.parallel_min() == 4096 and len(calls) == 1

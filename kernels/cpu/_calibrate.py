@@ -7,7 +7,7 @@ are worth splitting; on the 2-vCPU virtual machines of this project the OpenMP w
 sleep between regions and a region costs 55-80 us to open, against 7 us for a serial
 ``axpy`` of 32768 elements -- the old fixed threshold made every vector operation between
 32768 and about 260,000 elements up to 11x slower than its serial form (a CG iteration
-calls six), and medium-sized solves 1.3-2x slower in all.
+calls six), and medium-sized solves 1.2-2.3x slower in all.
 
 Model: a serial sweep costs ``a n``, a parallel one ``o + a n / p`` (``o`` the region's
 cost, ``p`` its speed-up on long vectors); they cross at ``n* = o / (a (1 - 1/p))``.
@@ -15,7 +15,9 @@ cost, ``p`` its speed-up on long vectors); they cross at ``n* = o / (a (1 - 1/p)
 (``axpy``, each call after about 20 us of Python work, as between a solver's kernel calls,
 so sleeping workers are measured as sleeping), and returns ``n*`` rounded to a power of
 two, between :data:`LOW` and :data:`HIGH` (:data:`HIGH` where ``p`` brings nothing: one
-thread, or cores that share one memory path).  About 60 ms, once per machine: the value
+thread, or cores that share one memory path).  Once per machine, in a child process
+(about a second, its imports included; the caller's process starts no thread pool for
+it): the value
 is kept in a small JSON file keyed by the machine (host name, CPUs, Numba's threads and
 threading layer: :func:`_key`), so every process of a machine uses the same threshold --
 and so the same kernels and the same bits for the same problem.  ``MPSOLVE_PARALLEL_MIN``
@@ -123,7 +125,8 @@ def _cache_path() -> str:
 
 def parallel_min() -> int:
     """The threshold: ``MPSOLVE_PARALLEL_MIN`` if set, else this machine's kept value,
-    else :func:`measure` (kept for the next process where the cache can be written)."""
+    else :func:`measure` in a child process (kept for the next process where the file can
+    be written; :data:`FALLBACK` where the child fails)."""
     env = os.environ.get("MPSOLVE_PARALLEL_MIN")
     if env is not None:
         return int(env)
@@ -132,17 +135,10 @@ def parallel_min() -> int:
     entry = kept.get(key)
     if isinstance(entry, dict) and isinstance(entry.get("parallel_min"), int):
         return entry["parallel_min"]
-    try:
-        value = measure()
-    except Exception:                 # noqa: BLE001 - no threading layer to measure
+    value = _measure_apart()
+    if value is None:
         return FALLBACK
     kept[key] = {"parallel_min": value, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
-    try:
-        import numba
-
-        kept[key]["layer"] = numba.threading_layer()    # (what ran the measurement)
-    except ValueError:
-        pass
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}"
@@ -152,6 +148,24 @@ def parallel_min() -> int:
     except OSError:
         pass
     return value
+
+
+def _measure_apart():
+    """:func:`measure` in a child process (``None`` where it fails): the caller's process
+    does not start the threading layer's pool for it -- GNU OpenMP's is not fork-safe, and
+    a process that never runs a parallel kernel should be free to fork."""
+    import subprocess
+    import sys
+
+    code = "from mpsolve.kernels.cpu._calibrate import measure; print(measure())"
+    # (the child's own import of the kernels must not measure again: the variable is set)
+    env = dict(os.environ, MPSOLVE_PARALLEL_MIN=str(FALLBACK))
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, check=True, env=env)
+        return int(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def _read(path) -> dict:
