@@ -78,7 +78,7 @@ from typing import List, Optional
 import numpy as np
 
 from ._demote import PrecisionRangeError
-from .backend import HOST_DEVICE, array_module, is_host, on_host
+from .backend import HOST_DEVICE, array_module, on_host
 from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
 from .precond.base import Preconditioner, needs_setup, setup_for_solve
@@ -695,14 +695,7 @@ def ilu_growth(M, C) -> float:
         d = np.abs(C.diagonal()).astype(np.float64)
         d[d == 0] = 1.0                # (a zero a_ii with a nonzero pivot: unscaled there)
         x = 1.0 / np.sqrt(d)
-    y = C @ (np.ones(n) if x is None else x)
-    if y.dtype == np.float64 and M.dtype.kind == "f" and is_host(M.device):
-        # M.apply on host FP64 vectors: none of M.matvec's conversions is due
-        z = np.empty_like(y)
-        M.apply(y, z)
-        y = z
-    else:
-        y = to_host(M.matvec(y))
+    y = to_host(M.matvec(C @ (np.ones(n) if x is None else x)))
     if x is None:
         y -= 1.0
     else:

@@ -17,8 +17,7 @@ so sleeping workers are measured as sleeping), and returns ``n*`` rounded to a p
 two, between :data:`LOW` and :data:`HIGH` (:data:`HIGH` where ``p`` brings nothing: one
 thread, or cores that share one memory path).  Once per machine, in a child process
 (about a second, its imports included; the caller's process starts no thread pool for
-it): the value
-is kept in a small JSON file keyed by the machine (host name, CPUs, Numba's threads and
+it): the value is kept in a small JSON file keyed by the machine (host name, CPUs, Numba's threads and
 threading layer: :func:`_key`), so every process of a machine uses the same threshold --
 and so the same kernels and the same bits for the same problem.  ``MPSOLVE_PARALLEL_MIN``
 overrides it (no measurement); the file lives in ``MPSOLVE_CACHE_DIR``, else
@@ -31,7 +30,7 @@ import platform
 import time
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads
 
 #: Bounds of the measured threshold (elements).  ``LOW`` is the old fixed value's half
 #: (a region never pays below it); ``HIGH``: in effect "never split a vector".
@@ -48,18 +47,6 @@ GAP = 20e-6
 FILE = "parallel_min.json"
 
 
-@njit(cache=True, nogil=True)
-def _axpy_ser(a, x, y):
-    for i in range(x.size):
-        y[i] += a * x[i]
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _axpy_par(a, x, y):
-    for i in prange(x.size):
-        y[i] += a * x[i]
-
-
 def _median_time(f, x, y):
     ts = []
     for _ in range(REPEAT):
@@ -72,28 +59,32 @@ def _median_time(f, x, y):
     return float(np.median(ts))
 
 
-def _crossover(xs, ys, xl, yl) -> float:
+def _crossover(axpy_ser, axpy_par, xs, ys, xl, yl) -> float:
     """One estimate of ``n*`` (``inf`` where splitting brings nothing)."""
-    o = max(_median_time(_axpy_par, xs, ys) - _median_time(_axpy_ser, xs, ys), 0.0)
-    ser, par = _median_time(_axpy_ser, xl, yl), _median_time(_axpy_par, xl, yl)
+    o = max(_median_time(axpy_par, xs, ys) - _median_time(axpy_ser, xs, ys), 0.0)
+    ser, par = _median_time(axpy_ser, xl, yl), _median_time(axpy_par, xl, yl)
     gain = ser - max(par - o, 1e-12)               # a n (1 - 1/p) on LONG elements
     if gain <= 0.05 * ser:                         # p <= 1.05
         return math.inf
     return o * LONG / gain
 
 
-def measure() -> int:
-    """``n*`` of the module docstring, measured now: the median of three estimates,
-    rounded to the nearest power of two in ``[LOW, HIGH]`` (five runs on this project's
-    machine gave 222k-295k, all 2^18; one estimate alone once gave 2^21)."""
+def measure(axpy_ser, axpy_par) -> int:
+    """``n*`` of the module docstring, measured now with the serial and parallel ``axpy``
+    kernels given (:mod:`.blas1`'s, which the threshold decides between; passed in, as
+    :mod:`.blas1` reads the threshold through :mod:`._config`, which imports this module):
+    the median of three estimates, rounded to the nearest power of two in ``[LOW, HIGH]``
+    (five runs on this project's machine gave 222k-295k, all 2^18; one estimate alone once
+    gave 2^21)."""
     if get_num_threads() < 2:
         return HIGH
+    kernels = (axpy_ser, axpy_par)
     xs, ys = np.ones(SHORT), np.zeros(SHORT)
     xl, yl = np.ones(LONG), np.zeros(LONG)
-    for f in (_axpy_ser, _axpy_par):               # compiled (or loaded) and warm
+    for f in kernels:                              # compiled (or loaded) and warm
         f(1e-9, xs, ys)
         f(1e-9, xl, yl)
-    n_star = float(np.median([_crossover(xs, ys, xl, yl) for _ in range(3)]))
+    n_star = float(np.median([_crossover(*kernels, xs, ys, xl, yl) for _ in range(3)]))
     if not math.isfinite(n_star):
         return HIGH
     return int(min(HIGH, max(LOW, 2 ** round(math.log2(max(n_star, 1.0))))))
@@ -157,7 +148,8 @@ def _measure_apart():
     import subprocess
     import sys
 
-    code = "from mpsolve.kernels.cpu._calibrate import measure; print(measure())"
+    code = ("from mpsolve.kernels.cpu import _calibrate, blas1; "
+            "print(_calibrate.measure(blas1._axpy_ser, blas1._axpy_par))")
     # (the child's own import of the kernels must not measure again: the variable is set)
     env = dict(os.environ, MPSOLVE_PARALLEL_MIN=str(FALLBACK))
     try:
