@@ -375,6 +375,27 @@ def test_coverage_best_of_picks_the_faster_solved_candidate():
     assert not coverage.best_of([])["solved"]
 
 
+def test_coverage_table_ratio_column_and_long_solve_summary():
+    """The table gives each row's auto / PETSc ratio (only where both solve), times to
+    three significant digits, and the geometric mean over all and over long solves."""
+    from mpsolve.bench import coverage
+
+    def res(t, solved=True):
+        return dict(solved=solved, iterations=3, seconds=t, config="cfg")
+
+    table = [("small", 10, 30, res(0.00024), res(0.0002), res(0.00006), res(0.001)),
+             ("large", 99, 300, res(0.5), res(0.5), res(1.0), res(2.0)),
+             ("unsolved", 5, 9, res(0.1), res(0.1), res(0.1, solved=False), res(0.1))]
+    md = coverage._markdown(table, True)
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in md.splitlines()
+            if line.startswith("| ") and not line.startswith("| matrix")}
+    assert rows["small"][5] == "0.00024" and rows["small"][15] == "4.00"
+    assert rows["large"][15] == "0.50" and rows["unsolved"][15] == ""
+    assert "geometric mean of auto's time / PETSc's best time = 1.41." in md
+    assert "Of those, the 1 where PETSc's best takes at least 10 ms" in md
+    assert "geometric mean 0.50." in md
+
+
 def test_coverage_petsc_best_takes_parallel_results(monkeypatch):
     """run_petsc_best: the serial configurations and the worker's results on more ranks
     in one comparison (a failed worker job is left out)."""
