@@ -144,8 +144,8 @@ def _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0):
     for c in range(k):
         bc = np.ascontiguousarray(bh[:, c]) if host else b[:, c]
         xc = x0 if (x0 is None or isinstance(x0, str)) else np.ascontiguousarray(x0h[:, c])
-        results.append(solver.solve(bc, xc, rtol=rtol, atol=atol, maxiter=maxiter,
-                                    callback=callback))
+        # (inside the caller's Solver.solve already: its lock is held)
+        results.append(solver._solve(bc, xc, rtol, atol, maxiter, callback, "compact"))
     xs = [r.x for r in results]
     if host:
         x = np.column_stack(xs) if k else np.zeros((bh.shape[0], 0))
@@ -366,9 +366,9 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
     results = []
     escal = {}
     for c in straggle:                    # escalation: the single path from x_c
-        r = solver.solve(np.ascontiguousarray(bh[:, c]),
-                         np.ascontiguousarray(to_host(X[:, c])), rtol=rtol, atol=atol,
-                         maxiter=max(1, maxiter - int(count[c])))
+        r = solver._solve(np.ascontiguousarray(bh[:, c]),
+                          np.ascontiguousarray(to_host(X[:, c])), rtol, atol,
+                          max(1, maxiter - int(count[c])), None, "compact")
         X[:, c] = to_device(np.asarray(r.x, np.float64), problem.device)
         info[c] = r.info
         iters[c] += r.iterations

@@ -30,10 +30,12 @@ pivot, values beyond its FP32 storage), everything is set up again as by the con
 says which happened.
 
 A Solver's solves share one workspace: calls from several threads run one after another
-(a lock); a set-up preconditioner, shared or not, applies from several threads at once.
+(a lock), a call from inside a running solve (its callback) is refused; a set-up
+preconditioner, shared or not, applies from several threads at once.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -128,8 +130,10 @@ class Solver:
         #: ``"auto"``'s CG broke down in a solve (its M positive definite, so A is not):
         #: the choice skips CG from then on (:meth:`_switch_from_cg`)
         self._not_pd = False
-        # one solve (or update) at a time: they share the stored workspace and Systems
+        # one solve (or update) at a time: they share the stored workspace and Systems;
+        # _busy refuses a call from inside one (a callback of the same thread)
         self._lock = threading.RLock()
+        self._busy = False
         self._build(A, stacklevel=4)
 
     # ------------------------------------------------------------------ set-up
@@ -304,10 +308,27 @@ class Solver:
 
         Calls from several threads are safe and run one after another (they share the
         stored workspace); for right-hand sides in parallel pass them as the columns of one
-        ``b``, or give each thread its own Solver.
+        ``b``, or give each thread its own Solver.  A call from inside a running solve of
+        the same Solver (its callback) raises ``RuntimeError``.
         """
-        with self._lock:
+        with self._lock, self._exclusive("solve"):
             return self._solve(b, x0, rtol, atol, maxiter, callback, deflation)
+
+    @contextlib.contextmanager
+    def _exclusive(self, what):
+        """The stored problem, workspace and Systems are this call's alone: a call from
+        inside a running solve of this Solver (its callback, in the same thread; other
+        threads wait for the lock) would overwrite the right-hand side and the vectors
+        the running solve certifies its answer with."""
+        if self._busy:
+            raise RuntimeError(f"Solver.{what}() called while a solve of this Solver is running "
+                               "(from its callback): the two share the stored workspace; use "
+                               "another Solver (or mpsolve.solve) inside the callback")
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
 
     def _solve(self, b, x0, rtol, atol, maxiter, callback, deflation):
         r = self._run(b, x0, rtol, atol, maxiter, callback, deflation)
@@ -394,9 +415,30 @@ class Solver:
         FP32), where the new values are complex and the old were not (or the other way
         round), and where the kept choice cannot take them (a zero pivot, an FP32 range
         the first policy does not reach).  Waits for a solve running in another thread.
+        An update that raises (the new matrix refused, or no set-up of it possible) leaves
+        the Solver solving the old matrix, as before the call.
         """
-        with self._lock:
-            return self._update(A_new)
+        with self._lock, self._exclusive("update"):
+            saved = dict(self.__dict__)
+            p = saved["_problem"]
+            stored = (p.A_csr, p.A_user, p.A64, p._residual64, p._rbound, dict(p._systems))
+            try:
+                return self._update(A_new)
+            except BaseException:
+                # refused: the Solver stays as it was -- its attributes, and where the
+                # failed update reached the stored problem or set up a preconditioner
+                # object this Solver set up before, the set-up of the old matrix again
+                self.__dict__.clear()
+                self.__dict__.update(saved)
+                touched = p.A_user is not stored[1] or (
+                    self._owns_M and isinstance(self._args["precond"], Preconditioner))
+                p.A_csr, p.A_user, p.A64, p._residual64, p._rbound = stored[:5]
+                p._systems.clear()
+                p._systems.update(stored[5])
+                if touched:
+                    self._build(stored[1], stacklevel=4, device=p.device)
+                    self.last_update = saved["last_update"]
+                raise
 
     def _update(self, A_new) -> "Solver":
         t0 = time.perf_counter()

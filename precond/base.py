@@ -164,6 +164,7 @@ class Preconditioner:
             want = in_field(real_dtype(want), True).name
         self.device = device
         self._setup_device = setup_device(device)
+        self.storage_dtype = None               # not set up until this set-up succeeds
         self._op = None
         self._bound = {}
         t0 = time.perf_counter()

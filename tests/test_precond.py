@@ -1566,3 +1566,23 @@ def test_a_set_up_preconditioner_pickles_and_copies(name, complex_):
     for twin in (pickle.loads(pickle.dumps(M)), copy.deepcopy(M), copy.copy(M)):
         np.testing.assert_array_equal(twin.matvec(r), z)
     np.testing.assert_array_equal(M.matvec(r), z)
+
+
+def test_a_failed_set_up_leaves_the_preconditioner_not_set_up():
+    """A set-up that raises (here: a structurally missing pivot) leaves no half-built
+    object that reads as set up: applying it then says "not set up", and a set-up of a
+    good matrix afterwards works."""
+    A = poisson2d(6).tocsr()
+    M = ILU0()
+    M.setup(A)
+    Z = A.tolil()
+    Z[2, 2] = 0.0
+    Z = Z.tocsr()
+    Z.eliminate_zeros()
+    with pytest.raises(ValueError):
+        M.setup(Z)
+    assert not M.is_setup
+    with pytest.raises(RuntimeError, match="not set up"):
+        M.matvec(np.ones(36))
+    M.setup(A)
+    assert M.is_setup and np.all(np.isfinite(M.matvec(np.ones(36))))

@@ -571,3 +571,54 @@ def test_update_with_an_operator_without_entries_sets_up_anew():
     res = s.solve(b)
     assert res.converged and s.precond is None
     np.testing.assert_allclose(res.x, 0.5, rtol=1e-6)
+
+
+def test_a_solve_from_its_own_callback_is_refused():
+    """A callback that calls the running Solver again (same thread) would overwrite the
+    stored right-hand side and workspace the running solve certifies with: refused, and
+    the Solver still solves right afterwards."""
+    A = poisson2d(10).tocsr()
+    b, b2 = _rhs(100, 1), _rhs(100, 2)
+    s = Solver(A, method="cg", precond="jacobi", rtol=1e-10)
+    with pytest.raises(RuntimeError, match="from its callback"):
+        s.solve(b, callback=lambda xk: s.solve(b2))
+    with pytest.raises(RuntimeError, match="Solver.update"):
+        s.solve(b, callback=lambda xk: s.update(2 * A))
+    r = s.solve(b)
+    assert r.info == 0 and np.linalg.norm(b - A @ r.x) <= 1e-9 * np.linalg.norm(b)
+    R = s.solve(np.column_stack([b, b2]))        # (its inner per-column calls still run)
+    assert R.info == 0 and np.allclose(A @ R.x, np.column_stack([b, b2]), atol=1e-8)
+
+
+def _refuses(s, A_new, err):
+    with pytest.raises(err):
+        s.update(A_new)
+
+
+@pytest.mark.parametrize("case", ["jacobi-zero-diagonal", "ilu0-operator", "own-ilu0-instance",
+                                  "auto-method-own-instance"])
+def test_a_refused_update_leaves_the_solver_as_it_was(case):
+    """An update that raises leaves the Solver solving the old matrix, as before it."""
+    A = convection_diffusion2d(12, peclet=5.0).tocsr()
+    n = A.shape[0]
+    b = _rhs(n, 3)
+    Z = A.tolil()
+    Z[3, 3] = 0.0
+    Z = Z.tocsr()
+    Z.eliminate_zeros()
+    if case == "jacobi-zero-diagonal":
+        s, bad, err = Solver(A, method="gmres", precond="jacobi", rtol=1e-10), Z, ValueError
+    elif case == "ilu0-operator":
+        s, bad, err = (Solver(A, method="gmres", precond="ilu0", rtol=1e-10),
+                       spla.aslinearoperator(2 * A), TypeError)
+    elif case == "own-ilu0-instance":
+        s, bad, err = Solver(A, method="gmres", precond=ILU0(), rtol=1e-10), Z, ValueError
+    else:
+        s, bad, err = Solver(A, method="auto", precond=ILU0(), rtol=1e-10), Z, Exception
+    before = s.solve(b)
+    last = s.last_update
+    _refuses(s, bad, err)
+    after = s.solve(b)
+    assert s.last_update == last
+    assert after.info == 0 and np.linalg.norm(b - A @ after.x) <= 1e-9 * np.linalg.norm(b)
+    _same(before, after)
