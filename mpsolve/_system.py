@@ -39,7 +39,7 @@ from .kernels.primitives import Primitives, bind_primitives
 from .kernels.safenorm import all_finite, checked_norm, ldexp_array, norm
 from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
-from .precision import Precision, in_field
+from .precision import Precision, in_field, real_dtype
 from .precond.base import Preconditioner, needs_setup, setup_for_solve
 from .result import USER_STOP, callback_period, wants_stop
 
@@ -627,6 +627,9 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
                 f"M was set up for device {M.device!r}, but this solve runs on {device!r}: "
                 f"call M.setup(A, device={device!r}) or pass a fresh preconditioner")
 
+        if problem.is_complex and M.dtype.kind != "c":
+            return _real_on_complex(M, problem), M, t
+
         def psolve(r, z):
             M.apply(r, z)  # z = M r
 
@@ -640,6 +643,27 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
     else:
         op = CallableOperator(M, device)
     return op.bind(wdt, wdt), op, 0.0
+
+
+def _real_on_complex(M, problem):
+    """``psolve`` of a real preconditioner the caller set up, on a complex system: ``M (u
+    + iv) = M u + i M v`` (as SciPy applies a real operator to a complex vector), the two
+    parts through contiguous real scratch vectors of the problem's workspace."""
+    ws, n, xp = problem.workspace, problem.n, problem.xp
+
+    def psolve(r, z):
+        rd = real_dtype(r.dtype)
+        zd = real_dtype(z.dtype)
+        u, mu = ws.get("m_re", n, rd), ws.get("m_re_out", n, zd)
+        v, mv = ws.get("m_im", n, rd), ws.get("m_im_out", n, zd)
+        xp.copyto(u, r.real)
+        xp.copyto(v, r.imag)
+        M.apply(u, mu)  # M u
+        M.apply(v, mv)  # M v
+        z.real[...] = mu
+        z.imag[...] = mv
+
+    return psolve
 
 
 def check_basis(method: str, problem: Problem, precision: Precision) -> None:

@@ -242,8 +242,8 @@ def _block_psolve(sys, wdt):
     M = sys.M_obj
     if sys.psolve is None:
         return None
-    if isinstance(M, Preconditioner):
-        return M.apply_block
+    if isinstance(M, Preconditioner) and (M.dtype.kind == "c" or wdt.kind != "c"):
+        return M.apply_block              # (a real M on complex data: by column, split)
     f = getattr(M, "bind_block", lambda *a: None)(wdt, wdt)
     if f is not None:
         return f
