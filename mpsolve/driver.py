@@ -42,8 +42,8 @@ from typing import Callable
 import numpy as np
 
 from ._demote import PrecisionRangeError
-from .backend import on_host
-from .kernels.safenorm import all_finite
+from .backend import on_host, to_device
+from .kernels.safenorm import all_finite, ldexp_array
 from ._configure import check_cg_preconditioner
 from ._system import STAGNATION, check_basis, make_problem, system_for
 from .precision import as_precision
@@ -173,6 +173,25 @@ OVERFLOWED = ("x overflows float64 in the caller's units (the iterate of the sca
               "scale its rows and columns first")
 
 
+#: Why a solve whose scaled iterate met the tolerance has not converged for the caller.
+UNDERFLOWED = ("x underflows float64 in the caller's units (the iterate of the scaled system "
+               "met the tolerance; x as returned, with subnormal or zero entries, does not): "
+               "the system is too badly scaled for a norm-wise residual; scale its rows and "
+               "columns first")
+
+
+def _underflowed(problem, x, x64):
+    """The certified residual norm of the answer ``x`` (the caller's units, ``b_exp < 0``)
+    in the scaled system's units, or ``None`` where scaling ``x`` back gives ``x64``
+    exactly (nothing was lost)."""
+    xp = problem.xp
+    xs = ldexp_array(xp.asarray(to_device(x, problem.device), dtype=problem.hp),
+                     -problem.b_exp)
+    if bool(xp.array_equal(xs, x64)):
+        return None
+    return problem.true_residual(xs, problem.workspace.get("r_out", problem.n, problem.hp))
+
+
 def answer_residual(problem, x64):
     """The certified FP64 residual norm (:meth:`~mpsolve._system.Problem.true_residual`)
     of ``x64`` as the caller receives it -- rounded to ``problem.out_dtype`` -- or ``None``
@@ -213,6 +232,12 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         if info == 0 and problem.b_exp and not all_finite(x, np if on_host(x) else problem.xp):
             # the scaled iterate met the tolerance, but x itself does not exist in FP64
             info, extra, true = max(count, 1), OVERFLOWED, np.inf
+        elif info == 0 and problem.b_exp < 0:
+            # scaled back down, x may have lost bits (subnormal or zero entries): judge
+            # the x returned -- scaled up again, exactly -- on the scaled system
+            lost = _underflowed(problem, x, x64)
+            if lost is not None and lost > problem.tol:
+                info, extra, true = max(count, 1), UNDERFLOWED, lost
         if x_lo is not None and x.dtype == np.float64:
             x_lo = problem.answer(x_lo).copy()
         else:

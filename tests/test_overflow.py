@@ -235,3 +235,25 @@ def test_an_answer_that_overflows_when_unscaled_is_not_a_success():
     # this ILUT's x has entries past 1e308 once unscaled (auto then tries a finer ILUT)
     assert not np.isfinite(r.x).all()
     assert r.info > 0 and "overflows float64" in r.status and r.true_residual == np.inf
+
+
+@pytest.mark.parametrize("func", ["cg", "gmres", "bicgstab", "auto"])
+@pytest.mark.parametrize("a_scale, lost", [(1e20, True), (1e25, True), (1e-20, False)])
+def test_an_answer_that_underflows_when_unscaled_is_not_a_success(func, a_scale, lost):
+    """b of norm 1e-300 is solved scaled up by a power of two; scaled back down, x =
+    A^-1 b (about 1e-320 for A = 1e20 T) loses bits in subnormals, or is 0: info 0 only
+    where the x returned meets the tolerance (judged scaled up again, exactly)."""
+    from mpsolve.matrices import poisson2d
+
+    A = sp.csr_matrix(a_scale * poisson2d(6))
+    b = np.full(36, 1e-300)
+    if func == "auto":
+        r = mpsolve.solve(A, b, rtol=1e-8)
+        x, info = r.x, r.info
+        assert not lost or len([c for c in r.choices if c.iterations]) == 1  # (stops there)
+    else:
+        x, info = getattr(mpsolve, func)(A, b, rtol=1e-8)
+    s = 2.0**1000                                     # the residual, without underflow
+    rel = np.linalg.norm(s * b - A @ (s * x)) / np.linalg.norm(s * b)
+    assert (info == 0) == (rel <= 1e-8)
+    assert (info != 0) == lost
