@@ -154,6 +154,8 @@ class Solver:
         if not on_host(A) and hasattr(A, "get"):
             A = A.get()                             # a device sparse matrix: checked on the host
         A = check_matrix(A, "A")
+        if sp.issparse(A):
+            A = _private_csr(A)
         n = A.shape[0]
         a_dtype = np.dtype(getattr(A, "dtype", None) or np.float64)
         b0 = np.zeros(n, a_dtype if a_dtype.kind in "fc" else np.float64)  # until a solve
@@ -451,7 +453,7 @@ class Solver:
             except TypeError:
                 C = None
             # entries to compare patterns by; an operator without them: set up anew
-            C = canonical_csr(C) if sp.issparse(C) else None
+            C = _private_csr(C) if sp.issparse(C) else None
         old = p.A_csr
         same = C is not None and C.nnz == old.nnz and (C.dtype.kind == "c") == p.is_complex \
             and np.array_equal(C.indptr, old.indptr) and np.array_equal(C.indices, old.indices)
@@ -507,6 +509,21 @@ class Solver:
         return (f"<Solver {self.n}x{self.n}: {self.method}"
                 + (f" + {self.precond}" if self.precond else "")
                 + f", {self.precision.name}>")
+
+
+def _private_csr(A) -> sp.csr_matrix:
+    """The canonical CSR form of the caller's sparse ``A``, sharing no memory with it: a
+    Solver solves with the values it was set up with (a later change of the caller's
+    arrays in place would reach its FP64 operator but not its preconditioner or FP32
+    copies); new values come through :meth:`Solver.update`."""
+    C = canonical_csr(A)
+    if any(np.may_share_memory(getattr(C, k), theirs) for k in ("data", "indices", "indptr")
+           for theirs in (getattr(A, "data", None), getattr(A, "indices", None),
+                          getattr(A, "indptr", None)) if theirs is not None):
+        C = sp.csr_matrix((C.data.copy(), C.indices.copy(), C.indptr.copy()), shape=C.shape)
+        C.has_sorted_indices = True
+        C.has_canonical_format = True
+    return C
 
 
 def _rebuild(A, precond_params, args):

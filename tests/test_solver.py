@@ -622,3 +622,23 @@ def test_a_refused_update_leaves_the_solver_as_it_was(case):
     assert s.last_update == last
     assert after.info == 0 and np.linalg.norm(b - A @ after.x) <= 1e-9 * np.linalg.norm(b)
     _same(before, after)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csr_array", "csc"])
+def test_a_solver_keeps_the_values_it_was_set_up_with(fmt):
+    """The caller's arrays changed in place after the set-up (or after an update) do not
+    reach the Solver: it solves the matrix it was given until update() gives it another
+    (before: its FP64 operator read the caller's values, its preconditioner the old ones)."""
+    A = poisson2d(10).tocsr()
+    A2 = {"csr": A.copy(), "csr_array": sp.csr_array(A), "csc": A.tocsc()}[fmt]
+    b = A @ np.ones(100)
+    s = Solver(A2, method="cg", precond="ilu0", rtol=1e-10)
+    r1 = s.solve(b)
+    A2.data *= 3.0
+    _same(r1, s.solve(b))
+    s.update(A2)
+    assert s.last_update == "numeric"
+    r3 = s.solve(b)
+    assert np.allclose(r3.x, 1.0 / 3.0, rtol=1e-8)
+    A2.data[:] = 7.0
+    _same(r3, s.solve(b))
