@@ -281,3 +281,22 @@ def test_left_gmres_stops_at_the_floor_instead_of_cycling_to_maxiter(pc):
                           maxiter=2000, precision="double", escalate=False)
     assert block.rhs_mode == "block" and not block.converged
     assert np.asarray(block.column_iterations).max() < 1000
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("precond", ["jacobi", None])
+def test_fp32_gmres_below_its_floor_stops_instead_of_cycling_to_maxiter(side, precond):
+    """GMRES in FP32 (escalate=False) with a tolerance below FP32's floor: the cycles'
+    targets are never met, so the met-target rules never end them; a floor of five cycles
+    without a new lowest residual hands back (before: all 300 cycles, and 9000 at
+    SciPy's default maxiter).  With escalate=True the same solve converges in FP64."""
+    from mpsolve.matrices import poisson2d
+
+    A = poisson2d(30).tocsr()
+    b = np.random.default_rng(0).standard_normal(900)
+    kw = dict(method="gmres", precond=precond, precision="single", rtol=1e-10, side=side,
+              maxiter=300)
+    r = mpsolve.solve(A, b, escalate=False, **kw)
+    assert r.info > 0 and "accuracy floor of precision 'single'" in r.status
+    assert r.restarts < 40 and r.true_residual < 1e-5
+    assert mpsolve.solve(A, b, escalate=True, **kw).info == 0

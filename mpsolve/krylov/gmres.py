@@ -156,6 +156,13 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     claimed = None                             # left, compressed: (beta, est) of the last cycle
     last_happy = math.inf                      # true residual after the last happy breakdown
     last_claim = math.inf                      # left: true residual after the last met target
+    # FP32 working precision: r = b - A x itself has a floor near eps_32 ||A|| ||x||, and
+    # cycles whose targets lie below it make no progress at all (their estimates never
+    # meet the target, so neither rule above ends them): after FLOOR_CYCLES cycles with
+    # no new lowest residual (by FLOOR_GAIN) the body hands over to the driver, which
+    # judges with the FP64 true residual (escalation, or the floor in the status)
+    watch_floor = eps > 2.0**-30
+    best, stalled = math.inf, 0
     rnorm = nrm2(r)
     if rnorm <= tol:
         return 0, 0, 0
@@ -279,6 +286,13 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             continue
         if inner == max_inner:
             return cycle, inner, 1
+        if watch_floor:
+            if rnorm < FLOOR_GAIN * best:
+                best, stalled = rnorm, 0
+            else:
+                stalled += 1
+                if stalled >= FLOOR_CYCLES:
+                    return cycle, inner, 2
         if est <= target:
             # the minimised residual met its target but the true one did not
             if left and factor > eps and not rnorm > STAGNATION * last_claim:
@@ -294,6 +308,13 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
         elif left:
             factor = min(1.0, 1.5 * factor)
     return maxiter, inner, 1
+
+
+#: An FP32 GMRES stops after this many cycles without a new lowest residual ...
+FLOOR_CYCLES = 5
+#: ... lower than the last one by this factor (a steady decrease of 0.16% a cycle resets
+#: the count: only a residual that has stopped falling is a floor)
+FLOOR_GAIN = 1.0 - 2.0**-7
 
 
 def _linear_m(sys) -> bool:
