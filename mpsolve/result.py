@@ -17,7 +17,8 @@ AUTO_FAILED = -16
 #: Negative ``info`` codes, one per breakdown.  -10 and -11 are SciPy's BiCGSTAB codes.
 BREAKDOWNS = {
     -10: "BiCGSTAB rho breakdown: the shadow residual became orthogonal to the residual",
-    -11: "BiCGSTAB omega breakdown: the stabilisation step vanished (t.s == 0 or t == 0)",
+    -11: "BiCGSTAB omega breakdown: the stabilisation step vanished (t.s == 0 or t == 0; "
+         "also r0.v == 0, as SciPy reports it)",
     -12: "CG curvature breakdown: p.Ap <= 0 or r.z <= 0, so A or M is not symmetric positive definite",
     -13: "GMRES: the Krylov space is exhausted (happy breakdown) but the true residual is above "
          "the tolerance: A or M is singular",

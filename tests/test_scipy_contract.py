@@ -174,3 +174,23 @@ def test_zero_dimensional_arrays_are_numbers_for_tolerances_and_maxiter(method):
     assert info == 0 and np.linalg.norm(b - A @ x) <= 1e-6
     with pytest.raises(ValueError, match=r"atol=array\(\[1.e-08\]\)"):
         getattr(mpsolve, method)(A, b, atol=np.array([1e-8]))
+
+
+def test_bicgstab_callbacks_and_codes_as_scipy():
+    """BiCGSTAB calls the callback once per full iteration as SciPy does -- not for a half
+    step that converges -- and reports r0.v == 0 (a zero matrix) as SciPy's -11."""
+    from mpsolve.matrices import convection_diffusion2d
+
+    half_steps = 0
+    for m, pe in [(8, 2.0), (10, 5.0), (14, 20.0), (12, 1.0), (9, 50.0)]:
+        A = convection_diffusion2d(m, peclet=pe).tocsr()
+        b = np.random.default_rng(m).standard_normal(A.shape[0])
+        ours, theirs = [], []
+        x, info = mpsolve.bicgstab(A, b, rtol=1e-8, precision="double", callback=ours.append)
+        y, sinfo = spla.bicgstab(A, b, rtol=1e-8, callback=theirs.append)
+        assert info == sinfo == 0 and len(ours) == len(theirs)
+        r = mpsolve.solve(A, b, method="bicgstab", precond=None, precision="double", rtol=1e-8)
+        half_steps += r.iterations > len(ours)        # (the count of started iterations)
+    assert half_steps                                  # the half-step exit was exercised
+    Z = sp.csr_matrix((5, 5))
+    assert mpsolve.bicgstab(Z, np.ones(5))[1] == spla.bicgstab(Z, np.ones(5))[1] == -11

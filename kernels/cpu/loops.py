@@ -448,7 +448,7 @@ def _bicgstab(dmode, consts, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph,
         _csr(amode, parts, ptr, ind, val, ph, v)          # v = A p^
         r0v = _dot(dmode, r0, v)
         if r0v == 0.0:
-            return k - 1, -10
+            return k - 1, -11
         if tiny <= abs(r0v) < math.inf:
             alpha = rho / r0v
         else:                                             # from scaled vectors

@@ -7,8 +7,9 @@ Algorithm 7.7 with ``M`` applied to the search directions (as SciPy does), so
 the residual is the unpreconditioned one.
 
 Breakdown codes are SciPy's: -10 when ``rho = r0.r`` vanishes (relative to
-``||r0|| ||r||``), -11 when ``omega`` vanishes.  The half step is checked: if
-``||s||`` already meets the tolerance the iteration stops after ``x += alpha p``.
+``||r0|| ||r||``), -11 when ``omega`` or ``r0.v`` vanishes.  The half step is checked: if
+``||s||`` already meets the tolerance the iteration stops after ``x += alpha p`` (without
+a call of the callback for that half iteration, as SciPy).
 
 Complex systems: the dots are conjugated (``rho = r0^H r``, ``omega = t^H s / t^H t``,
 SciPy's ``vdot``); the finiteness checks use :func:`cmath.isfinite`, which takes
@@ -81,7 +82,7 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
         matvec(ph, v)                           # v = A p^
         r0v = dot(r0, v)                        # r0^H v
         if r0v == 0.0:
-            return k - 1, k - 1, -10
+            return k - 1, k - 1, -11            # (SciPy's code for r0^H v = 0)
         if tiny <= abs(r0v) < math.inf:
             alpha = rho / r0v
         else:                                   # overflowed or subnormal: scaled vectors
@@ -94,9 +95,7 @@ def bicgstab_body(sys, x, r, maxiter, tol, callback, hist):
             ops.axpy(alpha, ph, x)              # x += alpha p^
             ops.copy(s, r)                      # r = s
             hist.append(snorm)
-            if callback is not None and not period:
-                callback(x)                     # converged: nothing left to stop
-            return k, k, 0
+            return k, k, 0                      # (no callback call here, as in SciPy)
         if psolve is not None:
             psolve(s, sh)                       # s^ = M s
         matvec(sh, t)                           # t = A s^
