@@ -63,6 +63,9 @@ def check_matrix(A, name="A"):
         return A
     else:
         arr = kernel_ready(np.asarray(A))
+        if arr.dtype == object and arr.ndim == 2:
+            raise TypeError(f"{name} is a 2-D array of Python objects (dtype object): pass a "
+                            f"numeric array, for example np.asarray({name}, dtype=np.float64)")
         if arr.dtype == object:
             raise TypeError(
                 f"{name} of type {type(A).__name__} is not a matrix: pass a SciPy "

@@ -63,7 +63,8 @@ _C128 = np.dtype(np.complex128)
 def _check_vector(v, n, name):
     arr = kernel_ready(v if type(v) is np.ndarray else to_host(v))
     if arr.dtype == object:
-        raise TypeError(f"{name} must be a numeric array, got {type(v).__name__}")
+        raise TypeError(f"{name} holds Python objects (dtype object): pass a numeric array, "
+                        f"for example np.asarray({name}, dtype=np.float64)")
     if arr.ndim == 2 and 1 in arr.shape:
         arr = arr.reshape(-1)
     if arr.ndim != 1 or arr.shape[0] != n:
@@ -451,6 +452,8 @@ def _rhs_fields(b_user, b, x0, x0_checked, n, a_dtype, cplx, device, xp, rtol, a
         data_dtype = np.result_type(data_dtype, np.complex64)
     data_dtype = np.dtype(data_dtype)
     hp = in_field("float64", cplx)
+    if data_dtype.itemsize > hp.itemsize:
+        data_dtype = hp       # long double data: solved in FP64, answered in FP64 (SciPy)
     b64 = _fp64_copy(b_user, b, device, xp, hp)  # a copy: never alias the user's b
     x0_mode = "zero"
     x0_64 = None

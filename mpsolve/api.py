@@ -64,6 +64,11 @@ def _one_rhs(b, name):
     """SciPy's shape rule for the SciPy-style functions: ``b`` of shape ``(n,)`` or
     ``(n, 1)``; several right-hand sides are refused with the way to solve them."""
     shape = getattr(b, "shape", None)
+    if shape is not None and len(shape) == 2 and shape[0] == 1 and shape[1] > 1:
+        raise ValueError(
+            f"b has shape {tuple(shape)}, a row: mpsolve.{name} takes one right-hand side as "
+            f"a column, shape ({shape[1]},) or ({shape[1]}, 1), as scipy.sparse.linalg.{name} "
+            "does: pass b.ravel()")
     if shape is not None and len(shape) == 2 and shape[1] > 1:
         raise ValueError(
             f"b has shape {tuple(shape)}: mpsolve.{name} takes one right-hand side, shape "
@@ -270,6 +275,8 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     """
     restart = check_gmres_options(restart, side)
     check_precond(precond)
+    if isinstance(b, (list, tuple)):
+        b = np.asarray(b)                   # (as SciPy: a list is its array, 1-D or 2-D)
     if (getattr(b, "ndim", 1) or 0) > 2:
         raise ValueError(f"b has shape {tuple(b.shape)}: solve takes one right-hand side, "
                          f"shape (n,) or (n, 1), or k of them as the columns of an (n, k) array")

@@ -78,7 +78,8 @@ def check_block(b, n, name="b"):
     checks a vector (numeric dtype, finite values); every rejection names ``name``."""
     arr = kernel_ready(b if type(b) is np.ndarray else to_host(b))
     if arr.dtype == object:
-        raise TypeError(f"{name} must be a numeric array, got {type(b).__name__}")
+        raise TypeError(f"{name} holds Python objects (dtype object): pass a numeric array, "
+                        f"for example np.asarray({name}, dtype=np.float64)")
     if arr.ndim != 2 or arr.shape[0] != n:
         raise ValueError(f"{name} has shape {np.shape(b)}, but A is {n}x{n}: several "
                          f"right-hand sides are a 2-D array of shape ({n}, k)")

@@ -59,6 +59,10 @@ CASES = [
     ("NaN in complex b", _with(b=np.r_[complex(1, np.nan), np.ones(N - 1)]), ValueError,
      ["b", "NaN"]),
     ("string A", _with(A="matrix"), (TypeError, ValueError), ["A"]),
+    ("object b", _with(b=B0.astype(object)), TypeError, ["b", "dtype object", "np.asarray"]),
+    ("object A", _with(A=A0.toarray().astype(object)), TypeError,
+     ["A", "dtype object", "np.asarray"]),
+    ("b a row", _with(b=B0.reshape(1, -1)), ValueError, ["b", "a row", "b.ravel()"]),
     ("negative rtol", _with(rtol=-1e-5), ValueError, ["rtol", "non-negative"]),
     ("negative atol", _with(atol=-1.0), ValueError, ["atol", "non-negative"]),
     ("NaN rtol", _with(rtol=float("nan")), ValueError, ["rtol"]),
@@ -391,3 +395,39 @@ def test_a_matrix_given_to_a_preconditioner_constructor_is_refused():
                 cls(A)
         with pytest.raises(TypeError, match="setup"):
             cls(dtype=A0)
+
+
+@pytest.mark.parametrize("where", ["A", "b", "both", "complex A", "Solver", "block b"])
+def test_long_double_data_is_answered_in_fp64_like_scipy(where):
+    """longdouble data is solved in FP64 and answered in float64 (complex128), as SciPy
+    does -- a float128 answer would claim digits it does not have."""
+    from mpsolve import Solver, solve
+
+    A, b = A0, A0 @ B0
+    ld = np.longdouble
+    if where == "A":
+        x, _ = cg(A.astype(ld), b, rtol=1e-10)
+    elif where == "b":
+        x, _ = cg(A, b.astype(ld), rtol=1e-10)
+    elif where == "both":
+        x, _ = bicgstab(A.astype(ld), b.astype(ld), rtol=1e-10)
+    elif where == "complex A":
+        x, _ = gmres(A.astype(np.complex128), b.astype(ld), rtol=1e-10)
+    elif where == "Solver":
+        x = Solver(A.astype(ld), rtol=1e-10).solve(b.astype(ld)).x
+    else:
+        x = solve(A, np.column_stack([b, b]).astype(ld), rtol=1e-10).x
+    want = np.complex128 if where == "complex A" else np.float64
+    assert x.dtype == want
+    assert np.linalg.norm(A @ x - (b if x.ndim == 1 else np.column_stack([b, b]))) \
+        <= 1e-9 * np.linalg.norm(b) * (1 if x.ndim == 1 else 2)
+
+
+def test_a_list_of_columns_is_several_right_hand_sides():
+    """``solve(A, B)`` takes ``B`` as a list of lists of shape (n, k) as it takes the array."""
+    from mpsolve import solve
+
+    A = A0
+    B = np.column_stack([A @ B0, 2 * (A @ B0)])
+    r = solve(A, B.tolist(), rtol=1e-10)
+    assert r.x.shape == B.shape and np.allclose(r.x, solve(A, B, rtol=1e-10).x, rtol=0, atol=0)
