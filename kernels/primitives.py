@@ -188,8 +188,8 @@ CONTRACT = (
     Op("cg_loop", "cg_loop(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, hist, "
        "state) -> (count, flag)", "at most min(maxiter, hist.size) PCG iterations of "
        "mpsolve.krylov.cg's body (A and M as kernels/fused.py's programs; z is r without "
-       "M); hist[k] = ||r_k+1||; state = [r.z, resume]; flag 0 converged, 1 iterations "
-       "used up, -12/-14 breakdown", modes=_REDUCE, host=True),
+       "M); hist[k] = ||r_k+1||; state = [r.z, resume, sign of p.Ap]; flag 0 converged, "
+       "1 iterations used up, -12/-14 breakdown", modes=_REDUCE, host=True),
     Op("bicgstab_loop", "bicgstab_loop(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, "
        "w, maxiter, tol, hist, state) -> (count, flag)", "at most min(maxiter, hist.size) "
        "BiCGSTAB iterations of mpsolve.krylov.bicgstab's body (ph, sh are p, s without M; "

@@ -1382,17 +1382,22 @@ def _ref_cg_loop(mode):
             rz = rnorm * rnorm if psolve is None else ops.dot(r, z)
             if rnorm <= tol:
                 return 0, 0
-            if not (rz > 0 and math.isfinite(rz)):
+            if not (rz != 0 and math.isfinite(rz)):
                 return 0, (-14 if not math.isfinite(rz) else -12)
+            sa = 0.0
         else:
             rz = float(state[0])
+            sa = float(state[2])
+        sm = math.copysign(1.0, rz)             # the signs of r.z and p.Ap stay (cg.py)
         for k in range(1, maxiter + 1):
             pq = matvec_dot(p, q)               # q = A p; p . q
-            if tiny <= pq < math.inf:
+            if sa == 0.0 and pq != 0.0:
+                sa = state[2] = math.copysign(1.0, pq)
+            if tiny <= sa * pq < math.inf:
                 alpha = rz / pq
             else:
                 alpha = ops.dot_ratio(r, z, p, q)
-                if not (0 < alpha < math.inf):
+                if not (0 < sm * sa * alpha < math.inf):
                     return k - 1, (-14 if math.isnan(alpha) else -12)
             rnorm = ops.axpy2_nrm2(alpha, p, x, -alpha, q, r)
             hist[k - 1] = rnorm
@@ -1405,7 +1410,7 @@ def _ref_cg_loop(mode):
             else:
                 psolve(r, z, t)
                 rz_new = ops.dot(r, z)
-                if not (rz_new > 0):
+                if not (sm * rz_new > 0):
                     return k, (-14 if math.isnan(rz_new) else -12)
             beta = rz_new / rz
             rz = state[0] = rz_new

@@ -900,7 +900,7 @@ def _cg_runner(kern, plan, ws, n, wdt, no_m):
         if not vecs:
             vecs.extend((ws.get("q", n, wdt), ws.get("p", n, wdt),
                          None if no_m else ws.get("z", n, wdt), ws.get("loop_t", n, wdt),
-                         ws.get("loop_hist", LOOP_CHUNK, _F64), ws.get("loop_state", 2, _F64)))
+                         ws.get("loop_hist", LOOP_CHUNK, _F64), ws.get("loop_state", 3, _F64)))
         q, p, z, t, buf, state = vecs
         if no_m:
             z = r

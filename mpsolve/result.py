@@ -19,7 +19,8 @@ BREAKDOWNS = {
     -10: "BiCGSTAB rho breakdown: the shadow residual became orthogonal to the residual",
     -11: "BiCGSTAB omega breakdown: the stabilisation step vanished (t.s == 0 or t == 0; "
          "also r0.v == 0, as SciPy reports it)",
-    -12: "CG curvature breakdown: p.Ap <= 0 or r.z <= 0, so A or M is not symmetric positive definite",
+    -12: "CG curvature breakdown: p.Ap or r.z changed sign or vanished, so A or M is not "
+         "symmetric definite (positive, or negative as SciPy's CG also takes)",
     -13: "GMRES: the Krylov space is exhausted (happy breakdown) but the true residual is above "
          "the tolerance: A or M is singular",
     -14: "a NaN or Inf appeared in the iteration (overflow in the working precision, or a "

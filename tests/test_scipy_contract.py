@@ -194,3 +194,34 @@ def test_bicgstab_callbacks_and_codes_as_scipy():
     assert half_steps                                  # the half-step exit was exercised
     Z = sp.csr_matrix((5, 5))
     assert mpsolve.bicgstab(Z, np.ones(5))[1] == spla.bicgstab(Z, np.ones(5))[1] == -11
+
+
+@pytest.mark.parametrize("M", ["none", "jacobi-matrix", "ilu0", "jacobi"])
+@pytest.mark.parametrize("fused", ["0", "1"])
+def test_cg_solves_a_negative_definite_matrix_as_scipy(monkeypatch, M, fused):
+    """SciPy's CG solves a negative definite A (the Laplacian written as [1, -2, 1]): its
+    iterates are CG's on -A.  So does mpsolve's -- the Python body and the compiled loop,
+    with M negative definite too (Jacobi of that A) -- with SciPy's iteration count; an A
+    whose p.Ap changes sign is still the curvature breakdown."""
+    from mpsolve.matrices import poisson2d
+    from mpsolve.precond import ILU0, Jacobi
+
+    monkeypatch.setenv("MPSOLVE_FUSED", fused)
+    A = -poisson2d(15).tocsr()
+    n = A.shape[0]
+    b = np.random.default_rng(3).standard_normal(n)
+    Mm = {"none": None, "jacobi-matrix": sp.diags(1.0 / A.diagonal()).tocsr(),
+          "ilu0": ILU0(), "jacobi": Jacobi(dtype="float64")}[M]
+    ours, theirs = [], []
+    x, info = mpsolve.cg(A, b, rtol=1e-10, M=Mm, precision="double", callback=ours.append)
+    assert info == 0 and np.linalg.norm(b - A @ x) <= 1e-10 * np.linalg.norm(b)
+    if M in ("none", "jacobi-matrix"):
+        y, sinfo = spla.cg(A, b, rtol=1e-10, M=Mm, callback=theirs.append)
+        assert sinfo == 0 and len(ours) == len(theirs)
+        assert np.allclose(x, y, rtol=0, atol=1e-9 * np.abs(y).max())
+    B = np.column_stack([b, -2 * b, b[::-1]])
+    R = mpsolve.solve(A, B, method="cg", precond=Mm if M != "ilu0" else "ilu0", rtol=1e-10)
+    assert R.info == 0 and np.linalg.norm(B - A @ R.x) <= 1e-10 * np.linalg.norm(B) * 3
+    S = (poisson2d(15) - 0.5 * sp.eye(n)).tocsr()           # indefinite
+    S = (S - 1.5 * sp.diags(np.r_[np.zeros(n - 20), np.full(20, 4.0)])).tocsr()
+    assert mpsolve.cg(S, b, rtol=1e-10, precision="double")[1] == -12

@@ -244,7 +244,8 @@ def _cg(dmode, consts, A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol,
         state):
     """PCG as :func:`mpsolve.krylov.cg.cg_body` (Saad Alg. 9.1; stopping test on the
     unpreconditioned ``||r||``).  ``z`` is ``r`` itself when ``prog`` is :data:`P_NONE`.
-    Returns ``(iterations, flag)``; ``state = [rz, resume]``."""
+    Returns ``(iterations, flag)``; ``state = [rz, resume, sign of p.Ap]`` (the signs as
+    the body keeps them: A or M may be negative definite)."""
     tiny, lo, step = consts
     if state[1] == 0:
         if prog != P_NONE:
@@ -254,17 +255,23 @@ def _cg(dmode, consts, A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol,
         rz = rnorm * rnorm if prog == P_NONE else _dot(dmode, r, z)
         if rnorm <= tol:
             return 0, 0
-        if not (rz > 0 and math.isfinite(rz)):
+        if not (rz != 0 and math.isfinite(rz)):
             return 0, (-14 if not math.isfinite(rz) else -12)
+        sa = 0.0
     else:
         rz = state[0]
+        sa = state[2]
+    sm = math.copysign(1.0, rz)
     for k in range(1, maxiter + 1):
         pq = _matvec_dot(amode, dmode, A, p, q)     # q = A p; p . q
-        if tiny <= pq < math.inf:
+        if sa == 0.0 and pq != 0.0:
+            sa = math.copysign(1.0, pq)
+            state[2] = sa
+        if tiny <= sa * pq < math.inf:
             alpha = rz / pq
         else:                                       # from scaled vectors
             alpha = _ratio(dmode, r, z, p, q, step)
-            if not (0 < alpha < math.inf):
+            if not (0 < sm * sa * alpha < math.inf):
                 return k - 1, (-14 if math.isnan(alpha) else -12)
         rnorm = _axpy2_nrm2(dmode, alpha, p, x, -alpha, q, r, lo, step)  # x += a p; r -= a q
         hist[k - 1] = rnorm
@@ -277,7 +284,7 @@ def _cg(dmode, consts, A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol,
         else:
             _psolve(prog, pmode, P, r, z, t)        # z = M r
             rz_new = _dot(dmode, r, z)
-            if not (rz_new > 0):
+            if not (sm * rz_new > 0):
                 return k, (-14 if math.isnan(rz_new) else -12)
         beta = rz_new / rz
         rz = rz_new

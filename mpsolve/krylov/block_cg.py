@@ -100,7 +100,7 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
 
     def leave(codes):
         """Columns with ``codes[c] != 2`` leave with that flag (2: stay)."""
-        nonlocal x, r, z, p, q, rz, rzn, rn, tol, limits, bn, cols, live, pq, zero
+        nonlocal x, r, z, p, q, rz, rzn, rn, tol, limits, bn, cols, live, pq, zero, sm, sa
         out = live & (codes != 2)
         if not out.any():
             return
@@ -117,13 +117,18 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
         p, q = np.ascontiguousarray(p[:, keep]), np.empty_like(x)
         rz, rzn, rn, tol, limits, bn = (rz[keep], rzn[keep], rn[keep], tol[keep],
                                         limits[keep], bn[keep])
+        sm, sa = sm[keep], sa[keep]
         cols, live, pq, zero = cols[keep], np.ones(keep.size, bool), np.empty(keep.size), \
             np.zeros(keep.size)
 
     codes = np.full(k, 2)
     codes[rn <= tol] = 0
     codes[(codes == 2) & ~(np.isfinite(rz))] = -14
-    codes[(codes == 2) & ~(rz > 0)] = -12
+    codes[(codes == 2) & ~(rz != 0)] = -12
+    # each column keeps the signs of its r.z and (from its first step) p.Ap, as the single
+    # body: A and M may be negative definite (SciPy's CG takes them)
+    sm = np.where(rz < 0, -1.0, 1.0)
+    sa = np.zeros(k)
     codes[(codes == 2) & (limits <= 0)] = 1
     leave(codes)
     while live.any():
@@ -133,7 +138,10 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
         else:
             mm(p, q)                          # Q = A P, one sweep over A
             col_dot(p, q, pq)                 # p_c . q_c
-        ok = (pq >= tiny) & (pq < math.inf)   # p.q normal, positive and finite (not NaN)
+        if it == 1:
+            sa = np.sign(pq)                  # (0 for 0, NaN for NaN: those fail below)
+        spq = sa * pq
+        ok = (spq >= tiny) & (spq < math.inf)  # p.q normal, of its sign, finite (not NaN)
         if not mask and ok.all():             # the common case: every column steps
             alpha = rz / pq
             act = live
@@ -172,9 +180,9 @@ def block_cg_body(bsys, X, R, B, limits, tol, hist, deflation="compact"):
             if not fused:
                 psolve(r, z)                  # Z = M R
                 col_dot(r, z, rzn)            # r_c . z_c
-            if not (rzn[live] > 0).all():
+            if not (sm[live] * rzn[live] > 0).all():
                 codes = np.full(rn.size, 2)
-                bad = live & ~(rzn > 0)
+                bad = live & ~(sm * rzn > 0)
                 codes[bad] = np.where(np.isnan(rzn[bad]), -14, -12)
                 leave(codes)
                 if not live.any():

@@ -11,6 +11,12 @@ true residual and, if the recursive one has drifted, restarts from the true
 residual (residual replacement).  Without a preconditioner ``z`` aliases ``r``
 and ``r.z`` is the squared norm already computed for the stopping test.
 
+Definite of either sign: SciPy's CG also solves a negative definite ``A`` (the 1-D
+Laplacian written as ``[1, -2, 1]``), whose iterates are those of CG on ``-A``; so ``r^H z``
+may be negative (``M`` negative definite: Jacobi of that ``A``) and ``p^H A p`` too.  Each
+keeps the sign of its first value; a change of sign or a zero is the curvature breakdown
+(-12: ``A`` or ``M`` is indefinite).
+
 Complex systems: CG for Hermitian positive definite ``A`` (and ``M``), with the
 conjugated dots ``x^H y``.  ``r^H z`` and ``p^H A p`` are then real in exact arithmetic;
 their rounding-level imaginary parts are dropped (``.real``, a no-op for real data),
@@ -67,15 +73,19 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
     rz = rnorm * rnorm if psolve is None else dot(r, z).real    # r^H z, real for HPD M
     if rnorm <= tol:
         return 0, 0, 0
-    if not (rz > 0 and math.isfinite(rz)):
+    if not (rz != 0 and math.isfinite(rz)):
         return 0, 0, (-14 if not math.isfinite(rz) else -12)
+    # the signs of r^H z (M's) and of p^H A p (A's, from the first step): both stay
+    sm, sa = math.copysign(1.0, rz), 0.0
     for k in range(1, maxiter + 1):
         pq = matvec_dot(p, q).real            # q = A p; p^H q (one pass where fused)
-        if tiny <= pq < math.inf:
+        if sa == 0.0 and pq != 0.0:
+            sa = math.copysign(1.0, pq)       # (NaN: stays 0, the ratio's test fails)
+        if tiny <= sa * pq < math.inf:
             alpha = rz / pq
         else:                                 # p.q or r.z overflowed, or underflowed, or
-            alpha = ratio(r, z, p, q).real    # A is not positive: from scaled vectors
-            if not (0 < alpha < math.inf):
+            alpha = ratio(r, z, p, q).real    # changed sign: from scaled vectors
+            if not (0 < sm * sa * alpha < math.inf):
                 return k - 1, k - 1, (-14 if math.isnan(alpha) else -12)
         rnorm = axpy2_nrm2(alpha, p, x, -alpha, q, r)  # x += alpha p; r -= alpha q; ||r||
         hist.append(rnorm)
@@ -91,7 +101,7 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
         else:
             psolve(r, z)                      # z = M r
             rz_new = dot(r, z).real           # r^H z
-            if not (rz_new > 0):
+            if not (sm * rz_new > 0):
                 return k, k, (-14 if math.isnan(rz_new) else -12)
         beta = rz_new / rz
         rz = rz_new
