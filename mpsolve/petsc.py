@@ -13,6 +13,14 @@ calls the methods it finds):
     (PETSc's object state); ``setup_count`` counts the builds.  Storage is FP32 unless
     a ``dtype`` (or precision) is given; where the values do not fit FP32 it is FP64
     instead, as ``mpsolve.solve`` escalates (``escalated`` says why, and ``view``).
+    A BAIJ/SBAIJ/dense ``P`` is read through an AIJ copy (``P`` itself is never
+    changed), and its block size (``MatGetBlockSize``) is the block classes' unless
+    ``block_size`` is given.  A set-up that fails on the matrix (a zero pivot) follows
+    PETSc's convention: the PC's failed reason is set, the apply returns Inf and the KSP
+    stops with ``KSP_DIVERGED_PCSETUP_FAILED`` (``failed`` and ``view`` say why);
+    ``Jacobi`` uses 1 where the diagonal is zero, as PCJACOBI.  The constructor refuses
+    keywords its class does not take, and a bad option value is refused by
+    ``KSPSetFromOptions``, naming the option.
 ``apply(pc, x, y)``
     ``y = M x`` on the vectors' own arrays (``x.array_r``, ``y.array``): no copies.
     With ``device=`` a device without host arrays (the keyword of the class, or
@@ -78,6 +86,7 @@ import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError
 from ._params import accepted_params, init_params
+from ._sparse import canonical_csr
 from .backend import array_module, download, is_host, resolve_device, upload
 from .precision import PRESETS
 
@@ -119,8 +128,8 @@ def petsc_mat(A, comm=None):
     """
     from petsc4py import PETSc
 
-    A = sp.csr_matrix(A)
-    st = _check_scalar(A.dtype, "A")
+    A = canonical_csr(A if sp.issparse(A) else sp.csr_matrix(np.asarray(A)))
+    st = _check_scalar(A.dtype, "A")    # (canonical: duplicates summed, as SciPy reads them)
     P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
                                                  A.indices.astype(PETSc.IntType),
                                                  A.data.astype(st)),
@@ -150,19 +159,26 @@ MATRIX_FREE = frozenset({"shell", "python", "mffd", "composite", "normal", "norm
 
 def local_csr(P) -> sp.csr_matrix:
     """The local (diagonal-block) CSR matrix of a PETSc Mat, without PETSc-side copies
-    where the format allows (AIJ); BAIJ/SBAIJ/dense are converted first.  Values in
-    PETSc's scalar type (:func:`scalar_dtype`)."""
+    where the format allows (AIJ); BAIJ/SBAIJ/dense are converted first -- an AIJ copy,
+    destroyed after reading: the caller's Mat (and an MPI matrix's diagonal block) keeps
+    its type and storage.  Values in PETSc's scalar type (:func:`scalar_dtype`)."""
+    from petsc4py import PETSc
+
     mtype = P.getType()
     if P.getComm().getSize() > 1 or mtype.startswith("mpi"):
         P = P.getDiagonalBlock()
         mtype = P.getType()
+    copy = None
     if mtype not in ("seqaij", "aij", "seqaijperm", "seqaijsell"):
-        P = P.convert("seqaij")
-    indptr, indices, data = P.getValuesCSR()
-    m, n = P.getSize()
-    A = sp.csr_matrix((np.asarray(data, dtype=scalar_dtype()), np.asarray(indices),
-                       np.asarray(indptr)), shape=(m, n))
-    return A
+        P = copy = P.convert("seqaij", PETSc.Mat())   # (no out: converted in place)
+    try:
+        indptr, indices, data = P.getValuesCSR()
+        m, n = P.getSize()
+        return sp.csr_matrix((np.asarray(data, dtype=scalar_dtype()), np.asarray(indices),
+                              np.asarray(indptr)), shape=(m, n))
+    finally:
+        if copy is not None:
+            copy.destroy()
 
 
 class _MpsolvePC:
@@ -174,6 +190,12 @@ class _MpsolvePC:
 
     def __init__(self, **params):
         self.params = dict(params)
+        unknown = sorted(set(self.params) - self._accepted() - {"dtype", "side", "device"})
+        if unknown:
+            raise TypeError(
+                f"mpsolve.petsc.{type(self).__name__}: unknown keyword(s) {unknown}; it takes "
+                f"{sorted(self._accepted() | {'side', 'device'})} (dtype: the storage "
+                "precision, 'float32' or 'float64')")
         self.dtype = self.params.pop("dtype", None)   # storage precision (None: FP32)
         self.side = self.params.pop("side", None)     # None: from the options, else left
         if self.side not in (None, "left", "right"):
@@ -188,6 +210,11 @@ class _MpsolvePC:
         self.setup_count = 0
         self.setup_time = 0.0
         self._key = None
+        #: why the last set-up failed (PETSc's convention: the PC's failed reason is set,
+        #: the apply returns Inf, the KSP stops with KSP_DIVERGED_PC_FAILED), or None
+        self.failed = None
+        # the constructor checks its keywords' values now, not at the first solve
+        self.precond_cls(**accepted_params(self.precond_cls, self.params, drop_none=False))
 
     # -------------------------------------------------------------- options
     def setFromOptions(self, pc):
@@ -207,13 +234,13 @@ class _MpsolvePC:
             if kw in self._accepted():
                 v = get("getInt", opt)
                 if v is not None and self.params.get(kw) != v:
-                    self.params[kw] = int(v)
+                    self._take_option(opt, kw, int(v))
                     changed = True
         for opt in ("variant", "accumulate"):
             if opt in self._accepted():
                 v = get("getString", opt)
                 if v is not None and self.params.get(opt) != v:
-                    self.params[opt] = v
+                    self._take_option(opt, opt, v)
                     changed = True
         prec = get("getString", "precision")
         if prec is not None:
@@ -237,6 +264,16 @@ class _MpsolvePC:
             changed = True
         if changed:
             self._key = None  # rebuild at the next setUp
+
+    def _take_option(self, opt, kw, value):
+        """Take ``-mpsolve_<opt> value`` as the keyword ``kw``, checked now as the class's
+        constructor checks it (an error names the option, as PETSc's do)."""
+        params = dict(self.params, **{kw: value})
+        try:
+            self.precond_cls(**accepted_params(self.precond_cls, params, drop_none=False))
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"-mpsolve_{opt} {value}: {err}") from None
+        self.params = params
 
     def _side_from_options(self, get, prefix, plain):
         """The preconditioning side the options database implies (module docstring)."""
@@ -269,27 +306,50 @@ class _MpsolvePC:
 
     # ------------------------------------------------------------ protocol
     def setUp(self, pc):
+        from petsc4py import PETSc
+
+        from .precond import ZeroPivotError
+
         A, P = pc.getOperators()
         state = P.stateGet() if hasattr(P, "stateGet") else None
         key = (P.handle, state, P.getSize())
-        if self.M is not None and key == self._key:
+        if (self.M is not None or self.failed is not None) and key == self._key:
             return
         t0 = time.perf_counter()
         C = self._operator(P)
         kw = accepted_params(self.precond_cls, self.params, drop_none=False)
+        bs = P.getBlockSize()
+        if "block_size" in self._accepted() and kw.get("block_size") is None and bs > 1 \
+                and C.shape[0] % bs == 0:
+            kw["block_size"] = bs       # the Mat's own block size (BAIJ, MatSetBlockSize)
 
         def build(dtype):
             return self.precond_cls(**kw, dtype=dtype).setup(
                 C, dtype=dtype, side=self.side or "left", device=self.device)
 
+        self.M, self.failed, self._key = None, None, None
         try:
-            self.M, self.escalated = build(self.dtype or "float32"), None
-        except PrecisionRangeError as err:
-            if self.dtype is not None:   # a storage precision the caller chose: refused
+            try:
+                self.M, self.escalated = build(self.dtype or "float32"), None
+            except PrecisionRangeError as err:
+                if self.dtype is not None:   # a storage precision the caller chose: refused
+                    raise
+                # the default FP32 storage does not hold P's preconditioner: FP64, as
+                # mpsolve.solve escalates (said by view)
+                self.M, self.escalated = build("float64"), f"FP32 range: stored in FP64 ({err})"
+        except (ZeroPivotError, ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+            if isinstance(err, PrecisionRangeError) or (
+                    hasattr(pc, "getErrorIfFailure") and pc.getErrorIfFailure()):
                 raise
-            # the default FP32 storage does not hold P's preconditioner: FP64, as
-            # mpsolve.solve escalates (said by view)
-            self.M, self.escalated = build("float64"), f"FP32 range: stored in FP64 ({err})"
+            # PETSc's convention for a set-up that fails on the matrix (PCILU's zero pivot):
+            # the failed reason is set, applies return Inf, the KSP stops with
+            # KSP_DIVERGED_PC_FAILED -- a Newton or time-stepping solver then recovers
+            reason = PETSc.PC.FailedReason
+            pc.setFailedReason(reason.FACTOR_NUMERIC_ZEROPIVOT
+                               if isinstance(err, ZeroPivotError) else reason.SETUP_ERROR)
+            self.failed = f"{type(err).__name__}: {err}"
+            self._key = key
+            return
         self._bufs = None
         if not is_host(self.M.device):   # the KSP's vectors cross to the device and back
             xp = array_module(self.M.device)
@@ -310,7 +370,17 @@ class _MpsolvePC:
             "(AIJ) approximation as P (ksp.setOperators(A, P)), or use "
             "mpsolve.petsc.Jacobi, which needs only P's diagonal (MatGetDiagonal)")
 
+    def _ready(self, pc) -> bool:
+        """Set up (where petsc4py made this context anew after the PC's set-up: a second
+        ``KSPSetFromOptions``); False where the set-up failed (the caller returns Inf)."""
+        if self.M is None and self.failed is None:
+            self.setUp(pc)
+        return self.M is not None
+
     def apply(self, pc, x, y):
+        if not self._ready(pc):
+            y.set(np.inf)                # a failed set-up: PETSc's factor-failure Inf
+            return
         self._apply(x.array_r, y.array)  # y = M x on PETSc's own arrays
 
     def _apply(self, xa, ya):
@@ -329,6 +399,9 @@ class _MpsolvePC:
         operators for every column where the preconditioner has a block kernel (PETSc's
         column-major block is copied to mpsolve's row-major one and back); on a device
         column by column."""
+        if not self._ready(pc):
+            Y.getDenseArray()[...] = np.inf
+            return
         Xa = X.getDenseArray(readonly=True)
         Ya = Y.getDenseArray()
         if self._bufs is None:
@@ -348,6 +421,9 @@ class _MpsolvePC:
                 yj[:] = out
 
     def applyTranspose(self, pc, x, y):
+        if not self._ready(pc):
+            y.set(np.inf)
+            return
         if not getattr(self.M, "symmetric", False):
             raise NotImplementedError(f"{type(self).__name__}: transpose apply of a "
                                       "nonsymmetric preconditioner is not available")
@@ -360,7 +436,9 @@ class _MpsolvePC:
 
     def view(self, pc, viewer):
         lines = [f"mpsolve {type(self).__name__} preconditioner"]
-        if self.M is None:
+        if self.failed is not None:
+            lines.append(f"  set-up failed: {self.failed}")
+        elif self.M is None:
             lines.append("  (not set up)")
         else:
             lines.append(f"  {self.M!r}")
@@ -376,6 +454,8 @@ class _MpsolvePC:
                          f"last setup {self.setup_time:.3g} s")
             if self.escalated:
                 lines.append(f"  {self.escalated}")
+            if getattr(self, "zero_diagonal", 0):
+                lines.append(f"  {self.zero_diagonal} zero diagonal entries: 1 used there")
         for ln in lines:
             viewer.printfASCII(ln + "\n")
 
@@ -383,18 +463,28 @@ class _MpsolvePC:
         self.M = None
         self._bufs = None
         self._key = None
+        self.failed = None
 
 
 class Jacobi(_MpsolvePC):
     """Point Jacobi (:class:`mpsolve.precond.Jacobi`) as a PETSc Python PC; on a
-    matrix-free ``P`` (a shell) from its ``MatGetDiagonal``, as PETSc's PCJACOBI."""
+    matrix-free ``P`` (a shell) from its ``MatGetDiagonal``, and with 1 where the diagonal
+    is zero (``zero_diagonal`` counts them; ``view`` says so), as PETSc's PCJACOBI."""
+
+    zero_diagonal = 0
 
     def _operator(self, P):
         if P.getType() not in MATRIX_FREE:
-            return local_csr(P)
-        d = P.createVecLeft()
-        P.getDiagonal(d)                 # the shell's diagonal operation, or PETSc's error
-        return sp.diags_array(np.array(d.array_r, dtype=scalar_dtype()), format="csr")
+            d = local_csr(P).diagonal()
+        else:
+            v = P.createVecLeft()
+            P.getDiagonal(v)             # the shell's diagonal operation, or PETSc's error
+            d = np.array(v.array_r, dtype=scalar_dtype())
+        zero = d == 0
+        if zero.any():                   # PETSc's PCJACOBI: 1 where the diagonal is zero
+            d[zero] = 1.0
+        self.zero_diagonal = int(zero.sum())
+        return sp.diags_array(d, format="csr")
 
     @property
     def precond_cls(self):

@@ -259,6 +259,7 @@ def test_mpi_two_ranks_bjacobi_with_mpsolve_subpc():
     for name, r in res.items():
         assert r["reason"] > 0, (name, r)
         assert r["true_residual"] <= RTOL * 1.01, (name, r)
+        assert r.get("type", "mpibaij").startswith("mpi"), (name, r)   # (not converted)
 
 
 def test_bench_compares_the_same_gmres_as_petsc():
@@ -587,3 +588,127 @@ def test_plugin_stores_in_fp64_where_fp32_cannot_hold_the_preconditioner(pc_name
     with pytest.raises(PETSc.Error) as err:
         _solve(ksp, P, b)
     assert isinstance(err.value.__cause__, PrecisionRangeError)
+
+
+def _typed(A, mtype, bs=1):
+    """``A`` as a PETSc Mat of ``mtype`` (seqbaij/seqsbaij take block size ``bs``)."""
+    P = mp.petsc_mat(A)
+    if mtype == "seqaij" and bs == 1:
+        return P
+    if mtype == "seqaij":
+        Q = PETSc.Mat().createAIJ(size=A.shape, bsize=bs, comm=PETSc.COMM_SELF)
+    elif mtype == "seqdense":
+        return P.convert("seqdense", PETSc.Mat())
+    else:
+        Q = PETSc.Mat().create(PETSc.COMM_SELF)
+        Q.setSizes(A.shape, bsize=bs)
+        Q.setType(mtype)
+    Q.setUp()
+    C = A.tocsr() if mtype != "seqsbaij" else __import__("scipy.sparse").sparse.triu(A).tocsr()
+    Q.setOption(PETSc.Mat.Option.NEW_NONZERO_ALLOCATION_ERR, False)
+    for i in range(A.shape[0]):
+        cols = C.indices[C.indptr[i]:C.indptr[i + 1]]
+        Q.setValues(i, cols, C.data[C.indptr[i]:C.indptr[i + 1]])
+    Q.assemble()
+    return Q
+
+
+@pytest.mark.parametrize("mtype,bs", [("seqbaij", 3), ("seqsbaij", 3), ("seqdense", 1),
+                                      ("seqaij", 3)])
+def test_the_plugin_leaves_the_callers_matrix_as_it_is(mtype, bs):
+    """P of another type than AIJ is read through an AIJ copy: after the solve it is of its
+    type still (petsc4py's convert without ``out`` converts in place: a BAIJ or SBAIJ
+    matrix came back AIJ, and under MPI its refill failed), set up once, and its block
+    size is the one BlockISAI uses."""
+    A = elasticity3d(3).tocsr()
+    P = _typed(A, mtype, bs)
+    ksp = PETSc.KSP().create(PETSc.COMM_SELF)
+    ksp.setOperators(P)
+    ksp.setType("cg")
+    ksp.setTolerances(rtol=RTOL, atol=0.0, max_it=500)
+    ctx = mp.BlockISAI(variant="spd")
+    pc = ksp.getPC()
+    pc.setType("python")
+    pc.setPythonContext(ctx)
+    b = P.createVecLeft()
+    b.array[:] = A @ np.ones(A.shape[0])
+    x = P.createVecRight()
+    ksp.solve(b, x)
+    assert ksp.getConvergedReason() > 0
+    assert P.getType() == mtype and ctx.setup_count == 1
+    assert ctx.M.block_size == (bs if bs > 1 else ctx.M.block_size)
+    assert np.linalg.norm(A @ x.array - b.array) <= 1.01 * RTOL * np.linalg.norm(b.array)
+
+
+def test_petsc_mat_sums_duplicate_entries_as_scipy():
+    import scipy.sparse as sp
+
+    A = sp.csr_matrix(([1.0, 1.0, 3.0, 4.0], [0, 0, 1, 1], [0, 2, 3, 4]), shape=(3, 3))
+    P = mp.petsc_mat(A)
+    assert P.getValue(0, 0) == 2.0 and P.getValue(1, 1) == 3.0 and P.getValue(2, 1) == 4.0
+
+
+def test_a_failed_set_up_follows_petscs_convention():
+    """A zero pivot: the PC's failed reason is set and the KSP stops with
+    KSP_DIVERGED_PC_FAILED (-11), as PETSc's own ILU, instead of an exception through
+    KSPSolve (a Newton or time-stepping solver recovers from the reason).  Jacobi uses 1
+    where the diagonal is zero, as PETSc's PCJACOBI, and takes its iterations."""
+    import scipy.sparse as sp
+
+    A = sp.diags([-1.0, 2.5, -1.2], [-1, 0, 1], shape=(50, 50), format="csr")
+    A.data[A.indptr[0]] = 0.0                         # a stored zero pivot at (0, 0)
+    B = A.copy()
+    B.data[:B.indptr[2]] = 0.0                        # a zero 2 x 2 pivot block
+    b = A @ np.ones(A.shape[0])
+    for ctx, M in ((mp.ILU0(), A), (mp.BlockILU0(block_size=2), B)):
+        ksp, P = _ksp(M, "gmres", ctx)
+        _, _, reason = _solve(ksp, P, b)
+        assert reason == PETSc.KSP.ConvergedReason.DIVERGED_PCSETUP_FAILED
+        assert ksp.getPC().getFailedReason() != 0 and ctx.failed
+    got = [_solve(*_ksp(A, "gmres", c, pc), b) for c, pc in ((mp.Jacobi(), None),
+                                                               (None, "jacobi"))]
+    assert got[0][2] > 0 and got[0][1] == got[1][1]
+
+
+def test_plugin_keywords_and_option_values_are_checked_when_given():
+    """A misspelt keyword is refused by the constructor (it used to be dropped silently);
+    a bad value of an option is refused by KSPSetFromOptions, naming the option."""
+    with pytest.raises(TypeError, match="sparsity_powr"):
+        mp.ISAI(sparsity_powr=3)
+    with pytest.raises(TypeError, match="precision"):
+        mp.ISAI(precision="double")
+    with pytest.raises(ValueError):
+        mp.ISAI(variant="bogus")
+    A = convection_diffusion2d(8, peclet=2.0)
+    ksp, P = _ksp(A, "gmres")
+    opts = PETSc.Options()
+    opts["pc_type"] = "python"
+    opts["pc_python_type"] = "mpsolve.petsc.ISAI"
+    opts["mpsolve_variant"] = "bogus"
+    try:
+        with pytest.raises(PETSc.Error) as err:
+            ksp.setFromOptions()
+        assert "-mpsolve_variant bogus" in str(err.value.__cause__)
+    finally:
+        for k in ("pc_type", "pc_python_type", "mpsolve_variant"):
+            opts.delValue(k)
+
+
+def test_a_second_set_from_options_leaves_the_plugin_working():
+    """petsc4py makes the Python context anew at a second KSPSetFromOptions, after the
+    PC's set-up: the first apply sets it up (it failed with AttributeError)."""
+    A = convection_diffusion2d(10, peclet=2.0).tocsr()
+    ksp, P = _ksp(A, "gmres")
+    opts = PETSc.Options()
+    opts["pc_type"] = "python"
+    opts["pc_python_type"] = "mpsolve.petsc.ISAI"
+    try:
+        ksp.setFromOptions()
+        b = A @ np.ones(A.shape[0])
+        first = _solve(ksp, P, b)
+        ksp.setFromOptions()
+        second = _solve(ksp, P, b)
+    finally:
+        for k in ("pc_type", "pc_python_type"):
+            opts.delValue(k)
+    assert first[2] > 0 and second[2] > 0 and first[1] == second[1]

@@ -61,6 +61,56 @@ def run(A, ksp_type, opts, comm):
     return out
 
 
+def refill(A, mtype, opts, comm):
+    """A matrix of ``mtype`` (MPI BAIJ/SBAIJ, block size 3) with the python PC given
+    directly: solved, filled again with new values in the same pattern (a Newton step's
+    refill), solved again.  The plug-in reads each rank's diagonal block through an AIJ
+    copy: converting that block in place made the refill fail (a new nonzero, or SBAIJ's
+    lower triangle)."""
+    n = A.shape[0]
+    P = PETSc.Mat().create(comm=comm)
+    P.setSizes([n, n], bsize=3)
+    P.setType(mtype)
+    P.setUp()
+    P.setOption(PETSc.Mat.Option.NEW_NONZERO_ALLOCATION_ERR, False)
+    lo, hi = P.getOwnershipRange()
+    U = A.tocsr() if mtype == "baij" else __import__("scipy.sparse").sparse.triu(A).tocsr()
+
+    def fill(scale):
+        for i in range(lo, hi):
+            s, e = U.indptr[i], U.indptr[i + 1]
+            P.setValues(i, U.indices[s:e].astype(PETSc.IntType), scale * U.data[s:e])
+        P.assemble()
+
+    fill(1.0)
+    db = PETSc.Options()
+    for k, v in opts.items():
+        db[k] = v
+    ksp = PETSc.KSP().create(comm)
+    ksp.setOperators(P)
+    ksp.setType("cg")
+    ksp.setTolerances(rtol=1e-8, atol=0.0, max_it=2000)
+    ksp.setFromOptions()
+    for k in opts:
+        db.delValue(k)
+    b = P.createVecLeft()
+    b.array[:] = (A @ np.ones(n))[lo:hi]
+    reasons = []
+    for scale in (1.0, 2.0):
+        if scale != 1.0:
+            fill(scale)                  # the same pattern, new values
+        x = P.createVecRight()
+        x.set(0.0)
+        ksp.solve(b, x)
+        reasons.append(int(ksp.getConvergedReason()))
+        r = b.duplicate()
+        P.mult(x, r)
+        r.aypx(-1.0, b)
+        true = r.norm() / b.norm()
+    return dict(iterations=ksp.getIterationNumber(), reason=min(reasons),
+                true_residual=float(true), type=P.getType())
+
+
 def main():
     comm = PETSc.COMM_WORLD
     E = elasticity3d(8)
@@ -83,6 +133,9 @@ def main():
         "convdiff_fgmres_python_direct": run(C, "fgmres", {
             "pc_type": "python", "pc_python_type": "mpsolve.petsc.ISAI"}, comm),
     }
+    for mtype in ("baij", "sbaij"):
+        res[f"elasticity_cg_{mtype}_refill_ilu0"] = refill(E, mtype, {
+            "pc_type": "python", "pc_python_type": "mpsolve.petsc.ILU0"}, comm)
     if comm.getRank() == 0:
         print("RESULT " + json.dumps(res), flush=True)
 
