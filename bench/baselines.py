@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .common import Run, TimeLimit, deadline_callback, maxiter_for, sampled
+from mpsolve._params import init_params
 
 __all__ = ["run_scipy", "run_petsc", "run_petsc_ranks", "petsc_solve", "petsc_operator",
            "petsc_available", "SCIPY_PRECONDS", "PETSC_PRECONDS"]
@@ -289,12 +290,16 @@ def petsc_solve(A, b, method="gmres", pc="bjacobi", rtol=1e-8, maxiter=3000, res
     ctx = None
     if pc in contexts:
         p.setType("python")
-        kw = {}
-        if block_size is not None:
+        cls = contexts[pc]
+        # the side this KSP applies M on (configure_ksp: right for GMRES and BiCGSTAB),
+        # which the approximate inverse must match; options the class does not take left out
+        kw = {"side": "left" if method == "cg" else "right"}
+        accepted = init_params(cls().precond_cls)
+        if block_size is not None and "block_size" in accepted:
             kw["block_size"] = block_size
-        if sparsity_power is not None:
+        if sparsity_power is not None and "sparsity_power" in accepted:
             kw["sparsity_power"] = sparsity_power
-        ctx = contexts[pc](**kw)
+        ctx = cls(**kw)
         if method == "cg":
             ctx.params.setdefault("variant", "spd")
         p.setPythonContext(ctx)

@@ -86,9 +86,12 @@ def _summary_lines(runs, reference, bold="**"):
     """The geometric-mean sentences: best against best first (the headline), then
     against the named reference runs."""
     out = []
+    problems = list(dict.fromkeys(r.problem for r in runs))
     for ref in (None, reference):
         _, gm, ratios = summary(runs, ref)
         for s, g in gm.items():
+            if ref and not any(reference_run(runs, s, p, ref) for p in problems):
+                continue    # no such run at all (its preconditioner not asked for): unnamed
             finite = [x for x in ratios[s] if math.isfinite(x)]
             failed = len(ratios[s]) - len(finite)
             name = (reference_name(s, ref) if ref else

@@ -78,6 +78,10 @@ FULL_PETSC_PRECONDS = ["jacobi", "bjacobi", "sor", "icc", "mpsolve"]
 #: ILU(0) (= serial bjacobi), SOR, ICC where it applies: SPD problems under CG)
 DEFAULT_PETSC_PRECONDS = ["bjacobi", "jacobi", "sor", "icc"]
 METHODS = ["cg", "gmres", "bicgstab"]
+#: The generated families whose matrices are SPD, or Hermitian positive definite
+#: (magnetic2d): CG and ICC apply (tests/test_bench.py checks each family's eigenvalues).
+SPD_FAMILIES = frozenset({"laplacian1d", "poisson2d", "poisson3d", "anisotropic2d",
+                          "anisotropic3d", "elasticity3d", "jump3d", "magnetic2d"})
 #: Seconds a solve may iterate (``--time-limit``): every default problem solves in
 #: about a second with the better configurations; what runs longer has failed.
 DEFAULT_TIME_LIMIT = 20.0
@@ -147,8 +151,7 @@ def _load_problems(args, log=None):
     for spec in specs:
         A = generate(spec)
         name = spec.split(":")[0]
-        # SPD, or Hermitian positive definite (magnetic2d): CG applies
-        spd = name.startswith(("poisson", "anisotropic", "elasticity", "laplacian", "magnetic"))
+        spd = name in SPD_FAMILIES
         out.append((spec, A, spd))
     if args.problems is None and not (collection or args.quick or args.full):
         found, folders = _default_matrices()
@@ -454,7 +457,7 @@ def run_suite(args, progress=True, log=None, info=None) -> List[Run]:
                 bar.update(f"{name} {solver} {method}/{pc}/{prec}"
                            + (f" x{nranks}" if nranks > 1 else ""))
             r = parallel[name, method, pc, nranks] if nranks > 1 else None
-            for _ in range(args.repeat if r is None else 0):
+            for _ in range((args.repeat or 1) if r is None else 0):
                 if solver == "mpsolve":
                     t = run_mpsolve(A, b, name, spd, method, prec, pc, args)
                 elif solver == "scipy":
@@ -528,6 +531,18 @@ def _versions():
 
 
 # --------------------------------------------------------------------------- CLI
+def _positive_float(text):
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
 def _positive_int(text):
     import argparse
 
@@ -595,23 +610,26 @@ def add_arguments(p):
                         "process; more: mpiexec -n R, one launch for all runs, ILU/ICC as "
                         "block Jacobi with one ILU(0)/IC(0) block per rank, SOR as local "
                         "SSOR sweeps; mpsolve's PCs run on 1 rank only")
-    p.add_argument("--rtol", type=float, default=1e-8, help="FP64 true relative residual (1e-8)")
-    p.add_argument("--maxiter", type=int, default=3000,
+    p.add_argument("--rtol", type=_positive_float, default=1e-8,
+                   help="FP64 true relative residual (1e-8)")
+    p.add_argument("--maxiter", type=_positive_int, default=3000,
                    help="iteration limit per run (inner iterations for gmres; default 3000)")
-    p.add_argument("--restart", type=int, default=30, help="GMRES restart (default 30)")
+    p.add_argument("--restart", type=_positive_int, default=30,
+                   help="GMRES restart (default 30)")
     p.add_argument("--gmres-side", choices=["left", "right"], default="right",
                    help="preconditioning side of mpsolve's GMRES (default right: the PETSc "
                         "baseline runs right-preconditioned GMRES with the unpreconditioned "
                         "residual norm, so both minimise the same residual)")
-    p.add_argument("--time-limit", type=float, default=None,
+    p.add_argument("--time-limit", type=_positive_float, default=None,
                    help="seconds one solve may iterate before it is stopped and recorded as "
                         f"not converged (default {DEFAULT_TIME_LIMIT:g}, with --full "
                         f"{FULL_TIME_LIMIT:g}; a preconditioner set-up is not interrupted)")
-    p.add_argument("--repeat", type=_positive_int, default=1,
+    p.add_argument("--repeat", type=_positive_int, default=None,
                    help="run each converged configuration this many times and keep the "
-                        "fastest (every solver alike; this machine's timings are noisy)")
-    p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--sparsity-power", type=int, default=None)
+                        "fastest (every solver alike; this machine's timings are noisy; "
+                        "default 1, with --coverage 3)")
+    p.add_argument("--block-size", type=_positive_int, default=None)
+    p.add_argument("--sparsity-power", type=_positive_int, default=None)
     p.add_argument("--out", default="mpsolve-bench",
                    help="output folder for results.json, results.md and the plots")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -629,7 +647,9 @@ def add_arguments(p):
                         "hand-picked configuration and PETSc's and SciPy's best "
                         "configuration on every matrix of the collection (--collection or the "
                         "first folder found) and a few generated problems; writes "
-                        "--out/coverage.md (mpsolve.bench.coverage)")
+                        "--out/coverage.md (mpsolve.bench.coverage). Takes --collection, "
+                        "--matrices, --time-limit, --petsc-ranks, --repeat, --out; its "
+                        "tolerance (1e-8), methods and preconditioners are fixed")
     p.add_argument("--dot-size", type=_positive_int, default=10_000_000,
                    help="--device gpu: vector length of the dot benchmark (default 1e7)")
 
@@ -678,6 +698,16 @@ def main(args):
         argv += ["--time-limit", str(args.time_limit)] if args.time_limit else []
         argv += ["--only", *args.matrices] if args.matrices else []
         argv += ["--petsc-ranks", *map(str, args.petsc_ranks)] if args.petsc_ranks else []
+        argv += ["--repeat", str(args.repeat)] if args.repeat else []
+        fixed = [f"--{k.replace('_', '-')}" for k, default in
+                 (("rtol", 1e-8), ("maxiter", 3000), ("restart", 30), ("problems", None),
+                  ("methods", None), ("precisions", None), ("preconds", None),
+                  ("petsc_preconds", None), ("scipy_preconds", None))
+                 if getattr(args, k, default) != default]
+        if fixed:
+            raise ValueError(f"--coverage: {' '.join(fixed)} do(es) not apply: the coverage "
+                             "table's tolerance, methods and preconditioners are fixed "
+                             "(python -m mpsolve.bench.coverage --help)")
         os.makedirs(args.out, exist_ok=True)
         return coverage_main(argv) or 0
     if getattr(args, "device", "cpu") == "gpu":
@@ -688,6 +718,20 @@ def main(args):
     bad = [p for p in args.preconds or () if p != "none" and p not in REGISTRY]
     if bad:
         raise ValueError(f"--preconds: unknown {bad}; choose from {['none'] + sorted(REGISTRY)}")
+    if args.repeat is None:
+        args.repeat = 1
+    if args.petsc_preconds and petsc_available():
+        from petsc4py import PETSc
+
+        from .baselines import _pc_contexts
+
+        known = set(_pc_contexts()) | {v for k, v in vars(PETSc.PC.Type).items()
+                                       if not k.startswith("_") and isinstance(v, str)}
+        bad = [p for p in args.petsc_preconds if p not in known]
+        if bad:
+            raise ValueError(f"--petsc-preconds: unknown {bad}: PETSc PC types (jacobi, "
+                             "bjacobi, sor, icc, ilu, ...) or mpsolve's (" +
+                             ", ".join(sorted(_pc_contexts())) + ")")
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)

@@ -459,3 +459,63 @@ def test_collection_errors_name_the_folder_and_the_unknown_matrices(tmp_path, mo
     monkeypatch.setenv("MPSOLVE_MATRIX_PATH", str(tmp_path))
     suite, args = _args("--matrices", "ab")
     assert [n for n, _, _ in suite._load_problems(args)] == ["ab"]
+
+
+def test_the_suites_spd_families_are_the_hermitian_positive_definite_ones():
+    """``mpsolve bench`` runs CG and ICC on a generated problem by its family: the list
+    must name exactly the families whose matrices are Hermitian positive definite (jump3d
+    was left out, so the bench skipped CG on it)."""
+    import numpy as np
+
+    from mpsolve.bench.suite import SPD_FAMILIES
+    from mpsolve.matrices import GENERATORS, generate
+
+    small = {"laplacian1d": 40, "elasticity3d": 3}
+    for family in GENERATORS:
+        A = generate(f"{family}:{small.get(family, 6)}").toarray()
+        hpd = np.allclose(A, A.conj().T) and np.linalg.eigvalsh(A).min() > 0
+        assert (family in SPD_FAMILIES) == hpd, family
+
+
+def test_the_summary_names_no_reference_run_that_was_not_made():
+    """With PETSc's Jacobi only (no bjacobi run), the summary gives the best-vs-best line
+    and no line naming PETSc's GMRES + bjacobi (it used to, over the best run)."""
+    from mpsolve.bench.report import REFERENCE, _summary_lines
+
+    runs = [_run("p", "mpsolve", "cg", "ilu0", "mixed", 0.1),
+            _run("p", "petsc", "cg", "jacobi", "double", 0.2),
+            _run("p", "scipy", "gmres", "spilu", "double", 0.3)]
+    lines = _summary_lines(runs, REFERENCE)
+    assert not any("bjacobi" in ln for ln in lines)
+    assert any("petsc's best run" in ln for ln in lines)
+    assert any("spilu" in ln for ln in lines)          # SciPy's reference run exists
+
+
+@pytest.mark.parametrize("argv", [["--maxiter", "0"], ["--maxiter", "-5"], ["--rtol", "-1"],
+                                  ["--time-limit", "-1"], ["--restart", "0"],
+                                  ["--block-size", "-2"], ["--rtol", "nan"]])
+def test_bench_options_out_of_range_are_refused_by_the_parser(argv, capsys):
+    from mpsolve.bench import suite
+
+    p = argparse.ArgumentParser()
+    suite.add_arguments(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(argv)
+    assert "positive" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,word", [(["--coverage", "--rtol", "1e-6"], "--rtol"),
+                                       (["--coverage", "--methods", "cg"], "--methods"),
+                                       (["--petsc-preconds", "nosuchpc"], "nosuchpc")])
+def test_bench_options_that_would_be_ignored_are_refused(argv, word, tmp_path):
+    """--coverage's table has a fixed tolerance and candidates (it ignored --rtol and the
+    others silently); an unknown PETSc PC is named before anything runs."""
+    from mpsolve.bench import suite
+
+    if word == "nosuchpc":
+        pytest.importorskip("petsc4py")
+    p = argparse.ArgumentParser()
+    suite.add_arguments(p)
+    args = p.parse_args(argv + ["--out", str(tmp_path)])
+    with pytest.raises(ValueError, match=word):
+        suite.main(args)
