@@ -131,7 +131,7 @@ def read_matrix(path):
     """
     p = os.fspath(path)
     if os.path.isdir(p):
-        name = os.path.basename(os.path.normpath(p))
+        name = os.path.basename(os.path.abspath(p))     # ("." is the folder's own name)
         for ext in (".mtx", ".mtx.gz"):
             f = os.path.join(p, name + ext)
             if os.path.isfile(f):

@@ -153,6 +153,11 @@ def _parse_header(fh, path):
     return header, lineno
 
 
+def _fortran_float(text):
+    """``float`` that also reads Fortran's ``D`` exponent (``1.0D+00``), as SciPy does."""
+    return float(text.replace("D", "e").replace("d", "e"))
+
+
 def _locate_error(path):
     """Streaming pass over a file SciPy refused: raise at the first bad line, or return None."""
     with _open_text(path) as fh:
@@ -164,7 +169,7 @@ def _locate_error(path):
             layout = {0: "'row col'", 1: "'row col value'", 2: "'row col real imag'"}[nval]
         else:
             layout = "'value'" if nval == 1 else "'real imag'"
-        conv = int if field == "integer" else float
+        conv = int if field == "integer" else _fortran_float
         seen = 0
         for line in fh:
             lineno += 1
@@ -206,13 +211,16 @@ def _locate_error(path):
     return None
 
 
-_ALLOWED = {
-    "real": b"0123456789+-.eEnaifNAIFtyTY \t\r\n\v\f",
-    "double": b"0123456789+-.eEnaifNAIFtyTY \t\r\n\v\f",
+_ALLOWED = {   # (d, D: Fortran's double-precision exponent, 1.0D+00, as SciPy reads it)
+    "real": b"0123456789+-.eEdDnaifNAIFtyTY \t\r\n\v\f",
+    "double": b"0123456789+-.eEdDnaifNAIFtyTY \t\r\n\v\f",
     "integer": b"0123456789+- \t\r\n\v\f",
     "pattern": b"0123456789+ \t\r\n\v\f",
 }
 _ALLOWED["complex"] = _ALLOWED["real"]
+
+
+_FORTRAN_EXPONENT = bytes.maketrans(b"dD", b"ee")
 
 
 def _read_bytes(path):
@@ -245,6 +253,10 @@ def _mmread(path):
             break
     if raw[start:].translate(None, _ALLOWED[header["field"]]):
         _locate_error(path)  # raises at the first bad line (comment lines pass)
+    if header["field"] in ("real", "double", "complex") and (
+            b"d" in raw[start:] or b"D" in raw[start:]):
+        # Fortran's exponent (1.0D+00): SciPy's reader would stop at the D (2.5d-1 -> 2.5)
+        raw = raw[:start] + raw[start:].translate(_FORTRAN_EXPONENT)
     try:
         data = scipy.io.mmread(io.BytesIO(raw))
     except Exception as exc:  # SciPy raises ValueError / RuntimeError / OverflowError

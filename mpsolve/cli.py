@@ -137,9 +137,11 @@ def cmd_solve(args):
         if 1 in b.shape:
             b = b.reshape(-1)
         if b.shape[0] != n:
-            raise ValueError(f"--rhs {args.rhs}: holds a {' x '.join(map(str, b.shape))} "
-                             f"array, but A is {n} x {n}: give n x 1 (one right-hand side) "
-                             f"or n x k ({n} rows, k right-hand sides)")
+            shape = f"vector of {b.shape[0]} entries" if b.ndim == 1 else \
+                f"{b.shape[0]} x {b.shape[1]} array"
+            raise ValueError(f"--rhs {args.rhs}: holds a {shape}, but A is {n} x {n}: give "
+                             f"{n} entries (one right-hand side) or a {n} x k array (k "
+                             "right-hand sides)")
         rhs_text = args.rhs + (f"  ({b.shape[1]} right-hand sides)" if b.ndim == 2 else "")
     else:
         b = A @ np.ones(n)

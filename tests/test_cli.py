@@ -102,6 +102,9 @@ def test_several_right_hand_sides_from_a_file(tmp_path, capsys):
     capsys.readouterr()
     assert main(["solve", str(f), "--rhs", str(tmp_path / "short.mtx")]) == 2
     assert f"holds a {n - 1} x 2 array, but A is {n} x {n}" in capsys.readouterr().err
+    np.save(tmp_path / "long.npy", np.ones(n + 1))
+    assert main(["solve", str(f), "--rhs", str(tmp_path / "long.npy")]) == 2
+    assert f"holds a vector of {n + 1} entries, but A is {n} x {n}" in capsys.readouterr().err
 
 
 def test_solve_generator_spec_nonconverged_exit_status(capsys):

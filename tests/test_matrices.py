@@ -4,6 +4,7 @@ import doctest
 import gzip
 import importlib
 import math
+import os
 import re
 
 import numpy as np
@@ -130,6 +131,13 @@ def test_read_matrix_refuses_clearly(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="folder without empty.mtx"):
         read_matrix(tmp_path / "empty")
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path / "empty")                # "." is named by the folder's name
+        with pytest.raises(FileNotFoundError, match="folder without empty.mtx"):
+            read_matrix(".")
+    finally:
+        os.chdir(cwd)
     with pytest.raises(FileNotFoundError, match="no such file"):
         read_matrix(tmp_path / "none.mat")
 
@@ -794,3 +802,19 @@ def test_matrix_info_tells_hermitian_from_complex_symmetric():
     assert m["hermitian"] and not m["symmetric"] and m["positive_diagonal"]
     p = matrix_info(poisson2d(4))
     assert p["hermitian"] == p["symmetric"] is True and p["dtype"] == "float64"
+
+
+def test_fortran_d_exponents_read_as_scipy_reads_them(tmp_path):
+    """``1.0D+00`` (Fortran's double-precision exponent, in files written by Fortran
+    codes) reads as the number it is (SciPy's reader stops at the D: 2.5d-1 reads 2.5);
+    a malformed value is still named."""
+    import scipy.io
+
+    f = tmp_path / "d.mtx"
+    f.write_text("%%MatrixMarket matrix coordinate real general\n2 2 3\n1 1 1.0D+00\n"
+                 "2 2 2.5d-1\n1 2 -3.0D2\n")
+    A = read_mtx(f)
+    assert A[0, 0] == 1.0 and A[0, 1] == -300.0 and A[1, 1] == 0.25
+    f.write_text("%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 2.5Dx\n")
+    with pytest.raises(MatrixMarketError, match="line 3.*2.5Dx"):
+        read_mtx(f)
