@@ -228,11 +228,14 @@ def test_nonconvergence_reports_positive_info():
 
 
 def test_cg_on_indefinite_reports_breakdown_or_nonconvergence():
-    A = -problem("poisson2d")  # negative definite: p.Ap < 0 at once
+    P = problem("poisson2d")
+    A = (P - 4.0 * sp.eye(P.shape[0])).tocsr()  # indefinite: p.Ap changes sign
     b = np.ones(A.shape[0])
     x, info = cg(A, b, rtol=1e-8)
     assert info == -12
     assert np.isfinite(x).all()
+    x, info = cg(-P, b, rtol=1e-8)              # negative definite: solved, as SciPy's CG
+    assert info == 0 and np.linalg.norm(b + P @ x) <= 1e-8 * np.linalg.norm(b)
 
 
 def test_empty_system():
