@@ -414,6 +414,8 @@ def run_suite(args, progress=True, log=None, info=None) -> List[Run]:
 
     if args.time_limit is None:
         args.time_limit = FULL_TIME_LIMIT if args.full else DEFAULT_TIME_LIMIT
+    if args.repeat is None:
+        args.repeat = 1                         # (--coverage's default is its own: 3)
     problems = _load_problems(args, log)
     configs = mpsolve_configs(args)
     scipy_pcs, petsc_pcs = _baseline_preconds(args)
@@ -457,7 +459,7 @@ def run_suite(args, progress=True, log=None, info=None) -> List[Run]:
                 bar.update(f"{name} {solver} {method}/{pc}/{prec}"
                            + (f" x{nranks}" if nranks > 1 else ""))
             r = parallel[name, method, pc, nranks] if nranks > 1 else None
-            for _ in range((args.repeat or 1) if r is None else 0):
+            for _ in range(args.repeat if r is None else 0):
                 if solver == "mpsolve":
                     t = run_mpsolve(A, b, name, spd, method, prec, pc, args)
                 elif solver == "scipy":
@@ -718,8 +720,6 @@ def main(args):
     bad = [p for p in args.preconds or () if p != "none" and p not in REGISTRY]
     if bad:
         raise ValueError(f"--preconds: unknown {bad}; choose from {['none'] + sorted(REGISTRY)}")
-    if args.repeat is None:
-        args.repeat = 1
     if args.petsc_preconds and petsc_available():
         from petsc4py import PETSc
 

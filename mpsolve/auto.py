@@ -86,7 +86,7 @@ from .precond.ilu import is_symmetric
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure, is_auto
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
-from .driver import OVERFLOWED, ROUNDED, UNDERFLOWED, answer_residual, iterate
+from .driver import ROUNDED, UNDERFLOWED, answer_residual, iterate
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
@@ -630,11 +630,11 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         if r.converged:
             c.outcome = "converged"
             break
-        if OVERFLOWED in r.status or UNDERFLOWED in r.status:
-            # the solution itself over- or underflows FP64 in the caller's units: so would
-            # every other candidate's
-            c.outcome = "not converged: " + (OVERFLOWED if OVERFLOWED in r.status
-                                             else UNDERFLOWED)
+        if UNDERFLOWED in r.status:
+            # the solution met the tolerance on the scaled system, and loses it to FP64's
+            # subnormals in the caller's units: as would every other candidate's (an x
+            # that *overflows* is this candidate's: the next one may give a finite one)
+            c.outcome = "not converged: " + UNDERFLOWED
             break
         if r.at_floor:            # no candidate certifies a smaller residual: stop here
             c.outcome = ("stopped at the accuracy floor of precision " + repr(r.precision)
