@@ -225,3 +225,18 @@ def test_cg_solves_a_negative_definite_matrix_as_scipy(monkeypatch, M, fused):
     S = (poisson2d(15) - 0.5 * sp.eye(n)).tocsr()           # indefinite
     S = (S - 1.5 * sp.diags(np.r_[np.zeros(n - 20), np.full(20, 4.0)])).tocsr()
     assert mpsolve.cg(S, b, rtol=1e-10, precision="double")[1] == -12
+
+
+def test_cg_on_a_shifted_hermitian_matrix_as_scipy():
+    """A complex A = T + 0.3i I (complex symmetric, normal, not Hermitian): SciPy's CG
+    forms alpha and beta from the complex dots and converges; mpsolve's took their real
+    parts and ran to maxiter at 1e-2.  The same iterations and answer as SciPy now."""
+    T = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(60, 60), format="csr")
+    A = (T + 0.3j * sp.eye(60)).tocsr()
+    b = np.random.default_rng(0).standard_normal(60).astype(complex)
+    ours, theirs = [], []
+    x, info = mpsolve.cg(A, b, rtol=1e-10, precision="double", callback=ours.append)
+    y, sinfo = spla.cg(A, b, rtol=1e-10, callback=theirs.append)
+    assert info == sinfo == 0 and len(ours) == len(theirs)
+    assert np.linalg.norm(b - A @ x) <= 1e-10 * np.linalg.norm(b)
+    assert np.allclose(x, y, rtol=0, atol=1e-12 * np.abs(y).max())

@@ -19,14 +19,17 @@ keeps the sign of its first value; a change of sign or a zero is the curvature b
 
 Complex systems: CG for Hermitian positive definite ``A`` (and ``M``), with the
 conjugated dots ``x^H y``.  ``r^H z`` and ``p^H A p`` are then real in exact arithmetic;
-their rounding-level imaginary parts are dropped (``.real``, a no-op for real data),
-so ``alpha`` and ``beta`` are real, as in the Hermitian theory.
+``alpha`` and ``beta`` are formed from the complex dots as SciPy forms them (their
+imaginary parts are rounding there), so a non-Hermitian ``A`` that SciPy's CG solves --
+a Hermitian matrix shifted by ``i sigma I``, say -- is solved too; the signs and the
+breakdown tests read the real parts.
 
 Memory traffic per iteration (n-vectors, without M): SpMV + 2 reads (p.q) +
 6 (fused x, r update) + 1 (||r||) + 3 (p update) = SpMV + 12n values.
 """
 from __future__ import annotations
 
+import cmath
 import math
 
 import numpy as np
@@ -70,23 +73,24 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
     p = ws.get("p", n, wdt)
     ops.copy(z, p)                            # p = z
     rnorm = nrm2(r)
-    rz = rnorm * rnorm if psolve is None else dot(r, z).real    # r^H z, real for HPD M
+    rz = rnorm * rnorm if psolve is None else dot(r, z)    # r^H z (complex data: complex)
     if rnorm <= tol:
         return 0, 0, 0
-    if not (rz != 0 and math.isfinite(rz)):
-        return 0, 0, (-14 if not math.isfinite(rz) else -12)
+    if not (rz.real != 0 and cmath.isfinite(rz)):
+        return 0, 0, (-14 if not cmath.isfinite(rz) else -12)
     # the signs of r^H z (M's) and of p^H A p (A's, from the first step): both stay
-    sm, sa = math.copysign(1.0, rz), 0.0
+    sm, sa = math.copysign(1.0, rz.real), 0.0
     for k in range(1, maxiter + 1):
-        pq = matvec_dot(p, q).real            # q = A p; p^H q (one pass where fused)
+        pqc = matvec_dot(p, q)                # q = A p; p^H q (one pass where fused)
+        pq = pqc.real
         if sa == 0.0 and pq != 0.0:
             sa = math.copysign(1.0, pq)       # (NaN: stays 0, the ratio's test fails)
         if tiny <= sa * pq < math.inf:
-            alpha = rz / pq
+            alpha = rz / pqc
         else:                                 # p.q or r.z overflowed, or underflowed, or
-            alpha = ratio(r, z, p, q).real    # changed sign: from scaled vectors
-            if not (0 < sm * sa * alpha < math.inf):
-                return k - 1, k - 1, (-14 if math.isnan(alpha) else -12)
+            alpha = ratio(r, z, p, q)         # changed sign: from scaled vectors
+            if not (0 < sm * sa * alpha.real < math.inf):
+                return k - 1, k - 1, (-14 if cmath.isnan(alpha) else -12)
         rnorm = axpy2_nrm2(alpha, p, x, -alpha, q, r)  # x += alpha p; r -= alpha q; ||r||
         hist.append(rnorm)
         if callback is not None and (not period or k % period == 0) and \
@@ -100,9 +104,9 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
             rz_new = rnorm * rnorm            # r.z = r.r
         else:
             psolve(r, z)                      # z = M r
-            rz_new = dot(r, z).real           # r^H z
-            if not (sm * rz_new > 0):
-                return k, k, (-14 if math.isnan(rz_new) else -12)
+            rz_new = dot(r, z)                # r^H z
+            if not (sm * rz_new.real > 0):
+                return k, k, (-14 if cmath.isnan(rz_new) else -12)
         beta = rz_new / rz
         rz = rz_new
         xpay(z, beta, p)                      # p = z + beta p
