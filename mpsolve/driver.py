@@ -232,9 +232,10 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         if info == 0 and problem.b_exp and not all_finite(x, np if on_host(x) else problem.xp):
             # the scaled iterate met the tolerance, but x itself does not exist in FP64
             info, extra, true = max(count, 1), OVERFLOWED, np.inf
-        elif info == 0 and problem.b_exp < 0:
+        elif info == 0 and problem.b_exp < 0 and x.dtype.itemsize >= problem.hp.itemsize:
             # scaled back down, x may have lost bits (subnormal or zero entries): judge
-            # the x returned -- scaled up again, exactly -- on the scaled system
+            # the x returned -- scaled up again, exactly -- on the scaled system (an FP32
+            # answer's rounding is answer_residual's to judge)
             lost = _underflowed(problem, x, x64)
             if lost is not None and lost > problem.tol:
                 info, extra, true = max(count, 1), UNDERFLOWED, lost

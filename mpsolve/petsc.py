@@ -17,7 +17,8 @@ calls the methods it finds):
     changed), and its block size (``MatGetBlockSize``) is the block classes' unless
     ``block_size`` is given.  A set-up that fails on the matrix (a zero pivot) follows
     PETSc's convention: the PC's failed reason is set, the apply returns Inf and the KSP
-    stops with ``KSP_DIVERGED_PCSETUP_FAILED`` (``failed`` and ``view`` say why);
+    stops with ``KSP_DIVERGED_PC_FAILED`` (petsc4py's ``DIVERGED_PCSETUP_FAILED``;
+    ``failed`` and ``view`` say why);
     ``Jacobi`` uses 1 where the diagonal is zero, as PCJACOBI.  The constructor refuses
     keywords its class does not take, and a bad option value is refused by
     ``KSPSetFromOptions``, naming the option.
@@ -210,8 +211,8 @@ class _MpsolvePC:
         self.setup_count = 0
         self.setup_time = 0.0
         self._key = None
-        #: why the last set-up failed (PETSc's convention: the PC's failed reason is set,
-        #: the apply returns Inf, the KSP stops with KSP_DIVERGED_PC_FAILED), or None
+        #: why the last set-up failed on the matrix (PETSc's convention: the PC's failed
+        #: reason is set, the apply returns Inf, KSP_DIVERGED_PC_FAILED), or None
         self.failed = None
         # the constructor checks its keywords' values now, not at the first solve
         self.precond_cls(**accepted_params(self.precond_cls, self.params, drop_none=False))
@@ -309,6 +310,7 @@ class _MpsolvePC:
         from petsc4py import PETSc
 
         from .precond import ZeroPivotError
+        from .precond._reorder import StructurallySingularError
 
         A, P = pc.getOperators()
         state = P.stateGet() if hasattr(P, "stateGet") else None
@@ -337,16 +339,17 @@ class _MpsolvePC:
                 # the default FP32 storage does not hold P's preconditioner: FP64, as
                 # mpsolve.solve escalates (said by view)
                 self.M, self.escalated = build("float64"), f"FP32 range: stored in FP64 ({err})"
-        except (ZeroPivotError, ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
-            if isinstance(err, PrecisionRangeError) or (
-                    hasattr(pc, "getErrorIfFailure") and pc.getErrorIfFailure()):
-                raise
+        except (ZeroPivotError, StructurallySingularError, ArithmeticError,
+                np.linalg.LinAlgError) as err:
+            # (a plain ValueError -- a bad option -- is the caller's error: raised)
             # PETSc's convention for a set-up that fails on the matrix (PCILU's zero pivot):
             # the failed reason is set, applies return Inf, the KSP stops with
             # KSP_DIVERGED_PC_FAILED -- a Newton or time-stepping solver then recovers
             reason = PETSc.PC.FailedReason
-            pc.setFailedReason(reason.FACTOR_NUMERIC_ZEROPIVOT
-                               if isinstance(err, ZeroPivotError) else reason.SETUP_ERROR)
+            pc.setFailedReason(
+                reason.FACTOR_STRUCT_ZEROPIVOT if isinstance(err, StructurallySingularError)
+                else reason.FACTOR_NUMERIC_ZEROPIVOT if isinstance(err, ZeroPivotError)
+                else reason.SETUP_ERROR)
             self.failed = f"{type(err).__name__}: {err}"
             self._key = key
             return
