@@ -368,6 +368,16 @@ class Solver:
     def _run(self, b, x0, rtol, atol, maxiter, callback, deflation):
         t0 = time.perf_counter()
         a = self._args
+        M = self._problem.M_user
+        if isinstance(M, Preconditioner) and (not M.is_setup or M.shape[0] != self._problem.n):
+            # the caller's own M, set up again (or reset) since: its stored operators are
+            # no longer this system's (the compiled loops would index past them)
+            n = self._problem.n
+            now = "not set up" if not M.is_setup else \
+                f"set up for a {M.shape[0]}x{M.shape[1]} matrix"
+            raise ValueError(f"M (precond) is {now} now, but this Solver's A is {n}x{n}: "
+                             "make a new Solver for the other matrix (or set M up for this "
+                             "one again)")
         if getattr(b, "ndim", None) == 2 and b.shape[1] != 1:
             from .multi import solve_block
 

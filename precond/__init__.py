@@ -43,6 +43,9 @@ def make_preconditioner(name, reorder=None, **params):
     if name is None or name == "none":
         if reorder is not None:
             raise ValueError(f"reorder={reorder!r} needs a preconditioner (precond='none')")
+        if params:
+            raise TypeError(f"precond='none' takes no options; got {sorted(params)} (they "
+                            "belong to a preconditioner: name one, e.g. precond='ilu0')")
         return None
     try:
         cls = REGISTRY[name]

@@ -47,7 +47,9 @@ class Preconditioner:
     shape : tuple
     dtype : numpy.dtype
         float64 (complex128 once set up for a complex ``A``) for SciPy's benefit:
-        ``matvec`` takes and returns that dtype.
+        ``matvec`` takes any numeric vector and returns ``M r`` in the promotion of its
+        dtype with ``storage_dtype`` (FP64 vectors: FP64; FP32 vectors: FP32 from an FP32
+        ``M``, FP64 from an FP64 one -- as NumPy promotes).
     storage_dtype : numpy.dtype
         Precision the preconditioner is stored and applied in (complex64 or
         complex128 for a complex ``A``: the set-up runs in complex128).
@@ -85,9 +87,7 @@ class Preconditioner:
         return super().__new__(cls)
 
     def __init__(self, dtype=None):
-        self._dtype_request = None if dtype is None else dtype_name(dtype)
-        if self._dtype_request not in (None, "float32", "float64"):
-            raise ValueError(f"dtype={dtype!r}: use 'float32' or 'float64'")
+        self._dtype_request = _storage_name(dtype, ("float32", "float64"))
         self.shape = None
         self.storage_dtype = None
         self.setup_time = 0.0
@@ -158,10 +158,12 @@ class Preconditioner:
         device = resolve_device(device, C)
         if C.dtype.kind not in "fc" or C.dtype.itemsize > (16 if C.dtype.kind == "c" else 8):
             C = C.astype(wide_dtype(C.dtype))   # integers, booleans, long double: set up in FP64
-        want = self._dtype_request or (None if dtype is None else dtype_name(dtype)) or "float32"
+        want = self._dtype_request or _storage_name(dtype, _STORAGE) or "float32"
         # a complex A is stored in the complex twin of the requested precision
         if C.dtype.kind == "c":
             want = in_field(real_dtype(want), True).name
+        else:
+            want = real_dtype(want).name
         self.device = device
         self._setup_device = setup_device(device)
         self.storage_dtype = None               # not set up until this set-up succeeds
@@ -183,14 +185,46 @@ class Preconditioner:
         raise NotImplementedError
 
     def apply(self, r, out):
-        """``out <- M r``; ``r`` and ``out`` are 1-D FP32 or FP64 arrays of the device.
+        """``out <- M r``; ``r`` and ``out`` are contiguous 1-D arrays of length ``n`` on
+        the device, FP32 or FP64 (complex64/complex128 for a complex ``M``); anything else
+        is refused (the kernels would read and write past the arrays).
 
         The operator's kernel is bound once per pair of dtypes (cached)."""
+        self._check_vectors(r, out)
         key = (r.dtype, out.dtype)
         f = self._bound.get(key)
         if f is None:
             f = self._bound[key] = self._op.bind(r.dtype, out.dtype)
         f(r, out)  # out = M r
+
+    def _check_vectors(self, r, out):
+        """``apply``'s argument check: set up, both ``(n,)`` and C-contiguous (cheap: a
+        few attribute reads per call; the kernels index raw memory)."""
+        if self.storage_dtype is None:
+            self._check_ready()
+        n = self.shape[0]
+        if r.shape != (n,) or out.shape != (n,) or not (r.flags.c_contiguous and
+                                                         out.flags.c_contiguous):
+            for name, v in (("r", r), ("out", out)):
+                if v.shape != (n,):
+                    raise ValueError(f"{type(self).__name__}.apply: {name} has shape "
+                                     f"{v.shape}, expected ({n},) (matvec takes (n,) or "
+                                     "(n, 1) and allocates out)")
+                if not v.flags.c_contiguous:
+                    raise ValueError(f"{type(self).__name__}.apply: {name} is not contiguous; "
+                                     "pass np.ascontiguousarray(...)")
+        if ("ok", r.dtype, out.dtype) not in self._bound:     # (once per pair of dtypes)
+            self._check_dtypes(r, out)
+            self._bound["ok", r.dtype, out.dtype] = True
+
+    def _check_dtypes(self, r, out):
+        """The vector dtypes the kernels take: FP32/FP64, complex for a complex ``M``."""
+        ok = ("float32", "float64") + (("complex64", "complex128") if self.dtype.kind == "c"
+                                       else ())
+        for name, v in (("r", r), ("out", out)):
+            if v.dtype.name not in ok:
+                raise TypeError(f"{type(self).__name__}.apply: {name} has dtype "
+                                f"{v.dtype.name}; use one of {list(ok)} (matvec converts)")
 
     def linear_apply(self, rdtype, odtype) -> bool:
         """Is ``apply(r, out)`` linear to the working precision for these vector dtypes?
@@ -237,6 +271,17 @@ class Preconditioner:
         stored operator for all ``k`` columns) it is used; otherwise (block operators:
         BlockJacobi, BILU(0), Block-ISAI; ILUT and reordered preconditioners) ``apply`` runs
         on each column in turn through a contiguous scratch column (correct, not faster)."""
+        if self.storage_dtype is None:
+            self._check_ready()
+        n = self.shape[0]
+        if R.ndim != 2 or R.shape[0] != n or Z.shape != R.shape or not (
+                R.flags.c_contiguous and Z.flags.c_contiguous):
+            raise ValueError(f"{type(self).__name__}.apply_block: R and Z must be C-contiguous "
+                             f"arrays of the same shape ({n}, k); got {R.shape} and {Z.shape}"
+                             + ("" if R.flags.c_contiguous and Z.flags.c_contiguous else
+                                ", not both C-contiguous (np.ascontiguousarray)"))
+        if (R.dtype, Z.dtype) not in self._bound:
+            self._check_dtypes(R, Z)
         f = self._block_apply(R.dtype, Z.dtype)
         if f is not None:
             f(R, Z)  # Z = M R, one sweep
@@ -300,6 +345,9 @@ class Preconditioner:
             return out.reshape(-1, 1) if squeeze else out
         if r1.shape[0] != self.shape[0]:
             raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
+        want = np.result_type(r1.dtype, self.storage_dtype)
+        if r1.dtype != want:
+            r1 = r1.astype(want)            # an FP32 r with an FP64 M: M r in FP64
         if is_host(self.device):
             out = np.empty_like(r1)
             self.apply(r1, out)
@@ -328,6 +376,9 @@ class Preconditioner:
             return out.reshape(-1, 1) if squeeze else out
         if r1.shape[0] != self.shape[0]:
             raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
+        want = np.result_type(r1.dtype, self.storage_dtype)
+        if r1.dtype != want:
+            r1 = r1.astype(want)
         out = xp.empty_like(r1)
         self.apply(r1, out)
         return out.reshape(-1, 1) if squeeze else out
@@ -344,8 +395,13 @@ class Preconditioner:
     def aslinearoperator(self) -> spla.LinearOperator:
         """This preconditioner as a ``scipy.sparse.linalg.LinearOperator``."""
         self._check_ready()
-        return spla.LinearOperator(self.shape, matvec=self.matvec, rmatvec=self.matvec if self.symmetric and self.dtype.kind != "c" else None,
-                                   dtype=self.dtype)
+        # rmatvec = matvec only where M^T = M for this A (``self_adjoint`` where a class
+        # knows it from its set-up; else its ``symmetric`` form, real data)
+        same = getattr(self, "self_adjoint", None)
+        same = (self.symmetric and self.dtype.kind != "c") if same is None else \
+            (same and self.dtype.kind != "c")
+        return spla.LinearOperator(self.shape, matvec=self.matvec,
+                                   rmatvec=self.matvec if same else None, dtype=self.dtype)
 
     def __repr__(self):
         state = (f"{self.shape[0]}x{self.shape[1]}, {self.storage_dtype.name}, "
@@ -361,6 +417,26 @@ def matrix_key(C) -> tuple:
     set up again when a later solve hands it a matrix with another key."""
     return (C.shape, C.nnz, C.dtype.str, int(C.indices.sum(dtype=np.int64)),
             complex(C.data.sum()), complex(np.dot(C.data, C.indices)))
+
+
+#: The storage dtypes ``setup(A, dtype=...)`` takes (a complex one: its real twin's
+#: precision, as the complex A decides the field).
+_STORAGE = ("float32", "float64", "complex64", "complex128")
+
+
+def _storage_name(dtype, allowed):
+    """``dtype``'s name where it is one of ``allowed`` (None for None), else a ValueError
+    naming the argument."""
+    if dtype is None:
+        return None
+    try:
+        name = dtype_name(dtype)
+    except TypeError:
+        name = None
+    if name not in allowed:
+        raise ValueError(f"dtype={dtype!r}: use 'float32' or 'float64' (the storage "
+                         "precision)")
+    return name
 
 
 def setup_for_solve(M, C, **kw):

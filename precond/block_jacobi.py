@@ -83,6 +83,9 @@ class BlockJacobi(Preconditioner):
                                              np.minimum(A.indptr[:-1], A.nnz))
             rowmax[:n][np.diff(A.indptr) == 0] = 0.0
         Dinv, bad = block_inverse_checked(D, rowmax.reshape(nblk, b))
+        # M^T = M (conjugate-transposed for complex) where every block of A is
+        # (aslinearoperator's rmatvec; ``symmetric`` says "SPD for SPD A", always True)
+        self.self_adjoint = bool(np.array_equal(D, np.conj(np.swapaxes(D, 1, 2))))
         self.block_size = b
         self.fallback_rows = np.flatnonzero(bad).astype(np.int64)
         if bad.any():

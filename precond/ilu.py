@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from mpsolve.backend import HOST_DEVICE, to_host
 from mpsolve.kernels import lookup
+from mpsolve.kernels.safenorm import all_finite
 from mpsolve.kernels.registry import launch_plan
 from mpsolve.operator import TriangularSweeps
 
@@ -135,6 +136,8 @@ SYMMETRY_RTOL = 1e-12
 #: ``ILU0(shift="auto")``'s first shift, and the factor between two tries.
 SHIFT_START = 1e-3
 SHIFT_GROWTH = 4.0
+#: The largest shift tried: (A - D) / (1 + s) is below FP64's rounding of D beyond it.
+SHIFT_LIMIT = 1e16
 
 
 def symmetry_rtol(dtype) -> float:
@@ -189,7 +192,8 @@ def dominance_shift(A) -> float:
         return 0.0
     d = np.abs(A.diagonal())
     off = np.asarray(abs(A).sum(axis=1)).ravel() - d
-    return float(np.max(off / d)) - 1.0
+    with np.errstate(over="ignore"):        # (a subnormal diagonal entry: inf, an answer)
+        return float(np.max(off / d)) - 1.0
 
 
 def shift_off_diagonal(A, s, b=1):
@@ -210,7 +214,10 @@ def first_shift(attempt, bound, most=None):
     SHIFT_START, SHIFT_START * SHIFT_GROWTH, ...`` until one succeeds; it ends after the
     first ``s`` above ``bound`` (where the shifted factorisation is known to exist, e.g.
     :func:`dominance_shift`) and before any above ``most``.  Returns ``(result, s)``, or
-    ``(None, None)``."""
+    ``(None, None)``.  A ``bound`` past :data:`SHIFT_LIMIT` (or not finite: a subnormal
+    diagonal entry makes :func:`dominance_shift` overflow) is taken as that limit: a
+    larger shift leaves only the diagonal in FP64."""
+    bound = min(bound, SHIFT_LIMIT) if bound == bound else SHIFT_LIMIT
     s = SHIFT_START
     while most is None or s <= most:
         got = attempt(s)
@@ -390,6 +397,11 @@ class ILU0(Preconditioner):
         dinv = np.empty(n, wide)
         lookup(host, "ilu_split", (wide,))(indptr, indices, data, diag, sym, mirror, lval, lind,
                                            lptr, uval, uind, uptr, dinv)
+        if not all_finite(dinv, np):
+            i = int(np.flatnonzero(~np.isfinite(dinv))[0])
+            raise ZeroPivotError(f"ILU(0): the pivot of row {i} is {data[diag[i]]:.3g}, so "
+                                 "small that its reciprocal overflows FP64; scale the system's "
+                                 "rows and columns first (or use reorder='mc64')")
         self.symmetric = sym
         # out = U'^-1 D^-1 L^-1 r: two sweeps (one task per diagonal block)
         self._op = TriangularSweeps(lptr, lind, lval, uptr,
@@ -421,7 +433,7 @@ class ILU0(Preconditioner):
                 return None
 
         # the sequence ends past dominance_shift(A), where IC(0) of the shifted A exists
-        bound = dominance_shift(A)
+        bound = min(dominance_shift(A), SHIFT_LIMIT)
         factors, self.shift = first_shift(attempt, bound)
         if factors is None:
             raise ZeroPivotError(

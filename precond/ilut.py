@@ -343,6 +343,7 @@ class ILUT(Preconditioner):
         return True
 
     def apply(self, r, out):
+        self._check_vectors(r, out)
         xp = self._xp
         key = r.dtype.char + out.dtype.char
         b = self._buf.d.get(key)

@@ -51,7 +51,16 @@ class Jacobi(Preconditioner):
                 "reorder='mc64' (a permutation of A to a zero-free diagonal; precond='auto' "
                 "does so by itself), a block preconditioner, or precond='none'"
             )
-        self._op = DiagonalOperator(1.0 / d, dtype, what="Jacobi's inverse diagonal",
+        with np.errstate(over="ignore"):
+            inv = 1.0 / d
+        big = np.flatnonzero(~np.isfinite(inv))
+        if big.size:
+            raise ValueError(
+                f"Jacobi: {big.size} diagonal entr{'y' if big.size == 1 else 'ies'} of A "
+                f"(rows {rows_text(big)}; the smallest {np.abs(d[big]).min():.3g}) so small "
+                "that the reciprocal overflows FP64: scale the system's rows and columns "
+                "first (or use reorder='mc64', which scales them)")
+        self._op = DiagonalOperator(inv, dtype, what="Jacobi's inverse diagonal",
                                     device=self.device)
 
     def _linear(self):

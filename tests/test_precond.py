@@ -1586,3 +1586,95 @@ def test_a_failed_set_up_leaves_the_preconditioner_not_set_up():
         M.matvec(np.ones(36))
     M.setup(A)
     assert M.is_setup and np.all(np.isfinite(M.matvec(np.ones(36))))
+
+
+# ------------------------------------------------- the public apply protocol, checked
+_EVERY = {"jacobi": lambda: Jacobi(), "block-jacobi": lambda: BlockJacobi(block_size=2),
+          "ilu0": lambda: ILU0(), "isai": lambda: ISAI(), "block-isai": lambda: BlockISAI(),
+          "ilut": lambda: make_preconditioner("ilut"),
+          "mc64": lambda: make_preconditioner("ilu0", reorder="mc64")}
+
+
+@pytest.mark.parametrize("name", sorted(_EVERY))
+def test_apply_refuses_vectors_the_kernels_would_overrun(name):
+    """apply(r, out) is the low-level protocol: a short out (written past its end), a
+    short r (read past it), a strided or 2-D vector, an integer dtype and a call before
+    set-up are refused with the fix, never a corrupted heap or a kernel's KeyError."""
+    A = poisson2d(8).tocsr()
+    n = A.shape[0]
+    M = _EVERY[name]()
+    with pytest.raises(RuntimeError, match="not set up"):
+        M.apply(np.ones(n), np.empty(n))
+    M.setup(A)
+    good = np.ones(n)
+    for r, out, what in [(good, np.empty(n - 5), "out has shape"),
+                         (np.ones(n - 5), np.empty(n), "r has shape"),
+                         (np.ones(2 * n)[::2], np.empty(n), "not contiguous"),
+                         (good, np.empty((n, 1)), "out has shape")]:
+        with pytest.raises(ValueError, match=what):
+            M.apply(r, out)
+    with pytest.raises(TypeError, match="dtype int64"):
+        M.apply(np.ones(n, np.int64), np.empty(n))
+    out = np.empty(n)
+    M.apply(good, out)
+    assert np.array_equal(out, M.matvec(good))
+    if name not in ("ilut", "mc64"):
+        R = np.asfortranarray(np.ones((n, 3)))
+        with pytest.raises(ValueError, match="C-contiguous"):
+            M.apply_block(R, np.empty((n, 3)))
+        with pytest.raises(ValueError, match=r"same shape"):
+            M.apply_block(np.ones((n, 3)), np.empty((n, 2)))
+
+
+def test_setup_dtype_and_matvec_dtype_follow_the_documentation():
+    """setup(A, dtype=...) takes the storage precisions only (an integer dtype stored the
+    factors truncated); matvec returns M r in the promotion of r's dtype with the storage
+    dtype -- an FP32 r and an FP64 M: FP64 (it overflowed to inf in FP32 before)."""
+    A = poisson2d(5).tocsr()
+    for bad in ("int", "float16", "bogus", 3):
+        with pytest.raises(ValueError, match="dtype="):
+            ILU0().setup(A, dtype=bad)
+    assert ILU0().setup(A, dtype="complex64").storage_dtype == np.float32   # a real A
+    M = Jacobi(dtype="float64").setup(sp.identity(4, format="csr") * 1e-20)
+    y = M.matvec(np.full(4, 1e25, np.float32))
+    assert y.dtype == np.float64 and np.allclose(y, 1e45, rtol=1e-7)
+    assert Jacobi().setup(A).matvec(np.ones(25, np.float32)).dtype == np.float32
+
+
+def test_block_jacobi_transpose_is_its_own_only_for_symmetric_blocks():
+    """aslinearoperator's rmatvec is M's own matvec only where M^T = M: BlockJacobi's
+    class-level ``symmetric`` says "SPD for SPD A", not "symmetric for this A"."""
+    S = sp.block_diag([[[4.0, 1.0], [1.0, 3.0]]] * 3).tocsr()
+    N = sp.block_diag([[[4.0, 2.0], [0.5, 3.0]]] * 3).tocsr()
+    x = np.arange(6.0)
+    L = BlockJacobi(block_size=2, dtype="float64").setup(S).aslinearoperator()
+    assert np.allclose(L.rmatvec(x), np.linalg.inv(S.toarray()).T @ x)
+    L = BlockJacobi(block_size=2, dtype="float64").setup(N).aslinearoperator()
+    with pytest.raises(NotImplementedError):
+        L.rmatvec(x)
+
+
+def test_a_diagonal_whose_reciprocal_overflows_is_refused_and_ic0_ends():
+    """A subnormal diagonal entry: Jacobi and ILU(0) name it (M r was inf, silently), and
+    IC(0)'s shift search ends (dominance_shift overflowed to inf: an endless loop, in
+    mpsolve.solve's default too)."""
+    from mpsolve.precond import ZeroPivotError
+
+    D = sp.diags([1e-310, 1.0, 2.0]).tocsr()
+    with pytest.raises(ValueError, match="reciprocal overflows"):
+        Jacobi(dtype="float64").setup(D)
+    with pytest.raises(ZeroPivotError, match="reciprocal overflows"):
+        ILU0(dtype="float64", symmetric=False).setup(D)
+    A = sp.csr_matrix(np.array([[1e-320, 1e-3, 0.0], [1e-3, 1.0, 0.0], [0.0, 0.0, 2.0]]))
+    with pytest.raises(ZeroPivotError, match="no shift up to 1e\\+16"):
+        ILU0().setup(A)
+    r = mpsolve.solve(A, A @ np.ones(3), rtol=1e-8)
+    assert r.info == 0 or r.info > 0                    # (it ends, with a status)
+
+
+def test_precond_none_takes_no_options():
+    A = poisson2d(4).tocsr()
+    with pytest.raises(TypeError, match="precond='none' takes no options"):
+        mpsolve.solve(A, np.ones(16), precond="none", variant="bogus")
+    with pytest.raises(TypeError, match="precond='none' takes no options"):
+        mpsolve.Solver(A, method="cg", precond="none", shift=0.1)

@@ -642,3 +642,21 @@ def test_a_solver_keeps_the_values_it_was_set_up_with(fmt):
     assert np.allclose(r3.x, 1.0 / 3.0, rtol=1e-8)
     A2.data[:] = 7.0
     _same(r3, s.solve(b))
+
+
+@pytest.mark.parametrize("cls", [ILU0, Jacobi])
+def test_a_callers_preconditioner_set_up_again_for_another_size_is_refused(cls):
+    """The caller sets their M up again for another matrix after making the Solver: the
+    solve is refused with the fix (the compiled loop indexed past the new, smaller
+    arrays: a segmentation fault)."""
+    A, A2 = poisson2d(8).tocsr(), poisson2d(3).tocsr()
+    M = cls()
+    M.setup(A)
+    s = Solver(A, method="cg", precond=M, rtol=1e-10)
+    b = _rhs(64, 4)
+    assert s.solve(b).info == 0
+    M.setup(A2)
+    with pytest.raises(ValueError, match="set up for a 9x9 matrix now"):
+        s.solve(b)
+    M.setup(A)
+    assert s.solve(b).info == 0
