@@ -371,8 +371,10 @@ def _ilu0_first(an: Analysis, params: dict, why: str) -> List[Choice]:
                        "symmetric with a positive diagonal: IC(0), Manteuffel-shifted where "
                        "a pivot is not positive (fewer iterations than the SPD approximate "
                        "inverse on 12 of 17 SuiteSparse SPD matrices, and a cheaper set-up)")]
+    kind = symmetry_word(an.symmetric, an.is_complex) + (
+        " without a positive diagonal" if an.symmetric else "")
     return [Choice("bicgstab", "ilu0", dict(params), why or
-                   "nonsymmetric with a zero-free diagonal: ILU(0) needs the fewest "
+                   f"{kind}, with a zero-free diagonal: ILU(0) needs the fewest "
                    "iterations on most such matrices, and BiCGSTAB with it less time than "
                    "GMRES(30) on 17 of 26 test matrices (0.82x in geometric mean, sherman3 "
                    "83 against 407 iterations)"),

@@ -348,7 +348,8 @@ class Reordered(Preconditioner):
             raise TypeError(f"Reordered: inner must be an mpsolve preconditioner, got "
                             f"{type(inner).__name__}")
         if reorder not in REORDERINGS:
-            raise ValueError(f"reorder={reorder!r}: use one of {list(REORDERINGS)} or None")
+            raise ValueError(f"Reordered: reorder={reorder!r}: use one of {list(REORDERINGS)} "
+                             "(without a reordering, use the inner preconditioner itself)")
         super().__init__(dtype if dtype is not None else inner._dtype_request)
         self.inner = inner
         self.reorder = reorder

@@ -27,9 +27,9 @@ class BlockISAI(_ISAIBase):
     ----------
     block_size : int, optional
         ``b``.  Default: detected (:func:`~mpsolve.precond.detect_block_size`:
-        the largest of 6, 5, 4, 3, 2 dividing ``n`` for which ``A`` is made of full
-        ``b x b`` blocks; 1 otherwise).  A ``b`` that does not divide ``n`` pads
-        ``A`` with an identity block.
+        the largest of 6, 5, 4, 3, 2 whose ``b x b`` blocks tile ``A``'s pattern, a
+        partial last block allowed; 1 otherwise).  A ``b`` that does not divide ``n``
+        pads ``A`` with an identity block.
     variant : {"auto", "general", "right", "spd", "bilu"}
         * ``"auto"`` (default) -- ``"spd"`` for symmetric ``A`` (CG-safe), otherwise
           ``"general"`` under left and ``"right"`` under right preconditioning (as
