@@ -2,6 +2,8 @@
 messages, and the device their host-side set-up runs on."""
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from mpsolve.backend import HOST_DEVICE, is_host
@@ -50,3 +52,23 @@ def wide_dtype(dtype) -> np.dtype:
     """The precision a set-up runs in for data of ``dtype``: float64, or complex128
     for complex data (also the dtype key of the set-up kernels)."""
     return np.dtype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64)
+
+
+def check_count(value, name, none_ok=True, what="a positive integer"):
+    """``value`` as an int >= 1 (NumPy integers too; not a bool, a float or NaN), or None
+    where ``none_ok``; else a ValueError naming the argument."""
+    if value is None and none_ok:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
+            or value < 1:
+        raise ValueError(f"{name}={value!r}: use {what}" + (" or None" if none_ok else ""))
+    return int(value)
+
+
+def check_amount(value, name, least=0.0):
+    """``value`` as a finite float >= ``least`` (NumPy scalars too; not a bool); else a
+    ValueError naming the argument."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or \
+            not np.isfinite(value) or value < least:
+        raise ValueError(f"{name}={value!r}: use a finite number >= {least:g}")
+    return float(value)

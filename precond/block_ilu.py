@@ -61,7 +61,8 @@ from mpsolve.operator import BlockTriangularSweeps, BSROperator, OperatorChain
 
 from ._localsolve import COND_LIMIT, transpose_operator
 from ._pattern import block_pattern, detect_block_size, to_bsr
-from ._util import PreconditionerWarning, rows_text, setup_device, wide_dtype
+from ._util import (PreconditionerWarning, check_amount, check_count, rows_text, setup_device,
+                    wide_dtype)
 from .base import Preconditioner
 from .ilu import (ZeroPivotError, first_shift, is_symmetric, positive_diagonal,
                   shift_off_diagonal, symmetry_rtol)
@@ -265,14 +266,14 @@ class BlockILU0(Preconditioner):
 
     def __init__(self, block_size=None, dtype=None, symmetric=None, shift="auto"):
         super().__init__(dtype)
-        if not (shift is None or (isinstance(shift, str) and shift == "auto") or (
-                isinstance(shift, (int, float)) and not isinstance(shift, bool)
-                and np.isfinite(shift) and shift >= 0)):
-            raise ValueError(f"shift={shift!r}: use 'auto', None or a number >= 0")
+        if not (shift is None or (isinstance(shift, str) and shift == "auto")):
+            try:
+                shift = check_amount(shift, "shift")
+            except ValueError:
+                raise ValueError(f"shift={shift!r}: use 'auto', None or a number >= 0") from None
         self._shift_request = shift
         self.shift = None
-        if block_size is not None and (int(block_size) != block_size or block_size < 1):
-            raise ValueError(f"block_size={block_size!r}: use a positive integer or None")
+        block_size = check_count(block_size, "block_size")
         if symmetric not in (None, True, False):
             raise ValueError(f"symmetric={symmetric!r}: use True, False or None (detect)")
         self._block_request = None if block_size is None else int(block_size)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ._localsolve import DEFAULT_MAX_LOCAL
 from ._pattern import detect_block_size
+from ._util import check_count
 from .block_ilu import bilu_isai_operators
 from .isai import _ISAIBase
 
@@ -94,8 +95,7 @@ class BlockISAI(_ISAIBase):
                  accumulate=None, max_local=DEFAULT_MAX_LOCAL):
         super().__init__(variant=variant, sparsity_power=sparsity_power, dtype=dtype,
                          accumulate=accumulate, max_local=max_local)
-        if block_size is not None and (int(block_size) != block_size or block_size < 1):
-            raise ValueError(f"block_size={block_size!r}: use a positive integer or None")
+        block_size = check_count(block_size, "block_size")
         self._block_request = None if block_size is None else int(block_size)
         self.block_size = self._block_request
 

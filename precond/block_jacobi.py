@@ -10,7 +10,7 @@ from mpsolve.operator import BSROperator
 
 from ._localsolve import block_inverse_checked
 from ._pattern import detect_block_size
-from ._util import PreconditionerWarning, rows_text, wide_dtype
+from ._util import PreconditionerWarning, check_count, rows_text, wide_dtype
 from .base import Preconditioner
 
 __all__ = ["BlockJacobi"]
@@ -60,8 +60,7 @@ class BlockJacobi(Preconditioner):
 
     def __init__(self, block_size=None, dtype=None):
         super().__init__(dtype)
-        if block_size is not None and (int(block_size) != block_size or block_size < 1):
-            raise ValueError(f"block_size={block_size!r}: use a positive integer or None")
+        block_size = check_count(block_size, "block_size")
         self._block_request = None if block_size is None else int(block_size)
         self.block_size = self._block_request
         self.fallback_rows = np.zeros(0, dtype=np.int64)

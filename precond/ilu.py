@@ -28,7 +28,7 @@ from mpsolve.kernels.safenorm import all_finite
 from mpsolve.kernels.registry import launch_plan
 from mpsolve.operator import TriangularSweeps
 
-from ._util import rows_text, wide_dtype
+from ._util import check_count, rows_text, wide_dtype
 from .base import Preconditioner
 
 __all__ = ["ILU0", "ZeroPivotError", "ilu0_factor", "is_symmetric", "symmetry_rtol",
@@ -343,10 +343,9 @@ class ILU0(Preconditioner):
                              "(the factorised matrix is D + (A - D) / (1 + shift))")
         self._shift_request = shift
         self.shift = None
-        if blocks != "threads" and (isinstance(blocks, bool) or not isinstance(blocks, int)
-                                    or blocks < 1):
-            raise ValueError(f"blocks={blocks!r}: use a positive integer, or 'threads' (one "
-                             "block per thread for large systems)")
+        if not (isinstance(blocks, str) and blocks == "threads"):
+            blocks = check_count(blocks, "blocks", none_ok=False, what="a positive integer, "
+                                 "or 'threads' (one block per thread for large systems)")
         self._symmetric_request = symmetric
         self._blocks_request = blocks
         self.bounds = None

@@ -42,7 +42,7 @@ import scipy.sparse.linalg as spla
 from mpsolve.backend import array_module, to_device
 from mpsolve.operator import TriangularSweeps
 
-from ._util import ThreadBuffers, empty_lines_text, wide_dtype
+from ._util import ThreadBuffers, check_amount, empty_lines_text, wide_dtype
 from .base import Preconditioner
 from .ilu import (ZeroPivotError, dominance_shift, first_shift, is_symmetric,
                   positive_diagonal, shift_off_diagonal)
@@ -184,13 +184,8 @@ class ILUT(Preconditioner):
             raise ValueError(f"symmetric={symmetric!r}: use True, False or None (detect)")
         self._symmetric_request = symmetric
         self.shift = self._shift = None
-        for key, v in (("drop_tol", drop_tol), ("fill_factor", fill_factor)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) \
-                    or v < 0 or (key == "fill_factor" and v < 1):
-                raise ValueError(f"{key}={v!r}: use a finite number "
-                                 + (">= 1" if key == "fill_factor" else ">= 0"))
-        self.drop_tol = float(drop_tol)
-        self.fill_factor = float(fill_factor)
+        self.drop_tol = check_amount(drop_tol, "drop_tol")
+        self.fill_factor = check_amount(fill_factor, "fill_factor", least=1.0)
         self.stats = {}
         self._buf = ThreadBuffers()
 

@@ -27,7 +27,7 @@ from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
 from ._localsolve import DEFAULT_MAX_LOCAL, local_solve, transpose_operator
 from ._pattern import block_pattern, to_bsr, truncate_wide_rows
-from ._util import PreconditionerWarning, rows_text, setup_device, wide_dtype
+from ._util import PreconditionerWarning, check_count, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
 from .ilu import is_symmetric, symmetry_rtol
 
@@ -220,15 +220,15 @@ class _ISAIBase(Preconditioner):
         super().__init__(dtype)
         if variant not in self._variants:
             raise ValueError(f"variant={variant!r}: choose one of {list(self._variants)}")
-        acc = None if accumulate is None else np.dtype(accumulate).name
+        try:
+            acc = None if accumulate is None else np.dtype(accumulate).name
+        except TypeError:
+            acc = "?"
         if acc not in (None, "float32", "float64"):
             raise ValueError(f"accumulate={accumulate!r}: use 'float32', 'float64' or None "
                              f"(FP64 sums)")
-        if sparsity_power is not None and (int(sparsity_power) != sparsity_power
-                                           or sparsity_power < 1):
-            raise ValueError(f"sparsity_power={sparsity_power!r}: use an integer >= 1")
-        if int(max_local) < 1:
-            raise ValueError(f"max_local={max_local!r}: use an integer >= 1")
+        sparsity_power = check_count(sparsity_power, "sparsity_power", what="an integer >= 1")
+        max_local = check_count(max_local, "max_local", none_ok=False, what="an integer >= 1")
         self.variant = variant
         self._variant_request = variant
         self.variant_reason = "" if variant == "auto" else "requested"

@@ -183,23 +183,27 @@ def test_options_database_selects_and_configures_the_pc(tmp_path):
     assert "mpsolve BlockISAI" in text and "block_size=3" in text and "float64" in text
 
 
-def test_bad_option_is_a_clear_error():
-    A = elasticity3d(4)
-    ksp, P = _ksp(A, "cg")
+def _options_error(ksp, options):
+    """The Python error ``KSPSetFromOptions`` raises with these options in the database
+    (PETSc wraps it: the clear message is its cause); the options are removed after."""
     opts = PETSc.Options()
-    opts["pc_type"] = "python"
-    opts["pc_python_type"] = "mpsolve.petsc.BlockISAI"
-    opts["mpsolve_precision"] = "quadruple"
+    for k, v in options.items():
+        opts[k] = v
     try:
         with pytest.raises(PETSc.Error) as err:
             ksp.setFromOptions()
-        # PETSc wraps the Python error; the clear message is its cause
-        assert isinstance(err.value.__cause__, ValueError)
-        assert "-mpsolve_precision quadruple" in str(err.value.__cause__)
-        assert "mixed-eft" in str(err.value.__cause__)
     finally:
-        for k in ("pc_type", "pc_python_type", "mpsolve_precision"):
+        for k in options:
             opts.delValue(k)
+    return err.value.__cause__
+
+
+def test_bad_option_is_a_clear_error():
+    ksp, P = _ksp(elasticity3d(4), "cg")
+    cause = _options_error(ksp, {"pc_type": "python", "mpsolve_precision": "quadruple",
+                                 "pc_python_type": "mpsolve.petsc.BlockISAI"})
+    assert isinstance(cause, ValueError)
+    assert "-mpsolve_precision quadruple" in str(cause) and "mixed-eft" in str(cause)
 
 
 def test_mat_apply_handles_several_right_hand_sides():
@@ -679,19 +683,10 @@ def test_plugin_keywords_and_option_values_are_checked_when_given():
         mp.ISAI(precision="double")
     with pytest.raises(ValueError):
         mp.ISAI(variant="bogus")
-    A = convection_diffusion2d(8, peclet=2.0)
-    ksp, P = _ksp(A, "gmres")
-    opts = PETSc.Options()
-    opts["pc_type"] = "python"
-    opts["pc_python_type"] = "mpsolve.petsc.ISAI"
-    opts["mpsolve_variant"] = "bogus"
-    try:
-        with pytest.raises(PETSc.Error) as err:
-            ksp.setFromOptions()
-        assert "-mpsolve_variant bogus" in str(err.value.__cause__)
-    finally:
-        for k in ("pc_type", "pc_python_type", "mpsolve_variant"):
-            opts.delValue(k)
+    ksp, P = _ksp(convection_diffusion2d(8, peclet=2.0), "gmres")
+    cause = _options_error(ksp, {"pc_type": "python", "mpsolve_variant": "bogus",
+                                 "pc_python_type": "mpsolve.petsc.ISAI"})
+    assert "-mpsolve_variant bogus" in str(cause)
 
 
 def test_a_second_set_from_options_leaves_the_plugin_working():

@@ -1678,3 +1678,28 @@ def test_precond_none_takes_no_options():
         mpsolve.solve(A, np.ones(16), precond="none", variant="bogus")
     with pytest.raises(TypeError, match="precond='none' takes no options"):
         mpsolve.Solver(A, method="cg", precond="none", shift=0.1)
+
+
+def test_constructor_numbers_numpy_scalars_in_bools_and_fractions_out():
+    """Counts and amounts take NumPy scalars as Python numbers (np.int64(2) blocks were
+    refused, np.float32 tolerances too); a bool, a fraction or NaN where a count is
+    wanted is refused naming the argument (block_size=True was taken as 1, max_local=2.5
+    as 2, NaN gave "cannot convert float NaN")."""
+    from mpsolve.precond import BlockILU0
+
+    ilut = REGISTRY["ilut"]
+    for make in (lambda: ILU0(blocks=np.int64(2)), lambda: BlockILU0(shift=np.float32(0.1)),
+                 lambda: ilut(drop_tol=np.float32(1e-4), fill_factor=np.int64(5)),
+                 lambda: BlockISAI(block_size=np.int32(3)),
+                 lambda: ISAI(sparsity_power=np.int64(2))):
+        make()
+    for make, name in ((lambda: BlockJacobi(block_size=True), "block_size"),
+                       (lambda: BlockJacobi(block_size=2.5), "block_size"),
+                       (lambda: ISAI(sparsity_power=True), "sparsity_power"),
+                       (lambda: ISAI(max_local=2.5), "max_local"),
+                       (lambda: BlockISAI(block_size=float("nan")), "block_size"),
+                       (lambda: ISAI(accumulate="bogus"), "accumulate"),
+                       (lambda: ILU0(blocks=0), "blocks"),
+                       (lambda: ilut(fill_factor=0.5), "fill_factor")):
+        with pytest.raises(ValueError, match=name):
+            make()
