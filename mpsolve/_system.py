@@ -619,7 +619,11 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
     device = problem.device
     if isinstance(M, Preconditioner):
         t = 0.0
-        if needs_setup(M, problem.A_csr):
+        # one a solve set up: again for another matrix or another side (an approximate
+        # inverse's "auto" variant is the side's: left M A ~ I, right A M ~ I)
+        made = getattr(M, "_solve_args", None)
+        if needs_setup(M, problem.A_csr, None if made is None else
+                       (problem.precond_side, made[1])):
             if problem.A_csr is None:
                 raise needs_entries_error(f"M={type(M).__name__} (precond={M.name!r})")
             setup_for_solve(M, problem.A_csr, dtype=problem.realise(precision.precond),

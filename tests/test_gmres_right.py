@@ -181,3 +181,26 @@ def test_compressed_basis_with_a_linear_m():
     res = s.solve(b, rtol=1e-8)
     assert res.info == 0 and _z_rows(s) == 1
     assert np.linalg.norm(b - A @ res.x) <= 1e-8 * np.linalg.norm(b)
+
+
+def test_a_preconditioner_a_solve_set_up_is_set_up_again_for_the_other_side():
+    """An ISAI that a left-preconditioned solve set up (the left inverse, M A ~ I), passed
+    again to a right-preconditioned one, is set up again as the right inverse (it was
+    reused: the wrong inverse for that side); the caller's own set-up stays theirs."""
+    import mpsolve
+    from mpsolve.matrices import convection_diffusion2d
+    from mpsolve.precond import ISAI
+
+    A = convection_diffusion2d(20, peclet=5.0).tocsr()
+    b = A @ np.ones(A.shape[0])
+    M = ISAI()
+    mpsolve.gmres(A, b, M=M, rtol=1e-10)
+    assert M.variant == "general" and M.setups == 1
+    r = mpsolve.solve(A, b, method="gmres", side="right", precond=M, rtol=1e-10)
+    assert r.info == 0 and M.variant == "right" and M.setups == 2
+    mpsolve.bicgstab(A, b, M=M, rtol=1e-10)               # (right-preconditioned too)
+    assert M.setups == 2
+    own = ISAI()
+    own.setup(A)
+    mpsolve.solve(A, b, method="gmres", side="right", precond=own, rtol=1e-10)
+    assert own.variant == "general" and own.setups == 1
