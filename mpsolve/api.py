@@ -5,6 +5,7 @@ import time
 import warnings
 
 import numpy as np
+import scipy.sparse.linalg as spla
 
 from ._configure import (check_gmres_options, check_precond, configure, is_auto,  # noqa: F401
                          gmres_callback_type)  # (configure: re-exported)
@@ -201,6 +202,18 @@ gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
      "``callback_type='legacy'``, as in SciPy)")
 
 
+def _complex_twin(A):
+    """A real ``A`` as the complex matrix or operator of a complex problem (SciPy's rule:
+    a real ``A`` with a complex ``b`` solves in complex), in the complex precision of its
+    own (float32: complex64)."""
+    if hasattr(A, "astype") and not isinstance(A, spla.LinearOperator):
+        return A.astype(np.result_type(A.dtype, np.complex64))
+    if isinstance(A, spla.LinearOperator) or hasattr(A, "matvec"):
+        return spla.LinearOperator(A.shape, matvec=A.matvec, dtype=np.complex128,
+                                   rmatvec=getattr(A, "rmatvec", None))
+    return np.asarray(A, dtype=np.complex128)      # a list of lists
+
+
 def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=1e-5,
           atol=0.0, maxiter=None, restart=None, callback=None, escalate=True, side=None,
           device=None, deflation="compact", **precond_params) -> SolveResult:
@@ -285,8 +298,9 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
 
         t0 = time.perf_counter()
         a_kind = np.dtype(getattr(A, "dtype", None) or np.float64).kind
-        if np.iscomplexobj(b) and a_kind != "c" and hasattr(A, "astype"):
-            A = A.astype(np.complex128)     # a real A with complex b: a complex problem
+        x0_cplx = not isinstance(x0, str) and x0 is not None and np.iscomplexobj(x0)
+        if (np.iscomplexobj(b) or x0_cplx) and a_kind != "c":
+            A = _complex_twin(A)            # a real A with complex b or x0: a complex problem
         auto = method == "auto" or is_auto(precond)
         try:
             s = Solver(A, method=method, precond=precond, precision=precision, rtol=rtol,

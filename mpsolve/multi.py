@@ -42,10 +42,11 @@ import numpy as np
 
 from ._demote import PrecisionRangeError
 from ._sparse import dtype_check, kernel_ready
-from ._system import (STAGNATION, _B_RANGE, _check_maxiter, _check_tol, _fusable_is_apply,
+from ._system import (STAGNATION, _check_maxiter, _check_tol, _fusable_is_apply,
                       system_for)
 from .backend import on_host, to_device, to_host
 from .kernels.primitives import BlockPrimitives, bind_block_primitives
+from .kernels.safenorm import norm
 from .krylov.block_cg import block_cg_body
 from .krylov.block_gmres import block_gmres_body
 from .precond.base import Preconditioner
@@ -128,6 +129,9 @@ def solve_block(solver, b, x0=None, *, rtol, atol, maxiter, callback=None,
     bh = check_block(b, n, "b")
     k = bh.shape[1]
     x0h = _check_x0(x0, n, k)
+    if x0h is not None and x0h.dtype.kind == "c" and not problem.is_complex:
+        raise TypeError("x0 is complex, but this solver was set up for a real system: "
+                        "create it with a complex A to solve from a complex start")
     rtol = _check_tol(rtol, "rtol")
     atol = _check_tol(atol, "atol")
     maxiter = _check_maxiter(maxiter, solver._maxiter)
@@ -265,6 +269,25 @@ def _block_psolve(sys, wdt):
     return by_column
 
 
+#: Column norms the block bodies take: their dots (p.Ap, r.z, ||r||^2, unguarded) stay
+#: hundreds of binary orders from FP64's under- and overflow (a column of norm 1e-150 met
+#: CG's curvature test at p.Ap ~ 1e-300; one of 1e-170 read as zero: x = 0, "converged").
+_BLOCK_RANGE = (2.0**-100, 2.0**100)
+
+
+def _column_norms(ops, B, xp):
+    """``||B[:, c]||_2`` of each column, the fast column dots where they are in range, the
+    overflow- and underflow-safe norm (:func:`mpsolve.kernels.safenorm.norm`) where the
+    squares may have left FP64's range (a column of norm below 1e-154 squares to 0)."""
+    k = B.shape[1]
+    out = np.zeros(k)
+    ops.col_dot(B, B, out)
+    np.sqrt(out, out=out)
+    for c in np.flatnonzero(~((out >= 2.0**-400) & (out <= 2.0**400))):
+        out[c] = norm(xp.ascontiguousarray(B[:, c]), xp)
+    return out
+
+
 def _certified(problem, t, x, b, tol):
     """Column ``x``'s residual norm ``t`` as :meth:`mpsolve._system.Problem.certified`
     judges it (the rounding bound of the FP64 residual added where it matters)."""
@@ -282,11 +305,14 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
          xp.array(to_device(x0h, problem.device), dtype=np.float64, order="C"))
     R = xp.empty((n, k), np.float64)
     ops = bsys.ops
-    bnrm = np.zeros(k)
-    ops.col_dot(B, B, bnrm)
-    np.sqrt(bnrm, out=bnrm)
-    if not np.all((bnrm == 0) | ((bnrm >= _B_RANGE[0]) & (bnrm <= _B_RANGE[1]))):
-        # a column whose norm needs scaling: the single path scales it
+    bnrm = _column_norms(ops, B, xp)
+    xnrm = None if x0h is None else _column_norms(ops, X, xp)
+    lo, hi = _BLOCK_RANGE
+    if not (np.all((bnrm == 0) | ((bnrm >= lo) & (bnrm <= hi))) and
+            (xnrm is None or np.all(xnrm <= hi))):
+        # a column far from norm 1 (or a start far from it): the block's dots are not
+        # guarded against under- and overflow as the single path's are (which also scales
+        # b outside its range): every column by the single path
         return _by_columns(solver, bh, bh, None if x0h is None else x0h, x0h, rtol, atol,
                            maxiter, None, t0)
     tol = np.maximum(atol, rtol * bnrm)

@@ -231,7 +231,9 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         residual_dd(xh, xl, problem.b64, r64, rl)   # r + rl = b - A (x_hi + x_lo)
     true = norm(r64, xp)
     eps = float(np.finfo(f64).eps)
-    wfloor = 10.0 * float(np.finfo(wdt).eps) * problem.bnrm
+    # the working precision's floor for the first correction equation, whose right-hand
+    # side is the start's residual (b itself from a zero start): 10 eps_w ||r_0||
+    wfloor = 10.0 * float(np.finfo(wdt).eps) * true
     count = iters = 0
     flag = 0 if true <= tol else 1
     first = True
@@ -248,8 +250,10 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         d.fill(0)
         if first:
             # the plain solve's own target -- or, below the working precision's floor
-            # (10 eps ||b||: a GMRES cycle's recomputed residual never gets under it), that
-            # floor: the refinement steps take it from there
+            # (10 eps ||r_0||: a GMRES cycle's recomputed residual never gets under it), that
+            # floor: the refinement steps take it from there (a start already close to the
+            # answer -- the block path's x handed on -- gets a floor of its own residual's
+            # size, not of ||b||'s, which it may meet already: no step, "stagnated")
             target = max(tol, wfloor)
         elif accuracy:
             target = DD_ETA * true

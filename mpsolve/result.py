@@ -73,11 +73,14 @@ class Escalation:
     from_precision: str
     to_precision: str
     reason: str
-    true_residual: float    # relative FP64 true residual at the switch
+    true_residual: float    # relative FP64 true residual at the switch (NaN: at set-up,
+    #                         before any residual: the data did not fit the weaker policy)
 
     def __str__(self):
+        res = "" if self.true_residual != self.true_residual else \
+            f"; true residual {self.true_residual:.2e}"
         return (f"after {self.iteration} iterations: {self.from_precision} -> "
-                f"{self.to_precision} ({self.reason}; true residual {self.true_residual:.2e})")
+                f"{self.to_precision} ({self.reason}{res})")
 
 
 @dataclass

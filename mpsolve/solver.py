@@ -313,6 +313,10 @@ class Solver:
         ``b``, or give each thread its own Solver.  A call from inside a running solve of
         the same Solver (its callback) raises ``RuntimeError``.
         """
+        if isinstance(b, (list, tuple)):
+            b = np.asarray(b)                 # (as solve: a list is its array, 1-D or 2-D)
+        if deflation not in ("compact", "mask"):
+            raise ValueError(f"deflation={deflation!r}: use 'compact' or 'mask'")
         with self._lock, self._exclusive("solve"):
             return self._solve(b, x0, rtol, atol, maxiter, callback, deflation)
 

@@ -618,3 +618,62 @@ def test_auto_with_several_right_hand_sides_falls_back_by_column():
     # a matrix the block solves is returned as before: no per-column pass
     P = poisson2d(16)
     assert mpsolve.solve(P, P @ X, rtol=1e-8).rhs_mode == "block"
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e-150, 1e-60, 1e150])
+@pytest.mark.parametrize("method", ["cg", "gmres"])
+def test_a_column_far_from_norm_one_is_solved_as_alone(scale, method):
+    """A column of norm 1e-170 squared to 0 in the block's column dots: x = 0, info 0,
+    true residual 0 -- a false success; one of 1e-150 met CG's curvature test at p.Ap ~
+    1e-300.  Such a B goes column by column (each scaled as the single path scales it):
+    every column converges, certified as the returned x's residual."""
+    A = poisson2d(12).tocsr()
+    b = np.random.default_rng(0).standard_normal(A.shape[0])
+    B = np.column_stack([b, scale * b])
+    r = mpsolve.solve(A, B, method=method, precond="jacobi", rtol=1e-8)
+    assert r.info == 0 and list(r.column_info) == [0, 0]
+    s = 2.0 ** round(-np.log2(scale))                 # the residual in range, exactly
+    for c in range(2):
+        res = np.linalg.norm(s * B[:, c] - A @ (s * r.x[:, c]))
+        assert res <= 1e-8 * np.linalg.norm(s * B[:, c]) * 1.001
+
+
+def test_complex_starts_operators_and_lists_in_block_solves():
+    """A complex x0 with real A and B makes the block solve complex (it was cast to real
+    with a ComplexWarning); a real LinearOperator with a complex B solves in complex (it
+    raised); a float32 A with a complex64 B answers in complex64; a list of columns is
+    taken by Solver.solve as by solve; a real Solver refuses a complex x0 naming it."""
+    import scipy.sparse.linalg as spla
+
+    A = poisson2d(10).tocsr()
+    n = A.shape[0]
+    B = np.random.default_rng(1).standard_normal((n, 2))
+    X0 = (1 + 1j) * np.ones((n, 2))
+    r = mpsolve.solve(A, B, x0=X0, method="cg", precond="jacobi", rtol=1e-10)
+    assert r.x.dtype == np.complex128 and r.info == 0
+    r = mpsolve.solve(spla.aslinearoperator(A), (1 + 1j) * B, method="gmres", precond=None,
+                      rtol=1e-10)
+    assert r.x.dtype == np.complex128 and r.info == 0
+    assert np.linalg.norm((1 + 1j) * B - A @ r.x) <= 1e-9 * np.linalg.norm(B)
+    r = mpsolve.solve(A.astype(np.float32), B.astype(np.complex64), rtol=1e-5)
+    assert r.x.dtype == np.complex64
+    s = mpsolve.Solver(A, method="cg", precond="jacobi", rtol=1e-10)
+    assert s.solve(B.tolist()).x.shape == (n, 2)
+    with pytest.raises(TypeError, match="x0 is complex"):
+        s.solve(B, x0=X0)
+
+
+def test_a_block_handed_to_eft_below_fp64s_floor_converges():
+    """rtol = 1e-16 with precision='double': the block's columns, at FP64's floor, go on
+    by eft from the block's x -- whose residual is already under the working floor of
+    10 eps ||b||, so the first correction's target asked for nothing and the step read as
+    stagnation (info 1); each column alone converged.  The floor is now the start's."""
+    A = poisson2d(12).tocsr()
+    bb = A @ np.ones(A.shape[0])
+    r = mpsolve.solve(A, np.column_stack([bb, bb]), method="cg", precond="jacobi",
+                      precision="double", rtol=1e-16)
+    assert list(r.column_info) == [0, 0]
+    one = mpsolve.solve(A, bb, method="cg", precond="jacobi", precision="double", rtol=1e-16)
+    near = mpsolve.solve(A, bb, x0=r.x[:, 0] + 1e-15, method="cg", precond="jacobi",
+                         precision="double", rtol=1e-16)
+    assert one.info == 0 and near.info == 0 and not near.at_floor
