@@ -288,11 +288,25 @@ class Problem:
         rb = self._rbound
         if rb is None:
             rb = self._rbound = [None, *self._bound_constants()]
+        b64 = self.b64 if b64 is None else b64
         if ssq_v is None:                 # (the kernel is bound where a pass needs it)
             if rb[0] is None:
                 rb[0] = self._bound_kernel()
-            ssq_v = rb[0](x64, self.b64 if b64 is None else b64)
-        return (rb[2] if dd else rb[1]) * math.sqrt(ssq_v) if ssq_v < math.inf else math.inf
+            ssq_v = rb[0](x64, b64)
+        g = rb[2] if dd else rb[1]
+        if ssq_v < math.inf:
+            return g * math.sqrt(ssq_v)
+        # ||v||^2 overflowed, ||v|| itself may not have (||A|| ||x|| past 1e154): v is
+        # linear in (x, b), so take it of (x, b) / 2^512 -- the entries that underflow there
+        # are below 2^-562 of the largest, their part of ||v|| beneath its last bit (the
+        # factor 1 + 2^-40 covers it)
+        if rb[0] is None:
+            rb[0] = self._bound_kernel()
+        s = 2.0**-512
+        ssq_s = rb[0](x64 * s, b64 * s)
+        if not ssq_s < math.inf:
+            return math.inf
+        return g * math.sqrt(ssq_s) * 2.0**512 * (1.0 + 2.0**-40)
 
     def _bound_constants(self):
         """``(gamma, gamma_dd)`` of :meth:`residual_bound` for ``A``'s longest row."""

@@ -116,17 +116,17 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
             true = problem.true_residual(x64, r64)
         if true <= tol:
             return count, iters, 0, true
-        if flag != 0 or count >= budget:
+        stalled = flag == 0 and not true < STAGNATION * last_true   # (inf or NaN too)
+        if flag != 0 or count >= budget or stalled:
             if true > start_true:
                 # the iteration diverged: never hand back an x worse than the one it
                 # started from (the status says so through diverged=True)
                 x64[:] = backup
                 true = problem.true_residual(x64, r64)
                 sys.diverged = True
-            return count, iters, flag, true
-        # the recursive residual met the tolerance but the true one did not
-        if true > STAGNATION * last_true:
-            return count, iters, 2, true
+            # (stalled: the recursive residual met the tolerance, the true one did not
+            # halve since the last replacement -- the precision's floor)
+            return count, iters, (2 if stalled else flag), true
         last_true = true
         if not same:                            # (same: r is r64 = b - A x already)
             r[:] = r64                          # r = b - A x (FP64, rounded once)

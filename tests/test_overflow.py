@@ -257,3 +257,43 @@ def test_an_answer_that_underflows_when_unscaled_is_not_a_success(func, a_scale,
     rel = np.linalg.norm(s * b - A @ (s * x)) / np.linalg.norm(s * b)
     assert (info == 0) == (rel <= 1e-8)
     assert (info != 0) == lost
+
+
+@pytest.mark.parametrize("method", ["cg", "gmres", "bicgstab"])
+@pytest.mark.parametrize("precision", ["double", "mixed", "eft"])
+def test_a_residual_bound_whose_square_overflows_ends_the_solve(method, precision):
+    """||b|| = 1e150 (in range: not scaled) and an x of the same size: ||v||^2 of the
+    residual's rounding bound overflowed (||v|| itself did not), the certified residual
+    read inf, and the replacement loop compared inf with 0.5 inf for ever -- in solve's
+    default too.  The bound is now taken of (x, b) / 2^512; the loop also ends on inf."""
+    import faulthandler
+
+    A = sp.csr_matrix([[1.0, -1.0], [-1.0, 1.0 + 1e-6]])
+    b = np.array([1e150, 0.0])
+    faulthandler.dump_traceback_later(120, exit=True)   # (a hang fails, with its traceback)
+    try:
+        r = mpsolve.solve(A, b, method=method, precond=None, precision=precision, rtol=1e-6)
+        default = mpsolve.solve(A, b)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    s = 2.0**-500                                     # the residual, without overflow
+    for res in (r, default):
+        assert res.info == 0 and np.isfinite(res.true_residual)
+        assert np.linalg.norm(s * b - A @ (s * res.x)) <= 1e-6 * np.linalg.norm(s * b)
+
+
+def test_a_stagnating_stage_never_returns_an_x_worse_than_its_start():
+    """The replacement loop's stagnation exit kept the last x even where it was worse
+    than the start (relative residual 1e182 from x0 = 0 on D A D, D from 1e-100 to
+    1e100): the start comes back then, as on the other exits."""
+    from mpsolve.matrices import poisson2d
+
+    n = 196
+    d = np.logspace(-100, 100, n)
+    np.random.default_rng(1).shuffle(d)
+    A = (sp.diags(d) @ poisson2d(14) @ sp.diags(d)).tocsr()
+    b = np.ones(n)
+    r = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="double",
+                      escalate=False, rtol=1e-8)
+    if r.info != 0:
+        assert r.true_residual <= 1.0 + 1e-12         # no worse than x0 = 0
