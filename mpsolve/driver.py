@@ -83,11 +83,13 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     wdt = sys.dtype
     same = x64.dtype == wdt
     true = start_true = problem.true_residual(x64, r64)
-    if same and true <= tol * (1.0 - (4 * n + 8) * _EPS64):
+    if true <= tol * (1.0 - (4 * n + 8) * _EPS64):
         # x already meets the tolerance: the body would stop before its first iteration
         # (every body's first test is its own norm of r, here r64 itself, against tol;
         # that norm and this one differ by less than the margin, a few n eps relative),
-        # leaving x and r as they are -- the same answer without the call
+        # leaving x and r as they are -- the same answer without the call.  In a lower
+        # working precision x is kept as it is too (rounded to it, it would lose what
+        # made it meet the tolerance)
         return 0, 0, 0, true
     if same:
         x = x64

@@ -300,3 +300,20 @@ def test_fp32_gmres_below_its_floor_stops_instead_of_cycling_to_maxiter(side, pr
     assert r.info > 0 and "accuracy floor of precision 'single'" in r.status
     assert r.restarts < 40 and r.true_residual < 1e-5
     assert mpsolve.solve(A, b, escalate=True, **kw).info == 0
+
+
+@pytest.mark.parametrize("precision", ["single", "mixed", "ir"])
+def test_a_start_that_meets_the_tolerance_is_kept_in_any_working_precision(precision):
+    """x0 whose FP64 residual meets the tolerance: returned as it is, 0 iterations,
+    info 0 -- in an FP32 working precision too (it was rounded to FP32 first and then
+    judged: info 1 at rtol 1e-4, or 'converged' with an x 14x worse than x0)."""
+    import scipy.sparse as sp
+
+    n = 200
+    A = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n)).tocsr()
+    xs = np.sin(np.arange(1, n + 1) * np.pi * 3 / (n + 1))
+    b = A @ xs
+    for rtol in (1e-4, 1e-6):
+        r = mpsolve.solve(A, b, xs, method="cg", precond=None, precision=precision,
+                          rtol=rtol, escalate=False)
+        assert r.info == 0 and r.iterations == 0 and np.array_equal(r.x, xs)
