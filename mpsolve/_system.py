@@ -50,9 +50,11 @@ __all__ = ["Problem", "System", "Workspace", "make_problem", "make_system", "mak
 #: shrink by this factor: it has reached the accuracy floor of its precision.
 STAGNATION = 0.5
 
-#: :meth:`Problem.true_residual` adds the rounding bound of the FP64 residual to its norm
-#: where the bound exceeds this fraction of the tolerance (below it, a residual that meets
-#: the tolerance meets it to within 0.1%: the computed value is reported as it is).
+#: :meth:`Problem.true_residual` reports the computed norm of the FP64 residual as it is
+#: where its rounding bound is below this fraction of the tolerance, and the norm plus the
+#: bound above it.  Either way a residual is only called within the tolerance when the
+#: norm plus *twice* the bound is: the exact residual meets the tolerance, and so does any
+#: other FP64 evaluation of ``b - A x`` (another summation order: a caller's check).
 CERTIFY = 2.0**-10
 
 _F64 = np.dtype(np.float64)
@@ -215,7 +217,9 @@ class Problem:
         """``r64 = b - A x64`` in FP64; returns ``||r64||_2`` -- where that meets the
         tolerance, *certified*: when the rounding error of the FP64 residual could matter
         (:meth:`residual_bound` over :data:`CERTIFY` times the tolerance) the bound is
-        added, so the value returned is an upper bound of the exact ``||b - A x64||_2``.
+        added, so the value returned is an upper bound of the exact ``||b - A x64||_2``;
+        and it is within the tolerance only where the norm plus twice the bound is
+        (:meth:`certified`).
         Every convergence decision goes through here: where ``|A| |x|`` is so much larger
         than ``|b|`` that ``b - A x`` cancels to rounding noise (a diverged iterate of a
         singular system, a tolerance below what FP64 can verify) a computed residual of
@@ -258,19 +262,29 @@ class Problem:
 
     def certified(self, nrm, x64, b64=None, tol=None, dd=False, ssq_v=None) -> float:
         """``nrm``, the norm of the FP64 residual ``b - A x64`` (``b64``: default the
-        problem's ``b``), as :meth:`true_residual` returns it: plus its
-        :meth:`residual_bound` where ``nrm`` meets ``tol`` (default the problem's) and the
-        bound is over :data:`CERTIFY` times ``tol``.  ``dd``: ``nrm`` is the norm of the
-        residual computed by ``residual_dd`` (Dot2 rows) of ``x64`` alone, whose bound is
-        ``u nrm + gamma_{2m+1}^2 ||v||`` (ORO 2005, as :mod:`mpsolve.kernels.cpu.dd`
-        states it for a pair with a zero low part).  ``ssq_v``: the bound's sum of squares
-        when the residual's pass computed it already (``residual_norms``)."""
+        problem's ``b``), as :meth:`true_residual` returns it where ``nrm`` meets ``tol``
+        (default the problem's): ``nrm`` itself if ``nrm + 2 bound`` meets ``tol`` too
+        and the :meth:`residual_bound` is at most :data:`CERTIFY` times ``tol``, ``nrm +
+        bound`` if it is larger, and ``nrm + 2 bound`` (over ``tol``: not certified) where
+        ``nrm + 2 bound`` misses ``tol``.  A value within ``tol`` is so an exact residual
+        within ``tol`` whose FP64 evaluation in any other order (``||b - A @ x||`` by
+        NumPy, off from ``nrm`` by at most the two bounds) is within ``tol`` as well.
+        ``dd``: ``nrm`` is the norm of the residual computed by ``residual_dd`` (Dot2 rows)
+        of ``x64`` alone, whose bound is ``u nrm + gamma_{2m+1}^2 ||v||`` (ORO 2005, as
+        :mod:`mpsolve.kernels.cpu.dd` states it for a pair with a zero low part); its
+        answer is certified exactly (``nrm + bound`` within ``tol``: an FP64 evaluation
+        cannot check the tolerances below FP64's floor that the ``eft`` presets reach).
+        ``ssq_v``: the bound's sum of squares when the residual's pass computed it already
+        (``residual_norms``)."""
         tol = self.tol if tol is None else tol
         if nrm <= tol and self.A_csr is not None:
             bound = self.residual_bound(x64, b64, dd, ssq_v)
             if dd:
                 bound += 1.01 * 2.0**-53 * nrm
-            if not bound <= CERTIFY * tol:                     # (NaN: not certified)
+            reach = nrm + (bound if dd else 2.0 * bound)
+            if not reach <= tol:                               # (NaN: not certified)
+                return reach
+            if not bound <= CERTIFY * tol:
                 return nrm + bound
         return nrm
 

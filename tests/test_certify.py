@@ -244,3 +244,33 @@ def test_a_float32_answer_is_judged_as_returned(method, cplx):
     assert returned(wide_b, b32) <= 1e-8 * (1 + 1e-6)
     x, info = mpsolve.cg(A32, b32, rtol=1e-8)                  # the SciPy-style function too
     assert info > 0 and x.dtype == dt
+
+
+def test_a_residual_within_twice_its_bound_of_the_tolerance_is_not_certified():
+    """A computed norm ``nrm`` within the tolerance is only called within it where ``nrm``
+    plus twice the rounding bound is: the exact residual (``nrm`` +- bound) and any other
+    FP64 evaluation of it (a caller's ``norm(b - A @ x)``, +- bound again) then meet the
+    tolerance too.  It once went by ``nrm`` alone wherever the bound was below ``CERTIFY``
+    times the tolerance, so an exact residual 0.1% over the tolerance read as converged."""
+    A = poisson2d(12)
+    x = np.linspace(1.0, 2.0, A.shape[0])
+    b = A @ np.ones(A.shape[0])
+    p = make_problem(A, b, rtol=1e-8)
+    bound = p.residual_bound(x)
+    assert bound > 0
+    tol = 4096 * bound                      # the bound is 1/4096 of it: below CERTIFY
+    assert bound <= CERTIFY * tol
+    for nrm in (tol - 1.5 * bound, tol - 0.5 * bound, tol):
+        got = p.certified(nrm, x, tol=tol)
+        assert got > tol                    # not certified: reported as nrm + 2 bound
+        assert got == nrm + 2 * bound
+    # two bounds clear of the tolerance: certified, the computed norm reported as it is
+    assert p.certified(tol - 2.5 * bound, x, tol=tol) == tol - 2.5 * bound
+    # a bound over CERTIFY times the tolerance is added where it certifies
+    tol = 16 * bound
+    assert p.certified(tol - 3 * bound, x, tol=tol) == tol - 2 * bound
+    assert p.certified(tol - bound, x, tol=tol) == tol + bound
+    # the Dot2 residual's bound is certified once, exactly (no FP64 check can reach it)
+    assert p.residual_bound(x, dd=True) <= CERTIFY * tol
+    assert p.certified(tol / 2, x, tol=tol, dd=True) == tol / 2
+    assert p.certified(tol, x, tol=tol, dd=True) > tol
