@@ -194,6 +194,9 @@ class Problem:
     #: :meth:`residual_bound`'s kernel ``f(x, b) -> sum_i v_i^2`` (bound when a pass needs
     #: it) and its two constants (FP64 and Dot2 residuals); made once
     _rbound: Optional[list] = None
+    #: complex data: the ``residual_dd`` kernel of ``A``'s real form
+    #: (:func:`mpsolve.refine.real_form`), made by the first double-double stage
+    _dd64: Optional[Callable] = None
     #: the first residual of a zero start (none, or an all-zero ``x0`` given: SciPy's
     #: ``x.any()`` test) is ``b`` itself: checked (exact zeros) once per solve and then no
     #: product with ``A`` -- SciPy's solvers, given an exact preconditioner, use at most
@@ -258,7 +261,7 @@ class Problem:
         bound to the old values dropped (the residual's and its rounding bound's)."""
         self.A_csr = self.A_user = C
         self.A64 = SparseOperator(C, self.hp, "float64", self.device, what="A")
-        self._residual64 = self._rbound = None
+        self._residual64 = self._rbound = self._dd64 = None
 
     def certified(self, nrm, x64, b64=None, tol=None, dd=False, ssq_v=None) -> float:
         """``nrm``, the norm of the FP64 residual ``b - A x64`` (``b64``: default the
@@ -296,7 +299,9 @@ class Problem:
         order, so its error is at most ``gamma_{m+1} v_i``, ``gamma_k = k u / (1 - k u)``
         (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., eq. (3.4));
         complex rows: ``sqrt(2) gamma_{m+2}`` (ibid., section 3.6).  ``dd``: the Dot2
-        residual's ``gamma_{2m+1}^2 ||v||`` (:meth:`certified`; real rows).  The constants
+        residual's ``gamma_{2m+1}^2 ||v||`` (:meth:`certified`); complex data run it on
+        the real form (:func:`mpsolve.refine.real_form`), whose rows have ``2m`` entries
+        and term sums at most ``v_i`` each: ``sqrt(2) gamma_{4m+1}^2 ||v||``.  The constants
         carry a margin for the rounding of ``v`` itself.  ``inf`` where ``v`` overflows.
         ``ssq_v``: ``||v||^2`` computed already (no pass over ``A`` then)."""
         rb = self._rbound
@@ -329,8 +334,9 @@ class Problem:
 
         def gamma_(k, u=2.0**-53):
             return k * u / (1.0 - k * u) * (1.0 + 4 * (m + 2) * u)
-        gamma = math.sqrt(2.0) * gamma_(m + 2) if self.is_complex else gamma_(m + 1)
-        return gamma, gamma_(2 * m + 1) ** 2
+        if self.is_complex:
+            return math.sqrt(2.0) * gamma_(m + 2), math.sqrt(2.0) * gamma_(4 * m + 1) ** 2
+        return gamma_(m + 1), gamma_(2 * m + 1) ** 2
 
     def _bound_kernel(self):
         """``f(x, b) -> ||v||^2`` of :meth:`residual_bound` (the ``residual_scale`` kernel)."""

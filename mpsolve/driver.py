@@ -241,7 +241,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             lost = _underflowed(problem, x, x64)
             if lost is not None and lost > problem.tol:
                 info, extra, true = max(count, 1), UNDERFLOWED, lost
-        if x_lo is not None and x.dtype == np.float64:
+        if x_lo is not None and x.dtype == problem.hp:
             x_lo = problem.answer(x_lo).copy()
         else:
             x_lo = None
@@ -327,7 +327,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
                 # x double-double, residual by Dot2: refinement in three precisions
                 c, it, flag, true = dd_stage(body, sys, x64, budget - count, callback, hist,
                                              body_kw, r64)
-                x_lo = ws.get("dd_xl", n, np.float64)
+                x_lo = ws.get("dd_xl", n, problem.hp)
             else:
                 c, it, flag, true = krylov_stage(body, sys, x64, budget - count, callback, hist,
                                                  body_kw, r64)

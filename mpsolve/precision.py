@@ -93,7 +93,8 @@ class Precision:
         How ``x`` and the true residual ``b - A x`` are kept between Krylov stages:
         FP64, or ``"dd"``: ``x`` as a double-double pair, the residual by Dot2 per row
         with FP64 ``A`` and ``b``, each stage a correction solve (iterative refinement;
-        :mod:`mpsolve.refine`).  ``"dd"`` needs ``working="float64"``, the matrix entries (an ``A`` given as a
+        :mod:`mpsolve.refine`; complex data through the real form of ``A``).  ``"dd"``
+        needs ``working="float64"``, the matrix entries (an ``A`` given as a
         ``LinearOperator`` runs the ``"fp64"`` way) and a device with the ``residual_dd``
         kernel; it is ignored by a policy with ``inner`` set.
 

@@ -53,13 +53,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import scipy.sparse as sp
 
+from ._sparse import canonical_csr
 from ._system import STAGNATION, system_for
 from .kernels.registry import lookup
 from .kernels.safenorm import norm
+from .operator import SparseOperator
 from .result import USER_STOP, keep_period
 
-__all__ = ["refine_stage", "dd_stage", "dd_supported", "INNER_RTOL", "DD_ETA"]
+__all__ = ["refine_stage", "dd_stage", "dd_supported", "real_form", "INNER_RTOL", "DD_ETA"]
 
 #: Relative residual reduction asked of each inner solve.
 INNER_RTOL = 1e-4
@@ -158,17 +161,52 @@ FP64_ROUNDING = 4
 
 def dd_supported(problem) -> bool:
     """Whether ``problem`` can run a double-double stage: the matrix entries of ``A`` are
-    known (not a ``LinearOperator``) and real (the double-double kernels are real; a
-    complex problem runs the FP64 stages).  A device without the kernels is refused by
+    known (not a ``LinearOperator``).  A device without the kernels is refused by
     :func:`dd_stage` with a message naming the fix."""
-    return problem.A_csr is not None and not getattr(problem, "is_complex", False)
+    return problem.A_csr is not None
+
+
+def real_form(C) -> sp.csr_matrix:
+    """The real ``2n x 2n`` form of a complex CSR matrix ``C`` with rows and columns
+    interleaved (real part, imaginary part of each unknown): row ``2i`` holds ``(Re a_ij,
+    -Im a_ij)`` in columns ``(2j, 2j + 1)``, row ``2i + 1`` holds ``(Im a_ij, Re a_ij)``.
+    A complex128 vector's float64 view is this form's vector, so ``real_form(C) @
+    x.view(float64)`` is ``(C @ x).view(float64)``: the real double-double kernels (Dot2
+    rows, pair updates) run on complex data through views, without copies of the vectors.
+    Row ``2i`` or ``2i + 1`` has ``2 k_i`` entries (``k_i``: row ``i``'s), and its terms'
+    moduli sum to at most row ``i``'s complex ``|b_i| + sum_j |a_ij| |x_j|`` (Cauchy-Schwarz
+    on each pair): :meth:`mpsolve._system.Problem.residual_bound` states the bound."""
+    C = C.tocsr()
+    n, m = C.shape
+    i = np.repeat(np.arange(n, dtype=np.int64), np.diff(C.indptr))
+    j = C.indices.astype(np.int64)
+    re, im = C.data.real.astype(np.float64), C.data.imag.astype(np.float64)
+    rows = np.concatenate([2 * i, 2 * i, 2 * i + 1, 2 * i + 1])
+    cols = np.concatenate([2 * j, 2 * j + 1, 2 * j, 2 * j + 1])
+    vals = np.concatenate([re, -im, im, re])
+    return canonical_csr(sp.csr_matrix((vals, (rows, cols)), shape=(2 * n, 2 * m)))
 
 
 def _dd_kernels(problem, policy):
     """The ``residual_dd`` and ``dd_axpy`` kernels of the problem's device, or a clear
-    error naming the fix (the registry's own message says what exists)."""
+    error naming the fix (the registry's own message says what exists).  Complex data:
+    both on float64 views, ``residual_dd`` of :func:`real_form` (made once a problem)."""
     try:
-        return problem.A64.bind_residual_dd(), lookup(problem.device, "dd_axpy", ("float64",))
+        axpy = lookup(problem.device, "dd_axpy", ("float64",))
+        if not problem.is_complex:
+            return problem.A64.bind_residual_dd(), axpy
+        if problem._dd64 is None:
+            problem._dd64 = SparseOperator(real_form(problem.A_csr), "float64", "float64",
+                                           problem.device, what="A").bind_residual_dd()
+        res = problem._dd64
+        f8 = np.float64
+
+        def residual_dd(xh, xl, b, r, rl):
+            res(xh.view(f8), xl.view(f8), b.view(f8), r.view(f8), rl.view(f8))
+
+        def dd_axpy(a, x, yh, yl):
+            axpy(a, x.view(f8), yh.view(f8), yl.view(f8))
+        return residual_dd, dd_axpy
     except KeyError as err:
         raise ValueError(
             f"precision={policy.name!r} keeps x and the residual in double-double "
@@ -193,13 +231,13 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     policy = sys.precision
     residual_dd, dd_axpy = _dd_kernels(problem, policy)
     wdt = sys.dtype
-    f64 = np.float64
+    hp = problem.hp                             # float64, or complex128 (its views: float64)
     xh = x64                                    # the pair's high part *is* the driver's x
-    xl = ws.zeros("dd_xl", n, f64)
-    rl = ws.get("dd_rl", n, f64)
-    judge = ws.get("dd_judge", n, f64)
-    keep_h, keep_l = ws.get("dd_keep_h", n, f64), ws.get("dd_keep_l", n, f64)
-    zero, jl = ws.zeros("dd_zero", n, f64), ws.get("dd_judge_l", n, f64)
+    xl = ws.zeros("dd_xl", n, hp)
+    rl = ws.get("dd_rl", n, hp)
+    judge = ws.get("dd_judge", n, hp)
+    keep_h, keep_l = ws.get("dd_keep_h", n, hp), ws.get("dd_keep_l", n, hp)
+    zero, jl = ws.zeros("dd_zero", n, hp), ws.get("dd_judge_l", n, hp)
 
     def judged(x, out):
         """The residual of the rounded ``x`` by Dot2 (where the FP64 ``b - A x`` is mostly
@@ -211,10 +249,11 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     d = ws.get("dd_d", n, wdt)                  # the correction (the body's iterate)
     r = ws.get("dd_r", n, wdt)                  # its recursive residual
     d64 = d                                     # FP64: Precision refuses 'dd' otherwise
+    eps = float(np.finfo(np.float64).eps)
     corr = replace(sys, b=rhs)                  # A d = rhs, same operator and M
     cb = None
     if callback is not None:
-        xt = ws.get("dd_xt", n, f64)
+        xt = ws.get("dd_xt", n, hp)
 
         def cb(v):                              # the body's iterate is d: hand on x
             if getattr(v, "shape", None) == (n,):
@@ -230,7 +269,6 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     else:
         residual_dd(xh, xl, problem.b64, r64, rl)   # r + rl = b - A (x_hi + x_lo)
     true = norm(r64, xp)
-    eps = float(np.finfo(f64).eps)
     # the working precision's floor for the first correction equation, whose right-hand
     # side is the start's residual (b itself from a zero start): 10 eps_w ||r_0||
     wfloor = 10.0 * float(np.finfo(wdt).eps) * true
