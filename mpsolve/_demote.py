@@ -15,8 +15,13 @@ class PrecisionRangeError(ValueError):
     Raised before a solve starts (never as a NaN later): a value larger than
     the format's largest finite number, or a nonzero so small it would round to
     zero while it still matters in its row (see :func:`demote`).  The message says how many values, the largest/smallest magnitude, and
-    the fixes: scale the system, or store that part in FP64.
+    the fixes: scale the system, or store that part in FP64.  ``what`` names the part
+    (``"A"``, ``"b"``, a preconditioner's storage), as :func:`demote` was told.
     """
+
+    def __init__(self, message, what=None):
+        super().__init__(message)
+        self.what = what
 
 
 _FINFO = {}     # dtype -> np.finfo(dtype)
@@ -76,7 +81,7 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
             f"{what}: {int(big.sum())} value(s) exceed the {dtype.name} range "
             f"(largest |value| {a.max():.3e} > {fi.max:.3e}); scale the system "
             f"(e.g. divide A and b by a power of two) or keep {what} in float64 "
-            f"(precision='double' or 'eft')"
+            f"(precision='double' or 'eft')", what
         )
     # a nonzero below half the smallest subnormal rounds to zero
     tiny = (a > 0) & (a < float(fi.smallest_subnormal) / 2)
@@ -90,7 +95,7 @@ def demote(values: np.ndarray, dtype, what: str, scale=None, device=None) -> np.
             f"{what}: {int(tiny.sum())} nonzero value(s) underflow to zero in "
             f"{dtype.name} (smallest |value| {a[tiny].min():.3e}) and are not negligible "
             f"in their rows; scale the system or keep {what} in float64 "
-            f"(precision='double' or 'eft')"
+            f"(precision='double' or 'eft')", what
         )
     return values.astype(dtype)
 

@@ -73,6 +73,29 @@ def _describe(M):
     return type(M).__name__
 
 
+def _float32_parts(policy) -> set:
+    """What ``policy`` stores in float32: ``"A"``, ``"M"``, ``"b"`` (the vectors), its
+    inner solve's included."""
+    parts = set()
+    for p in (policy, policy.inner):
+        if p is not None:
+            parts |= {part for part, dt in (("A", p.matrix), ("M", p.precond),
+                                            ("b", p.working)) if dt == "float32"}
+    return parts
+
+
+def past_range_error(policy, err):
+    """The escalation after ``err``, a :class:`PrecisionRangeError` of ``policy``'s set-up:
+    the first stronger policy that keeps the part that did not fit (``A``, ``b`` or the
+    preconditioner's storage) in FP64 -- every one between fails the same way (``mixed
+    -> mixed-eft`` with an FP32 M, ``single -> ir`` with an FP32 A); ``None`` at the top."""
+    part = {"A": "A", "b": "b"}.get(getattr(err, "what", None), "M")
+    nxt = policy.stronger()
+    while nxt is not None and part in _float32_parts(nxt):
+        nxt = nxt.stronger()
+    return nxt
+
+
 def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     """One precision policy, with residual replacement.  Returns
     ``(count, iterations, flag, true_norm)``; flag 2 means "stagnated"."""
@@ -273,7 +296,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             try:
                 return policy, system_for(problem, policy)
             except PrecisionRangeError as err:
-                nxt = policy.stronger() if escalate else None
+                nxt = past_range_error(policy, err) if escalate else None
                 if nxt is None:
                     raise
                 escalations.append(Escalation(done, policy.name, nxt.name, f"setup: {err}",
@@ -341,7 +364,9 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         if flag == 0:
             break
         stuck = flag in (2, 3) or (flag == -14 and "float32" in (policy.working, policy.matrix))
-        nxt = policy.stronger() if (escalate and stuck and count < budget) else None
+        nxt = None
+        if escalate and stuck and count < budget:
+            nxt = past_range_error(policy, range_error) if flag == 3 else policy.stronger()
         if nxt is None:
             break
         reason = {2: "the true residual stagnated above the tolerance (recursive and true "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -317,3 +318,37 @@ def test_a_start_that_meets_the_tolerance_is_kept_in_any_working_precision(preci
         r = mpsolve.solve(A, b, xs, method="cg", precond=None, precision=precision,
                           rtol=rtol, escalate=False)
         assert r.info == 0 and r.iterations == 0 and np.array_equal(r.x, xs)
+
+
+@pytest.mark.parametrize("case,precision,M,want", [
+    # A's values past float32's range (M's fit): every policy with an FP32 A is passed over
+    ("big", "single", "ilu0", [("single", "mixed")]),
+    ("big", "ir", "jacobi", [("ir", "mixed")]),
+    # D A D, D = 1e25 / 1e-25 by turns: neither A nor its preconditioner fit float32
+    ("dad", "mixed", "ilu0", [("mixed", "eft")]),
+    ("dad", "mixed-cb", "isai", [("mixed-cb", "eft")]),
+    ("dad", "ir", "ilu0", [("ir", "eft")]),
+    ("dad", "single", "ilu0", [("single", "mixed"), ("mixed", "eft")]),
+])
+def test_a_range_error_escalates_past_policies_that_fail_the_same_way(case, precision, M,
+                                                                      want):
+    """After a float32 range error the solve goes to the first stronger policy that keeps
+    the part that did not fit in FP64: it went through every rung of the ladder, setting
+    up each again (mixed -> mixed-eft -> eft with the same FP32 M; single -> ir -> mixed
+    with the same FP32 A)."""
+    from mpsolve.matrices import generate
+    A = generate("convdiff2d:12,peclet=5").tocsr()
+    n = A.shape[0]
+    if case == "big":
+        A = sp.csr_matrix(A * 1e39)
+    else:
+        d = np.where(np.arange(n) % 2 == 0, 1e25, 1e-25)
+        A = sp.csr_matrix(sp.diags(d) @ A @ sp.diags(d))
+    b = A @ np.ones(n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                  # (ISAI's singular local systems)
+        r = mpsolve.solve(A, b, method="gmres", precond=M, precision=precision, side="right")
+    got = [(e.from_precision, e.to_precision) for e in r.escalations]
+    assert got == want, [str(e) for e in r.escalations]
+    assert all("float32 range" in e.reason for e in r.escalations)
+    assert r.info == 0 and np.linalg.norm(b - A @ r.x) <= 1e-5 * np.linalg.norm(b)
