@@ -288,10 +288,21 @@ class _ISAIBase(Preconditioner):
           (``A M ~ I``: the ISAI of ``A^T``, transposed) for right preconditioning
           (GMRES with ``side="right"``, BiCGSTAB, PETSc's FGMRES/FBCGS).
         """
+        what = "Hermitian" if A.dtype.kind == "c" else "symmetric"
+        if self._variant_request == "spd":
+            if is_symmetric(A, self._setup_device):
+                return "spd", "requested"
+            # FSAI of A's lower triangle: a symmetric M for a nonsymmetric A -- said, as
+            # the caller may have meant it (the symmetric part dominates) or not
+            warnings.warn(
+                f"{type(self).__name__}(variant='spd'): A is not {what}; M = G^T G is built "
+                f"from A's lower triangle and is {what} (it approximates the inverse of no "
+                f"nonsymmetric A); variant='auto' takes the approximate inverse of the side "
+                f"M is applied on", PreconditionerWarning, stacklevel=6)
+            return "spd", f"requested; A is not {what}"
         if self._variant_request != "auto":
             return self._variant_request, "requested"
         sym = is_symmetric(A, self._setup_device)
-        what = "Hermitian" if A.dtype.kind == "c" else "symmetric"
         if sym:
             return "spd", f"auto: A is {what} (to {symmetry_rtol(A.dtype):g} relative)"
         side = self._side

@@ -776,9 +776,27 @@ def test_isai_row_sums_are_fp64_unless_asked():
     assert not ISAI(accumulate="float32").setup(A).linear_apply(np.float64, np.float64)
     x = np.random.default_rng(1).standard_normal(A.shape[0])
     for P in (ISAI("general"), ISAI("spd"), BlockISAI(block_size=2)):
-        P.setup(A, dtype="float64")
+        P.setup(A + A.T if P.variant == "spd" else A, dtype="float64")
         exact = P.to_sparse() @ x
         assert np.abs(P.matvec(x) - exact).max() <= 1e-14 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("P", [ISAI, BlockISAI])
+def test_an_spd_variant_asked_for_a_nonsymmetric_matrix_is_said(P):
+    """``variant="spd"`` (FSAI, ``M = G^T G``) on a nonsymmetric ``A`` builds a symmetric
+    ``M`` from A's lower triangle: kept (asked for), but said, in a warning and in
+    ``variant_reason`` (it was silent); a symmetric ``A`` has no warning."""
+    from mpsolve.matrices import convection_diffusion2d
+    from mpsolve.precond import PreconditionerWarning
+
+    A = sp.csr_matrix(convection_diffusion2d(8))
+    with pytest.warns(PreconditionerWarning, match="not symmetric.*lower triangle"):
+        M = P(variant="spd").setup(A)
+    assert M.variant == "spd" and M.symmetric and "not symmetric" in M.variant_reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        M = P(variant="spd").setup(sp.csr_matrix(A + A.T))
+    assert M.variant_reason == "requested"
 
 
 # ------------------------------------------------------------------ devices
@@ -1439,6 +1457,8 @@ def test_a_set_up_preconditioner_applies_from_several_threads(name, kw):
     from mpsolve.precond import make_preconditioner
 
     A = sp.csr_matrix(convection_diffusion3d(16, peclet=10))
+    if kw.get("variant") == "spd":             # (FSAI wants a symmetric A: the warning's)
+        A = sp.csr_matrix(A + A.T)
     M = make_preconditioner(name, **kw).setup(A)
     R = np.random.default_rng(0).standard_normal((8, A.shape[0]))
     want = [M.matvec(r) for r in R]
