@@ -449,10 +449,14 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
             f"M was set up for a {M.shape[0]}x{M.shape[1]} matrix, but A is {n}x{n}; "
             "call M.setup(A) again or pass a fresh preconditioner"
         )
-    # a complex M (a matrix or operator, or a preconditioner set up for a complex matrix)
-    # makes the solve complex as well: its products with real vectors are complex
-    cplx = _is_complex(A, b, x0_checked,
-                       M.storage_dtype if isinstance(M, Preconditioner) else M)
+    # a complex M (a matrix or operator, or a preconditioner the caller set up for a
+    # complex matrix) makes the solve complex as well: its products with real vectors are
+    # complex -- one a solve set up is set up again for this A (setup_for_solve), in A's
+    # field, so its last set-up says nothing
+    m_field = M
+    if isinstance(M, Preconditioner):
+        m_field = M.storage_dtype if getattr(M, "_solve_key", None) is None else None
+    cplx = _is_complex(A, b, x0_checked, m_field)
     if cplx:
         _check_complex_device(device)
     hp = in_field("float64", cplx)

@@ -647,3 +647,36 @@ def test_a_real_preconditioner_set_up_by_the_caller_on_complex_data(cls, func):
     assert infoc == 0 and np.allclose(x, xc, rtol=1e-8, atol=0)
     r = mpsolve.solve(A, np.column_stack([b, b.conj()]), method=func, precond=M, rtol=1e-10)
     assert r.info == 0 and r.x.shape == (A.shape[0], 2)
+
+
+@pytest.mark.parametrize("name", ["jacobi", "block-jacobi", "ilu0", "ilut", "isai",
+                                  "block-isai", "block-ilu0"])
+def test_a_preconditioner_a_complex_solve_set_up_leaves_real_solves_real(name):
+    """A preconditioner object passed to a complex solve and then to a real one is set up
+    again for the real ``A`` -- and the real solve stays real: its old complex set-up made
+    the solve complex (complex128 x for a real system, complex64 from ``mpsolve.cg`` on
+    float32 data)."""
+    from mpsolve.matrices import poisson3d
+    from mpsolve.precond import make_preconditioner
+
+    A = sp.csr_matrix(poisson3d(5))
+    b = A @ np.ones(A.shape[0])
+    H = sp.csr_matrix(magnetic2d(6, flux=0.05))
+    h = H @ np.ones(H.shape[0])
+    M = make_preconditioner(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = mpsolve.solve(H, h, method="gmres", precond=M, rtol=1e-8)
+        assert r.x.dtype == np.complex128 and r.info == 0
+        r = mpsolve.solve(A, b, method="gmres", precond=M, rtol=1e-8)
+        assert r.x.dtype == np.float64 and r.info == 0
+        assert np.abs(r.x - 1).max() < 1e-6
+        x, info = mpsolve.cg(A.astype(np.float32), b.astype(np.float32), M=M)
+        assert x.dtype == np.float32 and info == 0
+        # and back: complex again
+        r = mpsolve.solve(H, h, method="gmres", precond=M, rtol=1e-8)
+        assert r.x.dtype == np.complex128 and r.info == 0
+    # one the caller set up for a complex matrix still makes the solve complex (its
+    # products with real vectors are complex)
+    C = make_preconditioner("jacobi").setup(sp.csr_matrix(A * (1 + 1j)))
+    assert mpsolve.solve(A, b, method="gmres", precond=C).x.dtype == np.complex128
