@@ -399,11 +399,19 @@ class Solver:
 
     def _policy_for(self, dt):
         """The policy a fresh solve of data dtype ``dt`` starts from (with precision=None
-        the data's dtype decides: an FP32 A with an FP64 b runs in FP64); the Systems'
-        cached range errors then escalate it as in the constructor."""
+        the data's dtype decides: an FP32 A with an FP64 b runs in FP64 -- with the
+        preconditioner as the constructor set it up for A's dtype, in FP32: that is
+        ``mixed``, and is named so); the Systems' cached range errors then escalate it as
+        in the constructor."""
         policy = self._policies.get(dt)
         if policy is None:
-            policy = self._policies[dt] = as_precision(self._start, dt)
+            policy = as_precision(self._start, dt)
+            M = self._problem.M_user
+            if self._start is None and policy.precond == "float64" and \
+                    isinstance(M, Preconditioner) and M.storage_dtype is not None and \
+                    np.dtype(M.storage_dtype).char in "fF":
+                policy = as_precision("mixed", dt)
+            self._policies[dt] = policy
         return policy
 
     def _a_dtype(self):

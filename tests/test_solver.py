@@ -173,17 +173,18 @@ def test_errors_name_the_argument():
 
 
 def test_float32_data_policy_follows_b():
-    """precision=None: FP32 A and FP32 b run 'single'; an FP64 b runs 'double' -- as
-    mpsolve.solve decides from the data.  (The preconditioner keeps the storage of the
-    construction's policy, FP32 here: its 1/4 diagonal is exact in both.)"""
+    """precision=None: FP32 A and FP32 b run 'single'; an FP64 b runs in FP64 -- as
+    mpsolve.solve decides from the data -- with the preconditioner in the storage of the
+    construction's policy, FP32 here: 'mixed', named so."""
     A = poisson2d(10).astype(np.float32)
     n = A.shape[0]
     s = Solver(A, method="cg", precond="jacobi", rtol=1e-5)
-    for b in (np.ones(n, np.float32), np.ones(n)):
-        r, q = s.solve(b), mpsolve.solve(A, b, method="cg", precond="jacobi", rtol=1e-5)
+    for b, prec in ((np.ones(n, np.float32), None), (np.ones(n), "mixed")):
+        r = s.solve(b)
+        q = mpsolve.solve(A, b, method="cg", precond="jacobi", rtol=1e-5, precision=prec)
         _same(r, q, detail=b.dtype == np.float32)
     assert s.solve(np.ones(n, np.float32)).precision == "single"
-    assert s.solve(np.ones(n)).precision == "double"
+    assert s.solve(np.ones(n)).precision == "mixed"
 
 
 def test_range_escalation_replayed_every_solve():
@@ -660,3 +661,22 @@ def test_a_callers_preconditioner_set_up_again_for_another_size_is_refused(cls):
         s.solve(b)
     M.setup(A)
     assert s.solve(b).info == 0
+
+
+@pytest.mark.parametrize("precond", ["jacobi", "ilu0", "block-isai"])
+@pytest.mark.parametrize("dt", [np.float32, np.complex64])
+def test_a_wider_b_than_a_runs_mixed_and_says_so(precond, dt):
+    """``Solver(A float32)`` sets its preconditioner up for A's dtype (FP32); a float64 b
+    runs in FP64 with it: that is ``mixed``, reported as such and bit for bit the
+    ``mixed`` solve (it said ``double`` while applying the FP32 preconditioner)."""
+    A = sp.csr_matrix(poisson2d(10)).astype(dt)
+    if np.dtype(dt).kind == "c":
+        A = sp.csr_matrix(A * (1 + 0.5j))
+    b = (np.arange(A.shape[0]) % 5 + 1.0).astype(np.result_type(dt, np.float64))
+    s = mpsolve.Solver(A, method="gmres", precond=precond, rtol=1e-8)
+    r = s.solve(b)
+    want = mpsolve.solve(A, b, method="gmres", precond=precond, rtol=1e-8, precision="mixed")
+    assert r.precision == "mixed" and r.info == 0
+    assert np.array_equal(r.x, want.x) and r.iterations == want.iterations
+    # b of A's own dtype: A's own policy, as before
+    assert s.solve(b.astype(dt), rtol=1e-4).precision == "single"
