@@ -191,6 +191,12 @@ def _combine(solver, results, x, mode, elapsed, hist=None, extra=""):
 
 
 # ------------------------------------------------------------------ the block path
+def _data_dtype(solver, bh) -> np.dtype:
+    """The data dtype of a real block solve (``x``'s dtype, as a single solve's)."""
+    return np.dtype(np.result_type(solver._a_dtype(), bh.dtype if bh.dtype.kind == "f"
+                                   else np.float64))
+
+
 def _block_plan(solver, bh, x0, callback):
     """The bound block kernels ``(body, body_kw, policy, sys, BlockSystem)``, or ``None``
     when this solve runs column by column (the module docstring's list)."""
@@ -199,9 +205,7 @@ def _block_plan(solver, bh, x0, callback):
             or problem.A_csr is None or problem.is_complex or bh.dtype.kind == "c"
             or bh.shape[1] == 0 or solver._body_kw.get("max_inner") is not None):
         return None
-    dt = np.dtype(np.result_type(solver._a_dtype(), bh.dtype if bh.dtype.kind == "f"
-                                 else np.float64))
-    policy = solver._policy_for(dt)
+    policy = solver._policy_for(_data_dtype(solver, bh))
     if (policy.inner is not None or policy.residual == "dd" or policy.dot != "native"
             or policy.compressed or np.dtype(policy.working) != np.float64):
         return None
@@ -389,6 +393,21 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
             else:
                 last_true[c] = t          # replaced: the next round starts from R = B - A X
         act = np.flatnonzero(~final)
+    out_dt = _data_dtype(solver, bh)
+    if out_dt.itemsize < 8:
+        # float32 data get X in float32, as a single solve's x: a column is judged as it is
+        # returned, rounded (a rounding that takes it over its tolerance: the single path
+        # iterates on from it, leaving room for the rounding)
+        Xr = X.astype(out_dt).astype(np.float64)
+        bsys.residual(Xr, B, R)
+        ops.col_dot(R, R, true_r := np.zeros(k))
+        np.sqrt(true_r, out=true_r)
+        for c in np.flatnonzero((info == 0) & ~zero):
+            t = _certified(problem, true_r[c], Xr[:, c], B[:, c], tol[c])
+            if t <= tol[c]:
+                true[c] = t
+            elif c not in straggle:
+                straggle.append(c)
     solve_time = time.perf_counter() - t1
     results = []
     escal = {}
@@ -413,6 +432,7 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
         results.append(dataclasses.replace(
             r, iterations=int(iters[c])) if r is not None else _column_stub(
             info[c], iters[c], rel, rel_tol, policy.name))
+    X = X.astype(out_dt, copy=False)
     out = to_host(X) if host else X
     res = _combine(solver, results, out, "block", time.perf_counter() - t0,
                    hist=np.asarray(hist), extra=extra)
