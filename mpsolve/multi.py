@@ -377,6 +377,12 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
                 if solver.escalate and low and policy.stronger() is not None:
                     straggle.append(c)
                 final[c], info[c] = True, -14
+            elif fl[i] == 2:
+                # the body's floor (GMRES: a happy breakdown with a regular R that no
+                # longer helps): as a stagnation
+                if solver.escalate and policy.stronger() is not None:
+                    straggle.append(c)
+                final[c], info[c] = True, max(int(count[c]), 1)
             elif fl[i] != 0 or count[c] >= maxiter:
                 if t > start_true[c]:     # diverged: the starting x back
                     X[:, c] = X_start[:, c]

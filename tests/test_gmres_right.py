@@ -204,3 +204,25 @@ def test_a_preconditioner_a_solve_set_up_is_set_up_again_for_the_other_side():
     own.setup(A)
     mpsolve.solve(A, b, method="gmres", side="right", precond=own, rtol=1e-10)
     assert own.variant == "general" and own.setups == 1
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("precision", ["double", "single"])
+def test_an_exact_preconditioner_below_the_floor_is_a_stagnation_not_a_singular_one(
+        side, precision):
+    """ILU(0) of a tridiagonal matrix is its LU: GMRES breaks down happily at once, and
+    below the working precision's floor the cycles stop lowering the residual.  That was
+    -13, "A or M is singular"; R is regular there (the space held the answer), so it is
+    the floor: info > 0, the stagnation's status (the block path's columns too).  (A
+    singular R keeps -13: the -13 tests of test_scipy_contract.py and test_auto.py.)"""
+    n = 200
+    rng = np.random.default_rng(0)
+    A = sp.diags([rng.uniform(-1, 0, n - 1), 4 + rng.uniform(0, 1, n),
+                  rng.uniform(-1, 0.5, n - 1)], [-1, 0, 1]).tocsr()
+    b = A @ np.ones(n)
+    kw = dict(method="gmres", precond="ilu0", side=side, rtol=1e-17, precision=precision,
+              escalate=False)
+    r = mpsolve.solve(A, b, **kw)
+    assert r.info > 0 and "stagnated at the accuracy floor" in r.status, r.status
+    B = mpsolve.solve(A, np.column_stack([b, 2 * b]), **kw)
+    assert np.all(B.column_info > 0), B.column_info

@@ -49,7 +49,9 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
     updated in place (``R = B - A X`` after each cycle).  Returns ``(cycles, its, flags)``
     per column, flags as :func:`~mpsolve.krylov.gmres.gmres_body`'s: 0 converged (or the
     estimate met its target and the driver judges by the true residual), 1 out of cycles,
-    -13 happy breakdown short of the tolerance, -14 non-finite values.
+    2 a happy breakdown with a regular ``R`` that no longer lowers the residual (the
+    working precision's floor), -13 one with a singular ``R`` (A or M singular), -14
+    non-finite values.
     """
     ops, mm, psolve, residual = bsys.ops, bsys.matvec, bsys.psolve, bsys.residual
     col_dot, col_scal, col_mdot = ops.col_dot, ops.col_scal, ops.col_mdot
@@ -138,10 +140,12 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
             (``y_c = R_c^-1 g_c``), ``r_c = b_c - A x_c``, and the restart rules."""
             nonlocal x
             Y = np.zeros((m, ka))
+            singular = np.zeros(ka, bool)
             for c in np.flatnonzero(sel & (jend > 0)):
                 kc = int(jend[c])
                 if happy[c] and abs(H[c, kc - 1, kc - 1]) <= eps * wnorm_in[c]:
                     kc -= 1
+                    singular[c] = True
                 back_substitute(H[c].copy(), g[c].copy(), kc, Y[:, c])   # y_c = R_c^-1 g_c
             jmax = int(jend[sel].max()) if sel.any() else 0
             col_lincomb(Z if right else V, Y, jmax, U)   # U = Z y or V y (0: other columns)
@@ -173,7 +177,11 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                     flags[col], done[col] = 0, True
                 elif happy[c]:
                     if not rnew[i] < last_happy[col]:
-                        flags[col], done[col] = -13, True
+                        # R singular, or the residual far above the working precision's
+                        # rounding: A or M is singular; else its floor (as GMRES's
+                        # single-vector body)
+                        far = not rnew[i] <= math.sqrt(eps) * (bnrm[col] or 1.0)
+                        flags[col], done[col] = (-13 if singular[c] or far else 2), True
                     else:
                         last_happy[col] = rnew[i]
                 elif est[c] <= target[c]:

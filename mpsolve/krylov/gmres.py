@@ -102,8 +102,10 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     ``(cycles, inner_iterations, flag)``: flag 0 converged (or the estimate can no
     longer be trusted to find a better ``x`` -- the driver then judges by the true
     residual), 1 out of cycles, 2 the compressed basis cost a cycle its convergence
-    (:func:`_basis_lost`: the driver's stagnation rule then escalates to an FP64 basis),
-    -13 happy breakdown short of the tolerance, -14 non-finite values.
+    (:func:`_basis_lost`: the driver's stagnation rule then escalates to an FP64 basis)
+    or a happy breakdown with a regular ``R`` that no longer lowers the residual (the
+    working precision's floor), -13 a happy breakdown with a singular ``R`` short of the
+    tolerance (A or M singular), -14 non-finite values.
     """
     ops, psolve = sys.ops, sys.psolve
     nrm2, axpy = ops.nrm2, ops.axpy
@@ -248,7 +250,8 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             if est <= target or est <= reach * beta or inner == max_inner or stop:
                 break
         k = j_end
-        if happy and abs(H[k - 1, k - 1]) <= eps * wnorm_in:
+        singular = happy and abs(H[k - 1, k - 1]) <= eps * wnorm_in
+        if singular:
             # A or M singular: the last direction added nothing (A M v in the span already)
             # and left R singular; the least-squares minimum is that of the first k-1
             k -= 1
@@ -277,11 +280,18 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
         if stop:
             return cycle, inner, USER_STOP
         if happy:
-            # the Krylov space is exhausted short of the tolerance (A or M singular); one more
-            # cycle from the true residual corrects x's rounding within the reachable space
-            # (the part of r that M or A cannot reach stays): as long as that still helps
+            # the Krylov space is exhausted short of the tolerance; one more cycle from the
+            # true residual corrects x's rounding within the reachable space: as long as
+            # that still helps.  Then: with R singular, or a residual left far above the
+            # working precision's rounding (sqrt(eps) ||b||: a singular M under left
+            # preconditioning keeps R regular), A or M is singular -- the part of r they
+            # cannot reach stays: -13; else the space held the answer of the working
+            # precision's system and what is left is that precision's floor (a near-exact
+            # M at a tolerance below it: the driver's stagnation, flag 2)
             if not rnorm < last_happy or inner == max_inner:
-                return cycle, inner, -13
+                if singular or not rnorm <= math.sqrt(eps) * bnrm:
+                    return cycle, inner, -13
+                return cycle, inner, 2 if not rnorm < last_happy else 1
             last_happy = rnorm
             continue
         if inner == max_inner:
