@@ -406,7 +406,8 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
         # iterates on from it, leaving room for the rounding)
         Xr = X.astype(out_dt).astype(np.float64)
         bsys.residual(Xr, B, R)
-        ops.col_dot(R, R, true_r := np.zeros(k))
+        true_r = np.zeros(k)
+        ops.col_dot(R, R, true_r)
         np.sqrt(true_r, out=true_r)
         for c in np.flatnonzero((info == 0) & ~zero):
             t = _certified(problem, true_r[c], Xr[:, c], B[:, c], tol[c])

@@ -49,9 +49,9 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
     updated in place (``R = B - A X`` after each cycle).  Returns ``(cycles, its, flags)``
     per column, flags as :func:`~mpsolve.krylov.gmres.gmres_body`'s: 0 converged (or the
     estimate met its target and the driver judges by the true residual), 1 out of cycles,
-    2 a happy breakdown with a regular ``R`` that no longer lowers the residual (the
-    working precision's floor), -13 one with a singular ``R`` (A or M singular), -14
-    non-finite values.
+    2 a happy breakdown with a regular ``R`` that no longer lowers a residual at the
+    working precision's rounding (its floor), -13 one with a singular ``R`` or a residual
+    far above that rounding (A or M singular), -14 non-finite values.
     """
     ops, mm, psolve, residual = bsys.ops, bsys.matvec, bsys.psolve, bsys.residual
     col_dot, col_scal, col_mdot = ops.col_dot, ops.col_scal, ops.col_mdot

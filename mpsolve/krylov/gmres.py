@@ -103,9 +103,10 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     longer be trusted to find a better ``x`` -- the driver then judges by the true
     residual), 1 out of cycles, 2 the compressed basis cost a cycle its convergence
     (:func:`_basis_lost`: the driver's stagnation rule then escalates to an FP64 basis)
-    or a happy breakdown with a regular ``R`` that no longer lowers the residual (the
-    working precision's floor), -13 a happy breakdown with a singular ``R`` short of the
-    tolerance (A or M singular), -14 non-finite values.
+    or a happy breakdown with a regular ``R`` that no longer lowers a residual at the
+    working precision's rounding (its floor), -13 a happy breakdown short of the
+    tolerance with a singular ``R`` or a residual far above that rounding (A or M
+    singular), -14 non-finite values.
     """
     ops, psolve = sys.ops, sys.psolve
     nrm2, axpy = ops.nrm2, ops.axpy
