@@ -18,6 +18,7 @@ can be passed as ``M`` to ``scipy.sparse.linalg.cg`` and friends
 from __future__ import annotations
 
 import time
+import zlib
 
 import numpy as np
 import scipy.sparse as sp
@@ -410,13 +411,16 @@ class Preconditioner:
 
 
 def matrix_key(C) -> tuple:
-    """A cheap fingerprint of the canonical CSR matrix ``C`` (a few passes over its arrays,
-    far less than any set-up): its shape, pattern size, the sum of its column indices, and
-    the sum of its values plain and weighted by column index (so that values moved
-    between positions change it too).  A preconditioner a solve set up for one matrix is
+    """A fingerprint of the canonical CSR matrix ``C`` (one pass over its arrays, far less
+    than any set-up): its shape, pattern size, dtype and the CRC-32 of the bytes of its
+    row pointers, column indices and values -- any change of any bit changes it but for
+    a 2^-32 chance (sums of the values, as before, missed values moved within a column
+    and changes below their rounding).  A preconditioner a solve set up for one matrix is
     set up again when a later solve hands it a matrix with another key."""
-    return (C.shape, C.nnz, C.dtype.str, int(C.indices.sum(dtype=np.int64)),
-            complex(C.data.sum()), complex(np.dot(C.data, C.indices)))
+    crc = 0
+    for arr in (C.indptr, C.indices, C.data):
+        crc = zlib.crc32(np.ascontiguousarray(arr).view(np.uint8), crc)
+    return (C.shape, C.nnz, C.dtype.str, crc)
 
 
 #: The storage dtypes ``setup(A, dtype=...)`` takes (a complex one: its real twin's

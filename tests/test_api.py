@@ -366,6 +366,22 @@ def test_a_preconditioner_a_solve_set_up_follows_the_matrix(method):
     assert its(A4, M) == its(A4, ILU0()) and M.setups == 4
     A4.data[:] = A4.data[::-1].copy()              # the same values, moved: J A J = A^T
     assert its(A4, M) == its(A4, ILU0()) and M.setups == 5
+    # values moved within their columns (their sums, the old fingerprint, kept: dyadic
+    # values sum exactly) and a change below the sums' rounding: set up again each time
+    n, p = 100, 0.875
+    A5 = sp.diags([np.full(n - 1, -1 - p), np.full(n, 2.0), np.full(n - 1, -1 + p)],
+                  [-1, 0, 1], format="csr")
+    its(A5, M)
+    setups = M.setups
+    C5 = A5.tocsc()
+    for j in range(1, n - 1):
+        v = C5.data[C5.indptr[j]:C5.indptr[j + 1]]
+        v[0], v[2] = v[2], v[0]
+    A5.data[:] = C5.tocsr().data                   # A^T but for the first and last columns
+    assert its(A5, M) == its(A5, ILU0()) and M.setups == setups + 1
+    A5.data[0] = np.nextafter(A5.data[0], 3.0)     # one bit: under the sums' rounding
+    its(A5, M)
+    assert M.setups == setups + 2
     # the caller's set-up on A1 is applied to A2 as it is
     C = ILU0().setup(A1)
     assert its(A2, C) != its(A2, ILU0()) and C.setups == 1
