@@ -437,7 +437,7 @@ class Solver:
         ``"auto"`` would now choose differently (the analysis of the new values orders
         other candidates: ``A`` no longer symmetric, a zero diagonal entry, values beyond
         FP32), where the new values are complex and the old were not (or the other way
-        round), and where the kept choice cannot take them (a zero pivot, an FP32 range
+        round) or of another precision (float32 for float64, ...), and where the kept choice cannot take them (a zero pivot, an FP32 range
         the first policy does not reach).  Waits for a solve running in another thread.
         An update that raises (the new matrix refused, or no set-up of it possible) leaves
         the Solver solving the old matrix, as before the call.
@@ -477,7 +477,11 @@ class Solver:
             # entries to compare patterns by; an operator without them: set up anew
             C = _private_csr(C) if sp.issparse(C) else None
         old = p.A_csr
+        # the same pattern and the same data dtype (float32 values for float64 ones, or
+        # the other way round, choose another policy and preconditioner storage: a fresh
+        # Solver's, so set up anew)
         same = C is not None and C.nnz == old.nnz and (C.dtype.kind == "c") == p.is_complex \
+            and (C.dtype if C.dtype.kind in "fc" else np.dtype(np.float64)) == self._a_dtype() \
             and np.array_equal(C.indptr, old.indptr) and np.array_equal(C.indices, old.indices)
         hp = in_field("float64", p.is_complex)
         if same and C.dtype.kind not in "fc":

@@ -680,3 +680,25 @@ def test_a_wider_b_than_a_runs_mixed_and_says_so(precond, dt):
     assert np.array_equal(r.x, want.x) and r.iterations == want.iterations
     # b of A's own dtype: A's own policy, as before
     assert s.solve(b.astype(dt), rtol=1e-4).precision == "single"
+
+
+@pytest.mark.parametrize("precond", ["ilu0", "block-isai"])
+@pytest.mark.parametrize("old,new", [(np.float32, np.float64), (np.float64, np.float32),
+                                     (np.complex64, np.complex128)])
+def test_an_update_to_values_of_another_precision_is_a_fresh_set_up(precond, old, new):
+    """``update`` with the same pattern but float64 values for float32 ones (or the other
+    way round) sets up anew, as a fresh Solver of the new values: it kept the old
+    preconditioner storage (an FP32 M for FP64 data, reported 'mixed')."""
+    A = sp.csr_matrix(poisson2d(16))
+    if np.dtype(new).kind == "c":
+        A = sp.csr_matrix(A * (1 + 0.5j))
+    b = np.random.default_rng(0).standard_normal(A.shape[0]).astype(
+        np.result_type(new, np.float64))
+    s = Solver(A.astype(old), method="cg" if A.dtype.kind == "f" else "gmres",
+               precond=precond, rtol=1e-6)
+    s.update(A.astype(new))
+    assert s.last_update == "full"
+    f = Solver(A.astype(new), method=s.method, precond=precond, rtol=1e-6)
+    ru, rf = s.solve(b), f.solve(b)
+    assert ru.precision == rf.precision and np.array_equal(ru.x, rf.x)
+    assert s._problem.M_user.storage_dtype == f._problem.M_user.storage_dtype
