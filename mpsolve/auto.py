@@ -90,8 +90,8 @@ from .driver import ROUNDED, UNDERFLOWED, answer_residual, iterate
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
-from .result import (AUTO_FAILED, BREAKDOWNS, USER_STOP, SolveResult, status_text,
-                     symmetry_word, wants_stop)
+from .result import (AUTO_FAILED, BREAKDOWNS, PERIOD_ATTR, USER_STOP, SolveResult,
+                     status_text, symmetry_word, wants_stop)
 
 __all__ = ["Analysis", "Choice", "analyse", "candidates", "auto_solve", "plan", "candidate_side",
            "set_up_candidate", "DEFAULT_AUTO_MAXITER"]
@@ -502,7 +502,7 @@ class _Monitor:
         # period: CG and BiCGSTAB call the monitor every `period` iterations only
         # (mpsolve.result.callback_period), and their compiled loops run in between
         if period is not None:
-            self.period = period
+            setattr(self, PERIOD_ATTR, period)
         self.calls = 0
         self.best = np.inf
         self.marks = []                   # (iterations, best true residual so far)

@@ -45,14 +45,19 @@ def wants_stop(ret) -> bool:
     return ret is True or (type(ret).__name__ == "bool_" and bool(ret))
 
 
+#: The attribute of the internal "call me every ``period`` iterations" protocol: private,
+#: so a user's callback object with a ``period`` of its own is called every iteration.
+PERIOD_ATTR = "_mpsolve_period"
+
+
 def callback_period(callback):
-    """A callback's ``period`` (an int > 0: "call me every ``period`` iterations, not each
-    one"), or ``None`` for an ordinary per-iteration callback.  An internal protocol: the
-    automatic choice's monitor (:mod:`mpsolve.auto`) uses it so CG's and BiCGSTAB's
-    compiled loops can run between its calls; a user's callback is called every iteration,
-    as SciPy's."""
-    period = getattr(callback, "period", None) if callback is not None else None
-    return period if isinstance(period, int) and period > 0 else None
+    """A callback's period (its :data:`PERIOD_ATTR`, an int > 0: "call me every ``period``
+    iterations, not each one"), or ``None`` for an ordinary per-iteration callback.  An
+    internal protocol: the automatic choice's monitor (:mod:`mpsolve.auto`) uses it so CG's
+    and BiCGSTAB's compiled loops can run between its calls; a user's callback is called
+    every iteration, as SciPy's (an attribute ``period`` of its own means nothing here)."""
+    period = getattr(callback, PERIOD_ATTR, None) if callback is not None else None
+    return period if type(period) is int and period > 0 else None
 
 
 def keep_period(wrapper, callback):
@@ -61,7 +66,7 @@ def keep_period(wrapper, callback):
     ``period`` iterations a call, would see its window pass ``period`` times too fast."""
     period = callback_period(callback)
     if period is not None:
-        wrapper.period = period
+        setattr(wrapper, PERIOD_ATTR, period)
     return wrapper
 
 

@@ -502,13 +502,17 @@ def test_a_preconditioner_set_up_again_by_its_owner_is_seen(monkeypatch):
     assert out[1][1].iterations != out[1][0].iterations
 
 
+from mpsolve.result import PERIOD_ATTR  # noqa: E402
+
+
 class _Periodic:
-    """A callback with a ``period`` (mpsolve.result.callback_period): records the iteration
-    counts it was called at (from the residual history's length) and asks to stop at
-    ``stop_at`` calls."""
+    """A callback with a period (mpsolve.result.callback_period's private attribute):
+    records the iteration counts it was called at (from the residual history's length)
+    and asks to stop at ``stop_at`` calls."""
 
     def __init__(self, period, stop_at=None):
-        self.period, self.stop_at, self.calls = period, stop_at, 0
+        setattr(self, PERIOD_ATTR, period)
+        self.stop_at, self.calls = stop_at, 0
 
     def __call__(self, x):
         self.calls += 1
@@ -612,3 +616,27 @@ def test_a_body_on_bare_primitives_runs_its_python_loop():
     it, _, flag = cg_body(bare, x, r, 100, 1e-10 * np.linalg.norm(b), None, hist)
     assert flag == 0 and 0 < it == len(hist)
     assert np.linalg.norm(b - A @ x) <= 1e-9 * np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("method", ["cg", "bicgstab"])
+def test_a_users_callback_with_a_period_attribute_is_called_every_iteration(method):
+    """The "call me every period iterations" protocol is internal (a private attribute):
+    a user's callback object that happens to have a ``period`` is called every iteration,
+    as SciPy calls it (it was called every ``period``-th, and a stop asked on a skipped
+    iteration never seen)."""
+    A = poisson2d(12)
+    b = A @ np.linspace(1.0, 2.0, A.shape[0])
+
+    class Counting:
+        def __init__(self):
+            self.period, self.calls = 5, 0
+
+        def __call__(self, x):
+            self.calls += 1
+
+    plain = []
+    r = mpsolve.solve(A, b, method=method, precond="jacobi", rtol=1e-8,
+                      callback=lambda x: plain.append(1))
+    cb = Counting()
+    q = mpsolve.solve(A, b, method=method, precond="jacobi", rtol=1e-8, callback=cb)
+    assert r.info == q.info == 0 and cb.calls == len(plain) >= r.iterations - 1
