@@ -50,7 +50,7 @@ from .kernels.safenorm import norm
 from .krylov.block_cg import block_cg_body
 from .krylov.block_gmres import block_gmres_body
 from .precond.base import Preconditioner
-from .result import SolveResult, status_text
+from .result import USER_STOP, SolveResult, status_text
 
 __all__ = ["BLOCK_BODIES", "BlockSystem", "solve_block", "check_block"]
 
@@ -149,6 +149,11 @@ def _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0):
     for c in range(k):
         bc = np.ascontiguousarray(bh[:, c]) if host else b[:, c]
         xc = x0 if (x0 is None or isinstance(x0, str)) else np.ascontiguousarray(x0h[:, c])
+        if results and results[-1].info == USER_STOP:
+            # the callback stopped the solve: the columns after it are not run (they keep
+            # their start), as a single solve stops where its callback says
+            results.append(_not_run(solver, results[-1], bc, xc))
+            continue
         # (inside the caller's Solver.solve already: its lock is held)
         results.append(solver._solve(bc, xc, rtol, atol, maxiter, callback, "compact"))
     xs = [r.x for r in results]
@@ -160,6 +165,26 @@ def _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0):
         xp = importlib.import_module(type(xs[0]).__module__.split(".")[0])
         x = xp.stack(xs, axis=1)
     return _combine(solver, results, x, "by column", time.perf_counter() - t0)
+
+
+def _not_run(solver, like, b, x0):
+    """The result of a column a callback's stop left unsolved: ``x`` its start (``x0``, or
+    0; ``M b`` is not formed), ``info`` :data:`USER_STOP`, no iterations, the start's
+    FP64 relative residual (0 for ``b = 0``)."""
+    xp = solver._problem.xp
+    dt = like.x.dtype
+    x = xp.zeros(b.shape[0], dt) if x0 is None or isinstance(x0, str) else \
+        xp.asarray(x0).astype(dt)
+    A = solver._problem.A64
+    b64 = xp.asarray(b).astype(solver._problem.hp)
+    r = b64 - A.to_scipy() @ x.astype(b64.dtype) if hasattr(A, "to_scipy") else \
+        b64 - solver._problem.A_user @ x.astype(b64.dtype)
+    bnrm = float(norm(b64, xp))
+    rel = float(norm(xp.asarray(r), xp)) / bnrm if bnrm else 0.0
+    return SolveResult(x=x, info=USER_STOP, iterations=0, residuals=np.zeros(0),
+                       true_residual=rel, tolerance=like.tolerance, setup_time=0.0,
+                       solve_time=0.0, status="not run: the callback stopped the solve",
+                       method=like.method, precision=like.precision)
 
 
 def _combine(solver, results, x, mode, elapsed, hist=None, extra=""):

@@ -699,3 +699,29 @@ def test_float32_columns_come_back_float32_and_are_judged_so(rtol):
     single = mpsolve.solve(A, B[:, 0], method="cg", precond="jacobi", rtol=rtol,
                            precision="double")
     assert single.x.dtype == np.float32 and (single.info == 0) == ok[0]
+
+
+@pytest.mark.parametrize("given_x0", [False, True])
+def test_a_callback_stop_stops_every_column(given_x0):
+    """Several right-hand sides with a callback run column by column; a callback that
+    returns True stops the solve -- the columns after it are not run (they kept going,
+    each to convergence): ``info`` -15 on each, their start returned, and its residual."""
+    from mpsolve.matrices import poisson2d
+    A = sp.csr_matrix(poisson2d(12))
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((A.shape[0], 3))
+    X0 = rng.standard_normal(B.shape) if given_x0 else None
+    calls = []
+
+    def stop(xk):
+        calls.append(1)
+        return len(calls) == 2
+
+    r = mpsolve.solve(A, B, X0, method="cg", precond="jacobi", rtol=1e-8, callback=stop)
+    assert len(calls) == 2 and r.info == -15
+    assert list(r.column_info) == [-15, -15, -15]
+    assert list(r.column_iterations[1:]) == [0, 0]
+    start = np.zeros_like(B) if X0 is None else X0
+    assert np.array_equal(r.x[:, 1:], start[:, 1:])
+    want = np.linalg.norm(B - A @ start, axis=0) / np.linalg.norm(B, axis=0)
+    np.testing.assert_allclose(r.column_true_residual[1:], want[1:], rtol=1e-12)
