@@ -217,9 +217,11 @@ def _combine(solver, results, x, mode, elapsed, hist=None, extra=""):
 
 # ------------------------------------------------------------------ the block path
 def _data_dtype(solver, bh) -> np.dtype:
-    """The data dtype of a real block solve (``x``'s dtype, as a single solve's)."""
-    return np.dtype(np.result_type(solver._a_dtype(), bh.dtype if bh.dtype.kind == "f"
-                                   else np.float64))
+    """The data dtype of a real block solve (``x``'s dtype, as a single solve's: long
+    double data are answered in FP64, as SciPy answers them)."""
+    dt = np.dtype(np.result_type(solver._a_dtype(), bh.dtype if bh.dtype.kind == "f"
+                                 else np.float64))
+    return dt if dt.itemsize <= 8 else np.dtype(np.float64)
 
 
 def _block_plan(solver, bh, x0, callback):
