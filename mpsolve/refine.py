@@ -190,7 +190,7 @@ def real_form(C) -> sp.csr_matrix:
 def _dd_kernels(problem, policy):
     """The ``residual_dd`` and ``dd_axpy`` kernels of the problem's device, or a clear
     error naming the fix (the registry's own message says what exists).  Complex data:
-    both on float64 views, ``residual_dd`` of :func:`real_form` (made once a problem)."""
+    both on float64 views, ``residual_dd`` of :func:`real_form` (made once per problem)."""
     try:
         axpy = lookup(problem.device, "dd_axpy", ("float64",))
         if not problem.is_complex:
