@@ -171,16 +171,17 @@ def _not_run(solver, like, b, x0):
     """The result of a column a callback's stop left unsolved: ``x`` its start (``x0``, or
     0; ``M b`` is not formed), ``info`` :data:`USER_STOP`, no iterations, the start's
     FP64 relative residual (0 for ``b = 0``)."""
-    xp = solver._problem.xp
+    problem = solver._problem
+    xp, hp = problem.xp, problem.hp
     dt = like.x.dtype
     x = xp.zeros(b.shape[0], dt) if x0 is None or isinstance(x0, str) else \
         xp.asarray(x0).astype(dt)
-    A = solver._problem.A64
-    b64 = xp.asarray(b).astype(solver._problem.hp)
-    r = b64 - A.to_scipy() @ x.astype(b64.dtype) if hasattr(A, "to_scipy") else \
-        b64 - solver._problem.A_user @ x.astype(b64.dtype)
+    b64 = xp.ascontiguousarray(xp.asarray(b), dtype=hp)
+    r = xp.empty_like(b64)
+    # r = b - A x by the operator's own FP64 residual (on the problem's device)
+    problem.A64.bind_residual(hp)(xp.ascontiguousarray(x, dtype=hp), b64, r)
     bnrm = float(norm(b64, xp))
-    rel = float(norm(xp.asarray(r), xp)) / bnrm if bnrm else 0.0
+    rel = float(norm(r, xp)) / bnrm if bnrm else 0.0
     return SolveResult(x=x, info=USER_STOP, iterations=0, residuals=np.zeros(0),
                        true_residual=rel, tolerance=like.tolerance, setup_time=0.0,
                        solve_time=0.0, status="not run: the callback stopped the solve",
