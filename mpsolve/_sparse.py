@@ -2,7 +2,8 @@
 
 :func:`check_matrix` validates a matrix argument (the rejections name the
 argument and the fix); :func:`canonical_csr` gives the canonical CSR form every
-kernel assumes (sorted indices, no duplicates, 32-bit indices where they fit).
+kernel assumes (sorted indices, no duplicates, 32-bit indices where they fit, a
+symmetric pattern for a matrix symmetric but for stored zeros).
 ``make_problem`` runs both once per solve and hands the preconditioner the
 canonical matrix (``Preconditioner.setup_canonical``), so ``A`` is checked and
 converted once.
@@ -13,7 +14,8 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-__all__ = ["check_matrix", "canonical_csr", "dtype_check", "native", "kernel_ready"]
+__all__ = ["check_matrix", "canonical_csr", "complete_symmetric_pattern", "dtype_check", "native",
+           "kernel_ready"]
 
 
 def dtype_check(dtype, name):
@@ -91,13 +93,15 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
     """A canonical CSR copy-or-view of any SciPy sparse matrix/array.
 
     Sorted column indices, no duplicates (summed, as SciPy does), 32-bit
-    indices where they fit.  The caller's object is never modified: anything
-    not already canonical is copied first; a ``csr_matrix`` that is canonical already
-    (32-bit indices) is returned as it is.
+    indices where they fit, and the pattern completed where ``A`` is symmetric but for
+    stored zeros (:func:`complete_symmetric_pattern`).  The caller's object is never
+    modified: anything not already canonical is copied first; a ``csr_matrix`` that is
+    canonical already (32-bit indices) is returned as it is.
     """
     if type(A) is sp.csr_matrix and A.indptr.dtype == np.int32 and \
             A.indices.dtype == np.int32 and A.data.dtype.isnative and A.has_canonical_format:
-        return A                                # nothing to convert (and no SciPy re-check)
+        # nothing to convert (and no SciPy re-check)
+        return A if A.data.all() else complete_symmetric_pattern(A)
     if sp.issparse(A):
         C = A.tocsr()
         if C is A:
@@ -118,7 +122,45 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
         C = sp.csr_matrix((native(C.data), C.indices.astype(index, copy=False),
                            C.indptr.astype(index, copy=False)),
                           shape=C.shape)
-    return C
+    return C if C.data.all() else complete_symmetric_pattern(C)
+
+
+def complete_symmetric_pattern(C):
+    """Canonical CSR ``C`` with explicit zeros stored at the transposes of its entries that
+    have none, where ``C`` is symmetric (Hermitian) once its stored zeros are ignored
+    (:func:`mpsolve.precond.ilu.is_symmetric`); else ``C`` itself.
+
+    A stored zero without a stored transpose (a value zeroed in one triangle, an assembly
+    that keeps the zeros of one triangle only) leaves the values of a symmetric matrix
+    symmetric and its pattern not: the symmetry test, which walks the pattern, would call
+    the matrix nonsymmetric, and the automatic choice would then give an SPD matrix to
+    BiCGSTAB with a nonsymmetric ILU(0), and CG's check of ``M`` would pass a nonsymmetric
+    one.  Completing the pattern with zeros changes no value, so no product; it makes the
+    pattern symmetric, so the symmetric forms (IC(0), the SPD ISAI) apply as on any
+    symmetric matrix.  The cost falls on matrices with stored zeros only: a symmetry test
+    of ``C`` (a nonsymmetric one mostly fails at its first rows), and where that fails a
+    copy without the zeros and its test."""
+    n = C.shape[0]
+    if n != C.shape[1] or not C.nnz:
+        return C
+    from mpsolve.precond.ilu import is_symmetric
+
+    if is_symmetric(C):
+        return C                        # a symmetric pattern already (a passing test)
+    Z = sp.csr_matrix((C.data, C.indices, C.indptr), shape=C.shape, copy=True)
+    Z.eliminate_zeros()
+    if not is_symmetric(Z):
+        return C                        # nonsymmetric values: the pattern says so already
+    rows = np.repeat(np.arange(n, dtype=C.indices.dtype), np.diff(C.indptr))
+    P = sp.coo_matrix((np.concatenate([C.data, np.zeros(C.nnz, C.dtype)]),
+                       (np.concatenate([rows, C.indices]), np.concatenate([C.indices, rows]))),
+                      shape=C.shape).tocsr()
+    P.sum_duplicates()                  # (keeps the zeros: a sum, not a pruning)
+    if P.indices.dtype != C.indices.dtype:
+        P = sp.csr_matrix((P.data, P.indices.astype(C.indices.dtype),
+                           P.indptr.astype(C.indptr.dtype)), shape=C.shape)
+    P.has_sorted_indices = True
+    return P
 
 
 def native(arr):

@@ -72,6 +72,45 @@ def test_noisy_symmetric_matrix_gets_the_symmetric_forms():
     assert res.info == 0 and res.true_residual <= 1e-8
 
 
+def _one_sided_zeros(m=20):
+    """2-D Laplacian plus stored zeros at ``(i, i + 5)`` with nothing stored at ``(i + 5,
+    i)``: symmetric values, a nonsymmetric pattern."""
+    A = poisson2d(m).tocsr()
+    n = A.shape[0]
+    Z = sp.csr_matrix((np.full(n - 5, 7.0), (np.arange(n - 5), np.arange(5, n))), A.shape)
+    B = (A + Z).tocsr()
+    B.data[B.data == 7.0] = 0.0
+    return A, B
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.int64])
+def test_stored_zeros_without_a_transpose_leave_a_matrix_symmetric(dtype):
+    A, B = _one_sided_zeros()
+    B = B.astype(dtype)
+    before = (B.data.copy(), B.indices.copy(), B.indptr.copy())
+    n = B.shape[0]
+    assert (B.data == 0).sum() == n - 5 and abs(B - A).max() == 0
+    C = mpsolve._sparse.canonical_csr(B)
+    assert C.nnz == B.nnz + n - 5 and (C != B).nnz == 0        # zeros added, no value moved
+    assert C.dtype == B.dtype and C.has_canonical_format
+    assert analyse(B).symmetric
+    assert ILU0().setup(B).symmetric and BlockILU0().setup(B).symmetric
+    assert ISAI().setup(B).variant == "spd"
+    b = B @ np.ones(n)
+    res = mpsolve.solve(B, b, rtol=1e-8)
+    assert res.info == 0 and res.method == "cg" and res.true_residual <= 1e-8
+    x, info = mpsolve.cg(B, b, M=ILU0().setup(B), rtol=1e-8)
+    assert info == 0 and np.linalg.norm(b - B @ x) <= 1e-8 * np.linalg.norm(b)
+    for got, was in zip((B.data, B.indices, B.indptr), before):
+        np.testing.assert_array_equal(got, was)                 # the caller's B untouched
+    # a nonsymmetric matrix with stored zeros keeps its pattern
+    N = B.tolil()
+    N[0, 1] = 3.0
+    N = sp.csr_matrix(N)
+    N.data[N.data == 7.0] = 0.0
+    assert mpsolve._sparse.canonical_csr(N).nnz == N.nnz and not analyse(N).symmetric
+
+
 @pytest.mark.parametrize("A", [_biharmonic(), _noisy_laplacian(),
                                sp.csr_matrix(sp.diags(2.0 ** np.arange(-8, 8).repeat(36))
                                              @ poisson2d(24) @
