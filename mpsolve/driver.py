@@ -399,9 +399,18 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         extra = "the iteration diverged; the starting x is returned"
     if flag == USER_STOP and info != 0:
         extra = "stopped by the callback"
+    far = False
     if flag == 2 and info > 0:
-        extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
-                 + ("" if escalate else "; escalate=True would switch to a stronger policy"))
+        far = far_above_floor(problem, policy, x64, true)
+        if far:
+            extra = (f"stagnated far above the accuracy floor of precision {policy.name!r}: "
+                     "the iteration's own residual met the tolerance and the true one did "
+                     "not (with M on the left: M r ~ 0 for a nonzero r, a singular or very "
+                     "ill-conditioned preconditioner)")
+        else:
+            extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
+                     + ("" if escalate else "; escalate=True would switch to a stronger "
+                        "policy"))
     if flag == FP64_ROUNDING and info > 0:
         extra = ("the tolerance is below FP64's rounding of b - A x: x is the double-double "
                  "answer (which meets it) rounded to float64, as close as float64 holds it "
@@ -416,5 +425,28 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
                                        rel=t / problem.bnrm)
     return finish(x64, info, count, iters, hist, true, setup_time,
                   solve_time, escalations, policy, extra, x_lo=x_lo,
-                  at_floor=info > 0 and (flag == FP64_ROUNDING
-                                         or (flag == 2 and policy.stronger() is None)))
+                  at_floor=info > 0 and (flag == FP64_ROUNDING or (
+                      flag == 2 and not far and policy.stronger() is None)))
+
+
+#: A stagnation (flag 2) is "at the accuracy floor" unless the true residual is over this
+#: many times the floor estimate of :func:`far_above_floor`.
+FAR_ABOVE = 1e3
+
+
+def far_above_floor(problem, policy, x64, true) -> bool:
+    """Whether the true residual ``true`` of a stagnated iteration is over :data:`FAR_ABOVE`
+    times ``(m + 1) u ||v||``: the rounding an evaluation of ``b - A x`` in the policy's
+    coarsest precision (unit roundoff ``u``, of its working, matrix and preconditioner
+    dtypes) can leave, ``v = |b| + |A| |x|`` and ``m`` the longest row (FP64's
+    :meth:`~mpsolve._system.Problem.residual_bound`, scaled by ``u / u_64``).  Below it, the
+    iteration stopped where its precision stops it; far above it, the recursive residual
+    met the tolerance for another reason: with ``M`` on the left, GMRES minimises ``||M
+    r||``, which a singular ``M`` makes small for a large ``r``.  An operator without
+    entries has no bound: never far (the floor's wording stays)."""
+    if problem.A_csr is None:
+        return False
+    u = max(float(np.finfo(np.dtype(d)).eps)
+            for d in (policy.working, policy.matrix, policy.precond) if d)
+    bound = problem.residual_bound(x64)
+    return bool(true > FAR_ABOVE * bound * (u / _EPS64))
