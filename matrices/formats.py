@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import io
 import os
+import zipfile
+import zlib
 
 import numpy as np
 import scipy.io
@@ -148,7 +150,7 @@ def read_matrix(path):
     if low.endswith(".npz"):
         try:
             return _canonical(sp.load_npz(p), p)
-        except (ValueError, OSError, KeyError) as exc:
+        except (ValueError, OSError, KeyError, EOFError, zlib.error, zipfile.BadZipFile) as exc:
             raise MatrixMarketError(f"{p}: not a scipy.sparse.save_npz file: {exc}") from None
     try:
         return read_mtx(p)

@@ -17,9 +17,11 @@ Line numbers are 1-based and count every line of the (decompressed) text, the ba
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
+import zlib
 
 import numpy as np
 import scipy.io
@@ -38,6 +40,22 @@ class MatrixMarketError(ValueError):
     The message names the file and, where the problem sits on one line, that line number
     (1-based, counting the banner as line 1) and what was expected there.
     """
+
+
+#: What a damaged ``.gz`` file raises while it is read: a truncated one ``EOFError``, a
+#: corrupt one ``zlib.error``, one that is no gzip file at all ``gzip.BadGzipFile``.
+GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+@contextlib.contextmanager
+def gzip_checked(path):
+    """Turn a damaged ``.gz`` file's errors (:data:`GZIP_ERRORS`) into a
+    :class:`MatrixMarketError` that names the file."""
+    try:
+        yield
+    except GZIP_ERRORS as exc:
+        raise MatrixMarketError(f"{os.fspath(path)}: not a readable gzip file, truncated or "
+                                f"damaged ({type(exc).__name__}: {exc})") from None
 
 
 def _open_text(path):
@@ -86,7 +104,7 @@ def mtx_header(path):
     >>> h["rows"], h["symmetry"], h["entries"]
     (9, 'symmetric', 21)
     """
-    with _open_text(path) as fh:
+    with gzip_checked(path), _open_text(path) as fh:
         return _parse_header(fh, path)[0]
 
 
@@ -244,7 +262,8 @@ def _mmread(path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Matrix Market file not found: {path!r}")
     header = mtx_header(path)
-    raw = _read_bytes(path)
+    with gzip_checked(path):
+        raw = _read_bytes(path)
     start = 0
     for _ in range(header["size_line"]):
         start = raw.find(b"\n", start) + 1

@@ -178,13 +178,15 @@ INFO_DEVICE_EXIT = {"usable": 0, "not usable": 1}
 def cmd_info(args):
     from .matrices import matrix_info
 
+    status = 0
     if args.device:
         from .backend import format_gpu_report, gpu_report
 
         report = gpu_report()
         print(format_gpu_report(report))
+        status = INFO_DEVICE_EXIT["usable" if report["usable"] else "not usable"]
         if args.matrix is None:
-            return INFO_DEVICE_EXIT["usable" if report["usable"] else "not usable"]
+            return status
         print()
     if args.matrix is None:
         raise ValueError("give a MATRIX to describe, or --device for the GPU report")
@@ -209,7 +211,7 @@ def cmd_info(args):
         if isinstance(v, float):
             v = f"{v:.4g}"
         print(f"{k.ljust(width)}  {v}")
-    return 0
+    return status          # (with --device: the GPU's, as without a matrix)
 
 
 #: What ``mpsolve bench`` needs beyond mpsolve's own dependencies (the ``bench`` extra).

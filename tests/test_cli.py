@@ -191,6 +191,49 @@ def test_clear_errors(tmp_path, capsys):
     assert "its folder does not exist" in err.err and "converged" not in err.out
 
 
+
+def test_damaged_compressed_files_are_an_error_line_not_a_traceback(tmp_path, capsys):
+    """A truncated or corrupt ``.mtx.gz``, a ``.gz`` that is no gzip file and a truncated
+    ``.npz`` raised EOFError / zlib.error / BadZipFile through ``main``: a traceback and
+    exit status 1, the status of a solve that did not converge."""
+    import gzip
+
+    import scipy.sparse as sp
+
+    from mpsolve.matrices import poisson2d
+
+    good = tmp_path / "p.mtx"
+    write_mtx(good, poisson2d(6))
+    packed = gzip.compress(good.read_bytes())
+    (tmp_path / "trunc.mtx.gz").write_bytes(packed[:len(packed) // 2])
+    damaged = bytearray(packed)
+    for k in range(20, 60):
+        damaged[k] ^= 0x5A
+    (tmp_path / "bad.mtx.gz").write_bytes(bytes(damaged))
+    (tmp_path / "plain.mtx.gz").write_bytes(good.read_bytes())
+    sp.save_npz(tmp_path / "p.npz", poisson2d(6))
+    whole = (tmp_path / "p.npz").read_bytes()
+    (tmp_path / "trunc.npz").write_bytes(whole[:len(whole) // 2])
+    for name in ("trunc.mtx.gz", "bad.mtx.gz", "plain.mtx.gz", "trunc.npz"):
+        f = str(tmp_path / name)
+        for argv in (["solve", f], ["info", f], ["solve", str(good), "--rhs", f]):
+            if name.endswith(".npz") and "--rhs" in argv:
+                continue
+            assert main(argv) == 2, (argv, capsys.readouterr())
+            err = capsys.readouterr().err
+            assert name in err and "Traceback" not in err, err
+
+
+def test_info_device_with_a_matrix_keeps_the_device_exit_status(capsys, monkeypatch):
+    """``mpsolve info --device MATRIX`` exited 0 whether a GPU was usable or not."""
+    import mpsolve.backend as backend
+
+    for usable, status in ((False, 1), (True, 0)):
+        monkeypatch.setattr(backend, "gpu_report", lambda usable=usable: {"usable": usable})
+        monkeypatch.setattr(backend, "format_gpu_report", lambda report: "GPU (test)")
+        assert main(["info", "--device", "poisson2d:4"]) == status
+        assert "poisson2d:4" in capsys.readouterr().out
+
 def test_an_unusable_device_is_an_error_line_not_a_traceback(capsys, monkeypatch):
     """``--device gpu`` where no GPU (or no CuPy) can run: exit status 2 and the reason."""
     import mpsolve.backend as backend
