@@ -123,19 +123,19 @@ def _load_problems(args, log=None):
     if args.matrices and not collection:         # from the collection found by default
         found = find_collection()
         if not found:
-            raise SystemExit("mpsolve bench: error: --matrices: no collection folder found; "
+            raise ValueError("--matrices: no collection folder found; "
                              "pass --collection DIR or set MPSOLVE_MATRIX_PATH")
         collection = str(found[0])
     if collection:
         if not os.path.isdir(collection):
-            raise SystemExit(f"mpsolve bench: error: --collection {collection}: no such folder")
+            raise ValueError(f"--collection {collection}: no such folder")
         entries = list_collection([collection])
         if not entries:
-            raise SystemExit(f"mpsolve bench: error: --collection {collection}: no "
+            raise ValueError(f"--collection {collection}: no "
                              f"matrices there ({LAYOUTS})")
         unknown = sorted(set(args.matrices or ()) - {e.name for e in entries})
         if unknown:
-            raise SystemExit(f"mpsolve bench: error: --matrices {' '.join(unknown)}: not in "
+            raise ValueError(f"--matrices {' '.join(unknown)}: not in "
                              f"{collection} (its {len(entries)} matrices: "
                              f"{' '.join(e.name for e in entries[:8])}"
                              f"{' ...' if len(entries) > 8 else ''})")
@@ -615,7 +615,9 @@ def add_arguments(p):
     p.add_argument("--rtol", type=_positive_float, default=1e-8,
                    help="FP64 true relative residual (1e-8)")
     p.add_argument("--maxiter", type=_positive_int, default=3000,
-                   help="iteration limit per run (inner iterations for gmres; default 3000)")
+                   help="iteration limit per run (inner iterations for gmres, whole restart "
+                        "cycles of them for mpsolve's and SciPy's: --maxiter 5 --restart 2 "
+                        "gives them 4; default 3000)")
     p.add_argument("--restart", type=_positive_int, default=30,
                    help="GMRES restart (default 30)")
     p.add_argument("--gmres-side", choices=["left", "right"], default="right",

@@ -10,7 +10,9 @@ calls the methods it finds):
     MPI matrix given directly is reduced to its local diagonal block with
     ``MatGetDiagonalBlock``; a matrix-free ``P`` -- a shell -- is refused, but by
     ``Jacobi``, which takes its diagonal).  It rebuilds only when the operator changed
-    (PETSc's object state); ``setup_count`` counts the builds.  Storage is FP32 unless
+    (PETSc's object id and state) or an option did (a later ``KSPSetFromOptions``: then
+    at the next apply, PETSc calling no set-up for an unchanged operator);
+    ``setup_count`` counts the builds.  Storage is FP32 unless
     a ``dtype`` (or precision) is given; where the values do not fit FP32 it is FP64
     instead, as ``mpsolve.solve`` escalates (``escalated`` says why, and ``view``).
     A BAIJ/SBAIJ/dense ``P`` is read through an AIJ copy (``P`` itself is never
@@ -51,12 +53,13 @@ or from Python: ``pc.setType("python"); pc.setPythonContext(mpsolve.petsc.ISAI()
 Preconditioning side.  A PETSc PC cannot ask its KSP which side it is applied on,
 and an approximate inverse should match it (``variant="auto"``: ``M A ~ I`` on
 the left, ``A M ~ I`` on the right; symmetric ``A`` gets the SPD form either way).
-The side is taken from, in order: the ``side=`` keyword of the class
-(``mpsolve.petsc.ISAI(side="right")``), ``-mpsolve_side``, ``-ksp_pc_side``, then
-the KSP type in the options database (``fgmres``, ``fbcgs``, ``fbcgsr``,
-``pipefgmres`` and ``gcr`` precondition on the right only); otherwise PETSc's
-default, left.  A KSP configured in code (``ksp.setPCSide(PETSc.PC.Side.RIGHT)``)
-should pass ``side="right"`` to the context.
+The side is taken from, in order: ``-mpsolve_side`` (an option overrides what code
+set, as PETSc's options do), the ``side=`` keyword of the class
+(``mpsolve.petsc.ISAI(side="right")``), ``-ksp_pc_side``, then the KSP type in the
+options database (``fgmres``, ``fbcgs``, ``fbcgsr``, ``pipefgmres`` and ``gcr``
+precondition on the right only; a block Jacobi sub-PC whose sub-KSP is ``preonly``
+takes the outer KSP's); otherwise PETSc's default, left.  A KSP configured in code
+(``ksp.setPCSide(PETSc.PC.Side.RIGHT)``) should pass ``side="right"`` to the context.
 
 Linearity.  PETSc's Krylov methods other than the flexible ones assume that ``M`` is one
 fixed linear operator.  Every class's apply is (FP32 storage, FP64 row sums: the
@@ -247,14 +250,14 @@ class _MpsolvePC:
         if prec is not None:
             if prec not in PRESETS:
                 raise ValueError(f"-mpsolve_precision {prec}: choose one of {sorted(PRESETS)}")
+            changed = changed or self.dtype != PRESETS[prec].precond
             self.dtype = PRESETS[prec].precond
-            changed = True
         dt = get("getString", "dtype")
         if dt is not None:
             if dt not in ("float32", "float64"):
                 raise ValueError(f"-mpsolve_dtype {dt}: use float32 or float64")
+            changed = changed or self.dtype != dt
             self.dtype = dt
-            changed = True
         dev = get("getString", "device")
         if dev is not None and dev != self.device:
             self.device = self._check_device(dev, "-mpsolve_device")
@@ -264,7 +267,10 @@ class _MpsolvePC:
             self.side = side
             changed = True
         if changed:
-            self._key = None  # rebuild at the next setUp
+            # rebuild at the next setUp -- or, where PETSc calls none (the operator did not
+            # change), at the next apply (_ready)
+            self._key = None
+            self.M = self.failed = self._bufs = None
 
     def _take_option(self, opt, kw, value):
         """Take ``-mpsolve_<opt> value`` as the keyword ``kw``, checked now as the class's
@@ -285,12 +291,19 @@ class _MpsolvePC:
             return side
         if self.side is not None:       # given to the constructor
             return None
-        for name in (prefix + "ksp_pc_side", "ksp_pc_side"):
-            if plain.hasName(name):
-                return "right" if plain.getString(name).lower() == "right" else "left"
-        for name in (prefix + "ksp_type", "ksp_type"):
-            if plain.hasName(name):
-                return "right" if plain.getString(name).lower() in RIGHT_ONLY_KSP else None
+        # this PC's own KSP, then (a block Jacobi sub-PC, prefix "sub_") the outer one's
+        prefixes = [prefix] + ([prefix[:-4]] if prefix.endswith("sub_") else []) + [""]
+        prefixes = list(dict.fromkeys(prefixes))
+        for p in prefixes:
+            kind = plain.getString(p + "ksp_type").lower() if plain.hasName(
+                p + "ksp_type") else None
+            if kind in ("preonly", "richardson") and p != "":
+                continue             # applies M once (a sub-KSP): the outer KSP decides
+            if plain.hasName(p + "ksp_pc_side"):
+                return "right" if plain.getString(p + "ksp_pc_side").lower() == "right" \
+                    else "left"
+            if kind is not None:
+                return "right" if kind in RIGHT_ONLY_KSP else None
         return None
 
     def _accepted(self):
@@ -314,7 +327,9 @@ class _MpsolvePC:
 
         A, P = pc.getOperators()
         state = P.stateGet() if hasattr(P, "stateGet") else None
-        key = (P.handle, state, P.getSize())
+        # PETSc's object id, not the handle: a Mat made after one was freed may get its
+        # address (and, assembled alike, its state)
+        key = (P.getId() if hasattr(P, "getId") else P.handle, state, P.getSize())
         if (self.M is not None or self.failed is not None) and key == self._key:
             return
         t0 = time.perf_counter()
@@ -438,6 +453,10 @@ class _MpsolvePC:
         self._apply(xa, ya)              # symmetric M: M^T = M
 
     def view(self, pc, viewer):
+        from petsc4py import PETSc
+
+        if viewer.getType() != PETSc.Viewer.Type.ASCII:
+            return                       # (binary, draw, ...: a text report has no place)
         lines = [f"mpsolve {type(self).__name__} preconditioner"]
         if self.failed is not None:
             lines.append(f"  set-up failed: {self.failed}")

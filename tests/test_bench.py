@@ -444,17 +444,23 @@ def test_collection_errors_name_the_folder_and_the_unknown_matrices(tmp_path, mo
     from mpsolve.matrices import poisson2d, write_mtx
 
     suite, args = _args("--collection", str(tmp_path))
-    with pytest.raises(SystemExit, match="no matrices there"):
+    with pytest.raises(ValueError, match="no matrices there"):
         suite._load_problems(args)
     (tmp_path / "ab").mkdir()
     write_mtx(tmp_path / "ab" / "ab.mtx", poisson2d(3))      # an extracted tarball
     assert [n for n, _, _ in suite._load_problems(args)] == ["ab"]
     suite, args = _args("--collection", str(tmp_path), "--matrices", "ab", "zz")
-    with pytest.raises(SystemExit, match=r"--matrices zz: not in .*its 1 matrices: ab"):
+    with pytest.raises(ValueError, match=r"--matrices zz: not in .*its 1 matrices: ab"):
         suite._load_problems(args)
     suite, args = _args("--collection", str(tmp_path / "none"))
-    with pytest.raises(SystemExit, match="no such folder"):
+    with pytest.raises(ValueError, match="no such folder"):
         suite._load_problems(args)
+    # through the command line: an error line and exit status 2, as its other user errors
+    # (these exited 1 through SystemExit)
+    from mpsolve.cli import main
+
+    assert main(["bench", "--collection", str(tmp_path / "none"), "--out",
+                 str(tmp_path / "o")]) == 2
     # --matrices alone: from the collection found by default
     monkeypatch.setenv("MPSOLVE_MATRIX_PATH", str(tmp_path))
     suite, args = _args("--matrices", "ab")

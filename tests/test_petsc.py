@@ -707,3 +707,112 @@ def test_a_second_set_from_options_leaves_the_plugin_working():
         for k in ("pc_type", "pc_python_type"):
             opts.delValue(k)
     assert first[2] > 0 and second[2] > 0 and first[1] == second[1]
+
+
+def test_a_new_mat_at_a_freed_mats_address_is_set_up_anew():
+    """The set-up was keyed by the Mat's handle (its address) and state: a Mat made after
+    the first was freed can take its address and, assembled alike, its state -- and the
+    first Mat's factors were applied to it (Richardson diverged).  Keyed by PETSc's object
+    id, every new Mat is set up anew."""
+    import gc
+
+    import scipy.sparse as sp
+
+    from mpsolve.matrices import poisson3d
+
+    A = poisson3d(6).tocsr()
+    n = A.shape[0]
+    rng = np.random.default_rng(0)
+    ctx = mp.ILU0()
+    ksp = PETSc.KSP().create(PETSc.COMM_SELF)
+    ksp.setType("richardson")
+    ksp.setTolerances(rtol=1e-10, atol=0.0, max_it=60)
+    pc = ksp.getPC()
+    pc.setType("python")
+    pc.setPythonContext(ctx)
+    b = mp.petsc_vec(np.ones(n))
+    x = b.duplicate()
+    P1 = mp.petsc_mat(A)
+    ksp.setOperators(P1)
+    ksp.solve(b, x)
+    scaled = [(sp.diags(rng.uniform(1, 100, n)) @ A).tocsr() for _ in range(2)]
+    P2 = mp.petsc_mat(scaled[0])
+    ksp.setOperators(P2)
+    del P1
+    gc.collect()
+    P3 = mp.petsc_mat(scaled[1])             # (often at P1's address, with P1's state)
+    ksp.setOperators(P3)
+    del P2
+    gc.collect()
+    x.set(0.0)
+    ksp.solve(b, x)
+    assert ctx.setup_count == 2 and ksp.getConvergedReason() > 0
+    r = b.array - scaled[1] @ x.array
+    assert np.linalg.norm(r) <= 1e-9 * np.linalg.norm(b.array)
+
+
+def test_view_on_a_viewer_that_is_not_ascii_writes_nothing(tmp_path):
+    """-ksp_view binary:FILE (or draw) called the context's view, which printed to the
+    viewer as text: PETSc error 62, "Not ASCII PetscViewer", and KSPSolve failed."""
+    A = convection_diffusion2d(10, peclet=2.0).tocsr()
+    ctx = mp.ISAI()
+    ksp, P = _ksp(A, "gmres", ctx)
+    _solve(ksp, P, A @ np.ones(A.shape[0]))
+    viewer = PETSc.Viewer().createBinary(str(tmp_path / "v.bin"), "w")
+    ksp.view(viewer)                       # (raised PETSc.Error before)
+    viewer.destroy()
+    text = PETSc.Viewer().createASCII(str(tmp_path / "v.txt"))
+    ksp.view(text)
+    text.destroy()
+    assert "mpsolve ISAI preconditioner" in (tmp_path / "v.txt").read_text()
+
+
+def test_options_changed_after_the_set_up_are_used_by_the_next_solve():
+    """A second KSPSetFromOptions with new -mpsolve_* values: PETSc calls no set-up for
+    an unchanged operator, so the old M was kept (its dtype and sparsity power) although
+    the context held the new values; now the next apply builds the new one."""
+    A = convection_diffusion2d(10, peclet=50.0).tocsr()
+    ctx = mp.ISAI()
+    ksp, P = _ksp(A, "gmres", ctx)
+    b = A @ np.ones(A.shape[0])
+    _solve(ksp, P, b)
+    assert ctx.M.storage_dtype == np.float32 and ctx.M.sparsity_power == 1
+    opts = PETSc.Options()
+    opts["mpsolve_dtype"] = "float64"
+    opts["mpsolve_sparsity_power"] = 2
+    try:
+        ksp.setFromOptions()
+        x, its, reason = _solve(ksp, P, b)
+    finally:
+        for k in ("mpsolve_dtype", "mpsolve_sparsity_power"):
+            opts.delValue(k)
+    assert reason > 0 and ctx.setup_count == 2
+    assert ctx.M.storage_dtype == np.float64 and ctx.M.sparsity_power == 2
+    ksp.setFromOptions()                    # the same values again: no rebuild
+    _solve(ksp, P, b)
+    assert ctx.setup_count == 2
+
+
+def test_a_preonly_sub_ksp_takes_the_outer_ksps_side():
+    """Block Jacobi with an mpsolve sub-PC under FGMRES (right only): an explicit
+    -sub_ksp_type preonly was taken as the side's source (left: the general variant);
+    a preonly sub-KSP applies M once, so the outer KSP's side holds."""
+    A = convection_diffusion2d(20, peclet=50.0).tocsr()
+    b = A @ np.ones(A.shape[0])
+    opts = PETSc.Options()
+    options = {"ksp_type": "fgmres", "pc_type": "bjacobi", "sub_ksp_type": "preonly",
+               "sub_pc_type": "python", "sub_pc_python_type": "mpsolve.petsc.ISAI"}
+    for k, v in options.items():
+        opts[k] = v
+    try:
+        P = mp.petsc_mat(A)
+        ksp = PETSc.KSP().create(PETSc.COMM_SELF)
+        ksp.setOperators(P)
+        ksp.setTolerances(rtol=RTOL, atol=0.0, max_it=3000)
+        ksp.setFromOptions()
+        x, its, reason = _solve(ksp, P, b)
+        sub = ksp.getPC().getBJacobiSubKSP()[0].getPC().getPythonContext()
+    finally:
+        for k in options:
+            opts.delValue(k)
+    assert reason > 0 and sub.side == "right" and sub.M.variant == "right"
