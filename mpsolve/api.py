@@ -163,14 +163,18 @@ def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, c
     m = 20 if restart is None else restart
     kw = {"restart": m, "callback_type": ctype, "side": side}
     legacy = callback is not None and ctype == "legacy"
+    inner = maxiter
     if legacy:
-        # SciPy's legacy mode: maxiter counts inner iterations
-        kw["max_inner"] = maxiter
+        # SciPy's legacy mode: maxiter counts inner iterations, 10 n of them by default
+        shape = getattr(A, "shape", None)
+        if inner is None and shape is not None and len(shape) == 2:
+            inner = 10 * int(shape[0])
+        kw["max_inner"] = inner
     r = run("gmres", BODIES["gmres"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
             callback=callback, precision=precision, escalate=escalate, body_kw=kw,
             precond_name=precond_name, device=device, precond_side=side)
-    if legacy and maxiter is not None and r.info > 0 and r.iterations >= maxiter:
-        r.info = int(maxiter)          # SciPy: stopped at maxiter inner iterations
+    if legacy and inner is not None and r.info > 0 and r.iterations >= inner:
+        r.info = int(inner)            # SciPy: stopped at maxiter inner iterations
     return r
 
 
@@ -193,7 +197,8 @@ gmres.__doc__ = _fmt("""Solve ``A x = b`` with restarted GMRES(restart).
     >>> info
     0
 """, maxiter_note=" in restart cycles (default ``10 n``); with a callback and "
-     "``callback_type='legacy'`` it counts inner iterations, as in SciPy",
+     "``callback_type='legacy'`` it counts inner iterations (default ``10 n`` of them), as in "
+     "SciPy",
      callback_note="``callback_type='x'``: ``callback(xk)`` after each restart cycle; "
      "``'pr_norm'`` or ``'legacy'`` (the default when a callback is given, with SciPy's "
      "DeprecationWarning asking to name one): "

@@ -158,6 +158,24 @@ def test_gmres_legacy_callback_as_scipy_warning_info_and_scalar():
         x, info = mpsolve.gmres(A, b, rtol=1e-6, atol=0.0, maxiter=2, restart=50)
 
 
+@pytest.mark.parametrize("restart", [None, 5])
+def test_gmres_legacy_callback_default_maxiter_is_ten_n_inner_iterations(restart):
+    """Legacy mode without ``maxiter``: SciPy stops after ``10 n`` inner iterations with
+    ``info = 10 n``; mpsolve ran ``10 n`` restart cycles (4398 inner iterations on this
+    cyclic shift, where GMRES needs n per cycle, and converged) and counted ``info`` in
+    cycles."""
+    n = 30
+    A = sp.csr_matrix((np.ones(n), (np.arange(n), (np.arange(n) + 1) % n)), shape=(n, n))
+    b = np.random.default_rng(0).standard_normal(n)
+    got = {}
+    for solver in (spla.gmres, mpsolve.gmres):
+        seen = []
+        x, info = solver(A, b, rtol=1e-12, callback=seen.append, callback_type="legacy",
+                         restart=restart)
+        got[solver] = (info, len(seen))
+    assert got[mpsolve.gmres] == got[spla.gmres] == (10 * n, 10 * n)
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_zero_dimensional_arrays_are_numbers_for_tolerances_and_maxiter(method):
     """SciPy takes ``rtol``/``atol``/``maxiter`` as 0-d arrays (what ``np.array(1e-8)`` or
