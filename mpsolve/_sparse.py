@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 __all__ = ["check_matrix", "canonical_csr", "complete_symmetric_pattern", "dtype_check", "native",
-           "kernel_ready"]
+           "kernel_ready", "is_symmetric", "symmetry_rtol", "SYMMETRY_RTOL"]
 
 
 def dtype_check(dtype, name):
@@ -125,10 +125,45 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
     return C if C.data.all() else complete_symmetric_pattern(C)
 
 
+#: Relative tolerance of the symmetry test (:func:`is_symmetric`) for FP64 values.
+SYMMETRY_RTOL = 1e-12
+
+
+def symmetry_rtol(dtype) -> float:
+    """The symmetry test's tolerance for values stored in ``dtype``: ``SYMMETRY_RTOL``, or
+    64 units in the last place of a narrower float, at most 1e-2 (a matrix assembled in
+    FP32 is symmetric only to FP32 rounding: 7.6e-6 for float32)."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "fc":
+        return SYMMETRY_RTOL
+    return max(SYMMETRY_RTOL, min(64.0 * float(np.finfo(dt).eps), 1e-2))
+
+
+def is_symmetric(C, host=None, rtol=None, mirror=None) -> bool:
+    """Whether canonical CSR ``C`` is symmetric (complex: Hermitian, ``C == C^H``): its
+    pattern is, and ``|c_ij - conj(c_ji)| <= rtol max(|c_ij|, |c_ji|, sqrt(|c_ii c_jj|))``
+    for every stored entry (the ``symmetric_mirror`` kernel of the ``host`` device, default
+    the CPU; the diagonal term lets the rounding noise of entries that cancel to zero pass,
+    and keeps the test invariant under symmetric scaling).  ``rtol``: default
+    :func:`symmetry_rtol` of ``C.dtype``.  ``mirror`` (int array of ``C.nnz``), when given,
+    receives each entry's transpose position.  The one test of every symmetric form
+    (ILU(0), BILU(0), ILUT, ISAI's ``variant="auto"``), of :func:`mpsolve.auto.analyse`, of
+    CG's check of ``M`` and of :func:`complete_symmetric_pattern`."""
+    from mpsolve.backend import HOST_DEVICE
+    from mpsolve.kernels import lookup
+
+    wide = np.dtype(np.complex128 if C.dtype.kind == "c" else np.float64)
+    if mirror is None:
+        mirror = np.empty(C.nnz, np.int64)
+    return bool(lookup(HOST_DEVICE if host is None else host, "symmetric_mirror", (wide,))(
+        C.indptr, C.indices, C.data.astype(wide, copy=False),
+        symmetry_rtol(C.dtype) if rtol is None else rtol, mirror))
+
+
 def complete_symmetric_pattern(C):
     """Canonical CSR ``C`` with explicit zeros stored at the transposes of its entries that
     have none, where ``C`` is symmetric (Hermitian) once its stored zeros are ignored
-    (:func:`mpsolve.precond.ilu.is_symmetric`); else ``C`` itself.
+    (:func:`is_symmetric`); else ``C`` itself.
 
     A stored zero without a stored transpose (a value zeroed in one triangle, an assembly
     that keeps the zeros of one triangle only) leaves the values of a symmetric matrix
@@ -143,8 +178,6 @@ def complete_symmetric_pattern(C):
     n = C.shape[0]
     if n != C.shape[1] or not C.nnz:
         return C
-    from mpsolve.precond.ilu import is_symmetric
-
     if is_symmetric(C):
         return C                        # a symmetric pattern already (a passing test)
     Z = sp.csr_matrix((C.data, C.indices, C.indptr), shape=C.shape, copy=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from mpsolve._sparse import SYMMETRY_RTOL, is_symmetric, symmetry_rtol  # noqa: F401
 from mpsolve.backend import HOST_DEVICE, to_host
 from mpsolve.kernels import lookup
 from mpsolve.kernels.safenorm import all_finite
@@ -131,40 +132,11 @@ def ilu0_split(C, device=HOST_DEVICE):
 MIN_BLOCK_ROWS = 50_000
 
 
-#: Relative tolerance of the symmetry test (:func:`is_symmetric`) for FP64 values.
-SYMMETRY_RTOL = 1e-12
 #: ``ILU0(shift="auto")``'s first shift, and the factor between two tries.
 SHIFT_START = 1e-3
 SHIFT_GROWTH = 4.0
 #: The largest shift tried: (A - D) / (1 + s) is below FP64's rounding of D beyond it.
 SHIFT_LIMIT = 1e16
-
-
-def symmetry_rtol(dtype) -> float:
-    """The symmetry test's tolerance for values stored in ``dtype``: ``SYMMETRY_RTOL``, or
-    64 units in the last place of a narrower float, at most 1e-2 (a matrix assembled in
-    FP32 is symmetric only to FP32 rounding: 7.6e-6 for float32)."""
-    dt = np.dtype(dtype)
-    if dt.kind not in "fc":
-        return SYMMETRY_RTOL
-    return max(SYMMETRY_RTOL, min(64.0 * float(np.finfo(dt).eps), 1e-2))
-
-
-def is_symmetric(C, host=HOST_DEVICE, rtol=None, mirror=None) -> bool:
-    """Whether canonical CSR ``C`` is symmetric (complex: Hermitian, ``C == C^H``): its
-    pattern is, and ``|c_ij - conj(c_ji)| <= rtol max(|c_ij|, |c_ji|, sqrt(|c_ii c_jj|))``
-    for every stored entry (the host device's ``symmetric_mirror`` kernel; the diagonal
-    term lets the rounding noise of entries that cancel to zero pass, and keeps the test
-    invariant under symmetric scaling).  ``rtol``: default :func:`symmetry_rtol` of
-    ``C.dtype``.  ``mirror`` (int array of ``C.nnz``), when given, receives each entry's
-    transpose position.  The one test of every symmetric form (ILU(0), BILU(0), ILUT, ISAI's
-    ``variant="auto"``), of :func:`mpsolve.auto.analyse` and of CG's check of ``M``."""
-    wide = wide_dtype(C.dtype)
-    if mirror is None:
-        mirror = np.empty(C.nnz, np.int64)
-    return bool(lookup(host, "symmetric_mirror", (wide,))(
-        C.indptr, C.indices, C.data.astype(wide, copy=False),
-        symmetry_rtol(C.dtype) if rtol is None else rtol, mirror))
 
 
 def positive_diagonal(A, diag=None) -> bool:

@@ -870,8 +870,11 @@ def test_ic0_set_up_reuses_the_analysis_symmetry_test(monkeypatch):
 
     A = sp.csr_matrix(poisson2d(12) + sp.diags(np.linspace(0.0, 1.0, 144)))
     b = A @ np.ones(144)
+    import mpsolve.kernels as kernels_mod
+
     monkeypatch.setattr(ilu_mod, "lookup", counting)
     monkeypatch.setattr(auto, "lookup", counting)
+    monkeypatch.setattr(kernels_mod, "lookup", counting)     # (is_symmetric's, _sparse)
     r = mpsolve.solve(A, b, rtol=1e-8)
     assert (r.method, r.precond, r.info) == ("cg", "ilu0", 0)
     assert len(calls) == 1                            # the analysis's only

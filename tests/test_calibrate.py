@@ -87,3 +87,29 @@ def test_kept_per_machine_and_overridden_by_the_environment(monkeypatch, tmp_pat
     blocker.write_text("")
     monkeypatch.setenv("MPSOLVE_CACHE_DIR", str(blocker / "sub"))
     assert cal.parallel_min() == 4096 and len(calls) == 4
+
+
+def test_openmp_workers_spin_briefly_unless_the_user_chose_a_wait_policy():
+    """Importing mpsolve sets ``GOMP_SPINCOUNT`` (before Numba's OpenMP pool starts) where
+    neither ``OMP_WAIT_POLICY`` nor ``GOMP_SPINCOUNT`` is set, and keeps a user's choice;
+    the wait policy is part of the calibration's key, so a threshold measured under one
+    policy (passive: 262144 here) is not used under another (spinning: 16384)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, mpsolve; from mpsolve.kernels.cpu import _calibrate as c; "
+            "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'), "
+            "c._key().rsplit('|', 1)[1])")
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    seen = {}
+    for extra in ({}, {"OMP_WAIT_POLICY": "PASSIVE"}, {"GOMP_SPINCOUNT": "77"}):
+        out = subprocess.run([sys.executable, "-c", code], env=dict(base, **extra),
+                             capture_output=True, text=True, check=True)
+        seen[tuple(extra.items())] = out.stdout.split()
+    from mpsolve.kernels import SPIN_COUNT
+
+    assert seen[()] == [str(SPIN_COUNT), "None", f"/{SPIN_COUNT}"]
+    assert seen[(("OMP_WAIT_POLICY", "PASSIVE"),)] == ["None", "PASSIVE", "PASSIVE/"]
+    assert seen[(("GOMP_SPINCOUNT", "77"),)] == ["77", "None", "/77"]

@@ -3,11 +3,13 @@
 A parallel region pays off once the work it splits outweighs the cost of opening it, and
 that cost depends on the machine far more than the streaming rate does: on a many-core
 server whose idle threads spin it is a few microseconds, so a few ten thousand elements
-are worth splitting; on the 2-vCPU virtual machines of this project the OpenMP workers
-sleep between regions and a region costs 55-80 us to open, against 7 us for a serial
-``axpy`` of 32768 elements -- the old fixed threshold made every vector operation between
-32768 and about 260,000 elements up to 11x slower than its serial form (a CG iteration
-calls six), and medium-sized solves 1.2-2.3x slower in all.
+are worth splitting; on the 2-vCPU virtual machines of this project, where the OpenMP
+workers sleep between regions (``OMP_WAIT_POLICY=PASSIVE``), a region costs 55-80 us to
+open, against 7 us for a serial ``axpy`` of 32768 elements -- the old fixed threshold made
+every vector operation between 32768 and about 260,000 elements up to 11x slower than its
+serial form (a CG iteration calls six), and medium-sized solves 1.2-2.3x slower in all.
+With the short spin :mod:`mpsolve.kernels` sets by default a region costs about 2 us
+there, and the threshold measured is 16384.  The wait policy is part of the key (below).
 
 Model: a serial sweep costs ``a n``, a parallel one ``o + a n / p`` (``o`` the region's
 cost, ``p`` its speed-up on long vectors); they cross at ``n* = o / (a (1 - 1/p))``.
@@ -91,10 +93,10 @@ def measure(axpy_ser, axpy_par) -> int:
 
 
 def _key() -> str:
-    """This machine and threading set-up: host, CPUs, threads, Numba's version and the
-    threading layer asked for -- with ``"default"``, whether TBB is installed (Numba's
-    default takes TBB's layer where it is, else OpenMP's: their regions cost 10 against
-    60 us here, and their thresholds differ by 4x)."""
+    """This machine and threading set-up: host, CPUs, threads, Numba's version, the
+    threading layer asked for and OpenMP's wait policy -- with ``"default"``, whether TBB
+    is installed (Numba's default takes TBB's layer where it is, else OpenMP's: their
+    regions cost 10 against 60 us here, and their thresholds differ by 4x)."""
     import numba
     from importlib import metadata
 
@@ -104,8 +106,11 @@ def _key() -> str:
         layer += "+tbb"
     except metadata.PackageNotFoundError:
         pass
+    # OpenMP's wait policy sets what a region costs (a sleeping worker's wake-up or a
+    # spinning one's): a threshold measured under one is not the other's
+    wait = f"{os.environ.get('OMP_WAIT_POLICY', '')}/{os.environ.get('GOMP_SPINCOUNT', '')}"
     return "|".join((platform.node(), str(os.cpu_count()), str(get_num_threads()), layer,
-                     numba.__version__))
+                     numba.__version__, wait))
 
 
 def _cache_path() -> str:
