@@ -297,8 +297,8 @@ class _MpsolvePC:
         for p in prefixes:
             kind = plain.getString(p + "ksp_type").lower() if plain.hasName(
                 p + "ksp_type") else None
-            if kind in ("preonly", "richardson") and p != "":
-                continue             # applies M once (a sub-KSP): the outer KSP decides
+            if kind in ("preonly", "richardson") and p.endswith("sub_"):
+                continue             # a block's sub-KSP applying M: the outer KSP decides
             if plain.hasName(p + "ksp_pc_side"):
                 return "right" if plain.getString(p + "ksp_pc_side").lower() == "right" \
                     else "left"

@@ -89,11 +89,11 @@ def test_kept_per_machine_and_overridden_by_the_environment(monkeypatch, tmp_pat
     assert cal.parallel_min() == 4096 and len(calls) == 4
 
 
-def test_openmp_workers_spin_briefly_unless_the_user_chose_a_wait_policy():
-    """Importing mpsolve sets ``GOMP_SPINCOUNT`` (before Numba's OpenMP pool starts) where
-    neither ``OMP_WAIT_POLICY`` nor ``GOMP_SPINCOUNT`` is set, and keeps a user's choice;
-    the wait policy is part of the calibration's key, so a threshold measured under one
-    policy (passive: 262144 here) is not used under another (spinning: 16384)."""
+def test_openmp_wait_policy_is_passive_unless_the_user_chose_one_and_keys_the_threshold():
+    """Importing mpsolve sets ``OMP_WAIT_POLICY=PASSIVE`` (before Numba's OpenMP pool
+    starts) where neither it nor ``GOMP_SPINCOUNT`` is set, and keeps a user's choice; the
+    wait policy is part of the calibration's key, so a threshold measured under one policy
+    (passive: 262144 here) is not used under another (a short spin: 16384)."""
     import os
     import subprocess
     import sys
@@ -104,12 +104,10 @@ def test_openmp_workers_spin_briefly_unless_the_user_chose_a_wait_policy():
     base = {k: v for k, v in os.environ.items()
             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     seen = {}
-    for extra in ({}, {"OMP_WAIT_POLICY": "PASSIVE"}, {"GOMP_SPINCOUNT": "77"}):
+    for extra in ({}, {"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "3000"}):
         out = subprocess.run([sys.executable, "-c", code], env=dict(base, **extra),
                              capture_output=True, text=True, check=True)
         seen[tuple(extra.items())] = out.stdout.split()
-    from mpsolve.kernels import SPIN_COUNT
-
-    assert seen[()] == [str(SPIN_COUNT), "None", f"/{SPIN_COUNT}"]
-    assert seen[(("OMP_WAIT_POLICY", "PASSIVE"),)] == ["None", "PASSIVE", "PASSIVE/"]
-    assert seen[(("GOMP_SPINCOUNT", "77"),)] == ["77", "None", "/77"]
+    assert seen[()] == ["None", "PASSIVE", "PASSIVE/"]
+    assert seen[(("OMP_WAIT_POLICY", "ACTIVE"),)] == ["None", "ACTIVE", "ACTIVE/"]
+    assert seen[(("GOMP_SPINCOUNT", "3000"),)] == ["3000", "None", "/3000"]

@@ -8,8 +8,9 @@ workers sleep between regions (``OMP_WAIT_POLICY=PASSIVE``), a region costs 55-8
 open, against 7 us for a serial ``axpy`` of 32768 elements -- the old fixed threshold made
 every vector operation between 32768 and about 260,000 elements up to 11x slower than its
 serial form (a CG iteration calls six), and medium-sized solves 1.2-2.3x slower in all.
-With the short spin :mod:`mpsolve.kernels` sets by default a region costs about 2 us
-there, and the threshold measured is 16384.  The wait policy is part of the key (below).
+With a short spin (``GOMP_SPINCOUNT=3000``, see :mod:`mpsolve.kernels`) a region costs
+about 2 us there while regions come close together, and the threshold measured is 16384;
+the wait policy is part of the key (below).
 
 Model: a serial sweep costs ``a n``, a parallel one ``o + a n / p`` (``o`` the region's
 cost, ``p`` its speed-up on long vectors); they cross at ``n* = o / (a (1 - 1/p))``.

@@ -8,8 +8,8 @@ from ._calibrate import parallel_min
 
 #: Vectors shorter than this run the serial kernel: opening a parallel region costs more
 #: than a short vector takes to stream -- a few microseconds on a server whose idle
-#: threads spin, 55-80 us on a 2-vCPU virtual machine whose threads sleep (about 2 us with
-#: the short spin :mod:`mpsolve.kernels` sets).  Measured once
+#: threads spin, 55-80 us on a 2-vCPU virtual machine whose threads sleep (mpsolve's
+#: default there: :mod:`mpsolve.kernels`).  Measured once
 #: per machine (:mod:`._calibrate`); ``MPSOLVE_PARALLEL_MIN`` sets it.
 PARALLEL_MIN = parallel_min()
 
