@@ -166,8 +166,8 @@ def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, c
     inner = maxiter
     if legacy:
         # SciPy's legacy mode: maxiter counts inner iterations, 10 n of them by default
-        shape = getattr(A, "shape", None)
-        if inner is None and shape is not None and len(shape) == 2:
+        shape = getattr(A, "shape", None) or np.shape(A)     # (a list of lists too)
+        if inner is None and len(shape) == 2:
             inner = 10 * int(shape[0])
         kw["max_inner"] = inner
     r = run("gmres", BODIES["gmres"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,

@@ -174,6 +174,10 @@ def test_gmres_legacy_callback_default_maxiter_is_ten_n_inner_iterations(restart
                          restart=restart)
         got[solver] = (info, len(seen))
     assert got[mpsolve.gmres] == got[spla.gmres] == (10 * n, 10 * n)
+    seen = []                                   # A as a list of lists (mpsolve takes it)
+    x, info = mpsolve.gmres(A.toarray().tolist(), b, rtol=1e-12, callback=seen.append,
+                            callback_type="legacy", restart=restart)
+    assert (info, len(seen)) == (10 * n, 10 * n)
 
 
 @pytest.mark.parametrize("method", METHODS)
