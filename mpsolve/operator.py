@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 from functools import partial
+from types import SimpleNamespace
 
 import numpy as np
 import scipy.sparse as sp
@@ -81,6 +82,12 @@ class _Stored:
 
     def _block_kernel(self, xd, yd):
         return None
+
+    def transposed(self):
+        """The operator ``F^T`` (the plain transpose, also for complex values), stored on the
+        same device in the same precision: the stored values are moved, never rounded
+        again, so ``F^T`` is the exact transpose of the stored ``F``."""
+        raise NotImplementedError(f"{type(self).__name__} has no transpose")
 
     def matvec(self, x):
         """``F @ x`` into a new array (convenience; not used in the loops)."""
@@ -190,6 +197,18 @@ class SparseOperator(_Stored):
         dt = dtype_name(dtype)
         return self._csr_kernel("residual", (dt, dt, dt), "acc64")        # r = b - A x
 
+    def transposed(self):
+        """``A^T`` as a SparseOperator (:meth:`_Stored.transposed`): CSR of the transpose,
+        columns ascending, the stored values moved (SciPy's CSR -> CSC on the host)."""
+        host = [to_host(a) for a in (self.indptr, self.indices, self.data)]
+        T = sp.csr_matrix((host[2], host[1], host[0]), shape=self.shape).T.tocsr()
+        T.sort_indices()
+        idx = host[1].dtype
+        T = SimpleNamespace(indptr=T.indptr.astype(idx), indices=T.indices.astype(idx),
+                            data=T.data, shape=T.shape)
+        return SparseOperator(T, dtype=self.dtype, accumulate=self.accumulate,
+                              device=self.device, what="A^T")
+
     def bind_residual_dd(self):
         """Kernel ``f(xh, xl, b, r, rl)`` computing ``r + rl <- b - A (xh + xl)`` with Dot2
         per row (FP64 values only; the device's ``residual_dd``: a ``KeyError`` naming what
@@ -249,6 +268,17 @@ class BSROperator(_Stored):
 
         return f
 
+    def transposed(self):
+        """``M^T`` as a BSROperator (:meth:`_Stored.transposed`): block pattern transposed,
+        each block transposed, the stored values moved (SciPy's BSR transpose)."""
+        ip, ix, d = (to_host(a) for a in (self.indptr, self.indices, self.data))
+        nbr = ip.size - 1
+        B = sp.bsr_matrix((d, ix, ip), shape=(nbr * self.b, nbr * self.b)).T.tobsr(
+            blocksize=(self.b, self.b))
+        B.sort_indices()
+        return BSROperator(B.indptr, B.indices, np.ascontiguousarray(B.data), self.n,
+                           self.dtype, self.accumulate, "M^T", device=self.device)
+
     def to_scipy(self):
         """The stored matrix as a SciPy CSR matrix with FP64 (complex128) values (on the
         host)."""
@@ -294,6 +324,10 @@ class DiagonalOperator(_Stored):
             kern(d, X, Y)  # Y = diag(d) X
 
         return f
+
+    def transposed(self):
+        """``diag(d)^T = diag(d)``: this operator itself."""
+        return self
 
     def to_scipy(self):
         d = to_host(self.d)
@@ -371,6 +405,24 @@ class TriangularSweeps(_Stored):
 
         return f
 
+    def transposed(self):
+        """``M^T = (L D U')^{-T} = (U'^T D L^T)^{-1}`` as TriangularSweeps
+        (:meth:`_Stored.transposed`): ``U'^T`` is unit lower and ``L^T`` unit upper, so the
+        transpose has this very layout, with the stored values moved (never rounded again)
+        and the same ``dinv`` and diagonal blocks."""
+        h = [to_host(a) for a in (self.lptr, self.lind, self.lval, self.uptr, self.uind,
+                                  self.uval)]
+        n = self.shape[0]
+        L = sp.csr_matrix((h[2], h[1], h[0]), shape=(n, n))
+        U = sp.csr_matrix(_reverse_rows(*h[3:])[::-1], shape=(n, n))
+        lo, up = _transpose_csr(U), _transpose_csr(L)
+        uptr, uind, uval = _reverse_rows(up.indptr, up.indices, up.data)
+        pd, idx = h[0].dtype, h[1].dtype
+        return TriangularSweeps(lo.indptr.astype(pd), lo.indices.astype(idx), lo.data,
+                                uptr.astype(pd), uind.astype(idx), uval, to_host(self.dinv),
+                                to_host(self.bounds), self.dtype, what="transposed factors",
+                                device=self.device)
+
 
 class BlockTriangularSweeps(_Stored):
     """``y = (L D U')^{-1} x`` by a block forward and a block backward sweep (BILU(0)'s
@@ -414,6 +466,46 @@ class BlockTriangularSweeps(_Stored):
             kern(*args, x, y)  # y = U'^-1 D^-1 L^-1 x
 
         return f
+
+    def transposed(self):
+        """``M^T = (U'^T D^T L^T)^{-1}`` as BlockTriangularSweeps (:meth:`_Stored.transposed`;
+        the block form of :meth:`TriangularSweeps.transposed`): block patterns transposed,
+        each block transposed, ``dinv`` blocks transposed, the stored values moved."""
+        h = [to_host(a) for a in (self.lptr, self.lind, self.lval, self.uptr, self.uind,
+                                  self.uval)]
+        b = self.b
+        m = (h[0].size - 1) * b
+        L = sp.bsr_matrix((h[2], h[1], h[0]), shape=(m, m), blocksize=(b, b))
+        U = sp.bsr_matrix(_reverse_rows(*h[3:])[::-1], shape=(m, m), blocksize=(b, b))
+        lo, up = _transpose_bsr(U, b), _transpose_bsr(L, b)
+        uptr, uind, uval = _reverse_rows(up.indptr, up.indices, up.data)
+        pd, idx = h[0].dtype, h[1].dtype
+        dinv = np.ascontiguousarray(np.swapaxes(to_host(self.dinv), 1, 2))
+        return BlockTriangularSweeps(lo.indptr.astype(pd), lo.indices.astype(idx),
+                                     np.ascontiguousarray(lo.data), uptr.astype(pd),
+                                     uind.astype(idx), np.ascontiguousarray(uval), dinv,
+                                     self.shape[0], self.dtype, what="transposed block factors",
+                                     device=self.device)
+
+
+def _reverse_rows(ptr, ind, val):
+    """CSR (BSR) arrays with the rows -- and each row's entries -- in reverse order: the
+    backward sweep's layout of an upper factor from plain CSR, and back (an involution)."""
+    return (ind.size - ptr[::-1]).astype(ptr.dtype), ind[::-1].copy(), val[::-1].copy()
+
+
+def _transpose_csr(F):
+    """The transpose of SciPy CSR ``F`` as sorted CSR (the values moved, not rounded)."""
+    T = F.T.tocsr()
+    T.sort_indices()
+    return T
+
+
+def _transpose_bsr(F, b):
+    """The block transpose of SciPy BSR ``F`` (blocks transposed) as sorted BSR."""
+    T = F.T.tobsr(blocksize=(b, b))
+    T.sort_indices()
+    return T
 
 
 class ThreadBuffers(threading.local):
@@ -492,6 +584,11 @@ class OperatorChain:
                 src = dst
 
         return f
+
+    def transposed(self):
+        """``(F_k ... F_1)^T = F_1^T ... F_k^T``: the chain of the transposed operators in
+        reverse order."""
+        return OperatorChain([op.transposed() for op in reversed(self.ops)])
 
     @property
     def nbytes(self):

@@ -401,14 +401,16 @@ class _MpsolvePC:
             return
         self._apply(x.array_r, y.array)  # y = M x on PETSc's own arrays
 
-    def _apply(self, xa, ya):
-        """``ya = M xa`` for host arrays: in place, or through the device buffers."""
+    def _apply(self, xa, ya, transpose=False):
+        """``ya = M xa`` (``M^T xa`` with ``transpose``) for host arrays: in place, or
+        through the device buffers."""
+        apply = self.M.apply_transpose if transpose else self.M.apply
         if self._bufs is None:
-            self.M.apply(xa, ya)         # y = M x
+            apply(xa, ya)                # y = M x
             return
         xd, yd = self._bufs
         upload(xa, xd)                   # host -> device
-        self.M.apply(xd, yd)             # y = M x on the device
+        apply(xd, yd)                    # y = M x on the device
         download(yd, ya)                 # device -> host
 
     def matApply(self, pc, X, Y):
@@ -439,18 +441,14 @@ class _MpsolvePC:
                 yj[:] = out
 
     def applyTranspose(self, pc, x, y):
+        """``y = M^T x`` (``PCApplyTranspose``: ``KSPSolveTranspose``, BiCG, ...): the plain
+        transpose, also for complex scalars (:meth:`Preconditioner.apply_transpose`; a
+        symmetric real form applies ``M`` itself, the others keep transposed copies of their
+        stored operators, made at the first call)."""
         if not self._ready(pc):
             y.set(np.inf)
             return
-        if not getattr(self.M, "symmetric", False):
-            raise NotImplementedError(f"{type(self).__name__}: transpose apply of a "
-                                      "nonsymmetric preconditioner is not available")
-        xa, ya = x.array_r, y.array
-        if np.iscomplexobj(ya):          # Hermitian M: M^T x = conj(M conj(x))
-            self._apply(np.conj(xa), ya)
-            np.conjugate(ya, out=ya)
-            return
-        self._apply(xa, ya)              # symmetric M: M^T = M
+        self._apply(x.array_r, y.array, transpose=True)
 
     def view(self, pc, viewer):
         from petsc4py import PETSc

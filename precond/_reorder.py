@@ -416,6 +416,31 @@ class Reordered(Preconditioner):
         self.inner.apply(t, z)                   # z = M_B t
         xp.multiply(z, self._dc, out=out)        # out = Dc z
 
+    def _transpose_operator(self):
+        """``M = D_c M_B D_r P`` (``P v = v[perm]``), so ``M^T = P^T D_r M_B^T D_c``: the
+        inner preconditioner's transpose between the scalings, then a gather by the inverse
+        permutation."""
+        xp, n = self._xp, self.shape[0]
+        inv = xp.empty(n, np.int64)
+        inv[self._perm] = xp.arange(n)
+        dr, dc, inner = self._dr, self._dc, self.inner
+        buf = ThreadBuffers()
+        wide = np.result_type(self.storage_dtype, np.float64)
+
+        def f(r, out):
+            b = buf.d.get("T")
+            if b is None:
+                b = buf.d["T"] = (xp.empty(n, wide), xp.empty(n, wide))
+            t, z = b
+            t[:] = r
+            t *= dc                                  # t = D_c r
+            inner.apply_transpose(t, z)              # z = M_B^T t
+            z *= dr
+            xp.take(z, inv, out=t)                   # t = P^T D_r z
+            out[:] = t
+
+        return f
+
     @property
     def nbytes(self) -> int:
         return int(self.inner.nbytes) + 3 * 8 * (self.shape[0] if self.shape else 0)

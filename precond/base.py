@@ -98,6 +98,7 @@ class Preconditioner:
         self._side = "left"
         self._A_id = None
         self._op = None
+        self._top = None
         self._bound = {}
         #: how many times :meth:`setup_canonical` ran: a compiled Krylov loop made from the
         #: arrays of one set-up (:meth:`fusable`) is kept while this count stays the same
@@ -111,6 +112,7 @@ class Preconditioner:
         # closures) and the array module are looked up again where it is used
         state = self.__dict__.copy()
         state["_bound"] = {}
+        state["_top"] = None                    # (M^T's operator: made again at its first use)
         if "_xp" in state:
             state["_xp"] = None
         return state
@@ -169,6 +171,7 @@ class Preconditioner:
         self._setup_device = setup_device(device)
         self.storage_dtype = None               # not set up until this set-up succeeds
         self._op = None
+        self._top = None                        # M^T's operator: made at its first use
         self._bound = {}
         t0 = time.perf_counter()
         self._setup(C, np.dtype(want))
@@ -197,6 +200,34 @@ class Preconditioner:
         if f is None:
             f = self._bound[key] = self._op.bind(r.dtype, out.dtype)
         f(r, out)  # out = M r
+
+    def apply_transpose(self, r, out):
+        """``out <- M^T r``: the plain transpose, also for a complex ``M`` (PETSc's
+        ``PCApplyTranspose``; :meth:`rmatvec` gives ``M^H``).  Same vectors as
+        :meth:`apply`.
+
+        The transposed operator is made from the stored one at the first call and kept
+        (the stored values moved, never rounded again: ``M^T`` is the exact transpose of
+        the stored ``M``, to the rounding of the apply's sums; a symmetric form applies
+        ``M`` itself).  For ILU-type factors ``(L D U')^{-T} = (U'^T D L^T)^{-1}``: two
+        sweeps again, on the transposed factors (as much memory again as the factors)."""
+        self._check_vectors(r, out)
+        key = ("T", r.dtype, out.dtype)
+        f = self._bound.get(key)
+        if f is None:
+            if getattr(self, "_top", None) is None:
+                self._top = self._transpose_operator()
+            f = self._bound[key] = self._top.bind(r.dtype, out.dtype) \
+                if hasattr(self._top, "bind") else self._top
+        f(r, out)  # out = M^T r
+
+    def _transpose_operator(self):
+        """The stored operator of ``M^T`` (anything with ``bind``, or a callable ``f(r,
+        out)``): ``self._op.transposed()`` where ``apply`` is the plain ``out = op r``.  A
+        class whose ``apply`` does more overrides this (or :meth:`apply_transpose`)."""
+        if type(self).apply is not Preconditioner.apply or self._op is None:
+            raise NotImplementedError(f"{type(self).__name__}: no transpose apply")
+        return self._op.transposed()
 
     def _check_vectors(self, r, out):
         """``apply``'s argument check: set up, both ``(n,)`` and C-contiguous (cheap: a
@@ -330,9 +361,23 @@ class Preconditioner:
 
     def matvec(self, r):
         """``M @ r`` into a new array (SciPy's operator protocol)."""
+        return self._product(r, self.apply)
+
+    def rmatvec(self, r):
+        """``M^H @ r`` into a new array (SciPy's ``rmatvec``: the conjugate transpose;
+        :meth:`apply_transpose` for the plain one)."""
+        if self.is_setup and self.dtype.kind == "c":
+            xp = np if on_host(r) else array_module(self.device)
+            return xp.conj(self._product(xp.conj(r), self.apply_transpose))
+        return self._product(r, self.apply_transpose)
+
+    def _product(self, r, apply):
+        """``apply`` (``M`` or ``M^T``) on ``r`` into a new array: ``r`` any numeric 1-D or
+        ``(n, 1)`` array, host or device; the result in the promotion of its dtype with
+        the storage precision."""
         self._check_ready()
         if not on_host(r):                  # a device array: M r on the device, returned there
-            return self._matvec_on_device(r)
+            return self._product_on_device(r, apply)
         r = np.asarray(r)
         squeeze = r.ndim == 2
         r1 = np.ascontiguousarray(r.reshape(-1))
@@ -342,7 +387,7 @@ class Preconditioner:
             r1 = r1.astype(self.dtype)      # a complex M applied to a real vector
         elif self.dtype.kind != "c" and r1.dtype.kind == "c":
             # a real M is linear over the complex numbers: M (u + iv) = M u + i M v
-            out = self.matvec(r1.real) + 1j * self.matvec(r1.imag)
+            out = self._product(r1.real, apply) + 1j * self._product(r1.imag, apply)
             return out.reshape(-1, 1) if squeeze else out
         if r1.shape[0] != self.shape[0]:
             raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
@@ -351,15 +396,15 @@ class Preconditioner:
             r1 = r1.astype(want)            # an FP32 r with an FP64 M: M r in FP64
         if is_host(self.device):
             out = np.empty_like(r1)
-            self.apply(r1, out)
+            apply(r1, out)
         else:  # host in, host out: SciPy interop on any device
             rd = to_device(r1, self.device)
             od = array_module(self.device).empty_like(rd)
-            self.apply(rd, od)
+            apply(rd, od)
             out = to_host(od)
         return out.reshape(-1, 1) if squeeze else out
 
-    def _matvec_on_device(self, r):
+    def _product_on_device(self, r, apply):
         if is_host(self.device):
             raise TypeError(f"r is a device array but {type(self).__name__} is set up on "
                             f"device {self.device!r}: set it up with device='gpu', or pass "
@@ -372,8 +417,8 @@ class Preconditioner:
         if self.dtype.kind == "c" and r1.dtype.kind != "c":
             r1 = r1.astype(self.dtype)
         elif self.dtype.kind != "c" and r1.dtype.kind == "c":
-            out = self._matvec_on_device(xp.ascontiguousarray(r1.real)) \
-                + 1j * self._matvec_on_device(xp.ascontiguousarray(r1.imag))
+            out = self._product_on_device(xp.ascontiguousarray(r1.real), apply) \
+                + 1j * self._product_on_device(xp.ascontiguousarray(r1.imag), apply)
             return out.reshape(-1, 1) if squeeze else out
         if r1.shape[0] != self.shape[0]:
             raise ValueError(f"r has length {r1.shape[0]}, expected {self.shape[0]}")
@@ -381,7 +426,7 @@ class Preconditioner:
         if r1.dtype != want:
             r1 = r1.astype(want)
         out = xp.empty_like(r1)
-        self.apply(r1, out)
+        apply(r1, out)
         return out.reshape(-1, 1) if squeeze else out
 
     def __matmul__(self, r):
@@ -396,13 +441,8 @@ class Preconditioner:
     def aslinearoperator(self) -> spla.LinearOperator:
         """This preconditioner as a ``scipy.sparse.linalg.LinearOperator``."""
         self._check_ready()
-        # rmatvec = matvec only where M^T = M for this A (``self_adjoint`` where a class
-        # knows it from its set-up; else its ``symmetric`` form, real data)
-        same = getattr(self, "self_adjoint", None)
-        same = (self.symmetric and self.dtype.kind != "c") if same is None else \
-            (same and self.dtype.kind != "c")
-        return spla.LinearOperator(self.shape, matvec=self.matvec,
-                                   rmatvec=self.matvec if same else None, dtype=self.dtype)
+        return spla.LinearOperator(self.shape, matvec=self.matvec, rmatvec=self.rmatvec,
+                                   dtype=self.dtype)
 
     def __repr__(self):
         state = (f"{self.shape[0]}x{self.shape[1]}, {self.storage_dtype.name}, "

@@ -330,6 +330,14 @@ class BlockILU0(Preconditioner):
         fac, self.shift = bilu0_shifted(A, b, host, sym)
         return fac
 
+    def _transpose_operator(self):
+        """The symmetric form's stored ``M`` is symmetric bit for bit (real data): ``M``
+        itself; otherwise the transposed block sweeps
+        (:meth:`BlockTriangularSweeps.transposed`)."""
+        if self.symmetric and self.storage_dtype.kind != "c":
+            return self._op
+        return self._op.transposed()
+
     def _linear(self):
         """Two block sweeps, each block row's sums carried in FP64: linear
         (:meth:`Preconditioner.linear_apply`)."""

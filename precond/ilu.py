@@ -413,6 +413,13 @@ class ILU0(Preconditioner):
                 "ILU0(symmetric=False), or ISAI")
         return factors
 
+    def _transpose_operator(self):
+        """The symmetric form's stored ``M`` is symmetric bit for bit (real data): ``M``
+        itself; otherwise the transposed sweeps (:meth:`TriangularSweeps.transposed`)."""
+        if self.symmetric and self.storage_dtype.kind != "c":
+            return self._op
+        return self._op.transposed()
+
     def _linear(self):
         """Two triangular sweeps, each row's sum carried in FP64: linear
         (:meth:`Preconditioner.linear_apply`)."""

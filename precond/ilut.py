@@ -353,3 +353,35 @@ class ILUT(Preconditioner):
         xp.take(z, self._pc, out=out)             # out = S Pc z
         if self._c is not None:
             xp.multiply(out, self._c, out=out)
+
+    def _transpose_operator(self):
+        """``M = C G_c (LU)^-1 R G_r`` (``G_p v = v[p]``, ``R``, ``C`` the scalings), so
+        ``M^T = G_r^T R (LU)^-T G_c^T C``: a gather by the inverse column permutation, the
+        transposed sweeps, a gather by the inverse row permutation, with the scalings
+        gathered to match."""
+        xp, n = self._xp, self.shape[0]
+        ipc = xp.empty(n, np.int64)
+        ipc[self._pc] = xp.arange(n)
+        ipr = xp.empty(n, np.int64)
+        ipr[self._pr] = xp.arange(n)
+        c = None if self._c is None else self._c[ipc]
+        rs = None if self._r is None else self._r[ipr]
+        sweeps = self._op.transposed()
+        buf = ThreadBuffers()
+
+        def f(r, out):
+            key = r.dtype.char + out.dtype.char
+            b = buf.d.get(key)
+            if b is None:
+                b = buf.d[key] = (xp.empty(n, r.dtype), xp.empty(n, out.dtype),
+                                  sweeps.bind(r.dtype, out.dtype))
+            t, z, solve = b
+            xp.take(r, ipc, out=t)                  # t = G_c^T C r
+            if c is not None:
+                xp.multiply(t, c, out=t)
+            solve(t, z)                              # z = (LU)^-T t
+            xp.take(z, ipr, out=out)                 # out = G_r^T R z
+            if rs is not None:
+                xp.multiply(out, rs, out=out)
+
+        return f

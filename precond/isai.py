@@ -367,6 +367,10 @@ class _ISAIBase(Preconditioner):
         self._check_vectors(r, out)
         self._chain(r, out)  # out = M r (one SpMV, or two: G^T (G r) / U_isai (L_isai r))
 
+    def _transpose_operator(self):
+        """``M^T``: the chain of the transposed stored factors in reverse order."""
+        return self._chain.transposed()
+
     def _linear(self):
         """Sparse products with FP64 row sums (``accumulate="float64"``), intermediates in
         ``out``'s dtype: linear; FP32 row sums: not (:meth:`Preconditioner.linear_apply`)."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 petsc4py = pytest.importorskip("petsc4py", reason="petsc4py is not installed (run .ci/setup.sh)")
 from petsc4py import PETSc  # noqa: E402
@@ -816,3 +817,41 @@ def test_a_preonly_sub_ksp_takes_the_outer_ksps_side():
         for k in options:
             opts.delValue(k)
     assert reason > 0 and sub.side == "right" and sub.M.variant == "right"
+
+
+TRANSPOSE_PCS = {"ilu0": lambda: mp.ILU0(dtype="float64"), "isai": lambda: mp.ISAI(),
+                 "block-isai-bilu": lambda: mp.BlockISAI(variant="bilu", block_size=2),
+                 "block-jacobi": lambda: mp.BlockJacobi(block_size=2),
+                 "block-ilu0": lambda: mp.BlockILU0(block_size=2)}
+
+
+@pytest.mark.parametrize("name", list(TRANSPOSE_PCS))
+def test_solve_transpose_and_bicg_with_a_nonsymmetric_plugin_pc(name):
+    """``KSPSolveTranspose`` and BiCG apply ``M^T`` (``PCApplyTranspose``): with a
+    nonsymmetric mpsolve M they now solve ``A^T x = b`` (and ``A x = b``) to the tolerance
+    (the plug-in raised NotImplementedError); mpsolve's FP64 ILU(0) takes PETSc's ILU(0)
+    iterations in the transposed solve too."""
+    A = sp.csr_matrix(convection_diffusion2d(24, peclet=30))
+    assert abs(A - A.T).max() > 0.1
+    b = np.cos(np.arange(A.shape[0]))
+    ksp, P = _ksp(A, "gmres", ctx=TRANSPOSE_PCS[name]())
+    bv, xv = P.createVecLeft(), P.createVecRight()
+    bv.array[:] = b
+    xv.set(0.0)
+    ksp.solveTranspose(bv, xv)
+    assert ksp.getConvergedReason() > 0
+    x = xv.array.copy()
+    assert np.linalg.norm(b - A.T @ x) <= 1.01 * RTOL * np.linalg.norm(b)
+    if name == "ilu0":
+        ref, _ = _ksp(A, "gmres", pc_type="ilu")
+        xv.set(0.0)
+        ref.solveTranspose(bv, xv)
+        assert ref.getConvergedReason() > 0
+        assert abs(ref.getIterationNumber() - ksp.getIterationNumber()) <= 1
+    ksp, P = _ksp(A, "bicg", ctx=TRANSPOSE_PCS[name]())
+    ksp.setPCSide(PETSc.PC.Side.LEFT)                 # (PETSc's BiCG: left only)
+    ksp.setNormType(PETSc.KSP.NormType.PRECONDITIONED)
+    ksp.setTolerances(rtol=1e-10, atol=0.0, max_it=3000)
+    x, its, reason = _solve(ksp, P, b)
+    assert reason > 0
+    assert np.linalg.norm(b - A @ x) <= 1e-6 * np.linalg.norm(b)

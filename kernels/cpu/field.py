@@ -9,7 +9,10 @@ arrays and the conjugated form for complex64/complex128 ones:
 * ``abs2(x)``     -- ``|x|^2`` as a real of ``x``'s precision (``x x`` for reals);
 * ``conj(x)``     -- ``conj(x)`` (``x`` for reals);
 * ``wide(x)``     -- ``x`` in FP64 / complex128 (FP64 accumulation of an SpMV row);
-* ``narrow(x)``   -- ``x`` in FP32 / complex64 (FP32 accumulation).
+* ``narrow(x)``   -- ``x`` in FP32 / complex64 (FP32 accumulation);
+* ``div(x, y)``   -- ``x / y``, a complex ``y == 0`` giving a non-finite value as a real
+  one does under ``error_model="numpy"`` (Numba's complex division raises
+  ``ZeroDivisionError`` whatever the error model).
 
 Used inside ``@njit`` kernels only (called from Python they raise).  Each overload is
 inlined into the caller's Numba IR (``inline="always"``), so the caller's ``fastmath``
@@ -24,7 +27,7 @@ from numba import types
 from numba.extending import overload
 import numpy as np
 
-__all__ = ["cmul", "abs2", "conj", "wide", "narrow"]
+__all__ = ["cmul", "abs2", "conj", "wide", "narrow", "div"]
 
 
 def _stub(name):
@@ -34,7 +37,7 @@ def _stub(name):
     return stub
 
 
-cmul, abs2, conj, wide, narrow = (_stub(n) for n in __all__)
+cmul, abs2, conj, wide, narrow, div = (_stub(n) for n in __all__)
 
 
 @overload(cmul, inline="always")
@@ -70,3 +73,14 @@ def _narrow(x):
     if isinstance(x, types.Complex):
         return lambda x: np.complex64(x)
     return lambda x: np.float32(x)
+
+
+@overload(div, inline="always")
+def _div(x, y):
+    if isinstance(y, types.Complex):
+        def f(x, y):
+            if y == 0:
+                return (x + 0j) * np.inf      # (inf or NaN parts: a caller's finite check)
+            return x / y
+        return f
+    return lambda x, y: x / y

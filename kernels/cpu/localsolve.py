@@ -46,7 +46,7 @@ from numba import get_num_threads, njit, prange
 
 from ..registry import register
 from ._config import JIT, LONG_ROW
-from .field import conj
+from .field import conj, div
 
 _JIT = dict(JIT, error_model="numpy")   # x / 0 -> inf (flagged by the check), no exception
 #: Cholesky (which reads the lower triangle) is used where ``A_J`` is symmetric to this,
@@ -216,7 +216,7 @@ def _lu_lanes(a, piv, big, ng, cols):
             lr = ar[k]
             nz = 0
             for g in range(ng):
-                v = lr[g] / d[g]                          # l_rk = a_rk / a_kk
+                v = div(lr[g], d[g])                          # l_rk = a_rk / a_kk
                 lr[g] = v
                 nz += v != 0.0
             if nz == 0:
@@ -282,7 +282,7 @@ def _lu_solve_lanes(a, piv, x, ng, nzf):
                     xr[g] -= arc[g] * xc[g]
             d = ar[r]
             for g in range(ng):
-                xr[g] = xr[g] / d[g]
+                xr[g] = div(xr[g], d[g])
 
 
 @njit(**_JIT)
@@ -337,7 +337,7 @@ def _chol_lanes(a, ok, ng, nzl, cols):
                     aij[g] -= aik[g] * conj(ajk[g])
             nz = 0
             for g in range(ng):
-                v = aij[g] / dj[g]                        # l_ij
+                v = div(aij[g], dj[g])                        # l_ij
                 aij[g] = v
                 nz += v != 0.0
             nzl[i, j] = nz != 0
@@ -363,7 +363,7 @@ def _chol_solve_lanes(a, x, ng, nzl):
                     xr[g] -= arc[g] * xc[g]
             d = ar[r]
             for g in range(ng):
-                xr[g] = xr[g] / d[g]
+                xr[g] = div(xr[g], d[g])
         for r in range(s - 1, -1, -1):                     # L^H z = y
             xr = x[r, j]
             for c in range(r + 1, s):
@@ -375,7 +375,7 @@ def _chol_solve_lanes(a, x, ng, nzl):
                     xr[g] -= conj(lcr[g]) * xc[g]
             d = a[r, r]
             for g in range(ng):
-                xr[g] = xr[g] / d[g]
+                xr[g] = div(xr[g], d[g])
 
 
 @njit(**_JIT)
@@ -400,7 +400,7 @@ def _tri_solve_lanes(a, x, upper, ng, nzf):
                     xr[g] -= arc[g] * xc[g]
             d = ar[r]
             for g in range(ng):
-                xr[g] = xr[g] / d[g]
+                xr[g] = div(xr[g], d[g])
 
 
 # ----------------------------------------------------------------- one system (large s)
@@ -428,7 +428,7 @@ def _lu_one(a, piv):
         d = a[k, k]
         uk = a[k, k + 1:]
         for r in range(k + 1, s):
-            lr = a[r, k] / d                               # l_rk = a_rk / a_kk
+            lr = div(a[r, k], d)                              # l_rk = a_rk / a_kk
             a[r, k] = lr
             if lr == 0.0:                                  # (skipped: see _lu_lanes)
                 continue
@@ -458,7 +458,7 @@ def _lu_solve_one(a, piv, x):
             acc = x[r, j, 0]
             for c in range(r + 1, s):
                 acc -= a[r, c] * x[c, j, 0]
-            x[r, j, 0] = acc / a[r, r]
+            x[r, j, 0] = div(acc, a[r, r])
 
 
 @njit(**_JIT)
@@ -481,7 +481,7 @@ def _chol_one(a):
         a[k, k] = d
         uk = a[k]
         for j in range(k + 1, s):
-            uk[j] = uk[j] / d
+            uk[j] = div(uk[j], d)
         for i in range(k + 1, s):
             uki = uk[i]
             ai = a[i, i:]
@@ -502,12 +502,12 @@ def _chol_solve_one(a, x):
             acc = x[r, j, 0]
             for c in range(r):
                 acc -= conj(a[c, r]) * x[c, j, 0]
-            x[r, j, 0] = acc / a[r, r]
+            x[r, j, 0] = div(acc, a[r, r])
         for r in range(s - 1, -1, -1):                     # L^H z = y: (L^H)_rc = u_rc
             acc = x[r, j, 0]
             for c in range(r + 1, s):
                 acc -= a[r, c] * x[c, j, 0]
-            x[r, j, 0] = acc / a[r, r]
+            x[r, j, 0] = div(acc, a[r, r])
 
 
 # ----------------------------------------------------------------- check and store
@@ -651,7 +651,7 @@ def _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out):
             d = np.sqrt(0.5 * (z + z))
             o = out[pptr[rows[t0 + g]]:pptr[rows[t0 + g]] + m, 0, 0]
             for c in range(s):
-                o[c] = conj(x[c, 0, g]) / d
+                o[c] = div(conj(x[c, 0, g]), d)
         return
     zl = np.empty((b, b), dtype=x.dtype)
     lt = np.empty((b, b), dtype=x.dtype)
@@ -682,13 +682,13 @@ def _spd_finish_store(x, rows, t0, ng, pptr, b, cond_limit, bad, out):
                 acc = zl[i, j]
                 for k in range(j):
                     acc -= lt[i, k] * conj(lt[j, k])
-                lt[i, j] = acc / d
+                lt[i, j] = div(acc, d)
         for u in range(b):                                 # G = L^-1 Z^H
             for c in range(s):
                 acc = conj(x[c, u, g])
                 for v in range(u):
                     acc -= lt[u, v] * gi[v, c]
-                gi[u, c] = acc / lt[u, u]
+                gi[u, c] = div(acc, lt[u, u])
         k0 = pptr[rows[t0 + g]]
         for p in range(m):
             for u in range(b):
