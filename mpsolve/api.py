@@ -65,6 +65,11 @@ def _one_rhs(b, name):
     """SciPy's shape rule for the SciPy-style functions: ``b`` of shape ``(n,)`` or
     ``(n, 1)``; several right-hand sides are refused with the way to solve them."""
     shape = getattr(b, "shape", None)
+    if shape is None and isinstance(b, (list, tuple)):
+        try:
+            shape = np.shape(b)               # (a list of lists: its array's shape)
+        except ValueError:
+            shape = None
     if shape is not None and len(shape) == 2 and shape[0] == 1 and shape[1] > 1:
         raise ValueError(
             f"b has shape {tuple(shape)}, a row: mpsolve.{name} takes one right-hand side as "
@@ -318,7 +323,10 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
                 raise
             res = None
         else:
-            res = s.solve(b, x0, callback=callback, deflation=deflation)
+            # auto: the Solver's choice gets half of a caller's budget, as solve(A, b)'s
+            # first candidate does; its fallbacks (columns_fallback) have the rest
+            share = None if not auto or maxiter is None else max(1, int(maxiter) // 2)
+            res = s.solve(b, x0, callback=callback, deflation=deflation, maxiter=share)
         if auto and isinstance(b, np.ndarray) and (res is None or not (
                 res.converged or res.at_floor or res.info == USER_STOP)):
             # a Solver chooses once; solve(A, b)'s fallbacks run on the columns it left

@@ -534,12 +534,15 @@ class _Monitor:
 
 def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=1e-5,
                atol=0.0, maxiter=None, restart=None, callback=None, escalate=True, side=None,
-               device=None, **precond_params) -> SolveResult:
+               device=None, _ran=(), **precond_params) -> SolveResult:
     """:func:`mpsolve.solve` with ``method`` and/or ``precond`` ``"auto"`` (module docstring).
 
     ``solve`` is :func:`mpsolve.solve` (passed in, so this module does not import the API
     that imports it).  The inputs are validated once, first (the usual errors, naming the
     argument); only a preconditioner's own set-up failure moves on to the next candidate.
+    ``_ran``: the :func:`_choice_key` of candidates that ran already on this right-hand
+    side (the block solve's choice, for :func:`columns_fallback`): skipped, as the single
+    solve goes on after its first candidate.
     """
     t0 = time.perf_counter()
     if isinstance(maxiter, (bool, np.bool_)) or (maxiter is not None and (
@@ -567,6 +570,9 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         left = budget - done
         if left <= 0:
             break
+        if _choice_key(c) in _ran:
+            c.outcome = "ran already (the block solve's choice)"
+            continue
         if indefinite and c.method == "cg":
             c.outcome = ("skipped: CG broke down on p^T A p <= 0 with a positive definite M, "
                          "so A is not positive definite")
@@ -917,6 +923,11 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
     return r
 
 
+def _choice_key(c) -> tuple:
+    """A candidate's identity: its method, preconditioner and parameters."""
+    return (c.method, c.precond, tuple(sorted((k, repr(v)) for k, v in c.params.items())))
+
+
 def columns_fallback(solve, A, b, x0, block, kw) -> SolveResult:
     """``solve(A, B)`` with ``"auto"`` and several right-hand sides, where the block solve
     did not converge on every column (``block``: its result) or no Solver could be set up
@@ -940,6 +951,12 @@ def columns_fallback(solve, A, b, x0, block, kw) -> SolveResult:
         x, infos = None, np.ones(k, np.int64)
         iters, trues = np.zeros(k, np.int64), np.full(k, np.inf)
     redo = np.flatnonzero(infos != 0)
+    # the block's own choice ran on every column: the fallbacks go on with the next ones
+    ran = tuple(_choice_key(c) for c in (block.choices if block is not None else ())
+                if c.outcome == "chosen")
+    floors = np.zeros(k, bool)
+    if block is not None and block.at_floor:
+        floors[redo] = True
     extra_time, choices, first = 0.0, list(block.choices) if block is not None else [], None
     for j in redo:
         start = None
@@ -949,19 +966,22 @@ def columns_fallback(solve, A, b, x0, block, kw) -> SolveResult:
             start = x[:, j]
         elif x0 is not None and not isinstance(x0, str):
             x0a = np.asarray(x0)
-            start = x0a if x0a.ndim == 1 else x0a[:, j]
+            start = x0a if x0a.ndim == 1 else x0a[:, j if x0a.shape[1] > 1 else 0]
         # the caller's maxiter bounds each column's iterations, the block's included; by
         # default a column gets auto's whole budget (a Solver, which has no stagnation
         # monitor, may have spent it on a candidate that stagnated)
         left = None if given is None else int(given) - int(iters[j])
-        r = auto_solve(solve, A, np.ascontiguousarray(b[:, j]), start, **dict(kw, maxiter=left))
+        r = auto_solve(solve, A, np.ascontiguousarray(b[:, j]), start, _ran=ran,
+                       **dict(kw, maxiter=left))
         if first is None:
             first = r
         if x is None:
             x = np.zeros((b.shape[0], k), dtype=r.x.dtype)
         x[:, j] = r.x
-        infos[j], trues[j] = r.info, r.true_residual
         iters[j] += r.iterations
+        # (info > 0: the column's iterations, the block's included)
+        infos[j], trues[j] = (r.info if r.info <= 0 else int(iters[j])), r.true_residual
+        floors[j] = r.at_floor
         extra_time += r.setup_time + r.solve_time
         for c in r.choices:
             if c.outcome != "not tried":
@@ -974,7 +994,9 @@ def columns_fallback(solve, A, b, x0, block, kw) -> SolveResult:
            f"the block solve ({block.method}"
            + (f" + {block.precond}" if block.precond else "") + f") left them: info "
            + ", ".join(str(int(i)) for i in np.asarray(block.column_info)[redo][:5]))
-    status = (f"{conv} of {k} right-hand sides converged (block, then by column for columns "
+    mode = (f"{block.rhs_mode}, then by column" if block is not None
+            and block.rhs_mode != "by column" else "by column")
+    status = (f"{conv} of {k} right-hand sides converged ({mode} for columns "
               f"{cols}: {why}); "
               + status_text(info, int(iters.max()), float(trues.max()), base.tolerance,
                             "" if info == 0 else "the automatic choice's fallbacks ran on "
@@ -982,6 +1004,6 @@ def columns_fallback(solve, A, b, x0, block, kw) -> SolveResult:
     return replace(base, x=x, info=int(info), iterations=int(iters.max()),
                    true_residual=float(trues.max()), column_info=infos,
                    column_iterations=iters, column_true_residual=trues, status=status,
-                   rhs_mode="block, then by column", choices=choices,
+                   rhs_mode=mode, choices=choices,
                    solve_time=(block.solve_time if block is not None else 0.0) + extra_time,
-                   at_floor=False)
+                   at_floor=bool(info != 0 and floors[infos != 0].all()))

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError
 from ._sparse import dtype_check, kernel_ready
@@ -77,6 +78,9 @@ class BlockSystem:
 def check_block(b, n, name="b"):
     """``b`` as a host ``(n, k)`` array, checked as :func:`mpsolve._system.make_problem`
     checks a vector (numeric dtype, finite values); every rejection names ``name``."""
+    if sp.issparse(b):
+        raise TypeError(f"{name} is a SciPy sparse {b.format} matrix: pass a dense array, "
+                        f"{name}.toarray()")
     arr = kernel_ready(b if type(b) is np.ndarray else to_host(b))
     if arr.dtype == object:
         raise TypeError(f"{name} holds Python objects (dtype object): pass a numeric array, "
@@ -98,8 +102,12 @@ def _check_x0(x0, n, k):
         if isinstance(x0, str) and x0 != "Mb":
             raise ValueError(f"x0={x0!r}: the only string accepted is 'Mb' (start from M @ b)")
         return None
+    if sp.issparse(x0):
+        return check_block(x0, n, "x0")          # (refused: a sparse matrix)
     arr = x0 if type(x0) is np.ndarray else to_host(x0)
     if arr.ndim == 1 or (arr.ndim == 2 and arr.shape[1] == 1 and k != 1):
+        if arr.shape[0] == n:                    # checked before the copies (counts, dtype)
+            check_block(arr.reshape(-1, 1), n, "x0")
         arr = np.repeat(arr.reshape(-1, 1), k, axis=1)
     if arr.shape != (n, k):
         raise ValueError(f"x0 has shape {np.shape(x0)}, but b has shape ({n}, {k}): x0 must "
@@ -206,6 +214,8 @@ def _combine(solver, results, x, mode, elapsed, hist=None, extra=""):
         hist = results[int(np.argmax(iters))].residuals if k else np.zeros(0)
     fields = dict(solver._report)
     fields["precond_stats"] = dict(fields.get("precond_stats", {}))
+    # at the floor: every column that did not converge is at its precision's floor
+    floor = info != 0 and all(r.at_floor for r in results if r.info != 0)
     return SolveResult(
         x=x, info=info, iterations=int(iters.max()) if k else 0, residuals=np.asarray(hist),
         true_residual=true, tolerance=rel_tol, setup_time=max(0.0, elapsed - solve_time),
@@ -213,7 +223,7 @@ def _combine(solver, results, x, mode, elapsed, hist=None, extra=""):
         precision=head.precision if head is not None else solver.precision.name,
         escalations=escal, restarts=int(sum(r.restarts for r in results)),
         column_info=infos, column_iterations=iters, column_true_residual=trues,
-        rhs_mode=mode, **fields)
+        rhs_mode=mode, at_floor=bool(floor), **fields)
 
 
 # ------------------------------------------------------------------ the block path
@@ -393,7 +403,6 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
         if not whole:
             X[:, act] = Xa
             R[:, act] = Ra
-        low = "float32" in (policy.working, policy.matrix)
         for i, c in enumerate(act):
             t = ta[i]
             if t <= tol[c]:
@@ -401,16 +410,21 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
             true[c] = t
             if t <= tol[c]:
                 final[c], info[c] = True, 0
-            elif fl[i] == -14:
-                if solver.escalate and low and policy.stronger() is not None:
-                    straggle.append(c)
-                final[c], info[c] = True, -14
             elif fl[i] == 2:
                 # the body's floor (GMRES: a happy breakdown with a regular R that no
                 # longer helps): as a stagnation
                 if solver.escalate and policy.stronger() is not None:
                     straggle.append(c)
                 final[c], info[c] = True, max(int(count[c]), 1)
+            elif fl[i] < 0 and fl[i] != USER_STOP:
+                # a breakdown: the block's dots and norms are not guarded against under-
+                # and overflow as the single path's are (an A or M far from norm 1 reads
+                # as singular, indefinite or non-finite there): the single path from x_c
+                # (from its start, if that was better) says whether it is one
+                if t > start_true[c]:
+                    X[:, c] = X_start[:, c]
+                straggle.append(c)
+                final[c], info[c] = True, fl[i]
             elif fl[i] != 0 or count[c] >= maxiter:
                 if t > start_true[c]:     # diverged: the starting x back
                     X[:, c] = X_start[:, c]
@@ -451,7 +465,10 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
                           np.ascontiguousarray(to_host(X[:, c])), rtol, atol,
                           max(1, maxiter - int(count[c])), None, "compact")
         X[:, c] = to_device(np.asarray(r.x, np.float64), problem.device)
-        info[c] = r.info
+        # (info > 0: the count, the block's included; a single run that iterated none
+        # reports 1, max(count, 1))
+        info[c] = r.info if r.info <= 0 else max(1, int(count[c]) + (r.info if r.iterations
+                                                                      else 0))
         iters[c] += r.iterations
         true[c] = r.true_residual * bnrm[c]
         escal[c] = r
@@ -465,7 +482,7 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
         rel = true[c] / bnrm[c] if bnrm[c] else 0.0
         r = escal.get(c)
         results.append(dataclasses.replace(
-            r, iterations=int(iters[c])) if r is not None else _column_stub(
+            r, iterations=int(iters[c]), info=int(info[c])) if r is not None else _column_stub(
             info[c], iters[c], rel, rel_tol, policy.name))
     X = X.astype(out_dt, copy=False)
     out = to_host(X) if host else X

@@ -28,7 +28,7 @@ from mpsolve.backend import array_module, is_host, on_host, resolve_device, to_d
 from mpsolve.kernels.registry import dtype_name
 from mpsolve.precision import in_field, real_dtype
 
-from ._util import setup_device, wide_dtype
+from ._util import ThreadBuffers, setup_device, wide_dtype
 
 __all__ = ["Preconditioner"]
 
@@ -319,11 +319,13 @@ class Preconditioner:
             f(R, Z)  # Z = M R, one sweep
             return
         xp = array_module(self.device)
-        key = ("columns", R.dtype, Z.dtype, R.shape[0])
-        bufs = self._bound.get(key)
+        key = (R.dtype, Z.dtype, R.shape[0])
+        local = self.__dict__.get("_columns")
+        if local is None:
+            local = self.__dict__.setdefault("_columns", ThreadBuffers())
+        bufs = local.d.get(key)                 # (per thread: applies run concurrently)
         if bufs is None:
-            bufs = self._bound[key] = (xp.empty(R.shape[0], R.dtype),
-                                       xp.empty(R.shape[0], Z.dtype))
+            bufs = local.d[key] = (xp.empty(R.shape[0], R.dtype), xp.empty(R.shape[0], Z.dtype))
         r, z = bufs
         for c in range(R.shape[1]):
             r[:] = R[:, c]

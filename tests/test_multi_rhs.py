@@ -725,3 +725,85 @@ def test_a_callback_stop_stops_every_column(given_x0):
     assert np.array_equal(r.x[:, 1:], start[:, 1:])
     want = np.linalg.norm(B - A @ start, axis=0) / np.linalg.norm(B, axis=0)
     np.testing.assert_allclose(r.column_true_residual[1:], want[1:], rtol=1e-12)
+
+
+def _tridiag(n):
+    return sp.diags([-np.ones(n - 1), 2.5 * np.ones(n), -np.ones(n - 1)], [-1, 0, 1],
+                    format="csr")
+
+
+@pytest.mark.parametrize("scale,method", [(1e160, "gmres"), (1e300, "cg"), (1e-160, "gmres")])
+def test_the_block_path_solves_an_extremely_scaled_a_as_the_single_path_does(scale, method):
+    """Block GMRES's unguarded norms read M r ~ 1e-160 as zero (-13, "singular") or
+    overflowed (-14), block CG's p.Ap as a curvature breakdown (-12), where each column
+    alone converges: a column the block leaves with a breakdown goes to the single path."""
+    A = scale * _tridiag(300)
+    B = np.column_stack([np.ones(300), np.cos(np.arange(300))])
+    r = mpsolve.solve(A, B, method=method, precond="jacobi", rtol=1e-8)
+    assert list(r.column_info) == [0, 0]
+    for c in range(2):
+        assert np.linalg.norm(B[:, c] - A @ r.x[:, c]) <= 1e-8 * np.linalg.norm(B[:, c])
+
+
+def test_column_info_counts_every_iteration_of_the_column():
+    """info > 0 is the iteration count, as a single solve's: a column the block hands to the
+    single path (here at the accuracy floor) counted only the single path's iterations."""
+    A = poisson2d(30)
+    B = np.random.default_rng(0).standard_normal((A.shape[0], 2))
+    r = mpsolve.solve(A, B, method="cg", precond="jacobi", precision="double", rtol=1e-17)
+    assert np.all(r.column_info > 0)
+    np.testing.assert_array_equal(r.column_info, r.column_iterations)
+    assert r.at_floor and r.at_floor == mpsolve.solve(A, B[:, 0], method="cg",
+                                                      precond="jacobi", precision="double",
+                                                      rtol=1e-17).at_floor
+    r = mpsolve.solve(A, B, rtol=1e-17)                       # auto: its fallbacks too
+    np.testing.assert_array_equal(r.column_info, r.column_iterations)
+
+
+def test_auto_with_a_start_of_shape_n_by_1_for_every_column():
+    """x0 of shape (n, 1) is one start for every column: auto's column fallback indexed its
+    column j (IndexError) where the block solve had taken it."""
+    n = 50
+    Z = sp.diags([np.ones(n - 1), np.r_[0.0, 2 * np.ones(n - 1)], np.ones(n - 1)], [-1, 0, 1],
+                 format="csr")
+    B = np.ones((n, 3))
+    r1 = mpsolve.solve(Z, B, x0=np.zeros((n, 1)), method="auto", precond="jacobi")
+    r2 = mpsolve.solve(Z, B, x0=np.zeros(n), method="auto", precond="jacobi")
+    assert r1.info == r2.info
+    np.testing.assert_array_equal(r1.x, r2.x)
+
+
+def test_auto_with_maxiter_solves_the_columns_that_the_single_solve_solves():
+    """With a caller's maxiter the block solve's choice gets half of it, as solve(A, b)'s
+    first candidate, and the column fallbacks go on with the next candidates (the block's
+    choice is not run again): each column ends as solve(A, b_c) does."""
+    from mpsolve.matrices import jump3d
+
+    A = jump3d(8)
+    B = np.random.default_rng(0).standard_normal((A.shape[0], 2))
+    r = mpsolve.solve(A, B, rtol=1e-10, maxiter=15)
+    singles = [mpsolve.solve(A, B[:, c], rtol=1e-10, maxiter=15) for c in range(2)]
+    assert [s.info for s in singles] == [0, 0]
+    assert list(r.column_info) == [0, 0]
+    assert r.column_iterations.max() <= 15
+
+
+def test_block_result_labels_and_messages():
+    """rhs_mode says 'by column' where no block ran; a sparse b or x0 is refused by name
+    (was "holds Python objects", or "x0 has shape (n, k), but b has shape (n, k)"); a 1-D
+    x0 with one Inf says one, not k; cg with a list of lists points to solve."""
+    A = poisson2d(8)
+    n = A.shape[0]
+    B = np.ones((n, 3))
+    r = mpsolve.solve(A + 1j * sp.eye(n), B, rtol=1e-8)        # complex: column by column
+    assert r.rhs_mode.startswith("by column")
+    with pytest.raises(TypeError, match="b is a SciPy sparse"):
+        mpsolve.solve(A, sp.csr_matrix(B), method="cg")
+    with pytest.raises(TypeError, match="x0 is a SciPy sparse"):
+        mpsolve.solve(A, B, x0=sp.csr_matrix(B), method="cg")
+    x0 = np.zeros(n)
+    x0[3] = np.inf
+    with pytest.raises(ValueError, match="x0 contains 1 NaN"):
+        mpsolve.solve(A, B, x0=x0, method="cg")
+    with pytest.raises(ValueError, match="mpsolve.solve"):
+        mpsolve.cg(A, B.tolist())
