@@ -13,10 +13,12 @@ driver applies :mod:`mpsolve.driver`'s rules *per column*: when a column's recur
 residual says "converged", its FP64 true residual ``||b_c - A x_c||`` is computed (one
 sweep for all such columns, :meth:`SparseOperator.bind_block_residual`); a column that
 misses its tolerance restarts from its true residual (residual replacement); one whose
-true residual stops halving, or whose iteration produced a non-finite value with FP32
-parts, is handed to the single-vector driver from its current ``x_c`` (which escalates
-to a stronger policy as a single solve does); a diverged column gets its starting ``x``
-back.  ``info_c == 0`` only when ``||b_c - A x_c|| <= max(atol, rtol ||b_c||)`` in FP64.
+true residual stops halving is handed to the single-vector driver from its current
+``x_c`` (which escalates to a stronger policy as a single solve does), and so is one that
+breaks down (curvature, a singular Hessenberg, a non-finite value: the block bodies' dots
+and norms are not guarded against under- and overflow as the single path's are, so an
+``A`` or ``M`` far from norm 1 can read as one there), from ``x_c`` or its start; a
+diverged column gets its starting ``x`` back.  ``info_c == 0`` only when ``||b_c - A x_c|| <= max(atol, rtol ||b_c||)`` in FP64.
 
 **The column path** (everything else: BiCGSTAB, the ``eft``/``mixed-eft``/``ir``/``single``
 /``-cb`` presets, complex systems, a ``LinearOperator`` ``A``, a callback, ``x0='Mb'``,
