@@ -18,7 +18,8 @@ true residual stops halving is handed to the single-vector driver from its curre
 breaks down (curvature, a singular Hessenberg, a non-finite value: the block bodies' dots
 and norms are not guarded against under- and overflow as the single path's are, so an
 ``A`` or ``M`` far from norm 1 can read as one there), from ``x_c`` or its start; a
-diverged column gets its starting ``x`` back.  ``info_c == 0`` only when ``||b_c - A x_c|| <= max(atol, rtol ||b_c||)`` in FP64.
+diverged column gets its starting ``x`` back.  ``info_c == 0`` only when
+``||b_c - A x_c|| <= max(atol, rtol ||b_c||)`` in FP64.
 
 **The column path** (everything else: BiCGSTAB, the ``eft``/``mixed-eft``/``ir``/``single``
 /``-cb`` presets, complex systems, a ``LinearOperator`` ``A``, a callback, ``x0='Mb'``,
