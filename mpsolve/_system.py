@@ -509,7 +509,10 @@ def _rhs_fields(b_user, b, x0, x0_checked, n, a_dtype, cplx, device, xp, rtol, a
         b64 = ldexp_array(b64, -b_exp)
         x0_64 = None if x0_64 is None else ldexp_array(x0_64, -b_exp)
         bnrm = norm(b64, xp)
-        atol = math.ldexp(atol, -b_exp) if atol < math.inf else atol
+        try:                            # atol in the scaled units (b tiny: it may leave
+            atol = math.ldexp(atol, -b_exp) if atol < math.inf else atol     # the range)
+        except OverflowError:
+            atol = math.inf             # (every residual meets it: x0 is the answer)
     return dict(b64=b64, x0_64=x0_64, x0_mode=x0_mode, bnrm=bnrm, rtol=rtol, atol=atol,
                 tol=max(atol, rtol * bnrm if bnrm else 0.0), out_dtype=data_dtype,
                 data_dtype=data_dtype, out_host=on_host(b_user), b_exp=b_exp)
@@ -686,7 +689,7 @@ def _realise_preconditioner(problem: Problem, precision: Precision, wdt):
         op = SparseOperator(C, problem.realise(precision.precond), precision.accumulate,
                             device, what="M")
     else:
-        op = CallableOperator(M, device)
+        op = CallableOperator(M, device, what="M")
     return op.bind(wdt, wdt), op, 0.0
 
 

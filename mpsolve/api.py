@@ -21,8 +21,10 @@ _COMMON_DOC = """
     Parameters
     ----------
     A : sparse matrix/array (any format), ndarray or LinearOperator
-        The ``n x n`` system matrix: real (integer, boolean and float16 data are
-        converted to FP64, as SciPy computes them) or complex64/complex128.  If any of ``A``, ``b``, ``x0``, ``M`` is complex the solve
+        The ``n x n`` system matrix: real (integer, boolean, float16 and long double data
+        are converted to FP64, as SciPy computes them -- integers beyond 2^53 and long
+        doubles rounded: the answer is certified for the rounded system) or
+        complex64/complex128.  If any of ``A``, ``b``, ``x0``, ``M`` is complex the solve
         is complex, with SciPy's conjugated dots (CG: Hermitian positive definite ``A``).
     b : ndarray, shape (n,) or (n, 1)
     x0 : ndarray, ``'Mb'`` or None

@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 import numpy as np
@@ -86,7 +86,7 @@ from .precond.ilu import is_symmetric
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure, is_auto
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
-from .driver import ROUNDED, UNDERFLOWED, answer_residual, iterate
+from .driver import FAR_ABOVE, ROUNDED, UNDERFLOWED, answer_residual, iterate
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
@@ -208,6 +208,9 @@ class Choice:
     #: candidate): CG chosen by ``method="auto"`` for a preconditioner the caller pinned,
     #: or any CG candidate on a symmetric ``A`` whose preconditioner auto chose
     needs_symmetric_M: bool = False
+    #: the policy changes of this candidate's run (the result's ``escalations`` are the
+    #: answer's: the last candidate's)
+    escalations: list = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -631,6 +634,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         c.seconds = time.perf_counter() - ts
         c.iterations = r.iterations
         c.true_residual = r.true_residual
+        c.escalations = list(r.escalations)
         done += r.iterations
         results.append(r)
         if all_finite(r.x, np if on_host(r.x) else array_module(problem.device)):
@@ -644,7 +648,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             # that *overflows* is this candidate's: the next one may give a finite one)
             c.outcome = "not converged: " + UNDERFLOWED
             break
-        if r.at_floor:            # no candidate certifies a smaller residual: stop here
+        if r.at_floor and _floor_credible(C, r.true_residual):
+            # no candidate certifies a smaller residual: stop here
             c.outcome = ("stopped at the accuracy floor of precision " + repr(r.precision)
                          + ": the tolerance is below what any candidate can certify")
             break
@@ -903,7 +908,9 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
     r.setup_time = (analysis_time + sum(c.setup_seconds for c in cands)
                     + sum(q.setup_time for q in results))
     r.solve_time = sum(q.solve_time for q in results)
-    r.escalations = [e for q in results for e in q.escalations]
+    # (the answer's policy changes, so that the last one ends at r.precision; the earlier
+    # candidates' are in their Choice.escalations)
+    r.escalations = list(results[-1].escalations)
     r.choices = cands
     r.analysis = analysis
     r.analysis_time = analysis_time
@@ -921,6 +928,18 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
                 extra = ROUNDED.format(dtype=r.x.dtype.name, rel=r.true_residual)
     r.status = status_text(r.info, r.iterations, r.true_residual, r.tolerance, extra)
     return r
+
+
+def _floor_credible(C, rel) -> bool:
+    """Whether a relative true residual ``rel`` that a candidate calls its precision's floor
+    is one for any answer: within :data:`mpsolve.driver.FAR_ABOVE` times ``(m + 1) u 2``
+    (``u`` FP64's unit roundoff, ``m`` the longest row of ``A``): FP64's rounding of
+    ``b - A x`` for an ``x`` whose products do not cancel (``|A| |x| ~ |b|``).  The
+    driver's floor is the iterate's own (``u |A| |x|``): a stagnated candidate's large,
+    cancelling ``x`` has a high floor that a better ``x`` does not share, so auto goes on
+    with the next candidate (which starts from it) instead of stopping."""
+    m = int(np.diff(C.indptr).max()) if C is not None and C.shape[0] else 1
+    return rel <= FAR_ABOVE * (m + 1) * 2.0**-51
 
 
 def _choice_key(c) -> tuple:

@@ -604,24 +604,33 @@ class CallableOperator:
     copied into the output vector.
     """
 
-    def __init__(self, A, device=DEFAULT_DEVICE):
+    def __init__(self, A, device=DEFAULT_DEVICE, what="A"):
         self.A = A
         self.shape = A.shape
         self.device = device
         self.dtype = np.dtype(getattr(A, "dtype", None) or np.float64)
         self.nnz = None
         self.nbytes = 0
+        self.what = what
 
     def bind(self, x_dtype, y_dtype):
         A = self.A
         xp = array_module(self.device)
+        what = self.what
 
         def f(x, y):
             v = xp.asarray(A.matvec(x)).reshape(-1)  # y = A x
             if v.shape != y.shape:
                 raise ValueError(
-                    f"A.matvec returned shape {v.shape}, expected {y.shape}"
+                    f"{what}.matvec returned shape {v.shape}, expected {y.shape}"
                 )
+            if v.dtype.kind == "c" and y.dtype.kind != "c":
+                if bool(xp.any(v.imag)):    # (NumPy would drop them with a warning)
+                    raise TypeError(
+                        f"{what}.matvec returned complex values for a real system (its "
+                        f"dtype says {self.dtype.name}): give the operator a complex dtype "
+                        "(LinearOperator(..., dtype=complex)) to solve a complex system")
+                v = v.real
             y[:] = v
 
         return f

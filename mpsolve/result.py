@@ -119,6 +119,9 @@ class SolveResult:
     precision : str
         The policy that produced the answer (the last one after escalations).
     escalations : list of Escalation
+        The policy changes of the run that produced the answer (with ``"auto"``: the
+        candidate whose answer is returned; each candidate's own are in its
+        ``Choice.escalations``), so the last one ends at ``precision``.
     restarts : int
         GMRES: restart cycles begun after the first (0 for CG and BiCGSTAB).
     precond_stats : dict

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 
 import mpsolve
 from mpsolve import PRESETS, Precision
@@ -388,3 +389,78 @@ def test_float32_data_under_an_fp64_policy_leave_room_for_the_answers_rounding()
             b64 = b.astype(np.float64)
             assert np.linalg.norm(b64 - A64 @ r.x.astype(np.float64)) <= \
                 1e-6 * np.linalg.norm(b64)
+
+
+def test_auto_does_not_stop_at_a_stagnated_candidates_own_floor():
+    """A stagnated candidate's large, cancelling x has a floor of its own (u |A| |x|): auto
+    called that "the accuracy floor ... below what any candidate can certify" (info 85 at
+    2.4e-8) and stopped; the next candidate (the direct fallback) meets rtol 1e-10."""
+    n = 12
+    H = sp.csr_matrix([[1.0 / (i + j + 1) for j in range(n)] for i in range(n)])
+    b = H @ np.ones(n)
+    r = mpsolve.solve(H, b, method="gmres", rtol=1e-10)
+    assert r.info == 0 and not r.at_floor
+    assert np.linalg.norm(b - H @ r.x) <= 1e-10 * np.linalg.norm(b)
+    A = poisson2d(20)
+    r = mpsolve.solve(A, A @ np.random.default_rng(1).standard_normal(400), rtol=1e-20)
+    assert r.at_floor and r.info > 0                 # a floor of every answer: still one
+    assert r.choices[0].outcome.startswith("stopped at the accuracy floor")
+
+
+def test_iterative_refinement_with_a_small_budget_is_not_called_stagnated():
+    """ir's correction solves get a share of the budget: one that used its share while
+    still lowering the residual was called a stagnation (status "far above the accuracy
+    floor ... singular preconditioner", or a false escalation to mixed) with budget left;
+    its next correction now gets twice the share."""
+    from mpsolve.matrices import generate
+
+    A = generate("poisson3d:20")
+    b = A @ np.random.default_rng(0).standard_normal(A.shape[0])
+    for pc in (None, "jacobi"):
+        r = mpsolve.solve(A, b, method="cg", precond=pc, precision="ir", escalate=False,
+                          rtol=1e-6, maxiter=100)
+        assert r.info == 0 and r.precision == "ir" and not r.escalations
+    r = mpsolve.solve(A, b, method="cg", precond=None, precision="ir", escalate=False,
+                      rtol=1e-6, maxiter=3)
+    assert r.info == 3 and "stagnat" not in r.status
+
+
+def test_a_tiny_b_with_a_moderate_atol_is_solved_by_x0():
+    """||b|| <= atol: x0 is the answer (SciPy); with b scaled into range atol's scaling
+    overflowed (OverflowError: math range error)."""
+    A = sp.diags([-np.ones(49), 2.5 * np.ones(50), -np.ones(49)], [-1, 0, 1], format="csr")
+    for b, atol in ((np.full(50, 1e-320), 1.0), (np.full(50, 1e-200), 1e120)):
+        x, info = mpsolve.cg(A, b, atol=atol)
+        assert info == 0 and not x.any()
+        assert mpsolve.solve(A, b, atol=atol).info == 0
+        assert mpsolve.Solver(A, method="cg").solve(b, atol=atol).info == 0
+        assert list(mpsolve.solve(A, np.column_stack([b, b]), method="cg",
+                                  atol=atol).column_info) == [0, 0]
+
+
+def test_auto_escalations_end_at_the_answers_precision():
+    """precision is the policy that produced the answer; escalations listed every
+    candidate's, so the last one could end elsewhere ('ir', then [('ir', 'mixed')] of a
+    failed CG candidate): now the answer's, the others' in their Choice."""
+    A = poisson2d(12).astype(complex)
+    U = sp.triu(A, 1)
+    A = sp.csr_matrix(A + 0.3j * (U - U.T))
+    r = mpsolve.solve(A, A @ np.ones(144), precision="ir", rtol=1e-6)
+    assert r.info == 0
+    assert not r.escalations or r.escalations[-1].to_precision == r.precision
+    ran = [c for c in r.choices if c.outcome != "not tried"]
+    assert any(c.escalations for c in ran[:-1])      # (the CG candidate's, kept there)
+
+
+def test_a_linear_operator_returning_complex_values_for_a_real_dtype_is_refused():
+    """NumPy dropped the imaginary parts into the real buffers (a ComplexWarning) and the
+    solve reported success at a residual of 1e-2; SciPy reports a failure."""
+    A = sp.diags([-np.ones(19), 2.5 * np.ones(20), -np.ones(19)], [-1, 0, 1], format="csr")
+    L = spla.LinearOperator((20, 20), matvec=lambda v: (A @ v) * (1 + 1e-2j), dtype=float)
+    with pytest.raises(TypeError, match="A.matvec returned complex values"):
+        mpsolve.gmres(L, np.ones(20), rtol=1e-8)
+    M = spla.LinearOperator((20, 20), matvec=lambda v: v * (1 + 1e-2j), dtype=float)
+    with pytest.raises(TypeError, match="M.matvec returned complex values"):
+        mpsolve.solve(A, np.ones(20), method="gmres", precond=M)
+    R = spla.LinearOperator((20, 20), matvec=lambda v: (A @ v) + 0j, dtype=float)
+    assert mpsolve.gmres(R, np.ones(20), rtol=1e-8)[1] == 0   # (zero imaginary parts: fine)
