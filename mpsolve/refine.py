@@ -67,9 +67,12 @@ __all__ = ["refine_stage", "dd_stage", "dd_supported", "real_form", "INNER_RTOL"
 #: Relative residual reduction asked of each inner solve.
 INNER_RTOL = 1e-4
 #: One inner solve may use at most 1/STEP_SHARE of the iteration budget, so an inner
-#: precision that cannot converge is noticed (stagnation) before the budget is gone; one
-#: that ran out of its share while still lowering the residual gets twice as many next.
+#: precision that cannot converge is noticed (stagnation) before the budget is gone --
+#: but at least MIN_STEP iterations (GMRES: cycles) of a small budget: a caller's
+#: ``maxiter=40`` gave CG corrections of 4 iterations, restarted CG too slow to halve the
+#: residual, read as a stagnation with most of the budget left.
 STEP_SHARE = 10
+MIN_STEP = 25
 
 
 def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r64):
@@ -106,7 +109,6 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
         keep_period(inner_cb, callback)
     # SciPy's legacy GMRES mode caps the inner iterations of the whole solve
     cap = body_kw.get("max_inner")
-    share = max(1, -(-budget // STEP_SHARE))     # a correction solve's iterations at most
     while true > tol and count < budget:
         if cap is not None and iters >= cap:
             break
@@ -117,7 +119,7 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
         d[:] = 0.0
         eta = max(INNER_RTOL, 0.5 * tol / true)  # no need to go further than the goal
         sub = []
-        step_budget = min(budget - count, share)
+        step_budget = min(budget - count, max(-(-budget // STEP_SHARE), MIN_STEP))
         kw = body_kw if cap is None else dict(body_kw, max_inner=cap - iters)
         c, it, iflag = body(inner, d, r, step_budget, eta, inner_cb, sub, **kw)
         count += c
@@ -138,14 +140,9 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
             flag = USER_STOP
             break
         if new > STAGNATION * true:
-            if iflag == 1 and new < true:
-                # the correction solve used up its share before its own tolerance and still
-                # lowered the residual: a slow inner iteration, not the precision's floor
-                # (one that lowers nothing is) -- the next one gets twice as many
-                share *= 2
-                true = new
-                continue
             true = new
+            if iflag == 1 and count >= budget:
+                break                            # the budget ran out: not a stagnation
             flag = 2 if new > tol else 0
             break
         true = new

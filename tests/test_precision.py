@@ -408,10 +408,11 @@ def test_auto_does_not_stop_at_a_stagnated_candidates_own_floor():
 
 
 def test_iterative_refinement_with_a_small_budget_is_not_called_stagnated():
-    """ir's correction solves get a share of the budget: one that used its share while
-    still lowering the residual was called a stagnation (status "far above the accuracy
-    floor ... singular preconditioner", or a false escalation to mixed) with budget left;
-    its next correction now gets twice the share."""
+    """ir's correction solves get a tenth of the budget: with maxiter 40-100, restarted CG
+    of 4-10 iterations did not halve the residual and that was called a stagnation (status
+    "far above the accuracy floor ... singular preconditioner", or a false escalation to
+    mixed) with most of the budget left; a correction now gets at least MIN_STEP, and a
+    budget that runs out is not called a stagnation."""
     from mpsolve.matrices import generate
 
     A = generate("poisson3d:20")
