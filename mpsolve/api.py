@@ -327,7 +327,9 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
         else:
             # auto: the Solver's choice gets half of a caller's budget, as solve(A, b)'s
             # first candidate does; its fallbacks (columns_fallback) have the rest
-            share = None if not auto or maxiter is None else max(1, int(maxiter) // 2)
+            from .auto import first_share
+
+            share = None if not auto or maxiter is None else first_share(int(maxiter))
             res = s.solve(b, x0, callback=callback, deflation=deflation, maxiter=share)
         if auto and isinstance(b, np.ndarray) and (res is None or not (
                 res.converged or res.at_floor or res.info == USER_STOP)):

@@ -535,6 +535,11 @@ class _Monitor:
         return False
 
 
+def first_share(budget: int) -> int:
+    """A candidate's share of the ``budget`` left when more candidates follow: half."""
+    return max(1, budget // 2)
+
+
 def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=1e-5,
                atol=0.0, maxiter=None, restart=None, callback=None, escalate=True, side=None,
                device=None, _ran=(), **precond_params) -> SolveResult:
@@ -585,7 +590,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         # the last preconditioned candidate may take the whole budget: the bare method
         # after it runs on what that one leaves (a failed set-up, a stagnation)
         last = all(cc.bare for cc in cands[k + 1:])
-        share = left if last else max(1, left // 2)
+        share = left if last else first_share(left)
         if c.by_block and an is not None and pinned is None:
             resolve_block(c, an)            # its time is the analysis's (block_time)
         ts = time.perf_counter()

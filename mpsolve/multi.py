@@ -108,10 +108,9 @@ def _check_x0(x0, n, k):
     if sp.issparse(x0):
         return check_block(x0, n, "x0")          # (refused: a sparse matrix)
     arr = x0 if type(x0) is np.ndarray else to_host(x0)
-    if arr.ndim == 1 or (arr.ndim == 2 and arr.shape[1] == 1 and k != 1):
-        if arr.shape[0] == n:                    # checked before the copies (counts, dtype)
-            check_block(arr.reshape(-1, 1), n, "x0")
-        arr = np.repeat(arr.reshape(-1, 1), k, axis=1)
+    if (arr.ndim == 1 or (arr.ndim == 2 and arr.shape[1] == 1 and k != 1)) and \
+            arr.shape[0] == n:                   # one start: checked, then copied k times
+        return np.repeat(check_block(arr.reshape(-1, 1), n, "x0"), k, axis=1)
     if arr.shape != (n, k):
         raise ValueError(f"x0 has shape {np.shape(x0)}, but b has shape ({n}, {k}): x0 must "
                          f"have shape ({n},) (one start for every column) or ({n}, {k})")

@@ -30,12 +30,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._demote import demote, row_scale
-from .backend import DEFAULT_DEVICE, array_module, on_host, to_device, to_host
+from .backend import (DEFAULT_DEVICE, HOST_DEVICE, array_module, device_of, is_host, on_host,
+                      to_device, to_host)
 from .kernels import lookup
 from .kernels.registry import dtype_name, launch_plan
 
 __all__ = ["SparseOperator", "BSROperator", "DiagonalOperator", "TriangularSweeps",
-           "BlockTriangularSweeps", "OperatorChain", "CallableOperator"]
+           "BlockTriangularSweeps", "OperatorChain", "CallableOperator", "transpose_blocks",
+           "transpose_stored"]
 
 
 def _acc_mode(accumulate) -> str:
@@ -43,6 +45,53 @@ def _acc_mode(accumulate) -> str:
     if acc not in ("float32", "float64"):
         raise ValueError(f"accumulate={accumulate!r}: use 'float32' or 'float64'")
     return "acc64" if acc == "float64" else "acc32"
+
+
+_TRANSPOSE_KEYS = tuple(np.dtype(d) for d in ("float64", "complex128", "float32", "complex64"))
+
+
+def transpose_blocks(pptr, pind, data, device=HOST_DEVICE):
+    """Canonical BSR ``(tptr, tind, tdata)`` of the (block) transpose of a square block
+    pattern, blocks ``(nnzb, b, b)`` transposed (not conjugated); by the ``bsr_transpose``
+    kernel of the host device ``device``.
+
+    Indices stay int32 where both ``pptr`` and ``pind`` are (a stored operator's), else
+    int64; blocks keep ``data``'s precision (FP32 stored values are moved, not rounded)."""
+    pptr, pind = np.asarray(pptr), np.asarray(pind)
+    idx = np.int32 if pptr.dtype == np.int32 and pind.dtype == np.int32 else np.int64
+    data = np.asarray(data)
+    key = data.dtype if data.dtype in _TRANSPOSE_KEYS else \
+        np.dtype(np.complex128 if data.dtype.kind == "c" else np.float64)
+    return lookup(device, "bsr_transpose", (key,))(np.ascontiguousarray(pptr, dtype=idx),
+                                                   np.ascontiguousarray(pind, dtype=idx),
+                                                   np.ascontiguousarray(data, dtype=key))
+
+
+def transpose_stored(pp, pi, data, host=None):
+    """Block pattern and blocks ``(nnzb, b, b)`` of the (block) transpose, canonical, with
+    ``data`` left where it is (host or device): the permutation comes from the host's
+    ``bsr_transpose`` kernel on the pattern alone (block numbers as values, exact), the
+    blocks are moved and transposed by the array module of ``data``.  Indices and blocks
+    keep their dtypes (a stored operator's int32 and FP32 are transposed as they are).
+    ``host``: the host device whose kernel runs (default: that of ``data``'s device)."""
+    where = device_of(data)
+    host = host or (where if is_host(where) else HOST_DEVICE)
+    pp, pi = to_host(pp), to_host(pi)
+    if on_host(data):                               # the host kernel moves the blocks too
+        return transpose_blocks(pp, pi, np.ascontiguousarray(data), device=host)
+    nnz = pi.size
+    ids = np.arange(nnz, dtype=np.float64).reshape(nnz, 1, 1)
+    tp, ti, tid = transpose_blocks(pp, pi, ids, device=host)
+    xp = array_module(where)
+    perm = to_device(tid.reshape(-1).astype(np.int64), where)
+    return tp, ti, xp.ascontiguousarray(xp.swapaxes(data[perm], 1, 2))
+
+
+def _transposed_csr(ptr, ind, val):
+    """CSR arrays of the transpose of a square CSR matrix (:func:`transpose_stored` with
+    1 x 1 blocks; values where they are, in their dtype)."""
+    tp, ti, td = transpose_stored(ptr, ind, val.reshape(-1, 1, 1))
+    return tp, ti, td.reshape(-1)
 
 
 class _Stored:
@@ -197,17 +246,13 @@ class SparseOperator(_Stored):
         dt = dtype_name(dtype)
         return self._csr_kernel("residual", (dt, dt, dt), "acc64")        # r = b - A x
 
-    def transposed(self):
-        """``A^T`` as a SparseOperator (:meth:`_Stored.transposed`): CSR of the transpose,
-        columns ascending, the stored values moved (SciPy's CSR -> CSC on the host)."""
-        host = [to_host(a) for a in (self.indptr, self.indices, self.data)]
-        T = sp.csr_matrix((host[2], host[1], host[0]), shape=self.shape).T.tocsr()
-        T.sort_indices()
-        idx = host[1].dtype
-        T = SimpleNamespace(indptr=T.indptr.astype(idx), indices=T.indices.astype(idx),
-                            data=T.data, shape=T.shape)
+    def transposed(self, what="A^T"):
+        """``A^T`` as a SparseOperator (:meth:`_Stored.transposed`, square ``A``): CSR of
+        the transpose, the stored values moved (:func:`transpose_stored`)."""
+        tp, ti, td = _transposed_csr(self.indptr, self.indices, self.data)
+        T = SimpleNamespace(indptr=tp, indices=ti, data=td, shape=self.shape)
         return SparseOperator(T, dtype=self.dtype, accumulate=self.accumulate,
-                              device=self.device, what="A^T")
+                              device=self.device, what=what)
 
     def bind_residual_dd(self):
         """Kernel ``f(xh, xl, b, r, rl)`` computing ``r + rl <- b - A (xh + xl)`` with Dot2
@@ -268,16 +313,12 @@ class BSROperator(_Stored):
 
         return f
 
-    def transposed(self):
+    def transposed(self, what="M^T"):
         """``M^T`` as a BSROperator (:meth:`_Stored.transposed`): block pattern transposed,
-        each block transposed, the stored values moved (SciPy's BSR transpose)."""
-        ip, ix, d = (to_host(a) for a in (self.indptr, self.indices, self.data))
-        nbr = ip.size - 1
-        B = sp.bsr_matrix((d, ix, ip), shape=(nbr * self.b, nbr * self.b)).T.tobsr(
-            blocksize=(self.b, self.b))
-        B.sort_indices()
-        return BSROperator(B.indptr, B.indices, np.ascontiguousarray(B.data), self.n,
-                           self.dtype, self.accumulate, "M^T", device=self.device)
+        each block transposed, the stored values moved (:func:`transpose_stored`)."""
+        tp, ti, td = transpose_stored(self.indptr, self.indices, self.data)
+        return BSROperator(tp, ti, td, self.n, self.dtype, self.accumulate, what,
+                           device=self.device)
 
     def to_scipy(self):
         """The stored matrix as a SciPy CSR matrix with FP64 (complex128) values (on the
@@ -408,20 +449,12 @@ class TriangularSweeps(_Stored):
     def transposed(self):
         """``M^T = (L D U')^{-T} = (U'^T D L^T)^{-1}`` as TriangularSweeps
         (:meth:`_Stored.transposed`): ``U'^T`` is unit lower and ``L^T`` unit upper, so the
-        transpose has this very layout, with the stored values moved (never rounded again)
-        and the same ``dinv`` and diagonal blocks."""
-        h = [to_host(a) for a in (self.lptr, self.lind, self.lval, self.uptr, self.uind,
-                                  self.uval)]
-        n = self.shape[0]
-        L = sp.csr_matrix((h[2], h[1], h[0]), shape=(n, n))
-        U = sp.csr_matrix(_reverse_rows(*h[3:])[::-1], shape=(n, n))
-        lo, up = _transpose_csr(U), _transpose_csr(L)
-        uptr, uind, uval = _reverse_rows(up.indptr, up.indices, up.data)
-        pd, idx = h[0].dtype, h[1].dtype
-        return TriangularSweeps(lo.indptr.astype(pd), lo.indices.astype(idx), lo.data,
-                                uptr.astype(pd), uind.astype(idx), uval, to_host(self.dinv),
-                                to_host(self.bounds), self.dtype, what="transposed factors",
-                                device=self.device)
+        transpose has this very layout, with the stored values moved (never rounded again,
+        on their device) and the same ``dinv`` and diagonal blocks."""
+        lo = _transposed_csr(*_reverse_rows(self.uptr, self.uind, self.uval))   # U'^T
+        up = _reverse_rows(*_transposed_csr(self.lptr, self.lind, self.lval))   # L^T
+        return TriangularSweeps(*lo, *up, self.dinv, to_host(self.bounds), self.dtype,
+                                what="transposed factors", device=self.device)
 
 
 class BlockTriangularSweeps(_Stored):
@@ -471,41 +504,21 @@ class BlockTriangularSweeps(_Stored):
         """``M^T = (U'^T D^T L^T)^{-1}`` as BlockTriangularSweeps (:meth:`_Stored.transposed`;
         the block form of :meth:`TriangularSweeps.transposed`): block patterns transposed,
         each block transposed, ``dinv`` blocks transposed, the stored values moved."""
-        h = [to_host(a) for a in (self.lptr, self.lind, self.lval, self.uptr, self.uind,
-                                  self.uval)]
-        b = self.b
-        m = (h[0].size - 1) * b
-        L = sp.bsr_matrix((h[2], h[1], h[0]), shape=(m, m), blocksize=(b, b))
-        U = sp.bsr_matrix(_reverse_rows(*h[3:])[::-1], shape=(m, m), blocksize=(b, b))
-        lo, up = _transpose_bsr(U, b), _transpose_bsr(L, b)
-        uptr, uind, uval = _reverse_rows(up.indptr, up.indices, up.data)
-        pd, idx = h[0].dtype, h[1].dtype
-        dinv = np.ascontiguousarray(np.swapaxes(to_host(self.dinv), 1, 2))
-        return BlockTriangularSweeps(lo.indptr.astype(pd), lo.indices.astype(idx),
-                                     np.ascontiguousarray(lo.data), uptr.astype(pd),
-                                     uind.astype(idx), np.ascontiguousarray(uval), dinv,
-                                     self.shape[0], self.dtype, what="transposed block factors",
-                                     device=self.device)
+        lo = transpose_stored(*_reverse_rows(self.uptr, self.uind, self.uval))  # U'^T
+        up = _reverse_rows(*transpose_stored(self.lptr, self.lind, self.lval))  # L^T
+        xp = array_module(self.device)
+        dinv = xp.ascontiguousarray(xp.swapaxes(self.dinv, 1, 2))
+        return BlockTriangularSweeps(*lo, *up, dinv, self.shape[0], self.dtype,
+                                     what="transposed block factors", device=self.device)
 
 
 def _reverse_rows(ptr, ind, val):
     """CSR (BSR) arrays with the rows -- and each row's entries -- in reverse order: the
-    backward sweep's layout of an upper factor from plain CSR, and back (an involution)."""
-    return (ind.size - ptr[::-1]).astype(ptr.dtype), ind[::-1].copy(), val[::-1].copy()
-
-
-def _transpose_csr(F):
-    """The transpose of SciPy CSR ``F`` as sorted CSR (the values moved, not rounded)."""
-    T = F.T.tocsr()
-    T.sort_indices()
-    return T
-
-
-def _transpose_bsr(F, b):
-    """The block transpose of SciPy BSR ``F`` (blocks transposed) as sorted BSR."""
-    T = F.T.tobsr(blocksize=(b, b))
-    T.sort_indices()
-    return T
+    backward sweep's layout of an upper factor from plain CSR, and back (an involution;
+    arrays where they are)."""
+    xp = array_module(device_of(val))
+    return ((ind.size - ptr[::-1]).astype(ptr.dtype), xp.ascontiguousarray(ind[::-1]),
+            xp.ascontiguousarray(val[::-1]))
 
 
 class ThreadBuffers(threading.local):

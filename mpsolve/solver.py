@@ -364,11 +364,6 @@ class Solver:
         rebuilt = time.perf_counter() - t0
         r2 = self._run(b, x0, rtol, atol, maxiter, callback, deflation)
         r2.iterations += r.iterations
-        cols = getattr(r, "column_iterations", None)
-        if cols is not None and getattr(r2, "column_iterations", None) is not None:
-            # per column too (``iterations``: the largest column count)
-            r2.column_iterations = np.asarray(r2.column_iterations) + np.asarray(cols)
-            r2.iterations = int(r2.column_iterations.max())
         r2.setup_time += r.setup_time + r.solve_time + rebuilt
         r2.status += (f"; CG broke down after {r.iterations} iterations (A is not positive "
                       f"definite): this Solver now runs {self.method}")

@@ -68,17 +68,15 @@ L^{-1} Z^H``, so ``blockdiag(G A G^H) = I`` and ``M = G^H G``.
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import scipy.sparse as sp
 
-from mpsolve.backend import HOST_DEVICE, array_module, device_of, on_host, to_device, to_host
+from mpsolve.backend import HOST_DEVICE, array_module, device_of, to_device
 from mpsolve.kernels import lookup, provides
-from mpsolve.operator import BSROperator, SparseOperator
+from mpsolve.operator import transpose_stored  # noqa: F401  (the core's, re-exported)
 
 from ._blas import blas_single_thread
-from ._pattern import transpose_blocks
 from ._util import setup_device, wide_dtype
 
 __all__ = [
@@ -342,39 +340,14 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     return out, bad_rows.astype(np.int64), stats
 
 
-def transpose_stored(pp, pi, data, host):
-    """Block pattern and blocks of the (block) transpose, canonical, with ``data`` left
-    where it is (host or device): the permutation comes from the host's
-    ``bsr_transpose`` kernel on the pattern alone (block numbers as values, exact), the
-    blocks are moved and transposed by the array module of ``data``.  Indices and blocks
-    keep their dtypes (a stored operator's int32 and FP32 are transposed as they are)."""
-    pp, pi = to_host(pp), to_host(pi)
-    if on_host(data):                               # the host kernel moves the blocks too
-        return transpose_blocks(pp, pi, np.ascontiguousarray(data), device=host)
-    nnz = pi.size
-    ids = np.arange(nnz, dtype=np.float64).reshape(nnz, 1, 1)
-    tp, ti, tid = transpose_blocks(pp, pi, ids, device=host)
-    where = device_of(data)
-    xp = array_module(where)
-    perm = to_device(tid.reshape(-1).astype(np.int64), where)
-    return tp, ti, xp.ascontiguousarray(xp.swapaxes(data[perm], 1, 2))
-
-
-def transpose_operator(op, b, what, host, conj=False):
+def transpose_operator(op, what, conj=False):
     """The stored operator ``op`` transposed (conjugated with ``conj``) and stored again on
-    its device in its own precision: the stored values are moved, not rounded (exact), by
-    the host's ``bsr_transpose`` on the stored arrays (int32 indices, FP32 values), with
-    no second demotion."""
-    blocks = op.data.reshape(-1, b, b)
-    tp, ti, td = transpose_stored(op.indptr, op.indices, blocks, host)
-    if conj and td.dtype.kind == "c":
-        td = td.conj()
-    if isinstance(op, BSROperator):
-        return BSROperator(tp, ti, td, op.n, op.dtype, op.accumulate, what, device=op.device)
-    nbr = tp.size - 1
-    T = SimpleNamespace(indptr=tp, indices=ti, data=td.reshape(-1), shape=(nbr, nbr))
-    return SparseOperator(T, dtype=op.dtype, accumulate=op.accumulate, device=op.device,
-                          what=what)
+    its device in its own precision: the stored values are moved, not rounded (exact;
+    :meth:`mpsolve.operator.SparseOperator.transposed`), with no second demotion."""
+    T = op.transposed(what)
+    if conj and T.dtype.kind == "c":
+        T.data = array_module(T.device).conj(T.data)     # (nothing bound yet)
+    return T
 
 
 def _bsr_to_csr(aptr, aind, adata):

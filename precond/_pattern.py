@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 from mpsolve.backend import HOST_DEVICE
 from mpsolve.kernels import lookup
+from mpsolve.operator import transpose_blocks  # noqa: F401  (the core's, re-exported)
 
 from ._util import wide_dtype
 
@@ -154,19 +155,3 @@ def truncate_wide_rows(pptr, pind, aptr, aind, adata, power, keep, device=HOST_D
                                                      int(keep))
 
 
-def transpose_blocks(pptr, pind, data, device=HOST_DEVICE):
-    """Canonical BSR ``(tptr, tind, tdata)`` of the (block) transpose, blocks transposed
-    (not conjugated); by the ``bsr_transpose`` kernel of the host device ``device``.
-
-    Indices stay int32 where both ``pptr`` and ``pind`` are (a stored operator's), else
-    int64; blocks keep ``data``'s precision (FP32 stored values are moved, not rounded)."""
-    pptr, pind = np.asarray(pptr), np.asarray(pind)
-    idx = np.int32 if pptr.dtype == np.int32 and pind.dtype == np.int32 else np.int64
-    data = np.asarray(data)
-    key = data.dtype if data.dtype in _TRANSPOSE_KEYS else wide_dtype(data.dtype)
-    return lookup(device, "bsr_transpose", (key,))(np.ascontiguousarray(pptr, dtype=idx),
-                                                   np.ascontiguousarray(pind, dtype=idx),
-                                                   np.ascontiguousarray(data, dtype=key))
-
-
-_TRANSPOSE_KEYS = tuple(np.dtype(d) for d in ("float64", "complex128", "float32", "complex64"))

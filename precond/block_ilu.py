@@ -462,7 +462,7 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
             G = xp.matmul(to_device(np.ascontiguousarray(
                 chol.transpose(0, 2, 1).conj()[rows]), sdev), Lx)
         Gop = BSROperator(lp, li, G, n, dtype, accumulate, f"{name} factor G", device=device)
-        ops = [Gop, transpose_operator(Gop, b, f"{name} factor G^T", host, conj=True)]  # G^H
+        ops = [Gop, transpose_operator(Gop, f"{name} factor G^T", conj=True)]  # G^H
         bad = badL
         stats.update(symmetric=True)
     else:

@@ -119,7 +119,7 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
     t1 = time.perf_counter()
     ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what, device)]
     if variant == "spd":                            # M = G^T G (G^H G for Hermitian A)
-        ops.append(transpose_operator(ops[0], b, what + " (G^T)", host, conj=True))
+        ops.append(transpose_operator(ops[0], what + " (G^T)", conj=True))
     times = dict(pattern=t_pattern, **stats.pop("stage_times"),
                  store=time.perf_counter() - t1)
     stats = dict(stats, pattern_nnz_blocks=int(pi.size), narrowed_rows=narrowed,
@@ -359,8 +359,7 @@ class _ISAIBase(Preconditioner):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.stats["power_reason"] = self.power_reason
         if self.variant == "right":
-            host = setup_device(self.device)
-            chain = OperatorChain([transpose_operator(op, b, name, host) for op in chain.ops])
+            chain = OperatorChain([transpose_operator(op, name) for op in chain.ops])
         self._chain = chain
 
     def apply(self, r, out):
