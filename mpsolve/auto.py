@@ -79,7 +79,7 @@ import numpy as np
 
 from ._demote import PrecisionRangeError
 from .backend import HOST_DEVICE, array_module, on_host
-from .kernels import lookup
+from .kernels import lookup, provides
 from .kernels.safenorm import all_finite, norm
 from .precond.base import Preconditioner, needs_setup, setup_for_solve
 from .precond.ilu import is_symmetric
@@ -90,6 +90,7 @@ from .driver import FAR_ABOVE, ROUNDED, UNDERFLOWED, answer_residual, iterate
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
+from .operator import TriangularSweeps
 from .result import (AUTO_FAILED, BREAKDOWNS, PERIOD_ATTR, USER_STOP, SolveResult,
                      status_text, symmetry_word, wants_stop)
 
@@ -714,6 +715,15 @@ def ilu_growth(M, C) -> float:
     n = C.shape[0]
     if not n:
         return 0.0
+    op = getattr(M, "_op", None)
+    if isinstance(op, TriangularSweeps) and provides(op.device, "ilu_growth",
+                                                     (C.dtype, op.dtype)):
+        # the whole test in one call of a compiled kernel (a small matrix's set-up was
+        # paying more for the steps below than for the factorisation)
+        work = [np.empty(n, t) for t in (np.float64, C.dtype, C.dtype)]
+        return float(lookup(op.device, "ilu_growth", (C.dtype, op.dtype))(
+            C.indptr, C.indices, C.data, bool(M.symmetric), op.bounds, op.lptr, op.lind,
+            op.lval, op.uptr, op.uind, op.uval, op.dinv, *work))
     x = None
     if M.symmetric:
         d = np.abs(C.diagonal()).astype(np.float64)

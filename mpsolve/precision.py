@@ -47,6 +47,8 @@ from typing import Optional
 
 import numpy as np
 
+from .kernels.registry import dtype_name
+
 __all__ = ["Precision", "PRESETS", "as_precision", "complex_dtype", "real_dtype", "in_field",
            "COMPLEX_OF"]
 
@@ -273,16 +275,29 @@ PRESETS["mixed-cb"] = PRESETS["mixed"].with_basis(_f4)
 PRESETS["mixed-eft-cb"] = PRESETS["mixed-eft"].with_basis(_f4)
 
 
+_TWINS = {}     # (dtype-like, table's id) -> the twin: a set-up asks a dozen times
+
+
 def _twin(dtype, table, keep) -> np.dtype:
     """``dtype`` mapped by ``table`` (real -> complex or back); a dtype of ``keep`` as is."""
-    name = np.dtype(dtype).name
-    if name in keep:
-        return np.dtype(name)
     try:
-        return np.dtype(table[name])
-    except KeyError:
-        raise TypeError(f"dtype {name} is neither float32/float64 nor complex64/complex128"
-                        ) from None
+        return _TWINS[dtype, id(table)]
+    except (KeyError, TypeError):      # TypeError: an unhashable dtype-like
+        pass
+    name = dtype_name(dtype)
+    if name in keep:
+        got = np.dtype(name)
+    else:
+        try:
+            got = np.dtype(table[name])
+        except KeyError:
+            raise TypeError(f"dtype {name} is neither float32/float64 nor "
+                            "complex64/complex128") from None
+    try:
+        _TWINS[dtype, id(table)] = got
+    except TypeError:
+        pass
+    return got
 
 
 def complex_dtype(dtype) -> np.dtype:

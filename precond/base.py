@@ -163,10 +163,7 @@ class Preconditioner:
             C = C.astype(wide_dtype(C.dtype))   # integers, booleans, long double: set up in FP64
         want = self._dtype_request or _storage_name(dtype, _STORAGE) or "float32"
         # a complex A is stored in the complex twin of the requested precision
-        if C.dtype.kind == "c":
-            want = in_field(real_dtype(want), True).name
-        else:
-            want = real_dtype(want).name
+        want = in_field(real_dtype(want), C.dtype.kind == "c")
         self.device = device
         self._setup_device = setup_device(device)
         self.storage_dtype = None               # not set up until this set-up succeeds
@@ -174,10 +171,10 @@ class Preconditioner:
         self._top = None                        # M^T's operator: made at its first use
         self._bound = {}
         t0 = time.perf_counter()
-        self._setup(C, np.dtype(want))
+        self._setup(C, want)
         self.setup_time = time.perf_counter() - t0
         self.shape = C.shape
-        self.storage_dtype = np.dtype(want)
+        self.storage_dtype = want
         self.dtype = np.dtype(np.complex128 if C.dtype.kind == "c" else np.float64)
         self.setups = getattr(self, "setups", 0) + 1
         return self
@@ -447,7 +444,7 @@ class Preconditioner:
                                    dtype=self.dtype)
 
     def __repr__(self):
-        state = (f"{self.shape[0]}x{self.shape[1]}, {self.storage_dtype.name}, "
+        state = (f"{self.shape[0]}x{self.shape[1]}, {dtype_name(self.storage_dtype)}, "
                  f"{self.nbytes / 2**20:.2f} MiB" if self.is_setup else "not set up")
         return f"<{type(self).__name__} ({state})>"
 

@@ -571,6 +571,70 @@ def test_ic0_growth_test_is_blind_to_symmetric_scaling():
     _ok(res, S, b, 1e-8)
 
 
+def _growth_by_products(M, C):
+    """``auto.ilu_growth``'s quantity by SciPy's product and ``M.matvec`` (the path of a
+    device without the compiled ``ilu_growth`` kernel)."""
+    n = C.shape[0]
+    x = np.ones(n)
+    if M.symmetric:
+        d = np.abs(C.diagonal()).astype(np.float64)
+        d[d == 0] = 1.0
+        x = 1.0 / np.sqrt(d)
+    g = float(np.max(np.abs(M.matvec(C @ x) - x) / x))
+    return g if np.isfinite(g) else np.inf
+
+
+@pytest.mark.parametrize("kind", ["spd", "nonsymmetric", "hermitian", "complex", "blocks",
+                                  "unstable", "zero-diagonal-entry"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_ilu_growth_kernel_matches_the_products(kind, dtype):
+    """The compiled test (one kernel call: ``C x``, both sweeps, the largest term) gives
+    what the products give, to their rounding (the sums' order differs: FP32 factors
+    applied to FP64 vectors, relative ``n`` eps64 of the terms), ``inf`` where they are not
+    finite."""
+    from mpsolve.kernels import lookup
+    from mpsolve.precond import ILU0
+
+    rng = np.random.default_rng(7)
+    A = sp.csr_matrix(poisson2d(12))
+    n = A.shape[0]
+    kw = {}
+    if kind == "nonsymmetric":
+        A = sp.csr_matrix(convection_diffusion2d(12, peclet=50.0))
+    elif kind == "hermitian":
+        A = sp.csr_matrix(A + 1j * (sp.triu(A, 1) * 0.1 - sp.tril(A, -1) * 0.1))
+    elif kind == "complex":
+        A = sp.csr_matrix(A + 0.3j * sp.diags(rng.random(n)) + sp.diags(rng.random(n - 1), 1))
+    elif kind == "blocks":
+        kw = dict(blocks=3)
+    elif kind == "unstable":
+        A = sp.csr_matrix(convection_diffusion2d(32, peclet=1000.0, upwind=False))
+    elif kind == "zero-diagonal-entry":
+        A = sp.csr_matrix(A)
+        A.sort_indices()
+        A.data[A.indptr[3] + np.flatnonzero(A.indices[A.indptr[3]:A.indptr[4]] == 3)] = 0.0
+    else:
+        A = sp.csr_matrix(A)
+        A.sort_indices()       # (a stored zero a_33 above: its pivot is not, by fill-in)
+    M = ILU0(dtype=dtype, **kw).setup(A)
+    assert M.blocks == (3 if kind == "blocks" else 1)
+    if kind == "zero-diagonal-entry":
+        assert M.symmetric and A[3, 3] == 0
+    want = _growth_by_products(M, A)
+    got = auto.ilu_growth(M, A)
+    if kind == "unstable":
+        assert want > 1e3 * auto.ILU_GROWTH_LIMIT and got > 1e3 * auto.ILU_GROWTH_LIMIT
+    else:
+        assert np.isfinite(want) and abs(got - want) <= 64 * A.shape[0] * 2.0**-52 * max(want, 1)
+    op = M._op
+    kern = lookup("cpu", "ilu_growth", (A.dtype, op.dtype))
+    C = sp.csr_matrix(A.copy())
+    C.data[:] = np.nan                  # non-finite terms: inf
+    work = [np.empty(A.shape[0], t) for t in (np.float64, A.dtype, A.dtype)]
+    assert kern(C.indptr, C.indices, C.data, M.symmetric, op.bounds, op.lptr, op.lind,
+                op.lval, op.uptr, op.uind, op.uval, op.dinv, *work) == np.inf
+
+
 def test_pinned_cg_on_a_symmetric_zero_diagonal_matrix_is_a_status_not_an_error():
     """``method="cg"`` with the automatic preconditioner on a symmetric saddle-point matrix
     (a zero diagonal block): auto's choices for it are reordered (MC64) and so

@@ -363,3 +363,47 @@ def ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y):
         _ilu_solve_blocks(bounds, lptr, lind, lval, uptr, uind, uval, dinv, x, y)
     else:
         _ilu_solve(lptr, lind, lval, uptr, uind, uval, dinv, x, y)
+
+
+# --------------------------------------------------------------------------- stability
+_GROWTH = [("float64", "float32"), ("float64", "float64"),
+           ("complex128", "complex64"), ("complex128", "complex128")]
+
+
+@register("cpu", "ilu_growth", _GROWTH)
+@njit(fastmath=NATIVE_REDUCTION_MATH, **JIT)
+def ilu_growth(indptr, indices, data, scaled, bounds, lptr, lind, lval, uptr, uind, uval,
+               dinv, x, y, z):
+    """``max_i |(M C x - x)_i| / x_i`` for ``M`` the sweeps' factors and ``x`` the ones
+    vector -- or, ``scaled``, ``x_i = |c_ii|^{-1/2}`` (1 where ``c_ii = 0``) -- with
+    ``inf`` where a term is not finite: the stability test of ``mpsolve.auto.ilu_growth``
+    in one call (FP64 ``x`` and ``y = C x`` -- complex128 for complex ``C`` -- and ``z =
+    M y`` in ``y``'s dtype: work vectors of length ``n``).  ``C x`` sums each row in
+    stored order, as SciPy's product; ``M y`` by :func:`_sweeps`, per diagonal block, as
+    ``ilu_sweeps``."""
+    n = x.size
+    for i in range(n):
+        xi = 1.0
+        if scaled:
+            for k in range(indptr[i], indptr[i + 1]):
+                if indices[k] == i:
+                    d = abs(data[k])
+                    if d != 0.0:
+                        xi = 1.0 / np.sqrt(d)
+                    break
+        x[i] = xi
+    for i in range(n):
+        s = y.dtype.type(0)
+        for k in range(indptr[i], indptr[i + 1]):
+            s += data[k] * x[indices[k]]
+        y[i] = s
+    for t in range(bounds.size - 1):
+        _sweeps(bounds[t], bounds[t + 1], lptr, lind, lval, uptr, uind, uval, dinv, y, z)
+    g = 0.0
+    for i in range(n):
+        v = abs(z[i] - x[i]) / x[i]
+        if not v <= np.inf:        # NaN (or inf): the factors are not usable
+            return np.inf
+        if v > g:
+            g = v
+    return g
