@@ -1026,7 +1026,7 @@ def columns_fallback(solve, A, b, x0, block, kw) -> SolveResult:
     cols = ", ".join(map(str, redo[:10])) + (", ..." if redo.size > 10 else "")
     why = ("no candidate could be set up for a Solver" if block is None else
            f"the block solve ({block.method}"
-           + (f" + {block.precond}" if block.precond else "") + f") left them: info "
+           + (f" + {block.precond}" if block.precond else "") + ") left them: info "
            + ", ".join(str(int(i)) for i in np.asarray(block.column_info)[redo][:5]))
     mode = (f"{block.rhs_mode}, then by column" if block is not None
             and block.rhs_mode != "by column" else "by column")
