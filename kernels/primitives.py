@@ -224,6 +224,12 @@ CONTRACT = (
     Op("ilu_split", "ilu_split(indptr, indices, data, diag, symmetric, mirror, lval, lind, "
        "lptr, uval, uind, uptr, dinv)", "lay the ILU(0) factors out for ilu_sweeps",
        keys=(("float64",),), host=True, complex=True),
+    Op("ilu_growth", "ilu_growth(indptr, indices, data, scaled, bounds, lptr, lind, lval, "
+       "uptr, uind, uval, dinv, x, y, z) -> float", "max_i |(M C x - x)_i| / x_i, M the "
+       "ilu_sweeps factors, x ones or (scaled) |c_ii|^-1/2; inf for a non-finite term: "
+       "auto's ILU(0) stability test in one call (x, y = C x, z = M y: work vectors); "
+       "dtypes (C, factors)", keys=(("float64", "float32"), ("float64", "float64")),
+       host=True, complex=True),
     Op("drop_coupling", "drop_coupling(indptr, indices, data, bounds) -> (ip, ix, dv)",
        "the block-diagonal part of A for the row blocks bounds", keys=(("float64",),),
        host=True, complex=True),

@@ -1601,6 +1601,29 @@ def ref_dmul_mm(d, X, Y):
     Y[:] = d[:, None] * X
 
 
+@_reg_pc("reference", "ilu_growth", [("float64", "float32"), ("float64", "float64"),
+                                     ("complex128", "complex64"), ("complex128", "complex128")])
+def ref_ilu_growth(indptr, indices, data, scaled, bounds, lptr, lind, lval, uptr, uind, uval,
+                   dinv, x, y, z):
+    """``max_i |(M C x - x)_i| / x_i`` (``x`` ones, or ``|c_ii|^{-1/2}`` where ``scaled``
+    and ``c_ii != 0``), ``inf`` for a non-finite term: SciPy's product in FP64 (complex128)
+    and :func:`ref_ilu_sweeps`; ``x``, ``y = C x`` and ``z = M y`` written to the work
+    vectors."""
+    n = x.size
+    C = sp.csr_matrix((data, indices, indptr), shape=(n, n))
+    x[:] = 1.0
+    if scaled:
+        d = np.abs(C.diagonal())
+        x[d != 0] = 1.0 / np.sqrt(d[d != 0])
+    y[:] = C @ x
+    ref_ilu_sweeps(bounds, lptr, lind, lval, uptr, uind, uval, dinv, y, z)
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.abs(z - x) / x
+    if not t.size:
+        return 0.0
+    return float(t.max()) if np.isfinite(t).all() else np.inf
+
+
 @_register("reference", "ilu_sweeps_mm", _BMAT)
 def ref_ilu_sweeps_mm(bounds, lptr, lind, lval, uptr, uind, uval, dinv, X, Y):
     """``ilu_sweeps`` on each column of ``X``."""

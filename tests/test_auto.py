@@ -589,7 +589,7 @@ def _growth_by_products(M, C):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_ilu_growth_kernel_matches_the_products(kind, dtype):
     """The compiled test (one kernel call: ``C x``, both sweeps, the largest term) gives
-    what the products give, to their rounding (the sums' order differs: FP32 factors
+    what the products give -- and the reference device's kernel -- to their rounding (the sums' order differs: FP32 factors
     applied to FP64 vectors, relative ``n`` eps64 of the terms), ``inf`` where they are not
     finite."""
     from mpsolve.kernels import lookup
@@ -627,12 +627,16 @@ def test_ilu_growth_kernel_matches_the_products(kind, dtype):
     else:
         assert np.isfinite(want) and abs(got - want) <= 64 * A.shape[0] * 2.0**-52 * max(want, 1)
     op = M._op
-    kern = lookup("cpu", "ilu_growth", (A.dtype, op.dtype))
-    C = sp.csr_matrix(A.copy())
-    C.data[:] = np.nan                  # non-finite terms: inf
-    work = [np.empty(A.shape[0], t) for t in (np.float64, A.dtype, A.dtype)]
-    assert kern(C.indptr, C.indices, C.data, M.symmetric, op.bounds, op.lptr, op.lind,
-                op.lval, op.uptr, op.uind, op.uval, op.dinv, *work) == np.inf
+    args = (op.bounds, op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv)
+    for device in ("cpu", "reference"):
+        kern = lookup(device, "ilu_growth", (A.dtype, op.dtype))
+        work = [np.empty(A.shape[0], t) for t in (np.float64, A.dtype, A.dtype)]
+        g = kern(A.indptr, A.indices, A.data, M.symmetric, *args, *work)
+        assert g == got if device == "cpu" else (
+            g == got == np.inf or abs(g - got) <= 64 * A.shape[0] * 2.0**-52 * max(g, 1))
+        C = sp.csr_matrix(A.copy())
+        C.data[:] = np.nan                  # non-finite terms: inf
+        assert kern(C.indptr, C.indices, C.data, M.symmetric, *args, *work) == np.inf
 
 
 def test_pinned_cg_on_a_symmetric_zero_diagonal_matrix_is_a_status_not_an_error():

@@ -585,8 +585,8 @@ _STRUCTURED = {"ilu_sweeps", "ilu_sweeps_mm", "diag_positions", "ilu0_factor", "
                # test_local_solve_kernels_agree)
                "bsr_from_csr", "pattern_power", "pattern_truncate", "bsr_transpose",
                "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
-               # the analysis' row scan: tests/test_auto.py
-               "row_stats",
+               # the analysis' row scan and the ILU(0) stability test: tests/test_auto.py
+               "row_stats", "ilu_growth",
                # double-double x and residual: tests/test_eft_refine.py (exact oracles)
                "residual_dd", "dd_axpy",
                # the residual's rounding bound: tests/test_certify.py (both against NumPy)

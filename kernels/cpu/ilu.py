@@ -15,6 +15,9 @@ Set-up (FP64, on the host; :mod:`mpsolve.precond.ilu` calls them through the reg
 * the launch plan of ``ilu_sweeps``: the row blocks (contiguous runs of about equal
   nonzeros), one thread each.
 
+Stability test: ``ilu_growth`` -- ``max_i |(M C x - x)_i| / x_i`` in one call (the
+automatic choice's test of ILU(0) factors, :func:`mpsolve.auto.ilu_growth`).
+
 Apply: ``ilu_sweeps`` -- ``y = U'^{-1} D^{-1} L^{-1} x`` per diagonal block, each row's
 sum carried in FP64 and rounded once to ``y``'s dtype; serial for one block,
 ``prange`` over the blocks otherwise.
