@@ -589,8 +589,8 @@ def _growth_by_products(M, C):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_ilu_growth_kernel_matches_the_products(kind, dtype):
     """The compiled test (one kernel call: ``C x``, both sweeps, the largest term) gives
-    what the products give -- and the reference device's kernel -- to their rounding (the sums' order differs: FP32 factors
-    applied to FP64 vectors, relative ``n`` eps64 of the terms), ``inf`` where they are not
+    what the products give, and the reference device's kernel, to their rounding (the
+    sums' order differs; relative ``n`` eps64 of the terms), ``inf`` where they are not
     finite."""
     from mpsolve.kernels import lookup
     from mpsolve.precond import ILU0
@@ -610,12 +610,13 @@ def test_ilu_growth_kernel_matches_the_products(kind, dtype):
     elif kind == "unstable":
         A = sp.csr_matrix(convection_diffusion2d(32, peclet=1000.0, upwind=False))
     elif kind == "zero-diagonal-entry":
+        # a stored zero a_33 (x_3 = 1 there); its pivot is not zero, by the elimination
         A = sp.csr_matrix(A)
         A.sort_indices()
         A.data[A.indptr[3] + np.flatnonzero(A.indices[A.indptr[3]:A.indptr[4]] == 3)] = 0.0
-    else:
+    if kind != "zero-diagonal-entry":
         A = sp.csr_matrix(A)
-        A.sort_indices()       # (a stored zero a_33 above: its pivot is not, by fill-in)
+        A.sort_indices()
     M = ILU0(dtype=dtype, **kw).setup(A)
     assert M.blocks == (3 if kind == "blocks" else 1)
     if kind == "zero-diagonal-entry":

@@ -53,7 +53,7 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               "bsr_from_csr", "pattern_power", "pattern_truncate", "bsr_transpose",
               "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
               # against the reference device: tests/test_auto.py
-              "row_stats",
+              "row_stats", "ilu_growth",
               # against exact oracles and the reference device: tests/test_eft_refine.py
               "residual_dd", "dd_axpy",
               # against the reference device and NumPy: tests/test_certify.py
