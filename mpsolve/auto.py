@@ -79,7 +79,7 @@ import numpy as np
 
 from ._demote import PrecisionRangeError
 from .backend import HOST_DEVICE, array_module, on_host
-from .kernels import lookup, provides
+from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
 from .precond.base import Preconditioner, needs_setup, setup_for_solve
 from .precond.ilu import is_symmetric
@@ -90,7 +90,7 @@ from .driver import FAR_ABOVE, ROUNDED, UNDERFLOWED, answer_residual, iterate
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
-from .operator import TriangularSweeps
+from .precond._util import setup_device, wide_dtype
 from .result import (AUTO_FAILED, BREAKDOWNS, PERIOD_ATTR, USER_STOP, SolveResult,
                      status_text, symmetry_word, wants_stop)
 
@@ -711,32 +711,22 @@ def ilu_growth(M, C) -> float:
     """``||M (C e) - e||_inf`` for ``e`` the ones vector -- for a symmetric ``M`` (IC(0))
     ``max_i |(M C x - x)_i| / x_i`` for ``x = |diag C|^{-1/2}`` -- how far the
     preconditioned operator moves a smooth vector, ``inf`` where it is not finite
-    (:data:`ILU_GROWTH_LIMIT`)."""
+    (:data:`ILU_GROWTH_LIMIT`).  ``M``: an :class:`~mpsolve.precond.ILU0` set up on ``C``.
+    One call of the ``ilu_growth`` set-up kernel, on the device that set ``M`` up (the
+    host's for factors stored on an accelerator: host copies of them), ``C`` in the
+    set-up's precision (FP64 or complex128, as the factorisation read it)."""
     n = C.shape[0]
     if not n:
         return 0.0
-    op = getattr(M, "_op", None)
-    if isinstance(op, TriangularSweeps) and provides(op.device, "ilu_growth",
-                                                     (C.dtype, op.dtype)):
-        # the whole test in one call of a compiled kernel (a small matrix's set-up was
-        # paying more for the steps below than for the factorisation)
-        work = [np.empty(n, t) for t in (np.float64, C.dtype, C.dtype)]
-        return float(lookup(op.device, "ilu_growth", (C.dtype, op.dtype))(
-            C.indptr, C.indices, C.data, bool(M.symmetric), op.bounds, op.lptr, op.lind,
-            op.lval, op.uptr, op.uind, op.uval, op.dinv, *work))
-    x = None
-    if M.symmetric:
-        d = np.abs(C.diagonal()).astype(np.float64)
-        d[d == 0] = 1.0                # (a zero a_ii with a nonzero pivot: unscaled there)
-        x = 1.0 / np.sqrt(d)
-    y = to_host(M.matvec(C @ (np.ones(n) if x is None else x)))
-    if x is None:
-        y -= 1.0
-    else:
-        y -= x
-        y /= x
-    g = float(np.abs(y).max())
-    return g if np.isfinite(g) else float("inf")
+    op = M._op
+    wide = wide_dtype(C.dtype)
+    host = setup_device(op.device)
+    factors = [to_host(a) for a in (op.bounds, op.lptr, op.lind, op.lval, op.uptr, op.uind,
+                                    op.uval, op.dinv)]
+    work = [np.empty(n, t) for t in (np.float64, wide, wide)]
+    return float(lookup(host, "ilu_growth", (wide, op.dtype))(
+        C.indptr, C.indices, C.data.astype(wide, copy=False), bool(M.symmetric), *factors,
+        *work))
 
 
 def plan(C, method="auto", precond="auto", precond_params=None):

@@ -572,8 +572,8 @@ def test_ic0_growth_test_is_blind_to_symmetric_scaling():
 
 
 def _growth_by_products(M, C):
-    """``auto.ilu_growth``'s quantity by SciPy's product and ``M.matvec`` (the path of a
-    device without the compiled ``ilu_growth`` kernel)."""
+    """``auto.ilu_growth``'s quantity by SciPy's product and ``M.matvec``: the oracle,
+    independent of the ``ilu_growth`` kernels."""
     n = C.shape[0]
     x = np.ones(n)
     if M.symmetric:
@@ -585,7 +585,7 @@ def _growth_by_products(M, C):
 
 
 @pytest.mark.parametrize("kind", ["spd", "nonsymmetric", "hermitian", "complex", "blocks",
-                                  "unstable", "zero-diagonal-entry"])
+                                  "unstable", "zero-diagonal-entry", "float32-data"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_ilu_growth_kernel_matches_the_products(kind, dtype):
     """The compiled test (one kernel call: ``C x``, both sweeps, the largest term) gives
@@ -609,6 +609,8 @@ def test_ilu_growth_kernel_matches_the_products(kind, dtype):
         kw = dict(blocks=3)
     elif kind == "unstable":
         A = sp.csr_matrix(convection_diffusion2d(32, peclet=1000.0, upwind=False))
+    elif kind == "float32-data":      # C read in FP64, as the factorisation reads it
+        A = sp.csr_matrix(convection_diffusion2d(12, peclet=50.0), dtype=np.float32)
     elif kind == "zero-diagonal-entry":
         # a stored zero a_33 (x_3 = 1 there); its pivot is not zero, by the elimination
         A = sp.csr_matrix(A)
@@ -629,13 +631,14 @@ def test_ilu_growth_kernel_matches_the_products(kind, dtype):
         assert np.isfinite(want) and abs(got - want) <= 64 * A.shape[0] * 2.0**-52 * max(want, 1)
     op = M._op
     args = (op.bounds, op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv)
+    wide = np.complex128 if A.dtype.kind == "c" else np.float64
     for device in ("cpu", "reference"):
-        kern = lookup(device, "ilu_growth", (A.dtype, op.dtype))
-        work = [np.empty(A.shape[0], t) for t in (np.float64, A.dtype, A.dtype)]
-        g = kern(A.indptr, A.indices, A.data, M.symmetric, *args, *work)
+        kern = lookup(device, "ilu_growth", (wide, op.dtype))
+        work = [np.empty(A.shape[0], t) for t in (np.float64, wide, wide)]
+        g = kern(A.indptr, A.indices, A.data.astype(wide), M.symmetric, *args, *work)
         assert g == got if device == "cpu" else (
             g == got == np.inf or abs(g - got) <= 64 * A.shape[0] * 2.0**-52 * max(g, 1))
-        C = sp.csr_matrix(A.copy())
+        C = sp.csr_matrix(A.astype(wide))
         C.data[:] = np.nan                  # non-finite terms: inf
         assert kern(C.indptr, C.indices, C.data, M.symmetric, *args, *work) == np.inf
 

@@ -405,7 +405,7 @@ def ilu_growth(indptr, indices, data, scaled, bounds, lptr, lind, lval, uptr, ui
     g = 0.0
     for i in range(n):
         v = abs(z[i] - x[i]) / x[i]
-        if not v <= np.inf:        # NaN (or inf): the factors are not usable
+        if not v <= np.inf:        # NaN: the factors are not usable (an inf is the max)
             return np.inf
         if v > g:
             g = v
