@@ -13,11 +13,12 @@ from .krylov import BODIES
 __all__ = ["configure", "check_gmres_options", "gmres_callback_type", "check_cg_preconditioner"]
 
 
-def check_gmres_options(restart=None, side=None):
+def check_gmres_options(restart=None, side=None, method="gmres", stacklevel=4):
     """GMRES's ``restart`` (None or a positive integer) and ``side`` (None, 'left' or
     'right') checked before anything is chosen or set up -- also under ``method='auto'``,
-    where they take effect only if GMRES is picked.  Returns ``restart`` as an ``int`` (a
-    float with an integral value is taken), or None."""
+    where they take effect only if GMRES is picked; a warning where ``method`` is another
+    (they would be ignored).  Returns ``restart`` as an ``int`` (a float with an integral
+    value is taken), or None."""
     if restart is not None and not (
             isinstance(restart, numbers.Real) and not isinstance(restart, (bool, np.bool_))
             and math.isfinite(restart) and int(restart) == restart and restart >= 1):
@@ -25,6 +26,12 @@ def check_gmres_options(restart=None, side=None):
     if side is not None and side not in ("left", "right"):
         raise ValueError(f"side={side!r}: preconditioning side must be 'left' or 'right' "
                          "(or None: the method's default)")
+    if method in ("cg", "bicgstab"):
+        for opt, value in (("restart", restart), ("side", side)):
+            if value is not None:
+                warnings.warn(f"{opt} is a GMRES option; ignored by method={method!r}" + (
+                    " (BiCGSTAB preconditions on the right, CG symmetrically)"
+                    if opt == "side" else ""), stacklevel=stacklevel)
     return None if restart is None else int(restart)
 
 
@@ -57,7 +64,8 @@ def configure(method, precond, restart=None, side=None, precond_params=None, sta
     """:func:`solve`'s named ``method`` and ``precond`` as ``(body_kw, M, precond_name,
     precond_side)``: the Krylov body's options (GMRES: ``restart``, default 20, and
     ``side``, default left), the preconditioner made from its name (not set up yet) or
-    ``precond`` itself, and the side the method applies it on.  Shared with
+    ``precond`` itself, and the side the method applies it on (CG: ``"symmetric"``, a
+    method that needs a symmetric ``M``).  Shared with
     :class:`mpsolve.Solver`."""
     from .precond import make_preconditioner, stray_keywords
 
@@ -76,10 +84,7 @@ def configure(method, precond, restart=None, side=None, precond_params=None, sta
         side = side or "left"
         return ({"restart": 20 if restart is None else restart, "callback_type": "x",
                  "side": side}, M, name, side)
-    if restart is not None:
-        warnings.warn(f"restart is a GMRES option; ignored by method={method!r}",
-                      stacklevel=stacklevel)
-    return {}, M, name, "right" if method == "bicgstab" else "left"
+    return {}, M, name, "right" if method == "bicgstab" else "symmetric"
 
 
 def check_cg_preconditioner(problem):

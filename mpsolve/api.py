@@ -96,7 +96,8 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
        precision=None, escalate=True, device=None):
     _one_rhs(b, "cg")
     r = run("cg", BODIES["cg"], A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
-            callback=callback, precision=precision, escalate=escalate, device=device)
+            callback=callback, precision=precision, escalate=escalate, device=device,
+            precond_side="symmetric")
     return r.x, r.info
 
 
@@ -298,10 +299,12 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
     >>> res.converged, res.method, res.choices[0].precond
     (True, 'cg', 'ilu0')
     """
-    restart = check_gmres_options(restart, side)
-    check_precond(precond)
     if isinstance(b, (list, tuple)):
         b = np.asarray(b)                   # (as SciPy: a list is its array, 1-D or 2-D)
+    # (several right-hand sides: the Solver made for them warns of GMRES options instead)
+    block = getattr(b, "ndim", None) == 2 and b.shape[1] != 1
+    restart = check_gmres_options(restart, side, None if block else method, stacklevel=3)
+    check_precond(precond)
     if (getattr(b, "ndim", 1) or 0) > 2:
         raise ValueError(f"b has shape {tuple(b.shape)}: solve takes one right-hand side, "
                          f"shape (n,) or (n, 1), or k of them as the columns of an (n, k) array")

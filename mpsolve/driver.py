@@ -163,8 +163,9 @@ def run(method: str, body: Callable, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxi
         precond_side="left") -> SolveResult:
     """Validate, realise, iterate, escalate, judge.  See the module docstring.
 
-    ``precond_side``: the side ``body`` applies ``M`` on (``"left"`` or ``"right"``),
-    handed to a preconditioner set up here (its ``variant="auto"`` may depend on it).
+    ``precond_side``: the side ``body`` applies ``M`` on (``"left"``, ``"right"`` or
+    ``"symmetric"``: CG, which needs a symmetric ``M``), handed to a preconditioner set up
+    here (its ``variant="auto"`` may depend on it).
     """
     t0 = time.perf_counter()
     problem = make_problem(A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
@@ -247,7 +248,9 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         user_callback = callback
 
         def callback(xk):
-            return user_callback(problem.unscale(xk) if hasattr(xk, "shape") else xk)
+            # an iterate in the caller's units; GMRES's 'pr_norm' value (a 0-d NumPy scalar,
+            # relative: no units) as it is
+            return user_callback(problem.unscale(xk) if getattr(xk, "ndim", 0) else xk)
         keep_period(callback, user_callback)
     rel_tol = problem.tol / problem.bnrm if problem.bnrm else problem.rtol
 

@@ -57,9 +57,13 @@ The side is taken from, in order: ``-mpsolve_side`` (an option overrides what co
 set, as PETSc's options do), the ``side=`` keyword of the class
 (``mpsolve.petsc.ISAI(side="right")``), ``-ksp_pc_side``, then the KSP type in the
 options database (``fgmres``, ``fbcgs``, ``fbcgsr``, ``pipefgmres`` and ``gcr``
-precondition on the right only; a block Jacobi sub-PC whose sub-KSP is ``preonly``
-takes the outer KSP's); otherwise PETSc's default, left.  A KSP configured in code
-(``ksp.setPCSide(PETSc.PC.Side.RIGHT)``) should pass ``side="right"`` to the context.
+precondition on the right only; CG, MINRES and their kin (:data:`SYMMETRIC_KSP`) need a
+symmetric ``M``: side ``"symmetric"``, PETSc's ``PC_SYMMETRIC``, under which
+``variant="auto"`` takes the SPD form even where assembly noise leaves ``A`` a little
+nonsymmetric; a block Jacobi sub-PC whose sub-KSP is ``preonly`` takes the outer KSP's);
+otherwise PETSc's default, left.  A KSP configured in code
+(``ksp.setPCSide(PETSc.PC.Side.RIGHT)``, ``ksp.setType("cg")``) should pass
+``side="right"`` (``side="symmetric"``) to the context.
 
 Linearity.  PETSc's Krylov methods other than the flexible ones assume that ``M`` is one
 fixed linear operator.  Every class's apply is (FP32 storage, FP64 row sums: the
@@ -99,6 +103,10 @@ __all__ = ["ISAI", "BlockISAI", "BlockJacobi", "BlockILU0", "ILU0", "Jacobi", "l
 
 #: KSP types that support right preconditioning only.
 RIGHT_ONLY_KSP = ("fgmres", "fbcgs", "fbcgsr", "pipefgmres", "gcr")
+#: KSP types that need a symmetric ``M`` (CG and its relatives, MINRES, SYMMLQ, the trust-
+#: region CGs): the side ``"symmetric"``, under which ``variant="auto"`` takes the SPD form
+SYMMETRIC_KSP = ("cg", "pipecg", "pipecgrr", "pipelcg", "groppcg", "fcg", "pipefcg", "cr",
+                 "pipecr", "minres", "symmlq", "nash", "stcg", "gltr", "qcg")
 
 
 def scalar_dtype() -> np.dtype:
@@ -202,8 +210,9 @@ class _MpsolvePC:
                 "precision, 'float32' or 'float64')")
         self.dtype = self.params.pop("dtype", None)   # storage precision (None: FP32)
         self.side = self.params.pop("side", None)     # None: from the options, else left
-        if self.side not in (None, "left", "right"):
-            raise ValueError(f"side={self.side!r}: use 'left', 'right' or None")
+        if self.side not in (None, "left", "right", "symmetric"):
+            raise ValueError(f"side={self.side!r}: use 'left', 'right', 'symmetric' (a KSP "
+                             "that needs a symmetric M: CG) or None")
         # where the preconditioner is set up and applied (None: the host's default)
         self.device = self._check_device(self.params.pop("device", None))
         self._bufs = None                             # (x, y) on a non-host device
@@ -286,8 +295,8 @@ class _MpsolvePC:
         """The preconditioning side the options database implies (module docstring)."""
         side = get("getString", "side")
         if side is not None:
-            if side not in ("left", "right"):
-                raise ValueError(f"-mpsolve_side {side}: use left or right")
+            if side not in ("left", "right", "symmetric"):
+                raise ValueError(f"-mpsolve_side {side}: use left, right or symmetric")
             return side
         if self.side is not None:       # given to the constructor
             return None
@@ -300,10 +309,11 @@ class _MpsolvePC:
             if kind in ("preonly", "richardson") and p.endswith("sub_"):
                 continue             # a block's sub-KSP applying M: the outer KSP decides
             if plain.hasName(p + "ksp_pc_side"):
-                return "right" if plain.getString(p + "ksp_pc_side").lower() == "right" \
-                    else "left"
+                given = plain.getString(p + "ksp_pc_side").lower()
+                return given if given in ("right", "symmetric") else "left"
             if kind is not None:
-                return "right" if kind in RIGHT_ONLY_KSP else None
+                return "right" if kind in RIGHT_ONLY_KSP else \
+                    "symmetric" if kind in SYMMETRIC_KSP else None
         return None
 
     def _accepted(self):

@@ -30,7 +30,11 @@ from mpsolve.precision import in_field, real_dtype
 
 from ._util import ThreadBuffers, setup_device, wide_dtype
 
-__all__ = ["Preconditioner"]
+__all__ = ["Preconditioner", "SIDES"]
+
+#: The sides a solver applies ``M`` on, as :meth:`Preconditioner.setup` takes them (None:
+#: left); ``"symmetric"``: a method that needs a symmetric ``M`` (CG, MINRES).
+SIDES = (None, "left", "right", "symmetric")
 
 
 class Preconditioner:
@@ -136,7 +140,9 @@ class Preconditioner:
         NumPy/SciPy data).  ``side`` (``"left"``, the default, or ``"right"``) is the
         side the solver applies ``M`` on; preconditioners whose natural form depends
         on it (an approximate inverse: ``M A ~ I`` or ``A M ~ I``) choose by it when
-        their variant is ``"auto"``.  Returns ``self``.
+        their variant is ``"auto"``.  ``"symmetric"`` (PETSc's ``PC_SYMMETRIC``) says
+        that the method needs a symmetric ``M`` (CG, MINRES): such a preconditioner
+        then takes its symmetric form.  Returns ``self``.
         """
         from mpsolve._sparse import canonical_csr, check_matrix
 
@@ -154,8 +160,9 @@ class Preconditioner:
         """:meth:`setup` for a matrix already checked and in canonical CSR form
         (:func:`mpsolve._sparse.canonical_csr`), as ``make_problem`` hands it over:
         no second check, no copy.  Returns ``self``."""
-        if side not in (None, "left", "right"):
-            raise ValueError(f"side={side!r}: use 'left', 'right' or None (left)")
+        if side not in SIDES:
+            raise ValueError(f"side={side!r}: use 'left', 'right', 'symmetric' (a method "
+                             "that needs a symmetric M: CG) or None (left)")
         self._solve_key = None                  # set up by the caller (setup_for_solve: not)
         self._side = side or "left"
         device = resolve_device(device, C)

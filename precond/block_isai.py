@@ -32,7 +32,8 @@ class BlockISAI(_ISAIBase):
         partial last block allowed; 1 otherwise).  A ``b`` that does not divide ``n``
         pads ``A`` with an identity block.
     variant : {"auto", "general", "right", "spd", "bilu"}
-        * ``"auto"`` (default) -- ``"spd"`` for symmetric ``A`` (CG-safe), otherwise
+        * ``"auto"`` (default) -- ``"spd"`` for symmetric ``A`` (CG-safe) and under CG
+          (``side="symmetric"``: a method that needs a symmetric ``M``), otherwise
           ``"general"`` under left and ``"right"`` under right preconditioning (as
           :class:`~mpsolve.precond.ISAI`; the choice is in ``variant`` and
           ``variant_reason`` after set-up).

@@ -12,6 +12,7 @@ from ._localsolve import block_inverse_checked
 from ._pattern import detect_block_size
 from ._util import PreconditionerWarning, check_count, rows_text, wide_dtype
 from .base import Preconditioner
+from .jacobi import check_zero_diagonal
 
 __all__ = ["BlockJacobi"]
 
@@ -43,6 +44,8 @@ class BlockJacobi(Preconditioner):
         (``cond_2 > 1/(1024 eps)``, by SVD); each is replaced by the inverse of
         the block's diagonal, with ``1/max_k |a_jk|`` where ``a_jj = 0`` (``1`` for
         an empty row) -- never a NaN.  A :class:`PreconditionerWarning` names them.
+        With block size 1 (point Jacobi) a zero diagonal entry is refused instead, as
+        :class:`~mpsolve.precond.Jacobi` refuses it (a ``ValueError`` naming the rows).
 
     Examples
     --------
@@ -68,6 +71,11 @@ class BlockJacobi(Preconditioner):
     def _setup(self, A, dtype):
         n = A.shape[0]
         b = self._block_request or detect_block_size(A)
+        if b == 1:
+            # point Jacobi: a zero diagonal entry is refused as Jacobi refuses it (its
+            # fallback, 1/max|row|, only row-scales such a matrix: no convergence)
+            check_zero_diagonal(A.diagonal(), "BlockJacobi (block size 1: point Jacobi)",
+                                "a block_size whose diagonal blocks are regular, an ILU")
         nblk = -(-n // b)
         # D[k] = A[kb:(k+1)b, kb:(k+1)b], the padded tail with the identity
         C = sp.coo_matrix(A)

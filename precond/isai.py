@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
-from mpsolve.backend import HOST_DEVICE, to_device, to_host
+from mpsolve.backend import HOST_DEVICE, on_host, to_device, to_host
 from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
 from ._localsolve import DEFAULT_MAX_LOCAL, local_solve, transpose_operator
@@ -88,12 +88,84 @@ def _store(pp, pi, data, n, storage, dtype, accumulate, what, device):
     return BSROperator(pp, pi, data, n, dtype, accumulate, what, device=device)
 
 
-def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, device, host):
+#: Rows (or columns) whose largest entries span more than this are equilibrated before the
+#: general ISAI is set up: the square root of the local systems' condition limit
+#: (``1 / (1024 eps)``, :mod:`._localsolve`), so the scaling alone cannot take a local
+#: system past the check.  Below it the set-up reads the matrix as it is (the ISAI of a
+#: scaled matrix is the scaled ISAI in exact arithmetic; 1e-3..1e3 scalings were harmless).
+SCALE_SPREAD = 2.0 ** 21
+
+
+def _pow2_inverse(m):
+    """``2^-floor(log2 m)`` where ``m > 0`` (1 elsewhere): brings ``m`` into ``[1, 2)``."""
+    s = np.ones_like(m)
+    on = m > 0
+    s[on] = np.ldexp(1.0, 1 - np.frexp(m[on])[1])
+    return s
+
+
+def equilibrated(C):
+    """``(diag(r) C diag(c), (c, r))`` -- powers of two that bring the largest entry of
+    every row, then of every column, into ``[1, 2)`` (the rule of LAPACK's ``dgeequb``, as
+    :func:`~.ilut.equilibrate`), each side only where its lines' largest entries span more
+    than :data:`SCALE_SPREAD` -- or ``(C, None)`` where neither does (one pass over the
+    values for the rows, one for the columns).
+
+    The left approximate inverse of ``D A E`` is ``E^-1 M D^-1`` in exact arithmetic, but
+    not as computed: with rows and columns scaled by 1e-6..1e6, the local systems' condition
+    checks sent hundreds of rows to the fallback and the pattern test to ``A^2``, and GMRES
+    stalled at 1e-1 where Jacobi and ILU(0) converge."""
+    n = C.shape[0]
+    if C.nnz == 0 or n == 0:
+        return C, None
+    a = np.abs(C.data)
+    rmax = np.maximum.reduceat(a, np.minimum(C.indptr[:-1], C.nnz - 1))
+    lengths = np.diff(C.indptr)
+    rmax[lengths == 0] = 0.0
+    r = _pow2_inverse(rmax)
+    rows = None
+    if r.max() > SCALE_SPREAD * r.min():
+        rows = np.repeat(np.arange(n), lengths)
+        a = a * r[rows]
+    else:
+        r = np.ones(n)
+    cmax = np.zeros(C.shape[1])
+    np.maximum.at(cmax, C.indices, a)
+    c = _pow2_inverse(cmax)
+    if not c.max() > SCALE_SPREAD * c.min():
+        if rows is None:
+            return C, None
+        c = np.ones_like(c)
+    if rows is None:
+        rows = np.repeat(np.arange(n), lengths)
+    S = sp.csr_matrix((C.data * (r[rows] * c[C.indices]), C.indices, C.indptr), shape=C.shape)
+    S.has_sorted_indices = C.has_sorted_indices
+    return S, (c, r)
+
+
+def _fold_scale(data, pp, pi, b, c, r, device):
+    """Blocks ``data`` of ``M_s`` (block pattern ``pp``, ``pi``) times ``c`` on the rows and
+    ``r`` on the columns: ``diag(c) M_s diag(r)`` (padded unknowns: 1)."""
+    nb = pp.size - 1
+    pad = nb * b - c.size
+    left = np.concatenate([c, np.ones(pad)]).reshape(nb, b)
+    right = np.concatenate([r, np.ones(pad)]).reshape(nb, b)
+    brow = np.repeat(np.arange(nb), np.diff(np.asarray(pp)))
+    f = left[brow][:, :, None] * right[np.asarray(pi)][:, None, :]
+    if not on_host(data):
+        f = to_device(f, device)
+    return data * f.reshape(data.shape)
+
+
+def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, device, host,
+         scale=None):
     """Operators of one (Block-)ISAI on ``C``: ``[M]`` or ``[G, G^T]`` (spd), stored on
     ``device``; the set-up kernels (patterns, local solves) are those of the host device
     ``host``, the local solves those of ``device`` where it registers them (the GPU's:
     :mod:`._localsolve`).  ``stats["stage_times"]``: seconds of each stage (pattern,
-    solve, excess, fallback, store)."""
+    solve, excess, fallback, store).  ``scale = (c, r)``: ``C`` is ``diag(r) A diag(c)``
+    and ``diag(c) M diag(r)`` (the approximate inverse of ``A``) is stored (powers of two:
+    exact)."""
     t0 = time.perf_counter()
     n = C.shape[0]
     Cp = _pad(C, b)
@@ -117,6 +189,8 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
     data, bad, stats = local_solve(aptr, aind, adata, pp, pi, variant,
                                    max_local=max_local, scalar_csr=Cp, device=device)
     t1 = time.perf_counter()
+    if scale is not None:
+        data = _fold_scale(data, pp, pi, b, *scale, device)
     ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what, device)]
     if variant == "spd":                            # M = G^T G (G^H G for Hermitian A)
         ops.append(transpose_operator(ops[0], what + " (G^T)", conj=True))
@@ -128,7 +202,7 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
 
 
 def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, name,
-                   device=HOST_DEVICE):
+                   device=HOST_DEVICE, scale=None):
     """Build the stored operators of (Block-)ISAI; shared by :class:`ISAI` and ``BlockISAI``.
 
     The set-up runs in FP64: patterns on the host (:func:`._util.setup_device` of
@@ -137,7 +211,7 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
     on the host otherwise; the operators are stored on ``device`` (demoted where the
     values are).  Returns ``(chain, fallback_rows, stats)``:
     ``chain(r, out)`` applies ``M``; ``fallback_rows`` are the (block) rows that took
-    the fallback rule.
+    the fallback rule.  ``scale``: see :func:`_one` (``general`` only).
     """
     host = setup_device(device)
     if variant == "ilu":
@@ -157,7 +231,7 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
                                 for k in stL["stage_times"]}
     else:
         ops, bad, stats = _one(C, b, variant, power, max_local, storage, dtype, accumulate, name,
-                               device, host)
+                               device, host, scale)
     if bad.size:
         unit = "block row" if b > 1 else "row"
         warnings.warn(
@@ -196,12 +270,18 @@ def _rows_of(op, rows):
     return M[:, :n] if width > n else M
 
 
-def pattern_residual(C, op):
+def pattern_residual(C, op, scale=None):
     """Median over :func:`_sample_rows` of the row residual ``||e_i - (M C)[i, :]||_2`` of
-    the stored left approximate inverse ``op`` of ``C`` (FP64 copy of its values)."""
+    the stored left approximate inverse ``op`` of ``C`` (FP64 copy of its values).
+    ``scale = (c, r)``: ``C`` is the equilibrated matrix and ``op`` stores ``diag(c) M
+    diag(r)``, whose ``M`` is read back (the residual of the equilibrated matrix: no
+    longer the scaling's)."""
     n = C.shape[0]
     rows = _sample_rows(n)
     M = _rows_of(op, rows)
+    if scale is not None:
+        c, r = scale
+        M = sp.diags(1.0 / c[rows]) @ M @ sp.diags(1.0 / r)
     R = M @ C - sp.csr_matrix((np.ones(rows.size), rows, np.arange(rows.size + 1)),
                               shape=(rows.size, n))
     return float(np.median(np.sqrt(np.asarray(abs(R).power(2).sum(axis=1)).ravel())))
@@ -283,31 +363,43 @@ class _ISAIBase(Preconditioner):
           ``M = G^T G`` is symmetric positive definite for SPD ``A``, safe under CG
           (and under PETSc's KSPCG); for complex ``A`` the test is ``A == A^H``
           (Hermitian; ``M = G^H G``), so a complex-symmetric ``A`` is not ``spd``;
+        * a method that needs a symmetric ``M`` (``side="symmetric"``: CG, and PETSc's
+          CG-like KSPs) -> ``spd`` whatever the symmetry test says: ``general`` is not
+          symmetric, and on an ``A`` symmetric but for assembly noise above the test's
+          tolerance (1e-11 relative on a 3-D jump problem) it broke CG down at the first
+          iteration; a warning where ``A`` is not symmetric even to 1e-8 relative;
         * otherwise the approximate inverse of the side ``M`` is applied on:
           ``general`` (``M A ~ I``) for left preconditioning, ``right``
           (``A M ~ I``: the ISAI of ``A^T``, transposed) for right preconditioning
           (GMRES with ``side="right"``, BiCGSTAB, PETSc's FGMRES/FBCGS).
         """
         what = "Hermitian" if A.dtype.kind == "c" else "symmetric"
-        if self._variant_request == "spd":
-            if is_symmetric(A, self._setup_device):
-                return "spd", "requested"
-            # FSAI of A's lower triangle: a symmetric M for a nonsymmetric A -- said, as
-            # the caller may have meant it (the symmetric part dominates) or not
-            warnings.warn(
-                f"{type(self).__name__}(variant='spd'): A is not {what}; M = G^T G is built "
-                f"from A's lower triangle and is {what} (it approximates the inverse of no "
-                f"nonsymmetric A); variant='auto' takes the approximate inverse of the side "
-                f"M is applied on", PreconditionerWarning, stacklevel=6)
-            return "spd", f"requested; A is not {what}"
-        if self._variant_request != "auto":
-            return self._variant_request, "requested"
-        sym = is_symmetric(A, self._setup_device)
-        if sym:
-            return "spd", f"auto: A is {what} (to {symmetry_rtol(A.dtype):g} relative)"
-        side = self._side
-        variant = "right" if side == "right" else "general"
-        return variant, f"auto: A is not {what}; {side} preconditioning"
+        requested = self._variant_request
+        if requested not in ("auto", "spd"):
+            return requested, "requested"
+        if is_symmetric(A, self._setup_device):
+            return "spd", "requested" if requested == "spd" else \
+                f"auto: A is {what} (to {symmetry_rtol(A.dtype):g} relative)"
+        cg = self._side == "symmetric"
+        if requested == "auto" and not cg:
+            variant = "right" if self._side == "right" else "general"
+            return variant, f"auto: A is not {what}; {self._side} preconditioning"
+        # spd for an A the test calls nonsymmetric: asked for, or for a method that needs a
+        # symmetric M
+        why = "requested" if requested == "spd" else f"auto: the method needs a {what} M"
+        loose = max(1e-8, symmetry_rtol(A.dtype))
+        if requested == "auto" and is_symmetric(A, self._setup_device, loose):
+            return "spd", f"{why}; A is {what} to {loose:g} relative"
+        # FSAI of A's lower triangle: a symmetric M for a nonsymmetric A -- said, as the
+        # caller may have meant it (the symmetric part dominates) or not
+        asked = "variant='spd'" if requested == "spd" else \
+            f"variant='auto' under a method that needs a {what} M"
+        warnings.warn(
+            f"{type(self).__name__}({asked}): A is not {what}; M = G^T G is built from A's "
+            f"lower triangle and is {what} (it approximates the inverse of no nonsymmetric "
+            f"A); variant='auto' with GMRES or BiCGSTAB takes the approximate inverse of the "
+            f"side M is applied on", PreconditionerWarning, stacklevel=6)
+        return "spd", f"{why}; A is not {what}"
 
     def _resolve_accumulate(self, dtype):
         """The row sums' precision: the caller's, else FP64 whatever the storage -- the
@@ -332,32 +424,50 @@ class _ISAIBase(Preconditioner):
             C = sp.csr_matrix(A.T)
             C.sort_indices()
         kind = "general" if self.variant == "right" else self.variant
+        scale = None
+        what = "||e_i - m_i A||" if kind == self.variant else "||e_i - A m_i|| (columns)"
 
         def build(k):
             return isai_operators(C, b, kind, k, self.max_local, self._storage, dtype,
-                                  self.accumulate, name, device=self.device)
+                                  self.accumulate, name, device=self.device, scale=scale)
 
-        with warnings.catch_warnings(record=test) as caught:
-            # (a test build's warnings are shown only if it is kept)
-            chain, self.fallback_rows, self.stats = build(self.sparsity_power)
-        if test:
+        def first_build():
+            # (its warnings are shown only if it is kept)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = build(self.sparsity_power)
             t0 = time.perf_counter()
-            res = pattern_residual(C, chain.ops[0])
-            first = sum(self.stats["stage_times"].values()) + time.perf_counter() - t0
-            what = "||e_i - m_i A||" if kind == self.variant else "||e_i - A m_i|| (columns)"
-            if res > POWER_RESIDUAL:
-                self.sparsity_power = 2
-                self.power_reason = (f"A^2: the pattern of A left a median residual "
-                                     f"{what} of {res:.2f} > {POWER_RESIDUAL}")
-                chain, self.fallback_rows, self.stats = build(2)
-                self.stats["stage_times"]["power_test"] = first
-            else:
+            res = pattern_residual(C, got[0].ops[0], scale) if test else None
+            return got, caught, res, time.perf_counter() - t0
+
+        (chain, self.fallback_rows, self.stats), caught, res, t_test = first_build()
+        spent = 0.0
+        if kind == "general" and (self.fallback_rows.size or (test and res > POWER_RESIDUAL)):
+            # local systems that failed their check, or a poor inverse: where the rows or
+            # columns are badly scaled (equilibrated), again on the equilibrated matrix --
+            # a well-scaled matrix pays nothing for the test
+            S, scale = equilibrated(C)
+            if scale is not None:
+                spent = sum(self.stats["stage_times"].values()) + t_test
+                C = S
+                (chain, self.fallback_rows, self.stats), caught, res, t_test = first_build()
+                self.stats["stage_times"]["equilibrate"] = spent
+        if test and res > POWER_RESIDUAL:
+            self.sparsity_power = 2
+            self.power_reason = (f"A^2: the pattern of A left a median residual "
+                                 f"{what} of {res:.2f} > {POWER_RESIDUAL}")
+            first = sum(self.stats["stage_times"].values()) + t_test
+            chain, self.fallback_rows, self.stats = build(2)
+            self.stats["stage_times"]["power_test"] = first
+        else:
+            if test:
                 self.power_reason = (f"pattern of A: median residual {what} "
                                      f"{res:.2f} <= {POWER_RESIDUAL}")
-                self.stats["stage_times"]["power_test"] = time.perf_counter() - t0
-                for w in caught:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                self.stats["stage_times"]["power_test"] = t_test
+            for w in caught:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.stats["power_reason"] = self.power_reason
+        self.stats["equilibrated"] = scale is not None
         if self.variant == "right":
             chain = OperatorChain([transpose_operator(op, name) for op in chain.ops])
         self._chain = chain
@@ -419,9 +529,9 @@ class ISAI(_ISAIBase):
     variant : {"auto", "general", "right", "spd", "lower", "upper", "ilu"}
         * ``"auto"`` (default) -- chosen from ``A`` at set-up (``variant`` and
           ``variant_reason`` record the choice): ``"spd"`` when ``A`` is symmetric,
-          so ``M`` is SPD and safe under CG; otherwise the approximate inverse of the
-          side the solver applies ``M`` on: ``"general"`` for left, ``"right"`` for
-          right preconditioning (GMRES ``side="right"``, BiCGSTAB, PETSc's FGMRES).
+          so ``M`` is SPD and safe under CG, and under CG always (``side="symmetric"``);
+          otherwise the approximate inverse of the side the solver applies ``M`` on:
+          ``"general"`` for left, ``"right"`` for right preconditioning (GMRES ``side="right"``, BiCGSTAB, PETSc's FGMRES).
         * ``"general"`` -- left approximate inverse ``M A ~ I`` on the pattern of
           ``A^k``; row ``i`` with columns ``J_i`` solves
           ``M[i, J_i] A[J_i, J_i] = e_i^T``.

@@ -11,6 +11,18 @@ from .base import Preconditioner
 __all__ = ["Jacobi"]
 
 
+def check_zero_diagonal(d, who, other):
+    """A point-Jacobi form (``who``) refuses a diagonal ``d`` with zeros, naming the rows
+    and the ways out (``other``: another preconditioner that takes such a matrix)."""
+    zero = np.flatnonzero(d == 0)
+    if zero.size:
+        raise ValueError(
+            f"{who}: A has {zero.size} zero diagonal entr{'y' if zero.size == 1 else 'ies'} "
+            f"(rows {rows_text(zero)}); Jacobi needs a nonzero diagonal -- use "
+            f"reorder='mc64' (a permutation of A to a zero-free diagonal; precond='auto' "
+            f"does so by itself), {other}, or precond='none'")
+
+
 class Jacobi(Preconditioner):
     """Point Jacobi preconditioner ``M = diag(A)^{-1}``.
 
@@ -43,14 +55,7 @@ class Jacobi(Preconditioner):
 
     def _setup(self, A, dtype):
         d = A.diagonal().astype(np.result_type(A.dtype, np.float64))  # FP64 or complex128
-        zero = np.flatnonzero(d == 0)
-        if zero.size:
-            raise ValueError(
-                f"Jacobi: A has {zero.size} zero diagonal entr{'y' if zero.size == 1 else 'ies'} "
-                f"(rows {rows_text(zero)}); Jacobi needs a nonzero diagonal -- use "
-                "reorder='mc64' (a permutation of A to a zero-free diagonal; precond='auto' "
-                "does so by itself), a block preconditioner, or precond='none'"
-            )
+        check_zero_diagonal(d, "Jacobi", "a block preconditioner")
         with np.errstate(over="ignore"):
             inv = 1.0 / d
         big = np.flatnonzero(~np.isfinite(inv))

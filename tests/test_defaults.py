@@ -93,6 +93,39 @@ def test_auto_variant_follows_symmetry_and_side(precond):
     assert "variant=right" in right.precond_detail
 
 
+def _noisy(A, rel, seed=0):
+    """``A`` with each stored value times ``1 + rel * N(0, 1)``: symmetric but for assembly
+    noise of relative size ``rel``."""
+    A = A.tocsr(copy=True)
+    A.data *= 1.0 + rel * np.random.default_rng(seed).standard_normal(A.nnz)
+    return A
+
+
+@pytest.mark.parametrize("precond", ["isai", "block-isai"])
+def test_cg_gets_a_symmetric_isai_for_a_nearly_symmetric_a(precond):
+    """An SPD matrix with 1e-11 relative assembly noise is nonsymmetric to the symmetry
+    test (1e-12), and the default variant was then ``general``: a nonsymmetric, indefinite
+    ``M`` that broke CG down at its first iteration (info -12).  Under CG the default is the
+    SPD form, through ``solve``, the SciPy-style ``cg`` and a preconditioner object."""
+    from mpsolve.precond import make_preconditioner
+
+    A = _noisy(jump3d(10, contrast=1e4), 1e-11)
+    b = np.random.default_rng(1).standard_normal(A.shape[0])
+    r = mpsolve.solve(A, b, method="cg", precond=precond, rtol=1e-8)
+    assert r.info == 0 and r.true_residual <= 1e-8, r.summary()
+    assert "variant=spd" in r.precond_detail
+    M = make_preconditioner(precond)
+    x, info = mpsolve.cg(A, b, rtol=1e-8, M=M)
+    assert info == 0 and M.variant == "spd" and "needs a symmetric M" in M.variant_reason
+    assert np.linalg.norm(b - A @ x) <= 1.01e-8 * np.linalg.norm(b)
+    # GMRES keeps the side's approximate inverse
+    g = mpsolve.solve(A, b, method="gmres", precond=precond, rtol=1e-8)
+    assert g.info == 0 and "variant=general" in g.precond_detail
+    # A far from symmetric under CG: still the symmetric form, with a warning that says so
+    with pytest.warns(mpsolve.precond.PreconditionerWarning, match="under a method that"):
+        make_preconditioner(precond).setup(_noisy(A, 1e-3), side="symmetric")
+
+
 def test_right_variant_is_a_right_approximate_inverse():
     """``variant="right"`` gives ``A M ~ I`` exactly where ``general`` gives ``M A ~ I``:
     its residual ``||A M - I||_F`` is the smaller of the two on a nonsymmetric matrix,

@@ -310,6 +310,34 @@ def test_default_plugin_pcs_are_safe_under_ksp_cg(pc_name):
         assert ctx.M.variant == "spd" or pc_name == "BlockISAI" and ctx.M.symmetric
 
 
+@pytest.mark.parametrize("pc_name", ["ISAI", "BlockISAI"])
+def test_plugin_takes_the_spd_form_under_ksp_cg_from_the_options(pc_name):
+    """``-ksp_type cg`` says CG (a symmetric ``M``): on an SPD matrix with 1e-11 relative
+    assembly noise (nonsymmetric to the symmetry test) the default variant is ``spd``, not
+    the left inverse that broke PETSc's CG down; ``-mpsolve_side symmetric`` says it too."""
+    from mpsolve.matrices import jump3d
+
+    A = jump3d(10, contrast=1e4).tocsr()
+    A.data *= 1.0 + 1e-11 * np.random.default_rng(0).standard_normal(A.nnz)
+    b = A @ np.ones(A.shape[0])
+    for options in ({"ksp_type": "cg"}, {"ksp_type": "cg", "mpsolve_side": "symmetric"}):
+        opts = PETSc.Options()
+        for k, v in dict(options, pc_type="python",
+                         pc_python_type=f"mpsolve.petsc.{pc_name}").items():
+            opts[k] = v
+        try:
+            ksp, P = _ksp(A, "cg")
+            ksp.setFromOptions()
+            x, its, reason = _solve(ksp, P, b)
+            ctx = ksp.getPC().getPythonContext()
+        finally:
+            for k in list(options) + ["pc_type", "pc_python_type"]:
+                opts.delValue(k)
+        assert ctx.M.variant == "spd" and ctx.side == "symmetric"
+        assert reason > 0
+        assert np.linalg.norm(b - A @ x) <= 1.01 * RTOL * np.linalg.norm(b)
+
+
 @pytest.mark.parametrize("options,variant", [
     ({"ksp_type": "fgmres"}, "right"), ({"ksp_type": "gmres"}, "general"),
     ({"ksp_type": "gmres", "ksp_pc_side": "right"}, "right"),
