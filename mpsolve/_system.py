@@ -62,13 +62,23 @@ _C128 = np.dtype(np.complex128)
 
 
 # ------------------------------------------------------------------ checks
+def refuse_sparse(v, name):
+    """A SciPy sparse vector or block is refused by name (NumPy would take it for an object
+    array, and the message would say "Python objects")."""
+    if sp.issparse(v):
+        raise TypeError(f"{name} is a SciPy sparse {v.format} matrix: pass a dense array, "
+                        f"{name}.toarray()")
+
+
 def _check_vector(v, n, name):
+    if type(v) is not np.ndarray:
+        refuse_sparse(v, name)
     arr = kernel_ready(v if type(v) is np.ndarray else to_host(v))
     if arr.dtype == object:
         raise TypeError(f"{name} holds Python objects (dtype object): pass a numeric array, "
                         f"for example np.asarray({name}, dtype=np.float64)")
-    if arr.ndim == 2 and 1 in arr.shape:
-        arr = arr.reshape(-1)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr.reshape(-1)                   # a column; a row (1, n) is refused, as SciPy
     if arr.ndim != 1 or arr.shape[0] != n:
         raise ValueError(
             f"{name} has shape {np.shape(v)}, but A is {n}x{n}: {name} must have "
@@ -181,7 +191,8 @@ class Problem:
     precond_side: str = "left"          # the side the method applies M on
     _ops_cache: dict = field(default_factory=dict)
     #: ``b`` (and ``x0``, ``atol``) are held as ``2^-b_exp`` times the caller's when ``||b||``
-    #: is outside [2^-500, 2^500], so no square of a residual's norm over- or underflows;
+    #: is outside [2^-500, 2^500], so no square of a residual's norm over- or underflows
+    #: (a tiny ``b`` is scaled up only as far as a given ``x0`` stays in that range);
     #: the answer and the callback's ``x`` are scaled back (exact: powers of two)
     b_exp: int = 0
     #: :func:`system_for`'s Systems (or the range error of their set-up), one per policy
@@ -506,6 +517,14 @@ def _rhs_fields(b_user, b, x0, x0_checked, n, a_dtype, cplx, device, xp, rtol, a
     b_exp = 0
     if scale and bnrm and not _B_RANGE[0] <= bnrm <= _B_RANGE[1]:
         b_exp = math.frexp(bnrm)[1]     # b = 2^b_exp b': ||b'|| in [1/2, 1), exactly
+        if x0_64 is not None and b_exp < 0:
+            # a start far larger than b (a tiny b, an O(1) x0): scaled up as far as b, x0
+            # would leave the range (and its residual overflow the dots: CG and BiCGSTAB
+            # stopped with -14 at once); b is scaled up only as far as x0 stays in range
+            xnrm = norm(x0_64, xp)
+            if xnrm > 0 and math.isfinite(xnrm):
+                cap = math.frexp(xnrm)[1] - math.frexp(_B_RANGE[1])[1] + 1
+                b_exp = min(0, max(b_exp, cap))
         b64 = ldexp_array(b64, -b_exp)
         x0_64 = None if x0_64 is None else ldexp_array(x0_64, -b_exp)
         bnrm = norm(b64, xp)

@@ -111,6 +111,7 @@ CHECK_EVERY = 30
 STAGNATION_WINDOW = 300
 #: A diagonal entry is "tiny" when ``|a_ii| <= TINY * max_j |a_ij|`` (TINY = sqrt(eps)).
 TINY = float(np.sqrt(np.finfo(np.float64).eps))
+_NAMES = {"cg": "CG", "gmres": "GMRES", "bicgstab": "BiCGSTAB"}
 EPS = float(np.finfo(np.float64).eps)
 #: GMRES restart length of the automatic choice (PETSc's default).
 AUTO_RESTART = 30
@@ -323,14 +324,19 @@ def _direct(an: Analysis) -> List[Choice]:
     then corrects what rounding and any fill bound leave).  mhd4800a needs it: every ILUT
     with dropping (1e-3 ... 1e-6) of it gives non-finite values, the complete one converges
     -- in FP64: its factors stored in FP32 give non-finite values.  So this candidate's
-    precision is ``double`` whatever the data."""
+    precision is ``double`` whatever the data.  Always the general (pivoting) LU: the
+    symmetric form ILUT detects on a symmetric matrix with a positive diagonal is shifted
+    (Manteuffel) where a pivot is not positive, which leaves an indefinite matrix's "LU"
+    inexact (``||M A e - e|| = 0.14`` on a shifted 2-D Laplacian, n = 7225: no solution,
+    where SuperLU's LU is exact)."""
     fill = direct_fill_factor(an.n, an.nnz)
     if fill is None:
         return []
     complete = fill * max(an.nnz, 1) >= an.n * an.n + an.n
     lu = "a complete LU" if complete else \
         f"an LU with fill bounded at {fill:g} nnz(A) (a dense one would not fit)"
-    return [Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 0.0, "fill_factor": fill},
+    return [Choice("gmres", "ilut", {"reorder": "mc64", "drop_tol": 0.0, "fill_factor": fill,
+                                     "symmetric": False},
                    f"direct fallback: {lu} with pivoting of the permuted, scaled "
                    "matrix, in FP64, GMRES on top", precision="double")]
 
@@ -355,7 +361,7 @@ def _complex_candidates(an: Analysis, out: List[Choice]) -> List[Choice]:
                               else "")))
     if an.spd_like:
         kept.append(Choice("gmres", "jacobi" if not an.zero_diagonal else None, {},
-                           "CG failed: A is not positive definite"))
+                           "CG failed: GMRES, which needs no positive definite A"))
     kept.append(Choice("gmres", None, {}, "complex A: GMRES without a preconditioner"))
     seen, uniq = set(), []
     for c in kept:
@@ -382,8 +388,9 @@ def _ilu0_first(an: Analysis, params: dict, why: str) -> List[Choice]:
                    "iterations on most such matrices, and BiCGSTAB with it less time than "
                    "GMRES(30) on 17 of 26 test matrices (0.82x in geometric mean, sherman3 "
                    "83 against 407 iterations)"),
-            Choice("gmres", "ilu0", dict(params), "BiCGSTAB broke down or stagnated: GMRES "
-                   "with the same ILU(0), from BiCGSTAB's iterate")]
+            Choice("gmres", "ilu0", dict(params), "BiCGSTAB did not converge (a breakdown, "
+                   "a stagnation or its share of the budget): GMRES with the same ILU(0), "
+                   "from BiCGSTAB's iterate")]
 
 
 def _pin_method(an: Analysis, out: List[Choice], method: str) -> List[Choice]:
@@ -441,7 +448,8 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
             resolve_block(fsai, an)
         out += [*_ilu0_first(an, {}, ""),
                 fsai,
-                Choice("gmres", "ilu0", {}, "CG failed: A is not positive definite"),
+                Choice("gmres", "ilu0", {}, "CG failed: GMRES + ILU(0), which need no "
+                       "positive definite A"),
                 Choice("gmres", *ilut_mc64, "ILU(0) failed: pivoting ILUT after MC64"),
                 *_direct(an)]
     else:
@@ -463,12 +471,15 @@ def candidates(an: Analysis, method="auto", precond="auto") -> List[Choice]:
     if method != "auto":
         out = _pin_method(an, out, method)
     if not is_auto(precond):
-        seen, pinned = set(), []
+        seen, pinned = [], []
         for c in out:
             if c.method not in seen:
-                seen.add(c.method)
-                pinned.append(Choice(c.method, None, {}, f"preconditioner pinned by the caller; "
-                                     f"method for it: {c.reason}"))
+                # (the candidates' own reasons speak of their preconditioners: not these)
+                why = (f"{_NAMES[c.method]} first" if not seen else
+                       f"{_NAMES[c.method]} after {_NAMES[seen[-1]]} did not converge")
+                seen.append(c.method)
+                pinned.append(Choice(c.method, None, {}, f"preconditioner pinned by the "
+                                     f"caller; {why}"))
         out = pinned
     else:
         # when every preconditioner's set-up fails (an empty row or column: A structurally
@@ -519,7 +530,8 @@ class _Monitor:
         self.calls += 1
         it = self.calls * self.per_call
         if it >= self.share:
-            self.why = f"used its share of the budget ({self.share} iterations)"
+            self.why = (f"used its share of the budget ({self.share} iteration"
+                        f"{'s' if self.share != 1 else ''})")
             return True
         if self.calls % self.every:
             return False
@@ -774,10 +786,11 @@ def plan(C, method="auto", precond="auto", precond_params=None):
 
 def candidate_side(method, side=None):
     """The side a candidate's method applies ``M`` on: GMRES ``side`` (right by default,
-    see the module docstring), BiCGSTAB right, CG left."""
+    see the module docstring), BiCGSTAB right, CG ``"symmetric"`` (it needs a symmetric
+    ``M``)."""
     if method == "gmres":
         return side or "right"
-    return "right" if method == "bicgstab" else "left"
+    return "right" if method == "bicgstab" else "symmetric"
 
 
 def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalate, cache):

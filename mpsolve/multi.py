@@ -46,7 +46,7 @@ import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError
 from ._sparse import dtype_check, kernel_ready
-from ._system import (STAGNATION, _check_maxiter, _check_tol, _fusable_is_apply,
+from ._system import (STAGNATION, _check_maxiter, _check_tol, _fusable_is_apply, refuse_sparse,
                       system_for)
 from .backend import on_host, to_device, to_host
 from .kernels.primitives import BlockPrimitives, bind_block_primitives
@@ -81,9 +81,7 @@ class BlockSystem:
 def check_block(b, n, name="b"):
     """``b`` as a host ``(n, k)`` array, checked as :func:`mpsolve._system.make_problem`
     checks a vector (numeric dtype, finite values); every rejection names ``name``."""
-    if sp.issparse(b):
-        raise TypeError(f"{name} is a SciPy sparse {b.format} matrix: pass a dense array, "
-                        f"{name}.toarray()")
+    refuse_sparse(b, name)
     arr = kernel_ready(b if type(b) is np.ndarray else to_host(b))
     if arr.dtype == object:
         raise TypeError(f"{name} holds Python objects (dtype object): pass a numeric array, "

@@ -148,7 +148,7 @@ class Solver:
         auto = method == "auto" or is_auto(precond)
         if method not in ("auto",) + tuple(BODIES):
             raise ValueError(f"method={method!r}: choose 'auto' or one of {list(BODIES)}")
-        a["restart"] = check_gmres_options(a["restart"], a["side"])
+        a["restart"] = check_gmres_options(a["restart"], a["side"], method, stacklevel + 1)
         check_precond(precond)
         device = resolve_device(a["device"] if device is None else device, A)
         if not on_host(A) and hasattr(A, "get"):
@@ -217,7 +217,7 @@ class Solver:
             if method == "gmres":
                 restart, side = (AUTO_RESTART if restart is None else restart), m_side
             else:
-                restart = None
+                restart = side = None
             if M is not None and not isinstance(M, Preconditioner):
                 M = problem.M_user           # the caller's matrix or operator, as checked
             # as auto_solve hands its candidate to solve(): the set-up object, no name
@@ -494,12 +494,17 @@ class Solver:
             return self
         p.replace_values(C)
         M = p.M_user
+        start = as_precision(self._start, self._a_dtype())
         try:
-            if self._owns_M:     # its set-up on the new values, as it was stored
-                setup_for_solve(M, C, dtype=M.storage_dtype, device=M.device, side=M._side)
+            if self._owns_M:
+                # its set-up on the new values in the first policy's storage, as a fresh
+                # Solver's: not in the storage an escalation for the old values left (an
+                # FP64 M under 'mixed'), and range-checked again (escalated if need be)
+                setup_for_solve(M, C, dtype=p.realise(start.precond), device=M.device,
+                                side=M._side)
             p._systems.clear()   # the stored (FP32) copies of A, made again and range-checked
             self._policies.clear()
-            self.precision = self._realise(as_precision(self._start, self._a_dtype()))
+            self.precision = self._realise(start)
         except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             # the new values do not fit the kept choice (a zero pivot, an FP32 range the
             # first policy does not reach): set everything up as the constructor does

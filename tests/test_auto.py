@@ -492,8 +492,9 @@ def test_a_preconditioner_object_with_the_auto_method(make, spd):
         res = run(M)
         _ok(res, A, b, 1e-8)
         assert res.converged and M.is_setup
-        # set up for the side the chosen method applies it on (CG left, the others right)
-        assert M._side == ("left" if res.method == "cg" else "right")
+        # set up for the side the chosen method applies it on (CG "symmetric": it needs a
+        # symmetric M; the others right)
+        assert M._side == ("symmetric" if res.method == "cg" else "right")
         if res.method == "cg":
             assert spd and M.symmetric
         tried = [c for c in res.choices if c.outcome != "not tried"]
@@ -839,12 +840,34 @@ def test_direct_fallback_is_a_complete_lu_where_a_dense_one_fits():
     _ok(res, A, b, 1e-8)
     last = [c for c in res.choices if not c.bare][-1]
     assert res.converged and last.params == {"reorder": "mc64", "drop_tol": 0.0,
-                                             "fill_factor": fill}
+                                             "fill_factor": fill, "symmetric": False}
     assert last.outcome == "converged" and last.iterations <= 2
     # beyond a dense LU's size the fill stays bounded; beyond the entry budget, no candidate
     big = 10 ** 5
     assert auto.direct_fill_factor(big, 5 * big) == auto.DIRECT_FILL
     assert auto.direct_fill_factor(big, auto.DIRECT_MAX_ENTRIES) is None
+
+def test_direct_fallback_is_an_exact_lu_of_a_symmetric_indefinite_matrix(monkeypatch):
+    """A shifted 2-D Laplacian (symmetric, positive diagonal, indefinite): with its fill
+    bounded (n = 7225 in the report; here the dense bound made small), the last resort's
+    ILUT took its symmetric, Manteuffel-shifted form -- ``||M A e - e|| = 0.14``, no LU --
+    and auto ended unsolved where SciPy's spsolve is exact.  It is the pivoting LU now."""
+    from mpsolve.precond import make_preconditioner
+
+    m = 30
+    T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(m, m))
+    A = (sp.kron(T, sp.eye(m)) + sp.kron(sp.eye(m), T) - 0.2 * sp.eye(m * m)).tocsr()
+    monkeypatch.setattr(auto, "DIRECT_MAX_ENTRIES", auto.DIRECT_FILL * A.nnz)
+    direct = [c for c in auto.candidates(auto.analyse(A)) if c.params.get("drop_tol") == 0.0]
+    assert len(direct) == 1 and "fill bounded" in direct[0].reason
+    M = make_preconditioner(direct[0].precond, **direct[0].params)
+    M.setup(A, dtype="float64")
+    e = np.ones(A.shape[0])
+    assert np.linalg.norm(M.matvec(A @ e) - e) <= 1e-10 * np.linalg.norm(e)
+    b = A @ np.random.default_rng(7).standard_normal(A.shape[0])
+    res = mpsolve.solve(A, b, rtol=1e-10)
+    _ok(res, A, b, 1e-10)
+
 
 def test_symmetry_is_ilu0s_own_test():
     """auto calls A symmetric exactly when ILU(0) uses its symmetric (IC(0)) form, so CG is

@@ -63,6 +63,13 @@ CASES = [
     ("object A", _with(A=A0.toarray().astype(object)), TypeError,
      ["A", "dtype object", "np.asarray"]),
     ("b a row", _with(b=B0.reshape(1, -1)), ValueError, ["b", "a row", "b.ravel()"]),
+    # SciPy refuses an x0 of shape (1, n) too (mpsolve took it as a column)
+    ("x0 a row", _with(x0=np.zeros((1, N))), ValueError, ["x0", f"({N}, 1)"]),
+    # one sparse column: named as sparse (the message said "Python objects")
+    ("sparse column b", _with(b=sp.csr_matrix(B0[:, None])), TypeError,
+     ["b", "sparse", "b.toarray()"]),
+    ("sparse column x0", _with(x0=sp.csc_array(B0[:, None])), TypeError,
+     ["x0", "sparse", "x0.toarray()"]),
     ("negative rtol", _with(rtol=-1e-5), ValueError, ["rtol", "non-negative"]),
     ("negative atol", _with(atol=-1.0), ValueError, ["atol", "non-negative"]),
     ("NaN rtol", _with(rtol=float("nan")), ValueError, ["rtol"]),
@@ -277,6 +284,24 @@ def test_bad_options_are_refused_before_anything_is_chosen(method, kw, match):
                  lambda: mpsolve.Solver(A0, method=method, **kw)):
         with pytest.raises(ValueError, match=match):
             make()
+
+
+@pytest.mark.parametrize("method", ["cg", "bicgstab"])
+@pytest.mark.parametrize("opt", [dict(side="right"), dict(side="left"), dict(restart=10)])
+@pytest.mark.parametrize("precond", ["auto", "jacobi"])
+def test_gmres_options_under_another_method_warn_once(method, opt, precond):
+    """``side`` (like ``restart``) does nothing under CG or BiCGSTAB: a warning naming it
+    (``side`` was taken silently, and ``restart`` only without ``precond='auto'``), once per
+    call from solve, Solver and solve with several right-hand sides."""
+    b = A0 @ B0
+    name = next(iter(opt))
+    for call in (lambda: mpsolve.solve(A0, b, method=method, precond=precond, **opt),
+                 lambda: mpsolve.Solver(A0, method=method, precond=precond, **opt).solve(b),
+                 lambda: mpsolve.solve(A0, np.c_[b, b], method=method, precond=precond, **opt)):
+        with pytest.warns(UserWarning, match=f"{name} is a GMRES option") as got:
+            r = call()
+        assert r.converged
+        assert sum("GMRES option" in str(w.message) for w in got) == 1
 
 
 def test_integral_float_restart_is_taken():

@@ -168,6 +168,25 @@ def test_scaled_right_hand_side_keeps_the_callers_units():
     assert r.info == 0 and r.true_residual <= 1e-6
 
 
+@pytest.mark.parametrize("method", ["cg", "bicgstab", "gmres"])
+def test_a_tiny_b_with_an_order_one_start_neither_overflows_nor_is_called_indefinite(method):
+    """``||b|| = 1e-160`` (held scaled up by a power of two) and ``x0 = 1``: scaled as far
+    as ``b``, the start became 1e161 and its residual's dots overflowed -- CG and BiCGSTAB
+    stopped with -14 at once, and auto blamed A ("not positive definite").  ``b`` is now
+    scaled up only as far as ``x0`` stays in range: each method converges, in the
+    caller's units."""
+    T = _tridiag(50)
+    b = 1e-160 * (T @ np.ones(50))
+    x0 = np.ones(50)
+    r = mpsolve.solve(T, b, x0=x0, method=method, rtol=1e-8, maxiter=5000)
+    assert r.info == 0, r.summary()
+    assert np.linalg.norm(b - T @ r.x) <= 1.01e-8 * np.linalg.norm(b)
+    assert np.allclose(r.x, 1e-160, rtol=1e-6, atol=0)
+    assert np.array_equal(x0, np.ones(50))
+    a = mpsolve.solve(T, b, x0=x0, rtol=1e-8)
+    assert a.info == 0 and "not positive definite" not in a.summary()
+
+
 def test_problem_norm_is_safe():
     v = ldexp_array(np.random.default_rng(6).standard_normal(40), 1000)
     assert norm(v, np) == math.ldexp(float(np.linalg.norm(ldexp_array(v, -1000))), 1000)

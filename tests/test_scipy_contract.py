@@ -158,6 +158,28 @@ def test_gmres_legacy_callback_as_scipy_warning_info_and_scalar():
         x, info = mpsolve.gmres(A, b, rtol=1e-6, atol=0.0, maxiter=2, restart=50)
 
 
+@pytest.mark.parametrize("callback_type", ["pr_norm", "legacy"])
+def test_gmres_residual_callback_is_relative_whatever_the_scale_of_b(callback_type):
+    """SciPy's ``pr_norm`` (and legacy) callback gets the relative residual norm, the same
+    numbers for ``b`` and ``s b``.  mpsolve solves a ``b`` with ``||b||`` outside
+    [2^-500, 2^500] scaled by a power of two and hands iterates back in the caller's units;
+    it multiplied these relative norms by that power too (5e-160 for ``s = 1e-160``)."""
+    A = _spd(40)
+    b = A @ np.ones(40)
+    seen = {}
+    for s in (1.0, 1e-160, 1e160):
+        got = []
+        mpsolve.gmres(A, s * b, rtol=1e-8, callback=got.append, callback_type=callback_type,
+                      restart=10)
+        seen[s] = np.array(got)
+    ref = []
+    spla.gmres(A, b, rtol=1e-8, callback=ref.append, callback_type=callback_type, restart=10)
+    assert seen[1.0].size == len(ref)
+    np.testing.assert_allclose(seen[1.0], ref, rtol=1e-6)
+    for s in (1e-160, 1e160):
+        np.testing.assert_allclose(seen[s], seen[1.0], rtol=1e-6)
+
+
 @pytest.mark.parametrize("restart", [None, 5])
 def test_gmres_legacy_callback_default_maxiter_is_ten_n_inner_iterations(restart):
     """Legacy mode without ``maxiter``: SciPy stops after ``10 n`` inner iterations with

@@ -272,6 +272,27 @@ def test_update_beyond_fp32_escalates_like_fresh():
     assert r.escalations
 
 
+@pytest.mark.parametrize("back", [1.0, 1e-40])
+def test_update_after_an_escalating_one_starts_from_the_first_policy(back):
+    """After an update that escalated (values beyond FP32: an FP64 ILU(0) under 'eft'), a
+    same-pattern update back kept that FP64 factor under 'mixed' (its x differed from a
+    fresh solve's) -- or, to values whose FP32 factor does not fit (1e-40: inverse pivots
+    beyond FP32), reported 'mixed' without the escalation a fresh solve makes.  It now sets
+    up as a fresh Solver does: the same precision, storage and bits."""
+    A = poisson2d(20)
+    kw = dict(method="cg", precond="ilu0", precision="mixed", rtol=1e-8)
+    s = Solver(A, **kw)
+    s.update(A * 1e50)
+    assert s.last_update == "full" and s.precision.name != "mixed"
+    new = A * back
+    s.update(new)
+    b = new @ np.ones(A.shape[0])
+    fresh = Solver(new, **kw)
+    assert s.precision.name == fresh.precision.name
+    assert s._problem.M_user.storage_dtype == fresh._problem.M_user.storage_dtype
+    _same(s.solve(b), mpsolve.solve(new, b, **kw))
+
+
 def test_update_leaves_a_callers_set_up_preconditioner():
     A = poisson2d(8)
     M = ILU0(dtype="float64").setup(A)
