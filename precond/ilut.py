@@ -101,15 +101,19 @@ def equilibrate(C):
     A = abs(sp.csr_matrix(C))
     if A.shape[0] == 0:
         return np.ones(0), np.ones(0)
-    rmax = np.asarray(A.max(axis=1).toarray()).ravel().astype(np.float64)
-    r = np.ones_like(rmax)
-    on = rmax > 0
-    r[on] = np.ldexp(1.0, 1 - np.frexp(rmax[on])[1])     # 2^-floor(log2 max)
-    cmax = np.asarray((sp.diags(r) @ A).max(axis=0).toarray()).ravel().astype(np.float64)
-    c = np.ones_like(cmax)
-    on = cmax > 0
-    c[on] = np.ldexp(1.0, 1 - np.frexp(cmax[on])[1])
+    r = pow2_inverse(np.asarray(A.max(axis=1).toarray()).ravel().astype(np.float64))
+    c = pow2_inverse(np.asarray((sp.diags(r) @ A).max(axis=0).toarray()).ravel()
+                     .astype(np.float64))
     return r, c
+
+
+def pow2_inverse(m):
+    """``2^-floor(log2 m)`` where ``m > 0`` (1 elsewhere): brings ``m`` into ``[1, 2)``
+    exactly."""
+    s = np.ones_like(m)
+    on = m > 0
+    s[on] = np.ldexp(1.0, 1 - np.frexp(m[on])[1])
+    return s
 
 
 #: ``ILUT(symmetric=None)`` keeps the symmetric form only where it needs no shift above

@@ -96,14 +96,6 @@ def _store(pp, pi, data, n, storage, dtype, accumulate, what, device):
 SCALE_SPREAD = 2.0 ** 21
 
 
-def _pow2_inverse(m):
-    """``2^-floor(log2 m)`` where ``m > 0`` (1 elsewhere): brings ``m`` into ``[1, 2)``."""
-    s = np.ones_like(m)
-    on = m > 0
-    s[on] = np.ldexp(1.0, 1 - np.frexp(m[on])[1])
-    return s
-
-
 def equilibrated(C):
     """``(diag(r) C diag(c), (c, r))`` -- powers of two that bring the largest entry of
     every row, then of every column, into ``[1, 2)`` (the rule of LAPACK's ``dgeequb``, as
@@ -115,6 +107,8 @@ def equilibrated(C):
     not as computed: with rows and columns scaled by 1e-6..1e6, the local systems' condition
     checks sent hundreds of rows to the fallback and the pattern test to ``A^2``, and GMRES
     stalled at 1e-1 where Jacobi and ILU(0) converge."""
+    from .ilut import pow2_inverse
+
     n = C.shape[0]
     if C.nnz == 0 or n == 0:
         return C, None
@@ -122,7 +116,7 @@ def equilibrated(C):
     rmax = np.maximum.reduceat(a, np.minimum(C.indptr[:-1], C.nnz - 1))
     lengths = np.diff(C.indptr)
     rmax[lengths == 0] = 0.0
-    r = _pow2_inverse(rmax)
+    r = pow2_inverse(rmax)
     rows = None
     if r.max() > SCALE_SPREAD * r.min():
         rows = np.repeat(np.arange(n), lengths)
@@ -131,7 +125,7 @@ def equilibrated(C):
         r = np.ones(n)
     cmax = np.zeros(C.shape[1])
     np.maximum.at(cmax, C.indices, a)
-    c = _pow2_inverse(cmax)
+    c = pow2_inverse(cmax)
     if not c.max() > SCALE_SPREAD * c.min():
         if rows is None:
             return C, None
@@ -531,7 +525,8 @@ class ISAI(_ISAIBase):
           ``variant_reason`` record the choice): ``"spd"`` when ``A`` is symmetric,
           so ``M`` is SPD and safe under CG, and under CG always (``side="symmetric"``);
           otherwise the approximate inverse of the side the solver applies ``M`` on:
-          ``"general"`` for left, ``"right"`` for right preconditioning (GMRES ``side="right"``, BiCGSTAB, PETSc's FGMRES).
+          ``"general"`` for left, ``"right"`` for right preconditioning (GMRES
+          ``side="right"``, BiCGSTAB, PETSc's FGMRES).
         * ``"general"`` -- left approximate inverse ``M A ~ I`` on the pattern of
           ``A^k``; row ``i`` with columns ``J_i`` solves
           ``M[i, J_i] A[J_i, J_i] = e_i^T``.
