@@ -98,13 +98,30 @@ def equilibrate(C):
     matrix with rows scaled by 1e-3..1e3 it reports the factor exactly singular, and on a
     diagonally dominant random matrix its factors grow to 1e60, where the equilibrated
     matrix factors well (``tests/test_symmetry.py``)."""
-    A = abs(sp.csr_matrix(C))
-    if A.shape[0] == 0:
-        return np.ones(0), np.ones(0)
-    r = pow2_inverse(np.asarray(A.max(axis=1).toarray()).ravel().astype(np.float64))
-    c = pow2_inverse(np.asarray((sp.diags(r) @ A).max(axis=0).toarray()).ravel()
-                     .astype(np.float64))
-    return r, c
+    C = sp.csr_matrix(C)
+    r = pow2_inverse(row_abs_max(C))
+    return r, pow2_inverse(col_abs_max(C, r))
+
+
+def row_abs_max(C):
+    """``max_j |c_ij|`` of every row of CSR ``C`` (0 for an empty row), one pass."""
+    out = np.zeros(C.shape[0])
+    if C.nnz:
+        lengths = np.diff(C.indptr)
+        out[:] = np.maximum.reduceat(np.abs(C.data), np.minimum(C.indptr[:-1], C.nnz - 1))
+        out[lengths == 0] = 0.0
+    return out
+
+
+def col_abs_max(C, r=None):
+    """``max_i |r_i c_ij|`` of every column of CSR ``C`` (``r``: None for ones; 0 for an
+    empty column), one pass."""
+    a = np.abs(C.data)
+    if r is not None:
+        a = a * r[np.repeat(np.arange(C.shape[0]), np.diff(C.indptr))]
+    out = np.zeros(C.shape[1])
+    np.maximum.at(out, C.indices, a)
+    return out
 
 
 def pow2_inverse(m):
