@@ -165,8 +165,10 @@ def test_auto_setting_uses_the_loop_only_below_the_parallel_size(monkeypatch):
     b = A @ np.ones(100)
     assert _loop_runs(A, b, _M["jacobi"], "mixed")
     big = np.array([0, 1 << 20])
+    monkeypatch.setenv("MPSOLVE_TEAM", "0")          # (the two-thread loops: test_team.py)
     assert launch_plan("cpu", "cg_loop", 1 << 20, (big, None, None, None, "acc64", True),
                        None, np.float64) is None
+    monkeypatch.delenv("MPSOLVE_TEAM")
     monkeypatch.setenv("MPSOLVE_FUSED", "0")
     assert not _loop_runs(A, b, _M["jacobi"], "mixed")
 

@@ -35,9 +35,10 @@ is not trustworthy is computed again from the vector scaled by a power of two
 subnormal comes from scaled vectors (:func:`~mpsolve.kernels.safenorm.safe_dot_ratio`).
 """
 import math
+import os
 
 import numpy as np
-from numba import njit
+from numba import get_num_threads, njit
 
 from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_NONE, pack
 from ..registry import register, register_plan
@@ -57,9 +58,7 @@ __all__ = ["loop_plan", "cg_loop_native", "cg_loop_compensated", "gmres_arnoldi_
 _NATIVE, _COMPENSATED = 0, 1
 
 
-@register_plan("cpu", "bicgstab_loop")
 @register_plan("cpu", "gmres_arnoldi")
-@register_plan("cpu", "cg_loop")
 def loop_plan(n, A, M, dtype, force=False):
     """The argument pack of :func:`mpsolve.kernels.fused.pack`, or ``None`` where a loop
     here would not compute what the Python body computes bit for bit: some kernel the
@@ -70,10 +69,73 @@ def loop_plan(n, A, M, dtype, force=False):
     The parallel SpMV is not called from these loops: tried (the Python bodies' parallel
     product inside the loop, same bits), a solve of ``python -m mpsolve.bench.coverage``
     crashed there with a segmentation fault, in its first solve after PETSc's set-up; not
-    pursued."""
+    pursued.  The two-thread form (:mod:`.team`) opens no parallel region."""
     if not force and (n >= PARALLEL_MIN or A[0].size > 2):
         return None
     return pack(A, M, dtype)
+
+
+#: Added to a pack's matrix mode when the team loops (:mod:`.team`) run it; the pack's
+#: first matrix array is then the two halves' row split.
+TEAM = 16
+#: Work (``nnz + rows`` of ``A``) from which CG and BiCGSTAB run on two threads
+#: (:mod:`.team`), measured with ``python -m mpsolve.bench.team``
+#: (``bench/results/team.md``): below it the helper's start (about 100 us on this
+#: project's 2-vCPU machines) outweighs what the halved sweeps save -- 2-D Poisson with
+#: Jacobi or ISAI gained 1.1x at 24k, lost 0.9x at 12k.  With ILU(0), whose sweeps stay
+#: on one thread, from :data:`TEAM_MIN_WORK_ILU` (1.0-1.1x at 95k, 0.84-1.03x at 47k).
+#: ``MPSOLVE_TEAM_MIN`` sets one threshold for every preconditioner, ``MPSOLVE_TEAM=0``
+#: turns the team loops off.
+TEAM_MIN_WORK = 20000
+TEAM_MIN_WORK_ILU = 100000
+
+
+def team_threads() -> bool:
+    """Two threads may run: Numba is allowed two or more (``NUMBA_NUM_THREADS``,
+    ``numba.set_num_threads``) and the process may run on two or more CPUs."""
+    if get_num_threads() < 2:
+        return False
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except AttributeError:                                   # no affinity call here
+        return (os.cpu_count() or 1) >= 2
+
+
+def team_allowed() -> bool:
+    """Not turned off (``MPSOLVE_TEAM=0``) and two threads may run."""
+    return os.environ.get("MPSOLVE_TEAM", "1") != "0" and team_threads()
+
+
+def use_team(n, work, prog) -> bool:
+    """Whether CG and BiCGSTAB on ``n`` unknowns (``work``: ``nnz + rows``) with the
+    preconditioner program ``prog`` run on two threads: from :data:`TEAM_MIN_WORK`
+    (:data:`TEAM_MIN_WORK_ILU`), below :data:`PARALLEL_MIN` unknowns -- and beyond where
+    Numba has just two threads (a team iteration beats one parallel region per sweep
+    there); with more threads the parallel kernels run the large systems."""
+    if not team_allowed():
+        return False
+    least = os.environ.get("MPSOLVE_TEAM_MIN")
+    if least is not None:
+        least = int(least)
+    else:
+        least = TEAM_MIN_WORK_ILU if prog == P_ILU else TEAM_MIN_WORK
+    return work >= least and (n < PARALLEL_MIN or get_num_threads() == 2)
+
+
+@register_plan("cpu", "bicgstab_loop")
+@register_plan("cpu", "cg_loop")
+def krylov_loop_plan(n, A, M, dtype, force=False):
+    """:func:`loop_plan`'s pack for CG's and BiCGSTAB's loops, or the team form of it
+    where :func:`use_team` says so (not under ``force``: the serial loops, for the
+    bit-for-bit checks against the Python bodies)."""
+    if not force and team_allowed():
+        packed = pack(A, M, dtype)
+        if packed is None:
+            return None
+        (_, ip, ix, data), amode, prog, P, pmode = packed
+        if use_team(n, int(ip[-1]) + n, prog):
+            return (split_rows(ip), ip, ix, data), amode + TEAM, prog, P, pmode
+    return loop_plan(n, A, M, dtype, force)
 
 
 # ------------------------------------------------------------------ reductions
@@ -312,6 +374,9 @@ def cg_loop_native(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, his
     """At most ``min(maxiter, hist.size)`` PCG iterations in one call, native dots (module
     docstring).  Returns ``(iterations, flag)``: flag 0 converged, 1 iterations used up,
     -12 / -14 as :func:`mpsolve.krylov.cg.cg_body`."""
+    if amode >= TEAM:
+        return team_cg(A[0], _NATIVE, _consts(x.dtype), A, amode - TEAM, prog, P, pmode, x,
+                       r, q, z, p, t, maxiter, tol, hist, state)
     c, f = _cg(_NATIVE, _consts(x.dtype), A, amode, prog, P, pmode, x, r, q, z, p, t,
                min(maxiter, hist.size), tol, hist, state)
     return int(c), int(f)
@@ -321,6 +386,9 @@ def cg_loop_native(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, his
 def cg_loop_compensated(A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol, hist,
                         state):
     """:func:`cg_loop_native` with compensated (Dot2) dots and norms."""
+    if amode >= TEAM:
+        return team_cg(A[0], _COMPENSATED, _consts(x.dtype), A, amode - TEAM, prog, P, pmode,
+                       x, r, q, z, p, t, maxiter, tol, hist, state)
     c, f = _cg(_COMPENSATED, _consts(x.dtype), A, amode, prog, P, pmode, x, r, q, z, p, t,
                min(maxiter, hist.size), tol, hist, state)
     return int(c), int(f)
@@ -497,6 +565,10 @@ def _bicgstab(dmode, consts, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph,
 
 def _bicgstab_call(dmode, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh, w, maxiter,
                    tol, hist, state):
+    if amode >= TEAM:
+        return team_bicgstab(A[0], dmode, _consts(x.dtype), A, amode - TEAM, prog, P, pmode,
+                             x, r, r0, p, v, s, t, ph, sh, w, maxiter, tol,
+                             float(np.finfo(x.dtype).eps), hist, state)
     c, f = _bicgstab(dmode, _consts(x.dtype), A, amode, prog, P, pmode, x, r, r0, p, v, s, t,
                      ph, sh, w, min(maxiter, hist.size), tol, float(np.finfo(x.dtype).eps),
                      hist, state)
@@ -518,3 +590,7 @@ def bicgstab_loop_compensated(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph
     """:func:`bicgstab_loop_native` with Dot2 dots and norms."""
     return _bicgstab_call(_COMPENSATED, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh,
                           w, maxiter, tol, hist, state)
+
+
+# the team loops call this module's reductions and rare paths
+from .team import split_rows, team_bicgstab, team_cg  # noqa: E402
