@@ -29,7 +29,8 @@ The ops: ``cg_loop`` (CG's whole iteration), ``bicgstab_loop`` (BiCGSTAB's) and
 update of ``x`` through NumPy's GEMV, the residual, the restart rules -- stay in Python,
 once per cycle).
 
-The rare paths of the Python bodies are here too, with the same arithmetic: a norm that
+The rare paths of the Python bodies are run too, with the same arithmetic (:mod:`.loopmath`,
+shared with the two-thread loops of :mod:`.team`): a norm that
 is not trustworthy is computed again from the vector scaled by a power of two
 (:func:`mpsolve.kernels.safenorm.safe_nrm2`), and an ``alpha`` whose dot overflowed or is
 subnormal comes from scaled vectors (:func:`~mpsolve.kernels.safenorm.safe_dot_ratio`).
@@ -43,20 +44,17 @@ from numba import get_num_threads, njit
 from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_NONE, pack
 from ..registry import register, register_plan
 from ._config import JIT, PARALLEL_MIN
-from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy_ser,
-                    _dmul_ser, _dot_ser, _maxpy_ser, _mdot_ser, _scal_ser, _waxpy_ser,
-                    _xpay_ser)
-from .eft import _dot2_ser, _mdot2_ser, _nrm2_ser
+from .blas1 import (_axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy_ser, _dmul_ser, _maxpy_ser,
+                    _mdot_ser, _scal_ser, _waxpy_ser, _xpay_ser)
+from .eft import _mdot2_ser
 from .hessenberg import _rotate
 from .ilu import _ilu_solve
+from .loopmath import _COMPENSATED, _NATIVE, _axpy2_nrm2, _dot, _nrm2, _ratio
 from .spmv import _csr_acc32_ser, _csr_acc64_dot_ser, _csr_acc64_ser
+from .team import split_rows, team_bicgstab, team_cg
 
 __all__ = ["loop_plan", "cg_loop_native", "cg_loop_compensated", "gmres_arnoldi_native",
            "gmres_arnoldi_compensated", "bicgstab_loop_native", "bicgstab_loop_compensated"]
-
-#: Reduction modes.
-_NATIVE, _COMPENSATED = 0, 1
-
 
 @register_plan("cpu", "gmres_arnoldi")
 def loop_plan(n, A, M, dtype, force=False):
@@ -136,134 +134,6 @@ def krylov_loop_plan(n, A, M, dtype, force=False):
         if use_team(n, int(ip[-1]) + n, prog):
             return (split_rows(ip), ip, ix, data), amode + TEAM, prog, P, pmode
     return loop_plan(n, A, M, dtype, force)
-
-
-# ------------------------------------------------------------------ reductions
-@njit(**JIT)
-def _dot(mode, x, y):
-    """``x . y`` as the registered ``dot`` of ``mode`` returns it (a float)."""
-    if mode == _NATIVE:
-        return np.float64(_dot_ser(x, y))
-    return np.float64(_dot2_ser(x, y))
-
-
-@njit(**JIT)
-def _nrm2_raw(mode, x):
-    if mode == _NATIVE:
-        return math.sqrt(np.float64(_dot_ser(x, x)))
-    return np.float64(_nrm2_ser(x))
-
-
-@njit(**JIT)
-def _scale_exponent(x):
-    """``e`` with ``2^(e-1) <= max |x_i| < 2^e``, or 0 with ``ok`` False (all zeros, or
-    NaN/inf: safenorm.scale_exponent's None)."""
-    if x.size == 0:
-        return 0, False
-    m = 0.0
-    for i in range(x.size):
-        a = abs(np.float64(x[i]))
-        if a != a:
-            return 0, False
-        if a > m:
-            m = a
-    if not (0.0 < m < math.inf):
-        return 0, False
-    return math.frexp(m)[1], True
-
-
-@njit(**JIT)
-def _scaled(x, e, step):
-    """``2^-e x`` in ``x``'s dtype, in steps of normal factors (safenorm._scaled)."""
-    y = x.copy()
-    e = -e
-    first = True
-    while first or e != 0:
-        first = False
-        f = max(-step, min(step, e))
-        fac = x.dtype.type(math.ldexp(1.0, f))
-        for i in range(y.size):
-            y[i] = y[i] * fac
-        e -= f
-    return y
-
-
-@njit(**JIT)
-def _ldexp(v, e):
-    return math.ldexp(v, e)
-
-
-@njit(**JIT)
-def _nonfinite(x):
-    """(any non-finite, any NaN) of ``x``."""
-    bad = False
-    for i in range(x.size):
-        v = x[i]
-        if v != v:
-            return True, True
-        if not math.isfinite(v):
-            bad = True
-    return bad, False
-
-
-@njit(**JIT)
-def _nrm2(mode, x, lo, step):
-    """``||x||`` as :func:`safenorm.safe_nrm2` of the mode's ``nrm2`` (``lo``: its bound)."""
-    r = _nrm2_raw(mode, x)
-    if r < math.inf and r * r >= lo * x.size:
-        return r
-    e, ok = _scale_exponent(x)
-    if not ok:
-        if x.size:
-            bad, isnan = _nonfinite(x)
-            if bad:
-                return math.nan if isnan else math.inf
-        return r
-    return _ldexp(_nrm2_raw(mode, _scaled(x, e, step)), e)
-
-
-@njit(**JIT)
-def _axpy2_nrm2(mode, a, x, y, b, u, v, lo, step):
-    """``y += a x; v += b u; return ||v||`` as the bound ``axpy2_nrm2`` of ``mode``."""
-    if mode == _NATIVE:
-        r = math.sqrt(np.float64(_axpy2_nrm2_ser(a, x, y, b, u, v)))
-        if r < math.inf and r * r >= lo * v.size:
-            return r
-    else:
-        _axpy2_ser(a, x, y, b, u, v)
-    return _nrm2(mode, v, lo, step)
-
-
-@njit(**JIT)
-def _ratio(mode, x, y, u, w, step):
-    """``(x . y) / (u . w)`` from scaled vectors (safenorm.safe_dot_ratio)."""
-    num_e = 0
-    for k in range(4):
-        v = x if k == 0 else (y if k == 1 else (u if k == 2 else w))
-        if v.size:
-            bad, _ = _nonfinite(v)
-            if bad:
-                return math.nan
-    ex, okx = _scale_exponent(x)
-    ey, oky = _scale_exponent(y)
-    eu, oku = _scale_exponent(u)
-    ew, okw = _scale_exponent(w)
-    sx = _scaled(x, ex, step) if okx else x.copy()
-    sy = _scaled(y, ey, step) if oky else y.copy()
-    su = _scaled(u, eu, step) if oku else u.copy()
-    sw = _scaled(w, ew, step) if okw else w.copy()
-    num = _dot(mode, sx, sy)
-    den = _dot(mode, su, sw)
-    if den != 0:
-        q = num / den
-    elif num == 0 or num != num:
-        q = math.nan
-    else:
-        q = math.copysign(math.inf, num)
-    if q != q or abs(q) == math.inf or q == 0:
-        return q
-    num_e = (ex if okx else 0) + (ey if oky else 0) - (eu if oku else 0) - (ew if okw else 0)
-    return _ldexp(q, num_e)
 
 
 # ------------------------------------------------------------------ operators
@@ -590,7 +460,3 @@ def bicgstab_loop_compensated(A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph
     """:func:`bicgstab_loop_native` with Dot2 dots and norms."""
     return _bicgstab_call(_COMPENSATED, A, amode, prog, P, pmode, x, r, r0, p, v, s, t, ph, sh,
                           w, maxiter, tol, hist, state)
-
-
-# the team loops call this module's reductions and rare paths
-from .team import split_rows, team_bicgstab, team_cg  # noqa: E402

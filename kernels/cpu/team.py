@@ -18,7 +18,7 @@ same recurrences, stopping tests and rare paths), each on its own half of the ro
 * the ILU(0) sweeps (sequential by nature) run on the caller's thread over all rows while
   the helper waits; the rest of the iteration is still shared;
 * the rare paths (a norm or ratio recomputed from scaled vectors) run on the caller's
-  thread on the whole vectors, between barriers, with :mod:`.loops`' own functions.
+  thread on the whole vectors, between barriers, with :mod:`.loopmath`'s functions.
 
 The rows are split once per matrix where ``nnz + rows`` is halved (:func:`split_rows`).
 The loops' results depend on the split, never on the pairing: a run the helper does not
@@ -45,7 +45,7 @@ from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy
                     _dmul_ser, _dot_ser, _waxpy_ser, _xpay_ser)
 from .eft import _dot2_pair_range, _round_pair, _sqrt_pair, two_sum
 from .ilu import _ilu_solve
-from .loops import _NATIVE, _nrm2, _ratio
+from .loopmath import _NATIVE, _nrm2, _ratio
 from .spmv import _rows_acc32, _rows_acc64, _rows_acc64_dot
 from .sync import PARTNER_ROUNDS, SYNC_SIZE, await_partner, barrier, claim
 
@@ -121,7 +121,7 @@ def _share(pair, sync, tid, ep, red, h0, value):
 @njit(**JIT)
 def _norm_of(dmode, red, slot, v, lo, step, pair, sync, tid, ep, h0):
     """``||v||`` from the slot's partials of ``v . v`` (after a barrier), with the rare
-    path of :func:`.loops._nrm2` -- the norm of ``v`` scaled by a power of two -- on the
+    path of :func:`.loopmath._nrm2` -- the norm of ``v`` scaled by a power of two -- on the
     caller's thread where the fast sum is not trustworthy."""
     if dmode == _NATIVE:
         r = math.sqrt(red[16 * slot] + red[16 * slot + 8])
@@ -136,7 +136,7 @@ def _norm_of(dmode, red, slot, v, lo, step, pair, sync, tid, ep, h0):
 
 @njit(**JIT)
 def _ratio_shared(dmode, x, y, u, w, step, pair, sync, tid, ep, red, h0):
-    """:func:`.loops._ratio` (``x.y / u.w`` from scaled vectors) on the caller's thread."""
+    """:func:`.loopmath._ratio` (``x.y / u.w`` from scaled vectors) on the caller's thread."""
     val = _ratio(dmode, x, y, u, w, step) if h0 == 0 else 0.0
     return _share(pair, sync, tid, ep, red, h0, val)
 
