@@ -3,14 +3,15 @@
 ``python -m mpsolve.bench.team [--repeat R] [--sizes 1000,4000,...] [--out FILE]``
 
 For generated problems of growing size (2-D Poisson for CG, 2-D convection-diffusion for
-BiCGSTAB; b = A @ 1, x0 = 0, rtol 1e-8, ``precision='mixed'``) each configuration is
-solved with the team loops off (``MPSOLVE_TEAM=0``: the serial compiled loop below
+BiCGSTAB and GMRES; b = A @ 1, x0 = 0, rtol 1e-8, ``precision='mixed'``) each
+configuration is solved with the team loops off (``MPSOLVE_TEAM=0``: the serial compiled loop below
 :data:`~mpsolve.kernels.cpu._config.PARALLEL_MIN` unknowns, the Python body with the
-parallel kernels above) and forced on (``MPSOLVE_TEAM_MIN=1``), alternately, in one
-process; the fastest of ``R`` runs each.  Whole solves (set-up of ``M`` included, as a
-user sees them), so the helper's start is in the team's time.  The ratio one thread / team
-is what :data:`mpsolve.kernels.cpu.loops.TEAM_MIN_WORK` (and ``TEAM_MIN_WORK_ILU``) are
-chosen from, in ``nnz + rows`` of ``A`` (the table's ``work``).
+parallel kernels above) and forced on (``MPSOLVE_TEAM_MIN=1``, and
+``MPSOLVE_TEAM_GMRES=1`` for GMRES), alternately, in one process; the fastest of
+``R`` runs each.  Whole solves (set-up of ``M`` included, as a user sees them), so the
+helper's start is in the team's time.  The ratio one thread / team is what
+:data:`mpsolve.kernels.cpu.loops.TEAM_MIN_WORK` (and ``TEAM_MIN_WORK_ILU``) are chosen
+from, in ``nnz + rows`` of ``A`` (the table's ``work``).
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ CONFIGS = [
     ("bicgstab + jacobi", "ns", dict(method="bicgstab", precond="jacobi")),
     ("bicgstab + ilu0", "ns", dict(method="bicgstab", precond="ilu0")),
     ("bicgstab + isai", "ns", dict(method="bicgstab", precond="isai")),
+    ("gmres(30) + jacobi", "ns", dict(method="gmres", precond="jacobi", restart=30)),
+    ("gmres(30) + ilu0", "ns", dict(method="gmres", precond="ilu0", restart=30)),
 ]
 
 
@@ -43,6 +46,7 @@ def _time(A, b, kw, team, repeat):
     if team:
         os.environ.pop("MPSOLVE_TEAM", None)
         os.environ["MPSOLVE_TEAM_MIN"] = "1"
+        os.environ["MPSOLVE_TEAM_GMRES"] = "1"
     else:
         os.environ["MPSOLVE_TEAM"] = "0"
     best, res = math.inf, None
@@ -59,7 +63,8 @@ def main(argv=None):
     ap.add_argument("--sizes", default="1000,2000,4000,8000,16000,64000,250000")
     ap.add_argument("--out", default=None, help="write the Markdown table here too")
     args = ap.parse_args(argv)
-    saved = {k: os.environ.get(k) for k in ("MPSOLVE_TEAM", "MPSOLVE_TEAM_MIN")}
+    saved = {k: os.environ.get(k) for k in ("MPSOLVE_TEAM", "MPSOLVE_TEAM_MIN",
+                                            "MPSOLVE_TEAM_GMRES")}
     rows = []
     try:
         for name, kind, kw in CONFIGS:
@@ -73,7 +78,8 @@ def main(argv=None):
                     a, r1 = _time(A, b, kw, False, args.repeat)
                     c, r2 = _time(A, b, kw, True, args.repeat)
                     t1, t2 = min(t1, a), min(t2, c)
-                rows.append((name, A.shape[0], A.nnz + A.shape[0], r1.iterations, r2.iterations, t1, t2))
+                rows.append((name, A.shape[0], A.nnz + A.shape[0], r1.iterations,
+                             r2.iterations, t1, t2))
                 print(f"{name:20s} n={A.shape[0]:7d} its {r1.iterations:5d}/{r2.iterations:5d}"
                       f"  one thread {t1 * 1e3:9.3f} ms  team {t2 * 1e3:9.3f} ms"
                       f"  ratio {t1 / t2:5.2f}", flush=True)
@@ -90,7 +96,8 @@ def main(argv=None):
                     f"--sizes {args.sizes} --out {args.out}` (this machine: "
                     f"{os.cpu_count()} CPUs).  b = A @ 1, x0 = 0, rtol 1e-8, "
                     "precision 'mixed'; whole solves (M's set-up included), fastest of "
-                    "the runs; one thread: `MPSOLVE_TEAM=0`, team: `MPSOLVE_TEAM_MIN=1`.\n\n")
+                    "the runs; one thread: `MPSOLVE_TEAM=0`, team: "
+                    "`MPSOLVE_TEAM_MIN=1 MPSOLVE_TEAM_GMRES=1`.\n\n")
             f.write("| config | n | work | its (one / team) | one thread ms | team ms "
                     "| one / team |\n|---|---|---|---|---|---|---|\n")
             for name, n, work, i1, i2, t1, t2 in rows:

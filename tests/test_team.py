@@ -1,4 +1,4 @@
-"""The two-thread CG and BiCGSTAB loops (kernels/cpu/team.py) and their atomics
+"""The two-thread CG, BiCGSTAB and GMRES loops (kernels/cpu/team.py) and their atomics
 (kernels/cpu/sync.py).
 
 The team loops sum dot products in another order than the serial loops, so they are
@@ -115,6 +115,7 @@ _BI_M = {"none": lambda A: None, "jacobi": lambda A: Jacobi(), "ilu0": lambda A:
 
 def _run(monkeypatch, team_on, method, A, b, M, policy, **kw):
     monkeypatch.delenv("MPSOLVE_FUSED", raising=False)
+    monkeypatch.setenv("MPSOLVE_TEAM_GMRES", "1")
     if team_on:
         monkeypatch.setenv("MPSOLVE_TEAM_MIN", "1")
         monkeypatch.delenv("MPSOLVE_TEAM", raising=False)
@@ -210,6 +211,44 @@ def test_team_bicgstab_breakdown(monkeypatch):
     assert rs[0].iterations == rs[1].iterations
 
 
+_GM_M = {"none": lambda A: None, "jacobi": lambda A: Jacobi(), "ilu0": lambda A: ILU0(),
+         "isai": lambda A: ISAI(variant="general"),
+         "isai-spd": lambda A: ISAI(variant="spd")}
+
+
+@pytest.mark.parametrize("pol", ["double", "mixed", "eft"])
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("mn", list(_GM_M))
+def test_team_gmres_matches_the_serial_loop(monkeypatch, mn, side, pol):
+    A = _NS["convdiff"]() if mn != "isai-spd" else _SPD["poisson"]()
+    b = A @ np.linspace(1.0, 2.0, A.shape[0])
+    kw = dict(rtol=1e-9, restart=20, side=side, maxiter=3000)
+    rs, _ = _run(monkeypatch, False, "gmres", A, b, _GM_M[mn](A), pol, **kw)
+    rt, calls = _run(monkeypatch, True, "gmres", A, b, _GM_M[mn](A), pol, **kw)
+    assert calls, "the team loop did not run"
+    _close(rt, rs, A, b, 1e-9)
+
+
+def test_team_gmres_happy_breakdown_and_cycles(monkeypatch):
+    """A happy breakdown (A = I + a rank-2 part: the Krylov space closes after 3 steps)
+    and several restart cycles (each cycle one team run): as the serial loop."""
+    n = 600
+    rng = np.random.default_rng(5)
+    U = rng.standard_normal((n, 2))
+    A = sp.csr_matrix(np.eye(n) + U @ U.T / n)
+    b = rng.standard_normal(n)
+    rs = [_run(monkeypatch, t, "gmres", A, b, None, "double", rtol=1e-12, restart=20)
+          for t in (0, 1)]
+    assert rs[0][0].info == rs[1][0].info == 0
+    assert rs[0][0].iterations == rs[1][0].iterations <= 4
+    P = _NS["poisson"]()
+    bp = P @ np.ones(P.shape[0])
+    rs = [_run(monkeypatch, t, "gmres", P, bp, Jacobi(), "double", rtol=1e-10, restart=5,
+               side="right", maxiter=5000) for t in (0, 1)]
+    assert len(rs[1][1]) >= 3                                   # cycles: team runs
+    _close(rs[1][0], rs[0][0], P, bp, 1e-10)
+
+
 class _AbsentHelper:
     """A helper pool that never runs what it is given (a busy or missing thread)."""
 
@@ -220,12 +259,13 @@ class _AbsentHelper:
 
 
 @pytest.mark.parametrize("method,mn", [("cg", "jacobi"), ("cg", "ilu0"),
-                                       ("bicgstab", "isai"), ("bicgstab", "none")])
+                                       ("bicgstab", "isai"), ("bicgstab", "none"),
+                                       ("gmres", "ilu0"), ("gmres", "isai")])
 def test_solo_run_gives_the_paired_bits(monkeypatch, method, mn):
     """Without the helper the caller computes both halves in turn: the same bits."""
     A = poisson2d(30) if method == "cg" else _NS["convdiff"]()
     b = A @ np.linspace(1.0, 2.0, A.shape[0])
-    table = _CG_M if method == "cg" else _BI_M
+    table = {"cg": _CG_M, "bicgstab": _BI_M, "gmres": _GM_M}[method]
     paired, _ = _run(monkeypatch, True, method, A, b, table[mn](A), "mixed", rtol=1e-9)
     monkeypatch.setattr(team, "_helper", lambda: _AbsentHelper())
     solo, calls = _run(monkeypatch, True, method, A, b, table[mn](A), "mixed", rtol=1e-9)
@@ -257,7 +297,7 @@ def test_callers_on_several_threads(monkeypatch):
 
 def test_plan_rules(monkeypatch):
     """The team from its least work (and beyond the parallel size with two threads), never
-    under ``MPSOLVE_TEAM=0``, ``force`` (the serial loops) or for GMRES's steps."""
+    under ``MPSOLVE_TEAM=0`` or ``force`` (the serial loops); GMRES's only when asked."""
     from mpsolve.kernels.registry import launch_plan
 
     A = poisson2d(70)
@@ -268,8 +308,9 @@ def test_plan_rules(monkeypatch):
     got = launch_plan("cpu", "cg_loop", n, Ad, None, np.float64)
     assert got[1] >= loops.TEAM and list(got[0][0]) == list(team.split_rows(A.indptr))
     assert launch_plan("cpu", "cg_loop", n, Ad, None, np.float64, True)[1] < loops.TEAM
-    plan = launch_plan("cpu", "gmres_arnoldi", n, Ad, None, np.float64)
-    assert plan is None or plan[1] < loops.TEAM
+    assert launch_plan("cpu", "gmres_arnoldi", n, Ad, None, np.float64)[1] < loops.TEAM
+    monkeypatch.setenv("MPSOLVE_TEAM_GMRES", "1")                # GMRES's: when asked
+    assert launch_plan("cpu", "gmres_arnoldi", n, Ad, None, np.float64)[1] >= loops.TEAM
     monkeypatch.setenv("MPSOLVE_TEAM_MIN", str(n + A.nnz + 1))
     assert launch_plan("cpu", "bicgstab_loop", n, Ad, None, np.float64)[1] < loops.TEAM
     monkeypatch.setenv("MPSOLVE_TEAM_MIN", "1")
@@ -285,3 +326,42 @@ def test_system_uses_the_team_for_a_fusable_preconditioner(monkeypatch):
     problem = make_problem(A, b, M=Jacobi())
     s = make_system(problem, as_precision("mixed", problem.data_dtype))
     assert compiled_loop(s, "cg_loop") is not None
+
+
+def test_no_helper_runs_alone_at_once(monkeypatch):
+    """No helper to be had (interpreter shutdown): the run is marked solo before it starts
+    (no wait) and gives the paired bits."""
+    A = poisson2d(30)
+    b = A @ np.linspace(1.0, 2.0, A.shape[0])
+    paired, _ = _run(monkeypatch, True, "cg", A, b, Jacobi(), "mixed", rtol=1e-9)
+    monkeypatch.setattr(team, "_helper", lambda: None)
+    solo, calls = _run(monkeypatch, True, "cg", A, b, Jacobi(), "mixed", rtol=1e-9)
+    assert calls and solo.iterations == paired.iterations
+    assert np.array_equal(solo.x, paired.x)
+    s = np.zeros(sync.SYNC_SIZE, np.int64)
+    s[sync.STATE] = sync.SOLO
+    assert not sync.await_partner(s, 10 ** 9)          # at once, not after the rounds
+
+
+def _child_solve(q):
+    A = poisson2d(40)
+    res = mpsolve.solve(A, A @ np.ones(A.shape[0]), method="cg", precond="jacobi",
+                        rtol=1e-10)
+    q.put((res.info, float(np.abs(res.x - 1.0).max())))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_forked_child_gets_its_own_helper(monkeypatch):
+    """A child forked after a team run inherits the parent's pool without its thread: it
+    makes its own (else its first team run would wait for a thread that is not there)."""
+    import multiprocessing as mp
+
+    monkeypatch.setenv("MPSOLVE_TEAM_MIN", "1")
+    _child_solve(mp.Queue())                              # the parent's helper exists
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_solve, args=(q,))
+    p.start()
+    info, err = q.get(timeout=120)
+    p.join(timeout=60)
+    assert info == 0 and err < 1e-6

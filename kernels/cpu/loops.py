@@ -51,12 +51,11 @@ from .hessenberg import _rotate
 from .ilu import _ilu_solve
 from .loopmath import _COMPENSATED, _NATIVE, _axpy2_nrm2, _dot, _nrm2, _ratio
 from .spmv import _csr_acc32_ser, _csr_acc64_dot_ser, _csr_acc64_ser
-from .team import split_rows, team_bicgstab, team_cg
+from .team import split_rows, team_arnoldi, team_bicgstab, team_cg
 
 __all__ = ["loop_plan", "cg_loop_native", "cg_loop_compensated", "gmres_arnoldi_native",
            "gmres_arnoldi_compensated", "bicgstab_loop_native", "bicgstab_loop_compensated"]
 
-@register_plan("cpu", "gmres_arnoldi")
 def loop_plan(n, A, M, dtype, force=False):
     """The argument pack of :func:`mpsolve.kernels.fused.pack`, or ``None`` where a loop
     here would not compute what the Python body computes bit for bit: some kernel the
@@ -76,7 +75,7 @@ def loop_plan(n, A, M, dtype, force=False):
 #: Added to a pack's matrix mode when the team loops (:mod:`.team`) run it; the pack's
 #: first matrix array is then the two halves' row split.
 TEAM = 16
-#: Work (``nnz + rows`` of ``A``) from which CG and BiCGSTAB run on two threads
+#: Work (``nnz + rows`` of ``A``) from which the loops run on two threads
 #: (:mod:`.team`), measured with ``python -m mpsolve.bench.team``
 #: (``bench/results/team.md``): below it the helper's start (about 100 us on this
 #: project's 2-vCPU machines) outweighs what the halved sweeps save -- 2-D Poisson with
@@ -105,7 +104,7 @@ def team_allowed() -> bool:
 
 
 def use_team(n, work, prog) -> bool:
-    """Whether CG and BiCGSTAB on ``n`` unknowns (``work``: ``nnz + rows``) with the
+    """Whether the loops on ``n`` unknowns (``work``: ``nnz + rows``) with the
     preconditioner program ``prog`` run on two threads: from :data:`TEAM_MIN_WORK`
     (:data:`TEAM_MIN_WORK_ILU`), below :data:`PARALLEL_MIN` unknowns -- and beyond where
     Numba has just two threads (a team iteration beats one parallel region per sweep
@@ -122,11 +121,11 @@ def use_team(n, work, prog) -> bool:
 
 @register_plan("cpu", "bicgstab_loop")
 @register_plan("cpu", "cg_loop")
-def krylov_loop_plan(n, A, M, dtype, force=False):
-    """:func:`loop_plan`'s pack for CG's and BiCGSTAB's loops, or the team form of it
-    where :func:`use_team` says so (not under ``force``: the serial loops, for the
-    bit-for-bit checks against the Python bodies)."""
-    if not force and team_allowed():
+def krylov_loop_plan(n, A, M, dtype, force=False, team_ok=True):
+    """:func:`loop_plan`'s pack for the loops, or the team form of it where
+    :func:`use_team` says so (not under ``force``: the serial loops, for the bit-for-bit
+    checks against the Python bodies)."""
+    if not force and team_ok and team_allowed():
         packed = pack(A, M, dtype)
         if packed is None:
             return None
@@ -134,6 +133,20 @@ def krylov_loop_plan(n, A, M, dtype, force=False):
         if use_team(n, int(ip[-1]) + n, prog):
             return (split_rows(ip), ip, ix, data), amode + TEAM, prog, P, pmode
     return loop_plan(n, A, M, dtype, force)
+
+
+@register_plan("cpu", "gmres_arnoldi")
+def arnoldi_plan(n, A, M, dtype, force=False):
+    """GMRES's inner steps: the serial loop where :func:`loop_plan` has it; on two threads
+    only when asked (``MPSOLVE_TEAM_GMRES=1``).  Measured (``bench/results/team.md``):
+    1.19-1.52x at 4k-8k unknowns, but 0.70-0.94x at 16k-64k, where the basis outgrows a
+    core's cache and each cycle's update of ``x`` (NumPy, on the caller's thread) reads
+    it all, so the helper's half of the basis crosses between the cores every cycle
+    (instrumented: the caller waited at the barriers for 80% of a cycle); a team run per
+    cycle also pays the helper's start every ``restart`` steps (0.23-0.32x with ILU(0) at
+    1k-2k)."""
+    team_ok = os.environ.get("MPSOLVE_TEAM_GMRES", "0") == "1"
+    return krylov_loop_plan(n, A, M, dtype, force, team_ok)
 
 
 # ------------------------------------------------------------------ operators
@@ -332,6 +345,10 @@ def _arnoldi(dmode, consts, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, s
 
 def _arnoldi_call(dmode, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn, g, hcol,
                   target, floor, max_steps, ratio, eps, reorth, hist):
+    if amode >= TEAM:
+        return team_arnoldi(A[0], dmode, _consts(V.dtype), A, amode - TEAM, prog, P, pmode,
+                            side, V, Z, u, t, H, cs, sn, g, hcol, target, floor, max_steps,
+                            ratio, eps, reorth, hist)
     s, h, e, wi, f = _arnoldi(dmode, _consts(V.dtype), A, amode, prog, P, pmode, side, V, Z,
                               u, t, H, cs, sn, g, hcol, target, floor, max_steps, ratio, eps,
                               reorth, hist)

@@ -26,6 +26,10 @@ halves in turn with the same arithmetic, so its results are the pair's bit for b
 (``tests/test_team.py``).  A waiting thread spins with ``pause`` and yields its core to
 the scheduler every :data:`SPIN_YIELD` spins, so a partner that lost its core (a loaded
 machine) gets it back rather than waiting out a time slice behind a spinning thread.
+
+Numba's disk cache of the loops that call these functions (:mod:`.team`) is keyed on
+their own file: after editing this module, clear ``kernels/cpu/__pycache__`` (Numba does
+not track that dependency, and a cached loop keeps the old barrier and constants).
 """
 from __future__ import annotations
 
@@ -183,11 +187,15 @@ def claim(sync, tid):
 def await_partner(sync, rounds):
     """The caller's first step: wait for the helper's claim up to ``rounds`` yield rounds,
     then take the run alone.  True: paired; False: solo (one compare-and-swap decides, so
-    the helper's late claim fails)."""
+    the helper's late claim fails; a run already marked solo -- no helper to ask -- is
+    solo at once)."""
     for _ in range(rounds):
         for _ in range(SPIN_YIELD):
-            if load_acquire(sync, STATE) == PAIRED:
+            state = load_acquire(sync, STATE)
+            if state == PAIRED:
                 return True
+            if state == SOLO:
+                return False
             cpu_relax()
         sched_yield()
     return cas(sync, STATE, WAITING, SOLO) == PAIRED

@@ -1,4 +1,5 @@
-"""CG and BiCGSTAB run by two threads, each on half of the rows (Numba, no parallel region).
+"""CG, BiCGSTAB and GMRES's inner steps run by two threads, each on half of the rows (Numba,
+no parallel region).
 
 For systems too large for one core and too small to pay for a parallel region per sweep
 (:mod:`.sync`'s docstring: a region costs 55-80 us to open on a 2-vCPU machine whose
@@ -14,7 +15,9 @@ same recurrences, stopping tests and rare paths), each on its own half of the ro
   rounded or square-rooted as :mod:`.eft` does), so both take every branch alike;
 * a product ``A p`` reads all of ``p``: a barrier follows each sweep whose output the
   next one reads across the halves (CG: three barriers an iteration without
-  preconditioner, four with one; BiCGSTAB: six to eight);
+  preconditioner, four with one; BiCGSTAB: six to eight; a GMRES step four to six);
+* GMRES's small problem (the Hessenberg column, its Givens rotations) is computed by both
+  threads alike, each in its own copy, from the same added partials;
 * the ILU(0) sweeps (sequential by nature) run on the caller's thread over all rows while
   the helper waits; the rest of the iteration is still shared;
 * the rare paths (a norm or ratio recomputed from scaled vectors) run on the caller's
@@ -33,6 +36,7 @@ of one process sharing the vectors.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -42,14 +46,16 @@ from numba import njit
 from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_NONE
 from ._config import JIT
 from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy_ser,
-                    _dmul_ser, _dot_ser, _waxpy_ser, _xpay_ser)
-from .eft import _dot2_pair_range, _round_pair, _sqrt_pair, two_sum
+                    _dmul_ser, _dot_ser, _maxpy_chunk, _mdot_chunk, _scal_ser, _waxpy_ser,
+                    _xpay_ser)
+from .eft import _LANES, _dot2_pair_buf, _round_pair, _sqrt_pair, two_sum
+from .hessenberg import _rotate
 from .ilu import _ilu_solve
 from .loopmath import _NATIVE, _nrm2, _ratio
 from .spmv import _rows_acc32, _rows_acc64, _rows_acc64_dot
-from .sync import PARTNER_ROUNDS, SYNC_SIZE, await_partner, barrier, claim
+from .sync import PARTNER_ROUNDS, SOLO, STATE, SYNC_SIZE, await_partner, barrier, claim
 
-__all__ = ["split_rows", "run", "team_cg", "team_bicgstab", "SKIPPED"]
+__all__ = ["split_rows", "run", "team_cg", "team_bicgstab", "team_arnoldi", "SKIPPED"]
 
 #: Flag a helper returns when the caller had already taken the run alone.
 SKIPPED = 99
@@ -79,13 +85,16 @@ def _bar(pair, sync, tid, ep):
 
 
 @njit(**JIT)
-def _part(dmode, red, slot, h, x, y, lo, hi):
-    """Half ``h``'s partial of ``x . y`` (rows ``lo:hi``) into its slot."""
+def _part(dmode, red, slot, h, x, y, lo, hi, lanes):
+    """Half ``h``'s partial of ``x . y`` (rows ``lo:hi``) into its slot (``lanes``: the
+    thread's scratch of Dot2's lane pairs, made once per run -- an allocation per dot
+    product, as :func:`.eft._dot2_pair_range` makes, costs the compensated team loops up
+    to 1.2x where both threads allocate at once)."""
     k = 16 * slot + 8 * h
     if dmode == _NATIVE:
         red[k] = np.float64(_dot_ser(x[lo:hi], y[lo:hi]))
     else:
-        p, s = _dot2_pair_range(x, y, lo, hi)
+        p, s = _dot2_pair_buf(x, y, lo, hi, lanes[0], lanes[1])
         red[k] = np.float64(p)
         red[k + 1] = np.float64(s)
 
@@ -202,6 +211,7 @@ def _cg(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x, r, q,
     tiny, lo_, step = consts
     ptr, ind, val = A[1], A[2], A[3]
     lead = h0 == 0                                          # writes hist and state
+    lanes = np.empty((2, _LANES), dtype=r.dtype)
     ep = 0
     if state[1] == 0:
         if prog != P_NONE:
@@ -209,9 +219,9 @@ def _cg(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x, r, q,
         for h in range(h0, h1):
             lo, hi = split[h], split[h + 1]
             _copy_ser(z[lo:hi], p[lo:hi])                   # p = z
-            _part(dmode, red, _RR, h, r, r, lo, hi)
+            _part(dmode, red, _RR, h, r, r, lo, hi, lanes)
             if prog != P_NONE:
-                _part(dmode, red, _RZ, h, r, z, lo, hi)
+                _part(dmode, red, _RZ, h, r, z, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
         rnorm, ep = _norm_of(dmode, red, _RR, r, lo_, step, pair, sync, tid, ep, h0)
         rz = rnorm * rnorm if prog == P_NONE else _dot_of(dmode, red, _RZ)
@@ -232,7 +242,7 @@ def _cg(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x, r, q,
                     _rows_acc64_dot(lo, hi, ptr, ind, val, p, q))
             else:
                 _rows(amode, ptr, ind, val, p, q, lo, hi)
-                _part(dmode, red, _PQ, h, p, q, lo, hi)
+                _part(dmode, red, _PQ, h, p, q, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
         if amode == ACC64_DOT or dmode == _NATIVE:
             pq = red[16 * _PQ] + red[16 * _PQ + 8]
@@ -255,7 +265,7 @@ def _cg(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x, r, q,
                     alpha, p[lo:hi], x[lo:hi], -alpha, q[lo:hi], r[lo:hi]))
             else:
                 _axpy2_ser(alpha, p[lo:hi], x[lo:hi], -alpha, q[lo:hi], r[lo:hi])
-                _part(dmode, red, _RR, h, r, r, lo, hi)
+                _part(dmode, red, _RR, h, r, r, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
         rnorm, ep = _norm_of(dmode, red, _RR, r, lo_, step, pair, sync, tid, ep, h0)
         if lead:
@@ -269,7 +279,7 @@ def _cg(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x, r, q,
         else:
             ep = _psolve(prog, pmode, P, r, z, t, split, h0, h1, pair, sync, tid, ep)
             for h in range(h0, h1):
-                _part(dmode, red, _RZ, h, r, z, split[h], split[h + 1])
+                _part(dmode, red, _RZ, h, r, z, split[h], split[h + 1], lanes)
             ep = _bar(pair, sync, tid, ep)
             rz_new = _dot_of(dmode, red, _RZ)
             if not (sm * rz_new > 0):
@@ -297,6 +307,7 @@ def _bicgstab(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x,
     tiny, lo_, step = consts
     ptr, ind, val = A[1], A[2], A[3]
     lead = h0 == 0
+    lanes = np.empty((2, _LANES), dtype=r.dtype)
     ep = 0
     rhotol = eps * eps
     first = state[3] == 0
@@ -304,7 +315,7 @@ def _bicgstab(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x,
         for h in range(h0, h1):                             # shadow residual r0^ = r
             lo, hi = split[h], split[h + 1]
             _copy_ser(r[lo:hi], r0[lo:hi])
-            _part(dmode, red, _RR, h, r, r, lo, hi)
+            _part(dmode, red, _RR, h, r, r, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
         r0nrm, ep = _norm_of(dmode, red, _RR, r, lo_, step, pair, sync, tid, ep, h0)
         rnorm = r0nrm
@@ -316,7 +327,7 @@ def _bicgstab(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x,
         r0nrm, rnorm = state[4], state[5]
     for k in range(1, maxiter + 1):
         for h in range(h0, h1):                             # rho = r0^ . r
-            _part(dmode, red, _RHO, h, r0, r, split[h], split[h + 1])
+            _part(dmode, red, _RHO, h, r0, r, split[h], split[h + 1], lanes)
         ep = _bar(pair, sync, tid, ep)
         rho = _dot_of(dmode, red, _RHO)
         if not math.isfinite(rho):
@@ -338,7 +349,7 @@ def _bicgstab(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x,
         for h in range(h0, h1):                             # v = A p^; r0^ . v
             lo, hi = split[h], split[h + 1]
             _rows(amode, ptr, ind, val, ph, v, lo, hi)
-            _part(dmode, red, _R0V, h, r0, v, lo, hi)
+            _part(dmode, red, _R0V, h, r0, v, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
         r0v = _dot_of(dmode, red, _R0V)
         if r0v == 0.0:
@@ -353,7 +364,7 @@ def _bicgstab(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x,
         for h in range(h0, h1):                             # s = r - alpha v
             lo, hi = split[h], split[h + 1]
             _waxpy_ser(-alpha, v[lo:hi], r[lo:hi], s[lo:hi])
-            _part(dmode, red, _SS, h, s, s, lo, hi)
+            _part(dmode, red, _SS, h, s, s, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
         snorm, ep = _norm_of(dmode, red, _SS, s, lo_, step, pair, sync, tid, ep, h0)
         if snorm <= tol:
@@ -370,8 +381,8 @@ def _bicgstab(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x,
         for h in range(h0, h1):                             # t = A s^
             lo, hi = split[h], split[h + 1]
             _rows(amode, ptr, ind, val, sh, t, lo, hi)
-            _part(dmode, red, _TT, h, t, t, lo, hi)
-            _part(dmode, red, _TS, h, t, s, lo, hi)
+            _part(dmode, red, _TT, h, t, t, lo, hi, lanes)
+            _part(dmode, red, _TS, h, t, s, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
         tt = _dot_of(dmode, red, _TT)
         ts = _dot_of(dmode, red, _TS)
@@ -387,7 +398,7 @@ def _bicgstab(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x,
             lo, hi = split[h], split[h + 1]
             _axpy2_ser(alpha, ph[lo:hi], x[lo:hi], omega, sh[lo:hi], x[lo:hi])
             _waxpy_ser(-omega, t[lo:hi], s[lo:hi], r[lo:hi])  # r = s - omega t
-            _part(dmode, red, _RR, h, r, r, lo, hi)
+            _part(dmode, red, _RR, h, r, r, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
         rnorm, ep = _norm_of(dmode, red, _RR, r, lo_, step, pair, sync, tid, ep, h0)
         if lead:
@@ -403,30 +414,168 @@ def _bicgstab(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x,
     return maxiter, 1
 
 
+# ------------------------------------------------------------------ GMRES
+@njit(**JIT)
+def _mdot_part(dmode, mred, h, V, k, w, lo, hi, lanes):
+    """Half ``h``'s partials of ``V[i] . w`` (rows ``lo:hi``), ``i < k``, into ``mred[h]``."""
+    if dmode == _NATIVE:
+        _mdot_chunk(V, k, w, lo, hi, mred[h, 0])
+        return
+    for i in range(k):
+        p, s = _dot2_pair_buf(V[i], w, lo, hi, lanes[0], lanes[1])
+        mred[h, 0, i] = np.float64(p)
+        mred[h, 1, i] = np.float64(s)
+
+
+@njit(**JIT)
+def _mdot_sum(dmode, mred, k, out):
+    """The two halves' partials added, as :func:`_dot_of` does (both threads alike)."""
+    for i in range(k):
+        if dmode == _NATIVE:
+            out[i] = mred[0, 0, i] + mred[1, 0, i]
+        else:
+            p, q = two_sum(mred[0, 0, i], mred[1, 0, i])
+            out[i] = _round_pair(p, mred[0, 1, i] + mred[1, 1, i] + q)
+
+
+@njit(**JIT)
+def _arnoldi(tid, sync, red, split, mred, dmode, consts, A, amode, prog, P, pmode, side, V,
+             Z, u, t, H0, cs0, sn0, g0, hcol0, H1, cs1, sn1, g1, hcol1, target, floor,
+             max_steps, ratio, eps, reorth, hist):
+    """The inner steps of one GMRES cycle as :func:`.loops._arnoldi` (same arguments),
+    rows split between two threads.  The small problem (``H``, the rotations, ``g``) is
+    computed by both threads alike, each in its own arrays (the caller's: ``H0``...; the
+    helper's copies: ``H1``...), so both take every branch alike.  Returns ``(steps,
+    happy, est, wnorm_in, flag)``; a late helper's flag is :data:`SKIPPED`."""
+    joined, pair, h0, h1 = _start(sync, tid)
+    if not joined:
+        return 0, False, 0.0, 0.0, SKIPPED
+    if tid == 1:
+        H, cs, sn, g, hcol = H1, cs1, sn1, g1, hcol1
+    else:
+        H, cs, sn, g, hcol = H0, cs0, sn0, g0, hcol0
+    tiny, lo_, step = consts
+    ptr, ind, val = A[1], A[2], A[3]
+    lead = h0 == 0
+    lanes = np.empty((2, _LANES), dtype=V.dtype)
+    ep = 0
+    m = H.shape[1]
+    est = 0.0
+    wnorm_in = 0.0
+    happy = False
+    steps = 0
+    for j in range(m):
+        w = V[j + 1]
+        if side == 1:                                       # w = M A v_j
+            for h in range(h0, h1):
+                _rows(amode, ptr, ind, val, V[j], u, split[h], split[h + 1])
+            if prog != P_DIAG:
+                ep = _bar(pair, sync, tid, ep)              # all of u before M u
+            ep = _psolve(prog, pmode, P, u, w, t, split, h0, h1, pair, sync, tid, ep)
+        elif side == 2:                                     # z_j = M v_j; w = A z_j
+            z = Z[j] if Z.shape[0] > 1 else Z[0]
+            ep = _psolve(prog, pmode, P, V[j], z, t, split, h0, h1, pair, sync, tid, ep)
+            ep = _bar(pair, sync, tid, ep)                  # all of z before A z
+            for h in range(h0, h1):
+                _rows(amode, ptr, ind, val, z, w, split[h], split[h + 1])
+        else:
+            for h in range(h0, h1):                         # w = A v_j
+                _rows(amode, ptr, ind, val, V[j], w, split[h], split[h + 1])
+        for h in range(h0, h1):                             # h_i = v_i . w; ||w||
+            lo, hi = split[h], split[h + 1]
+            _mdot_part(dmode, mred, h, V, j + 1, w, lo, hi, lanes)
+            _part(dmode, red, _SS, h, w, w, lo, hi, lanes)
+        ep = _bar(pair, sync, tid, ep)
+        _mdot_sum(dmode, mred, j + 1, hcol)
+        wnorm, ep = _norm_of(dmode, red, _SS, w, lo_, step, pair, sync, tid, ep, h0)
+        wnorm0 = wnorm_in = wnorm
+        for ps in range(2):                                 # CGS2
+            if ps:
+                for h in range(h0, h1):
+                    _mdot_part(dmode, mred, h, V, j + 1, w, split[h], split[h + 1], lanes)
+                ep = _bar(pair, sync, tid, ep)
+                _mdot_sum(dmode, mred, j + 1, hcol)
+            for h in range(h0, h1):                         # w -= sum_i h_i v_i
+                lo, hi = split[h], split[h + 1]
+                _maxpy_chunk(V, j + 1, hcol, w, lo, hi)
+                _part(dmode, red, _RR, h, w, w, lo, hi, lanes)
+            ep = _bar(pair, sync, tid, ep)
+            wnorm, ep = _norm_of(dmode, red, _RR, w, lo_, step, pair, sync, tid, ep, h0)
+            for i in range(j + 1):
+                H[i, j] += hcol[i]
+            if wnorm > reorth * wnorm0:
+                break
+            wnorm0 = wnorm
+        H[j + 1, j] = wnorm
+        if not math.isfinite(wnorm):
+            return steps, happy, est, wnorm_in, -14
+        est = _rotate(H, cs, sn, g, j)                      # Givens: H[:, j] -> R
+        if lead:
+            hist[steps] = est * ratio
+        steps += 1
+        if wnorm <= eps * wnorm_in or wnorm == 0.0:
+            happy = True
+            break
+        for h in range(h0, h1):                             # v_{j+1} = w / ||w||
+            lo, hi = split[h], split[h + 1]
+            _scal_ser(1.0 / wnorm, w[lo:hi])
+        ep = _bar(pair, sync, tid, ep)                      # all of v_{j+1} before A v
+        if est <= target or est <= floor or steps == max_steps:
+            break
+    return steps, happy, est, wnorm_in, 0
+
+
+def team_arnoldi(split, dmode, consts, A, amode, prog, P, pmode, side, V, Z, u, t, H, cs, sn,
+                 g, hcol, target, floor, max_steps, ratio, eps, reorth, hist):
+    """One GMRES cycle's inner steps on two threads; as :func:`.loops._arnoldi_call`.
+    Returns ``(steps, happy, est, wnorm_in, flag)``."""
+    mred = np.zeros((2, 2, H.shape[0]))
+    s, hp, e, wi, f = run(_arnoldi, split, mred, dmode, consts, A, amode, prog, P, pmode,
+                          side, V, Z, u, t, H, cs, sn, g, hcol, H.copy(), cs.copy(),
+                          sn.copy(), g.copy(), hcol.copy(), target, floor, max_steps, ratio,
+                          eps, reorth, hist)
+    return int(s), bool(hp), float(e), float(wi), int(f)
+
+
 # ------------------------------------------------------------------ the two threads
 _local = threading.local()
 
 
-def _helper() -> ThreadPoolExecutor:
-    """The calling thread's helper (one worker thread, made at its first team run): a
-    thread of its own per caller, so two callers' runs never wait for one helper."""
+def _helper():
+    """The calling thread's helper (one worker thread, made at its first team run), or
+    ``None`` where none can be had (interpreter shutdown).  A thread of its own per
+    caller, so two callers' runs never wait for one helper; made again in a forked child
+    (whose copy of the parent's pool has no thread)."""
     pool = getattr(_local, "pool", None)
-    if pool is None:
-        pool = _local.pool = ThreadPoolExecutor(1, thread_name_prefix="mpsolve-team")
+    if pool is None or _local.pid != os.getpid():
+        try:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="mpsolve-team")
+        except RuntimeError:                               # interpreter shutting down
+            return None
+        _local.pool, _local.pid = pool, os.getpid()
     return pool
 
 
 def run(loop, *args):
     """``loop(tid, sync, red, *args)`` on the calling thread (``tid`` 0) and its helper
     (``tid`` 1); the caller's result.  The helper's run is awaited before returning, so
-    the vectors are final."""
+    the vectors are final.  Without a helper the caller runs alone (the same bits)."""
     sync = np.zeros(SYNC_SIZE, np.int64)
     red = np.zeros(16 * _NSLOT)
-    fut = _helper().submit(loop, 1, sync, red, *args)
+    pool = _helper()
+    fut = None
+    if pool is not None:
+        try:
+            fut = pool.submit(loop, 1, sync, red, *args)
+        except RuntimeError:                               # shut down: no new work
+            fut = None
+    if fut is None:
+        sync[STATE] = SOLO
     try:
         got = loop(0, sync, red, *args)
     finally:
-        fut.result()
+        if fut is not None:
+            fut.result()
     return got
 
 
