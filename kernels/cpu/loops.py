@@ -79,8 +79,8 @@ TEAM = 16
 #: (:mod:`.team`), measured with ``python -m mpsolve.bench.team``
 #: (``bench/results/team.md``): below it the helper's start (about 100 us on this
 #: project's 2-vCPU machines) outweighs what the halved sweeps save -- 2-D Poisson with
-#: Jacobi or ISAI gained 1.1x at 24k, lost 0.9x at 12k.  With ILU(0), whose sweeps stay
-#: on one thread, from :data:`TEAM_MIN_WORK_ILU` (1.0-1.1x at 95k, 0.84-1.03x at 47k).
+#: Jacobi or ISAI gained 1.08-1.18x at 24k, 0.91-1.03x at 12k.  With ILU(0), whose sweeps stay
+#: on one thread, from :data:`TEAM_MIN_WORK_ILU` (0.99-1.19x at 95k, 0.83-1.03x at 47k).
 #: ``MPSOLVE_TEAM_MIN`` sets one threshold for every preconditioner, ``MPSOLVE_TEAM=0``
 #: turns the team loops off.
 TEAM_MIN_WORK = 20000
