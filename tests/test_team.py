@@ -318,14 +318,26 @@ def test_plan_rules(monkeypatch):
     assert launch_plan("cpu", "cg_loop", n, Ad, None, np.float64)[1] < loops.TEAM
 
 
-def test_system_uses_the_team_for_a_fusable_preconditioner(monkeypatch):
-    monkeypatch.setenv("MPSOLVE_TEAM_MIN", "1")
+def test_system_runner_goes_through_the_team_only_when_on(monkeypatch):
+    """The System's compiled-loop runner calls the team loop when the plan says so (and
+    solves), and the serial loop under ``MPSOLVE_TEAM=0``."""
     monkeypatch.delenv("MPSOLVE_FUSED", raising=False)
+    monkeypatch.setenv("MPSOLVE_TEAM_MIN", "1")
     A = poisson2d(20)
     b = A @ np.ones(400)
-    problem = make_problem(A, b, M=Jacobi())
-    s = make_system(problem, as_precision("mixed", problem.data_dtype))
-    assert compiled_loop(s, "cg_loop") is not None
+    calls = []
+    real = team.run
+    monkeypatch.setattr(team, "run", lambda loop, *a: calls.append(1) or real(loop, *a))
+    for setting, expect in (("1", 1), ("0", 0)):
+        monkeypatch.setenv("MPSOLVE_TEAM", setting)
+        calls.clear()
+        problem = make_problem(A, b, M=Jacobi())
+        s = make_system(problem, as_precision("double", problem.data_dtype))
+        run = compiled_loop(s, "cg_loop")
+        x, r, hist = np.zeros(400), b.copy(), []
+        count, flag = run(x, r, 500, 1e-10 * np.linalg.norm(b), hist)
+        assert flag == 0 and len(calls) == expect
+        np.testing.assert_allclose(x, 1.0, rtol=1e-8)
 
 
 def test_no_helper_runs_alone_at_once(monkeypatch):

@@ -144,6 +144,21 @@ def _norm_of(dmode, red, slot, v, lo, step, pair, sync, tid, ep, h0):
 
 
 @njit(**JIT)
+def _residual_norm(dmode, red, r, lo, step, pair, sync, tid, ep, h0, hist, k, tol):
+    """Iteration ``k``'s ``||r||`` from the :data:`_RR` partials (after a barrier), kept
+    in ``hist`` by the caller's thread; ``(rnorm, ep, flag)``, flag 1 to go on, 0
+    converged, -14 not finite -- the stopping test of CG and BiCGSTAB alike."""
+    rnorm, ep = _norm_of(dmode, red, _RR, r, lo, step, pair, sync, tid, ep, h0)
+    if h0 == 0:
+        hist[k - 1] = rnorm
+    if not math.isfinite(rnorm):
+        return rnorm, ep, -14
+    if rnorm <= tol:
+        return rnorm, ep, 0
+    return rnorm, ep, 1
+
+
+@njit(**JIT)
 def _ratio_shared(dmode, x, y, u, w, step, pair, sync, tid, ep, red, h0):
     """:func:`.loopmath._ratio` (``x.y / u.w`` from scaled vectors) on the caller's thread."""
     val = _ratio(dmode, x, y, u, w, step) if h0 == 0 else 0.0
@@ -267,13 +282,10 @@ def _cg(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x, r, q,
                 _axpy2_ser(alpha, p[lo:hi], x[lo:hi], -alpha, q[lo:hi], r[lo:hi])
                 _part(dmode, red, _RR, h, r, r, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
-        rnorm, ep = _norm_of(dmode, red, _RR, r, lo_, step, pair, sync, tid, ep, h0)
-        if lead:
-            hist[k - 1] = rnorm
-        if not math.isfinite(rnorm):
-            return k, -14
-        if rnorm <= tol:
-            return k, 0
+        rnorm, ep, flag = _residual_norm(dmode, red, r, lo_, step, pair, sync, tid, ep, h0,
+                                         hist, k, tol)
+        if flag != 1:
+            return k, flag
         if prog == P_NONE:
             rz_new = rnorm * rnorm
         else:
@@ -400,13 +412,10 @@ def _bicgstab(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x,
             _waxpy_ser(-omega, t[lo:hi], s[lo:hi], r[lo:hi])  # r = s - omega t
             _part(dmode, red, _RR, h, r, r, lo, hi, lanes)
         ep = _bar(pair, sync, tid, ep)
-        rnorm, ep = _norm_of(dmode, red, _RR, r, lo_, step, pair, sync, tid, ep, h0)
-        if lead:
-            hist[k - 1] = rnorm
-        if not math.isfinite(rnorm):
-            return k, -14
-        if rnorm <= tol:
-            return k, 0
+        rnorm, ep, flag = _residual_norm(dmode, red, r, lo_, step, pair, sync, tid, ep, h0,
+                                         hist, k, tol)
+        if flag != 1:
+            return k, flag
         rho_old = rho
         if lead:
             state[0], state[1], state[2], state[4], state[5] = (rho_old, alpha, omega, r0nrm,
