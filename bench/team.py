@@ -1,6 +1,7 @@
 """Two-thread team loops against one thread: where does the team pay?
 
-``python -m mpsolve.bench.team [--repeat R] [--sizes 1000,4000,...] [--out FILE]``
+``python -m mpsolve.bench.team [--repeat R] [--sizes 1000,4000,...] [--configs NAME,...]
+[--out FILE]``
 
 For generated problems of growing size (2-D Poisson for CG, 2-D convection-diffusion for
 BiCGSTAB and GMRES; b = A @ 1, x0 = 0, rtol 1e-8, ``precision='mixed'``) each
@@ -32,6 +33,9 @@ CONFIGS = [
     ("bicgstab + jacobi", "ns", dict(method="bicgstab", precond="jacobi")),
     ("bicgstab + ilu0", "ns", dict(method="bicgstab", precond="ilu0")),
     ("bicgstab + isai", "ns", dict(method="bicgstab", precond="isai")),
+    # block Jacobi with two ILU(0) blocks: each team thread sweeps its own block
+    ("cg + ilu0 x2 blocks", "spd", dict(method="cg", precond="ilu0", blocks=2)),
+    ("bicgstab + ilu0 x2 blocks", "ns", dict(method="bicgstab", precond="ilu0", blocks=2)),
     ("gmres(30) + jacobi", "ns", dict(method="gmres", precond="jacobi", restart=30)),
     ("gmres(30) + ilu0", "ns", dict(method="gmres", precond="ilu0", restart=30)),
 ]
@@ -61,13 +65,24 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--sizes", default="1000,2000,4000,8000,16000,64000,250000")
+    ap.add_argument("--configs", default=None,
+                    help="comma-separated configuration names (default: all): "
+                         + ", ".join(name for name, _, _ in CONFIGS))
     ap.add_argument("--out", default=None, help="write the Markdown table here too")
     args = ap.parse_args(argv)
     saved = {k: os.environ.get(k) for k in ("MPSOLVE_TEAM", "MPSOLVE_TEAM_MIN",
                                             "MPSOLVE_TEAM_GMRES")}
     rows = []
+    chosen = CONFIGS
+    if args.configs:
+        want = [w.strip() for w in args.configs.split(",")]
+        unknown = sorted(set(want) - {name for name, _, _ in CONFIGS})
+        if unknown:
+            ap.error(f"--configs: unknown {unknown}; choose from "
+                     f"{[name for name, _, _ in CONFIGS]}")
+        chosen = [c for c in CONFIGS if c[0] in want]
     try:
-        for name, kind, kw in CONFIGS:
+        for name, kind, kw in chosen:
             for n in (int(s) for s in args.sizes.split(",")):
                 A = _problem(kind, n)
                 b = A @ np.ones(A.shape[0])
@@ -92,8 +107,9 @@ def main(argv=None):
     if args.out:
         with open(args.out, "w") as f:
             f.write("# Two-thread team loops against one thread\n\n")
+            only = f" --configs '{args.configs}'" if args.configs else ""
             f.write(f"Command: `python -m mpsolve.bench.team --repeat {args.repeat} "
-                    f"--sizes {args.sizes} --out {args.out}` (this machine: "
+                    f"--sizes {args.sizes}{only} --out {args.out}` (this machine: "
                     f"{os.cpu_count()} CPUs).  b = A @ 1, x0 = 0, rtol 1e-8, "
                     "precision 'mixed'; whole solves (M's set-up included), fastest of "
                     "the runs; one thread: `MPSOLVE_TEAM=0`, team: "

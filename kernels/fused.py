@@ -11,7 +11,9 @@ codes.  :func:`pack` builds them from descriptions the solve layer has:
   (:meth:`mpsolve.precond.base.Preconditioner.fusable`): ``None`` (no preconditioner),
   ``("diag", (d,), None)``, ``("csr", ((indptr, indices, data), ...), mode)`` (one or two
   CSR products applied in order), ``("ilu", (lptr, lind, lval, uptr, uind, uval, dinv),
-  None)``.
+  bounds)`` (``bounds``: the row bounds of the factors' diagonal blocks, or ``None`` for
+  one block; a loop's one pass over all rows computes what the blocks' separate passes
+  compute, the factors coupling no two blocks).
 
 Each device's loops register a launch plan for ``cg_loop`` that calls :func:`pack` and
 adds its own conditions (the CPU: every kernel serial at this size).
@@ -21,13 +23,16 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["ACC64", "ACC32", "ACC64_DOT", "P_NONE", "P_DIAG", "P_CSR", "P_CSR2", "P_ILU",
-           "pack"]
+           "P_ILU2", "pack"]
 
 #: Row-sum modes of a CSR product in a loop.
 ACC64, ACC32, ACC64_DOT = 0, 1, 2
 #: Preconditioner programs: none (``z`` is ``r``), ``z = d * r``, one CSR product, two
 #: CSR products (intermediate in the scratch vector ``t``), the ILU(0) sweeps.
 P_NONE, P_DIAG, P_CSR, P_CSR2, P_ILU = 0, 1, 2, 3, 4
+#: The ILU(0) sweeps of two diagonal blocks, each swept by the thread that owns its rows:
+#: a program of the CPU's two-thread loops only, whose row split is then the blocks'.
+P_ILU2 = 5
 
 _MODES = {"acc64": ACC64, "acc32": ACC32}
 

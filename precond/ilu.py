@@ -426,12 +426,13 @@ class ILU0(Preconditioner):
         return True
 
     def fusable(self):
-        """The two sweeps of one block (:meth:`Preconditioner.fusable`); ``None`` for
-        several diagonal blocks (their sweeps run one task each)."""
+        """The two sweeps (:meth:`Preconditioner.fusable`), with the diagonal blocks' row
+        bounds where there are several (``None`` for one)."""
         op = self._op
-        if op is None or self.bounds.size != 2:
+        if op is None:
             return None
-        return "ilu", (op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv), None
+        return ("ilu", (op.lptr, op.lind, op.lval, op.uptr, op.uind, op.uval, op.dinv),
+                self.bounds if self.bounds.size > 2 else None)
 
     @property
     def blocks(self):

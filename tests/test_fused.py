@@ -17,7 +17,7 @@ from mpsolve._system import compiled_loop, make_problem, make_system
 from mpsolve.kernels import lookup
 from mpsolve.matrices import poisson2d
 from mpsolve.precision import as_precision
-from mpsolve.precond import ILU0, ISAI, Jacobi
+from mpsolve.precond import ILU0, ISAI, BlockJacobi, Jacobi
 
 
 def _spd_random(n, seed):
@@ -48,6 +48,7 @@ _M = {
     "jacobi": lambda: Jacobi(),
     "jacobi64": lambda: Jacobi(dtype="float64"),
     "ilu0": lambda: ILU0(),
+    "ilu0x2": lambda: ILU0(blocks=2),                 # two diagonal blocks, one pass
     "isai-spd": lambda: ISAI(variant="spd"),          # two CSR products, FP32 row sums
     "isai-general": lambda: ISAI(variant="general", accumulate="float64"),
     "matrix": "matrix",                               # M as a sparse matrix
@@ -181,7 +182,8 @@ def test_no_loop_with_a_callback_or_unfusable_preconditioner(monkeypatch):
     res = mpsolve.solve(A, b, method="cg", precond="jacobi", callback=seen.append,
                         precision="double")
     assert len(seen) == res.iterations > 0        # the Python body ran: it called back
-    assert not _loop_runs(A, b, lambda: ILU0(blocks=2), "double")
+    assert not _loop_runs(A, b, lambda: BlockJacobi(), "double")     # no fusable form
+    assert _loop_runs(A, b, lambda: ILU0(blocks=2), "double")    # two blocks: one pass
 
 
 @pytest.mark.parametrize("mode", ["native", "compensated"])

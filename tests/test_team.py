@@ -107,10 +107,11 @@ _SPD = {"poisson": lambda: poisson2d(30), "random": lambda: _spd(700, 2),
 _NS = {"convdiff": lambda: convection_diffusion2d(30, peclet=20.0),
        "poisson": lambda: poisson2d(25)}
 _CG_M = {"none": lambda A: None, "jacobi": lambda A: Jacobi(),
-         "ilu0": lambda A: ILU0(), "isai-spd": lambda A: ISAI(variant="spd"),
+         "ilu0": lambda A: ILU0(), "ilu0x2": lambda A: ILU0(blocks=2),
+         "isai-spd": lambda A: ISAI(variant="spd"),
          "matrix": lambda A: sp.diags(1.0 / A.diagonal()).tocsr()}
 _BI_M = {"none": lambda A: None, "jacobi": lambda A: Jacobi(), "ilu0": lambda A: ILU0(),
-         "isai": lambda A: ISAI(variant="general")}
+         "ilu0x2": lambda A: ILU0(blocks=2), "isai": lambda A: ISAI(variant="general")}
 
 
 def _run(monkeypatch, team_on, method, A, b, M, policy, **kw):
@@ -212,7 +213,7 @@ def test_team_bicgstab_breakdown(monkeypatch):
 
 
 _GM_M = {"none": lambda A: None, "jacobi": lambda A: Jacobi(), "ilu0": lambda A: ILU0(),
-         "isai": lambda A: ISAI(variant="general"),
+         "ilu0x2": lambda A: ILU0(blocks=2), "isai": lambda A: ISAI(variant="general"),
          "isai-spd": lambda A: ISAI(variant="spd")}
 
 
@@ -258,7 +259,7 @@ class _AbsentHelper:
         return f
 
 
-@pytest.mark.parametrize("method,mn", [("cg", "jacobi"), ("cg", "ilu0"),
+@pytest.mark.parametrize("method,mn", [("cg", "jacobi"), ("cg", "ilu0"), ("cg", "ilu0x2"),
                                        ("bicgstab", "isai"), ("bicgstab", "none"),
                                        ("gmres", "ilu0"), ("gmres", "isai")])
 def test_solo_run_gives_the_paired_bits(monkeypatch, method, mn):
@@ -316,6 +317,36 @@ def test_plan_rules(monkeypatch):
     monkeypatch.setenv("MPSOLVE_TEAM_MIN", "1")
     monkeypatch.setenv("MPSOLVE_TEAM", "0")
     assert launch_plan("cpu", "cg_loop", n, Ad, None, np.float64)[1] < loops.TEAM
+
+
+def test_two_block_ilu_halves_are_its_blocks(monkeypatch):
+    """ILU(0) factors of two diagonal blocks: the team's halves are the blocks and each
+    thread sweeps its own (``P_ILU2``); the serial loop's one pass over all rows computes
+    the blocks' sweeps bit for bit; one block keeps the caller's sweeps (``P_ILU``)."""
+    from mpsolve.kernels.fused import P_ILU, P_ILU2
+    from mpsolve.kernels.registry import launch_plan, lookup
+
+    A = convection_diffusion2d(40, peclet=5.0)
+    n = A.shape[0]
+    Ad = (np.array([0, n]), A.indptr, A.indices, A.data, "acc64", False)
+    monkeypatch.delenv("MPSOLVE_TEAM", raising=False)
+    monkeypatch.setenv("MPSOLVE_TEAM_MIN", "1")
+    M2, M1 = ILU0(blocks=2), ILU0()
+    M2.setup(A)
+    M1.setup(A)
+    desc = M2.fusable()
+    assert M2.blocks == 2 and list(desc[2]) == list(M2.bounds)
+    got = launch_plan("cpu", "bicgstab_loop", n, Ad, desc, np.float32)
+    assert got[1] >= loops.TEAM and got[2] == P_ILU2
+    assert list(got[0][0]) == list(M2.bounds)
+    got = launch_plan("cpu", "bicgstab_loop", n, Ad, M1.fusable(), np.float32)
+    assert got[2] == P_ILU and list(got[0][0]) == list(team.split_rows(A.indptr))
+    r = np.random.default_rng(0).standard_normal(n)
+    z_blocks, z_one = np.empty(n), np.empty(n)
+    M2.apply(r, z_blocks)
+    sweeps = lookup("cpu", "ilu_sweeps", (np.float32, np.float64, np.float64))
+    sweeps(np.array([0, n], np.int64), *desc[1], r, z_one)
+    assert np.array_equal(z_blocks, z_one)
 
 
 def test_system_runner_goes_through_the_team_only_when_on(monkeypatch):

@@ -41,7 +41,7 @@ import os
 import numpy as np
 from numba import get_num_threads, njit
 
-from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_NONE, pack
+from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_ILU2, P_NONE, pack
 from ..registry import register, register_plan
 from ._config import JIT, PARALLEL_MIN
 from .blas1 import (_axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy_ser, _dmul_ser, _maxpy_ser,
@@ -81,6 +81,8 @@ TEAM = 16
 #: project's 2-vCPU machines) outweighs what the halved sweeps save -- 2-D Poisson with
 #: Jacobi or ISAI gained 1.08-1.18x at 24k, 0.91-1.03x at 12k.  With ILU(0), whose sweeps stay
 #: on one thread, from :data:`TEAM_MIN_WORK_ILU` (0.99-1.19x at 95k, 0.83-1.03x at 47k).
+#: ILU(0) factors of two diagonal blocks (``ILU0(blocks=2)``), each thread sweeping its
+#: own, from :data:`TEAM_MIN_WORK`.
 #: ``MPSOLVE_TEAM_MIN`` sets one threshold for every preconditioner, ``MPSOLVE_TEAM=0``
 #: turns the team loops off.
 TEAM_MIN_WORK = 20000
@@ -89,13 +91,22 @@ TEAM_MIN_WORK_ILU = 100000
 
 def team_threads() -> bool:
     """Two threads may run: Numba is allowed two or more (``NUMBA_NUM_THREADS``,
-    ``numba.set_num_threads``) and the process may run on two or more CPUs."""
+    ``numba.set_num_threads``) and the process may run on two or more CPUs (its affinity
+    mask, read once per process: a system call that cost about 2% of a small solve)."""
     if get_num_threads() < 2:
         return False
-    try:
-        return len(os.sched_getaffinity(0)) >= 2
-    except AttributeError:                                   # no affinity call here
-        return (os.cpu_count() or 1) >= 2
+    pid = os.getpid()
+    if _CPUS[0] != pid:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except AttributeError:                               # no affinity call here
+            cpus = os.cpu_count() or 1
+        _CPUS[:] = [pid, cpus]
+    return _CPUS[1] >= 2
+
+
+#: ``[pid, CPUs]``: the process's CPU count as :func:`team_threads` last read it.
+_CPUS = [None, 0]
 
 
 def team_allowed() -> bool:
@@ -130,8 +141,14 @@ def krylov_loop_plan(n, A, M, dtype, force=False, team_ok=True):
         if packed is None:
             return None
         (_, ip, ix, data), amode, prog, P, pmode = packed
+        split = None
+        if prog == P_ILU and M[2] is not None and len(M[2]) == 3:
+            # two diagonal blocks of ILU(0) factors: the team's halves are the blocks, each
+            # thread sweeping its own
+            split, prog = np.asarray(M[2], dtype=np.int64), P_ILU2
         if use_team(n, int(ip[-1]) + n, prog):
-            return (split_rows(ip), ip, ix, data), amode + TEAM, prog, P, pmode
+            split = split_rows(ip) if split is None else split
+            return (split, ip, ix, data), amode + TEAM, prog, P, pmode
     return loop_plan(n, A, M, dtype, force)
 
 

@@ -19,7 +19,9 @@ same recurrences, stopping tests and rare paths), each on its own half of the ro
 * GMRES's small problem (the Hessenberg column, its Givens rotations) is computed by both
   threads alike, each in its own copy, from the same added partials;
 * the ILU(0) sweeps (sequential by nature) run on the caller's thread over all rows while
-  the helper waits; the rest of the iteration is still shared;
+  the helper waits; the rest of the iteration is still shared -- except for factors of
+  two diagonal blocks (``ILU0(blocks=2)``: block Jacobi, as PETSc's ``bjacobi`` on two
+  ranks), whose blocks are the halves, each thread sweeping its own;
 * the rare paths (a norm or ratio recomputed from scaled vectors) run on the caller's
   thread on the whole vectors, between barriers, with :mod:`.loopmath`'s functions.
 
@@ -43,14 +45,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_NONE
+from ..fused import ACC32, ACC64_DOT, P_CSR, P_CSR2, P_DIAG, P_ILU, P_ILU2, P_NONE
 from ._config import JIT
 from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy_ser,
                     _dmul_ser, _dot_ser, _maxpy_chunk, _mdot_chunk, _scal_ser, _waxpy_ser,
                     _xpay_ser)
 from .eft import _LANES, _dot2_pair_buf, _round_pair, _sqrt_pair, two_sum
 from .hessenberg import _rotate
-from .ilu import _ilu_solve
+from .ilu import _ilu_solve, _sweeps
 from .loopmath import _NATIVE, _nrm2, _ratio
 from .spmv import _rows_acc32, _rows_acc64, _rows_acc64_dot
 from .sync import PARTNER_ROUNDS, SOLO, STATE, SYNC_SIZE, await_partner, barrier, claim
@@ -176,10 +178,14 @@ def _rows(mode, ptr, ind, val, x, y, lo, hi):
 
 @njit(**JIT)
 def _psolve(prog, pmode, P, r, z, t, split, h0, h1, pair, sync, tid, ep):
-    """``z = M r`` on the thread's rows (DIAG, CSR, CSR2: ``r`` complete for the CSR
+    """``z = M r`` on the thread's rows (DIAG, ILU2, CSR, CSR2: ``r`` complete for the CSR
     programs) or, for ILU, on all rows by the caller's thread.  On return the thread's own
     rows of ``z`` are written; all of ``z`` when ``prog`` is ILU (a barrier ends it)."""
     ptr1, ind1, val1, ptr2, ind2, val2, d = P
+    if prog == P_ILU2:                                     # the halves are the blocks
+        for h in range(h0, h1):
+            _sweeps(split[h], split[h + 1], ptr1, ind1, val1, ptr2, ind2, val2, d, r, z)
+        return ep
     if prog == P_ILU:
         if h0 == 0:
             _ilu_solve(ptr1, ind1, val1, ptr2, ind2, val2, d, r, z)
