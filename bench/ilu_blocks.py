@@ -62,8 +62,9 @@ def main(argv=None):
     if args.out:
         with open(args.out, "w") as f:
             f.write("# ILU(0): one block against two on the team loops\n\n")
+            names = "" if args.names == DEFAULT else " " + " ".join(args.names)
             f.write(f"Command: `python -m mpsolve.bench.ilu_blocks --repeat {args.repeat}"
-                    f" --out {args.out}{'' if args.names == DEFAULT else ' ' + ' '.join(args.names)}`"
+                    f" --out {args.out}{names}`"
                     f" (this machine: {os.cpu_count()} CPUs).  b = A @ 1, x0 = 0, rtol 1e-8, "
                     "precision 'mixed'; CG on symmetric A with a positive diagonal, else "
                     "BiCGSTAB; whole solves (set-up included), fastest of the runs.\n\n")
