@@ -1,8 +1,8 @@
-"""The reductions and rare paths shared by the compiled Krylov loops (:mod:`.loops`, serial)
-and the two-thread team loops (:mod:`.team`): a dot product and a norm in the native or
-compensated mode, and the paths of :mod:`mpsolve.kernels.safenorm` taken when a norm or
-a ratio of dot products is not trustworthy (recomputed from vectors scaled by powers of
-two).
+"""The reductions, rare paths and stopping rules shared by the compiled Krylov loops
+(:mod:`.loops`, serial) and the two-thread team loops (:mod:`.team`): a dot product and a
+norm in the native or compensated mode, the paths of :mod:`mpsolve.kernels.safenorm`
+taken when a norm or a ratio of dot products is not trustworthy (recomputed from vectors
+scaled by powers of two), and CG's test of its starting residual.
 """
 import math
 
@@ -142,3 +142,15 @@ def _ratio(mode, x, y, u, w, step):
         return q
     num_e = (ex if okx else 0) + (ey if oky else 0) - (eu if oku else 0) - (ew if okw else 0)
     return _ldexp(q, num_e)
+
+
+@njit(**JIT)
+def _cg_start(rnorm, rz, tol):
+    """CG's flag before its first iteration (:func:`mpsolve.krylov.cg.cg_body`'s rule):
+    ``0`` when ``||r|| <= tol`` (converged), ``-14`` when ``r . z`` is not finite, ``-12``
+    when it is zero (``M`` not positive definite), else ``1`` (iterate)."""
+    if rnorm <= tol:
+        return 0
+    if not (rz != 0 and math.isfinite(rz)):
+        return -14 if not math.isfinite(rz) else -12
+    return 1

@@ -49,7 +49,7 @@ from .blas1 import (_axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy_ser, _dmul_ser, 
 from .eft import _mdot2_ser
 from .hessenberg import _rotate
 from .ilu import _ilu_solve
-from .loopmath import _COMPENSATED, _NATIVE, _axpy2_nrm2, _dot, _nrm2, _ratio
+from .loopmath import _COMPENSATED, _NATIVE, _axpy2_nrm2, _cg_start, _dot, _nrm2, _ratio
 from .spmv import _csr_acc32_ser, _csr_acc64_dot_ser, _csr_acc64_ser
 from .team import split_rows, team_arnoldi, team_bicgstab, team_cg
 
@@ -215,10 +215,9 @@ def _cg(dmode, consts, A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol,
         _copy_ser(z, p)                             # p = z
         rnorm = _nrm2(dmode, r, lo, step)
         rz = rnorm * rnorm if prog == P_NONE else _dot(dmode, r, z)
-        if rnorm <= tol:
-            return 0, 0
-        if not (rz != 0 and math.isfinite(rz)):
-            return 0, (-14 if not math.isfinite(rz) else -12)
+        flag = _cg_start(rnorm, rz, tol)
+        if flag != 1:
+            return 0, flag
         sa = 0.0
     else:
         rz = state[0]

@@ -53,7 +53,7 @@ from .blas1 import (_axpy2_nrm2_ser, _axpy2_ser, _axpy_ser, _bicg_dir_ser, _copy
 from .eft import _LANES, _dot2_pair_buf, _round_pair, _sqrt_pair, two_sum
 from .hessenberg import _rotate
 from .ilu import _ilu_solve, _sweeps
-from .loopmath import _NATIVE, _nrm2, _ratio
+from .loopmath import _NATIVE, _cg_start, _nrm2, _ratio
 from .spmv import _rows_acc32, _rows_acc64, _rows_acc64_dot
 from .sync import PARTNER_ROUNDS, SOLO, STATE, SYNC_SIZE, await_partner, barrier, claim
 
@@ -246,10 +246,9 @@ def _cg(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x, r, q,
         ep = _bar(pair, sync, tid, ep)
         rnorm, ep = _norm_of(dmode, red, _RR, r, lo_, step, pair, sync, tid, ep, h0)
         rz = rnorm * rnorm if prog == P_NONE else _dot_of(dmode, red, _RZ)
-        if rnorm <= tol:
-            return 0, 0
-        if not (rz != 0 and math.isfinite(rz)):
-            return 0, (-14 if not math.isfinite(rz) else -12)
+        flag = _cg_start(rnorm, rz, tol)
+        if flag != 1:
+            return 0, flag
         sa = 0.0
     else:
         rz = state[0]
