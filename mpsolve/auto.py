@@ -28,9 +28,14 @@ layer's automatic choice, written once for every device:
      83 against 407 iterations, rdb2048 146 against 2341), more on watt_2 (85 against 10)
      and olm1000, and where it stagnates GMRES continues from its iterate (jpwh_991).
      ILU(0) factors whose triangular solves are unstable (``||M A e - e||`` over
-     :data:`ILU_GROWTH_LIMIT`, Chow & Saad's test) are refused at set-up, for every class:
+     :data:`ILU_GROWTH_LIMIT`, Chow & Saad's test; a nonsymmetric ``M`` that fails it is
+     tested again on the equilibrated matrix, :func:`equilibrated_growth`, since ILU(0) is
+     indifferent to the units of rows and columns and the ones vector is not) are refused
+     at set-up, for every class, and so are ILUT's (its set-up measures the same growth):
      af23560's stagnate with either method, in FP64 too;
-   * a zero or tiny diagonal entry (``|a_ii| <= sqrt(eps) max_j |a_ij|``): GMRES + ILUT with
+   * a zero or tiny diagonal entry (``|a_ii| <= sqrt(eps) max_j |a_ij|``, as stored and
+     with rows and columns equilibrated: :func:`~mpsolve.precond.ilut.tiny_after_equilibration`):
+     GMRES + ILUT with
      the MC64 permutation and scaling first (:mod:`mpsolve.precond._reorder`: solves
      west0479, west1505, rajat19, qh1484, dw8192, where ILU(0) + MC64 solves one of five),
      then a finer ILUT (``drop_tol=1e-5``, ``fill_factor=30``) + MC64, then the direct
@@ -51,6 +56,10 @@ layer's automatic choice, written once for every device:
      solutions, and GMRES finds one; an inconsistent one ends with its stagnation or
      breakdown, named in the status.
 
+   * an operator without entries (a ``LinearOperator``): GMRES without a preconditioner --
+     after CG where two products with fixed random vectors find it symmetric with ``u^T A
+     u > 0`` (:func:`probe_operator`).
+
    GMRES runs right-preconditioned (its residual estimate is then the true residual's, which
    the stagnation test below reads) with restart 30 (PETSc's).
 3. :func:`auto_solve` -- runs the candidates in order from the current iterate, within the
@@ -61,8 +70,9 @@ layer's automatic choice, written once for every device:
    it stagnates (the FP64 true residual, checked every ``CHECK_EVERY`` iterations, has not
    halved over the last ``STAGNATION_WINDOW`` iterations or the last half of the candidate's
    iterations, whichever is longer), or when it has used its share of the budget
-   (half of what is left; the last candidate gets all of it).  FP32 range problems are the
-   driver's: it escalates to a stronger precision (recorded in ``escalations``).
+   (half of what is left; the last candidate gets all of it; GMRES's share counts its inner
+   iterations, capped across restarts, refinement steps and escalations).  FP32 range
+   problems are the driver's: it escalates to a stronger precision (recorded in ``escalations``).
 
 Every candidate tried, with its reason and outcome, is in :attr:`SolveResult.choices`; the
 answer is judged by its FP64 true residual as always (never a false success).  The same
@@ -71,6 +81,7 @@ matrix gives the same choices on every run: the analysis has no randomness and n
 from __future__ import annotations
 
 import math
+import warnings
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -83,14 +94,18 @@ from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
 from .precond.base import Preconditioner, needs_setup, setup_for_solve
 from .precond.ilu import is_symmetric
+from .precond.ilut import GROWTH_LIMIT, sinkhorn_scaling, tiny_after_equilibration
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure, is_auto
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
 from .driver import FAR_ABOVE, ROUNDED, UNDERFLOWED, answer_residual, iterate
+
+#: the words that start :data:`~mpsolve.driver.ROUNDED`'s status
+ROUNDED_HEAD = ROUNDED.split("{", 1)[0]
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
-from .precond._util import setup_device, wide_dtype
+from .precond._util import PreconditionerWarning, setup_device, wide_dtype
 from .result import (AUTO_FAILED, BREAKDOWNS, PERIOD_ATTR, USER_STOP, SolveResult,
                      status_text, symmetry_word, wants_stop)
 
@@ -261,6 +276,11 @@ def analyse(A, canonical=False) -> Analysis:
     # one compiled scan of the rows for the diagonal and value statistics
     zero, tiny, dominant, amax, amin, d_pos, longest = lookup(
         HOST_DEVICE, "row_stats", (C.dtype,))(C.indptr, C.indices, C.data, TINY, EPS)
+    if tiny:
+        # tiny next to its row as stored: and in the equilibrated matrix?  (ILU(0) and
+        # its pivots are indifferent to the units of rows and columns: so is this count)
+        d = C.diagonal()
+        tiny = int(np.count_nonzero(d[tiny_after_equilibration(C, d, TINY)]))
     # the symmetry test of ILU(0)'s symmetric form (same kernel, same tolerance): when auto
     # calls A symmetric, IC(0) is symmetric too and CG may use it
     # (complex: Hermitian, A == A^H, by the same kernel and tolerance)
@@ -508,8 +528,9 @@ def resolve_block(c: Choice, an: Analysis) -> None:
 
 
 class _Monitor:
-    """The candidate's callback: the user's callback, the budget share and the stagnation
-    test on the FP64 true residual (read every ``every`` calls)."""
+    """The candidate's callback: the user's callback, the budget share (``None``: the body
+    caps the iterations itself) and the stagnation test on the FP64 true residual (read
+    every ``every`` calls)."""
 
     def __init__(self, A, b, bnrm, every, per_call, share, user, period=None):
         self.A, self.b, self.bnrm = A, b, bnrm
@@ -529,9 +550,8 @@ class _Monitor:
             return True
         self.calls += 1
         it = self.calls * self.per_call
-        if it >= self.share:
-            self.why = (f"used its share of the budget ({self.share} iteration"
-                        f"{'s' if self.share != 1 else ''})")
+        if self.share is not None and it >= self.share:
+            self.why = share_text(self.share)
             return True
         if self.calls % self.every:
             return False
@@ -546,6 +566,11 @@ class _Monitor:
             self.why = f"stagnated: the true residual did not halve in {window} iterations"
             return True
         return False
+
+
+def share_text(share: int) -> str:
+    """A candidate's outcome when it stopped at its share of the budget."""
+    return f"used its share of the budget ({share} iteration{'s' if share != 1 else ''})"
 
 
 def first_share(budget: int) -> int:
@@ -578,14 +603,18 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         check_basis(method, problem, as_precision(precision, problem.data_dtype))
     budget = DEFAULT_AUTO_MAXITER if maxiter is None else int(maxiter)
     C = problem.A_csr
-    an, cands = plan(C, method, precond, precond_params)
+    probe = probe_operator(problem) if C is None and method == "auto" and \
+        problem.bnrm else None
+    an, cands = plan(C, method, precond, precond_params, probe)
     bh = to_host(problem.b64)
     analysis_time = time.perf_counter() - t0
 
     x = x0
     done = 0
     results = []
+    narrow = np.dtype(problem.out_dtype).itemsize < np.dtype(problem.hp).itemsize
     reorderings = {"mirror_hint": getattr(an, "mirror_hint", None)}
+    failed = {}                           # id(set-up error) -> (first choice, the error)
     indefinite = False
     for k, c in enumerate(cands):
         left = budget - done
@@ -619,7 +648,11 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             M = set_up_candidate(c, pinned, precond_params, C, policy, problem.device, m_side,
                                  escalate, reorderings)
         except SETUP_ERRORS as err:
-            c.outcome = f"set-up failed: {type(err).__name__}: {err}"
+            # an error met again (the MC64 matching's, kept for every candidate that
+            # reorders) is named once, by the first choice that met it
+            first = failed.setdefault(id(err), (k, err))[0]
+            c.outcome = f"set-up failed: {type(err).__name__}: " + (
+                f"{err}" if first == k else f"as choice {first + 1}")
             c.seconds = c.setup_seconds = time.perf_counter() - ts
             continue
         finally:
@@ -632,23 +665,34 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             per_call, every, period = CHECK_EVERY, 1, CHECK_EVERY
         else:                             # each iteration, for the user's callback
             per_call, every = 1, CHECK_EVERY
-        mon = _Monitor(C, bh, problem.bnrm, every, per_call, share, callback, period) \
-            if C is not None else None
-        kw = dict(rtol=rtol, atol=atol, precision=policy, escalate=escalate, device=device,
-                  callback=mon if mon is not None else callback)
+        kw = dict(rtol=rtol, atol=atol, precision=policy, escalate=escalate, device=device)
         if c.method == "gmres":
             kw.update(restart=m_restart, side=m_side, maxiter=max(1, -(-share // m_restart)))
         else:
             kw.update(maxiter=share)
         sub = derive_problem(problem, M=M, maxiter=kw["maxiter"], precond_side=m_side,
                              x0=None if not results else x)
+        # GMRES's share is its inner iterations, capped exactly by the body (max_inner,
+        # across restarts, refinement steps and escalations); its monitor, called once a
+        # cycle, would only estimate them.  CG's and BiCGSTAB's maxiter is exact.
+        capped = c.method == "gmres" and sub is not None
+        mon = _Monitor(C, bh, problem.bnrm, every, per_call, None if capped else share,
+                       callback, period) if C is not None else None
+        kw["callback"] = mon if mon is not None else callback
         if sub is None:                   # b needs scaling: the whole solve does it
             r = solve(A, b, x, method=c.method, precond=M, **kw)
         else:                             # A and b as checked above, not again
             body_kw, _, _, _ = configure(c.method, M, kw.get("restart"), kw.get("side"))
+            if capped:
+                body_kw = dict(body_kw, max_inner=share)
+            # judged once, as returned, in _combine -- but an answer that is rounded to
+            # float32 (complex64) data's dtype is judged by the driver too, which iterates
+            # on to a tighter tolerance where that rounding alone takes it over
             r = iterate(c.method, BODIES[c.method], sub, as_precision(policy, sub.data_dtype),
                         callback=kw["callback"], escalate=escalate, body_kw=body_kw,
-                        judge_answer=False)     # judged once, as returned, in _combine
+                        judge_answer=narrow)
+        if mon is not None and mon.why is None and not r.converged and r.iterations >= share:
+            mon.why = share_text(share)
         c.seconds = time.perf_counter() - ts
         c.iterations = r.iterations
         c.true_residual = r.true_residual
@@ -660,11 +704,13 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         if r.converged:
             c.outcome = "converged"
             break
-        if UNDERFLOWED in r.status:
+        if UNDERFLOWED in r.status or ROUNDED_HEAD in r.status:
             # the solution met the tolerance on the scaled system, and loses it to FP64's
-            # subnormals in the caller's units: as would every other candidate's (an x
-            # that *overflows* is this candidate's: the next one may give a finite one)
-            c.outcome = "not converged: " + UNDERFLOWED
+            # subnormals in the caller's units -- or, rounded to float32 data's dtype,
+            # misses it after the driver's tighter tolerances: as would every other
+            # candidate's (an x that *overflows* is this candidate's: the next one may
+            # give a finite one)
+            c.outcome = "not converged: " + r.status.split("; ", 1)[-1]
             break
         if r.at_floor and _floor_credible(C, r.true_residual):
             # no candidate certifies a smaller residual: stop here
@@ -696,7 +742,7 @@ class NoCandidateError(ValueError):
 #: A candidate whose preconditioner's set-up raises one of these is left for the next one.
 SETUP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError)
 
-#: ILU(0) factors are refused as unstable when ``||M (A e) - e||_inf`` exceeds this, for
+#: ILU(0) and ILUT factors are refused as unstable when ``||M (A e) - e||_inf`` exceeds this, for
 #: ``e`` the vector of ones and ``M`` the preconditioner (the factors' triangular solves):
 #: the reciprocal of FP32's machine epsilon (8.4e6), FP32 being where auto stores factors
 #: whose values fit (the same limit for FP64 factors: af23560's stagnate in FP64 too).
@@ -712,7 +758,7 @@ SETUP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError)
 #: symmetric scaling ``D A D`` (mixed units: the ones vector saw the scaling itself, 1.9e147
 #: on a Laplacian scaled symmetrically over 1e-150..1e150, whose IC(0) is exact to 1);
 #: on the shared SPD matrices 1.0-24 with it, 1.0-182 with ``e``.
-ILU_GROWTH_LIMIT = 1.0 / float(np.finfo(np.float32).eps)
+ILU_GROWTH_LIMIT = GROWTH_LIMIT     # (ILUT's too: precond.ilut)
 
 
 class UnstableFactorsError(ArithmeticError):
@@ -741,10 +787,73 @@ def ilu_growth(M, C) -> float:
         *work))
 
 
-def plan(C, method="auto", precond="auto", precond_params=None):
+def equilibrated_growth(M, C) -> float:
+    """:func:`ilu_growth` for the equilibrated matrix ``R C S`` (:func:`sinkhorn_scaling`),
+    whose ILU(0) is ``S^-1 M R^-1`` (ILU(0) is equivariant under diagonal scaling):
+    ``max_i |(M C s - s)_i| / s_i``.  The test with ``e`` sees the scaling of the columns
+    (``M C`` is only similar to ``M' C'`` for ``C' = C D``): on a convection-diffusion
+    matrix with rows and columns scaled by 1e-6..1e6 it gave 1e8 where the equilibrated
+    growth is 2.6, and ILU(0) converges in 17 BiCGSTAB iterations.  Taken where
+    :func:`ilu_growth` exceeds the limit (nonsymmetric ``M``: the symmetric test is
+    scale-invariant already): tens of passes over ``C`` for the scaling, one apply.  The
+    scaling is covariant in its limit (``D1 C D2`` gets ``D2^-1 s``, the same growth); to
+    its tolerance the growth moved by under 3x on that matrix over scalings up to
+    1e-10..1e10, against the 8e6 gap between stable and unstable factors."""
+    n = C.shape[0]
+    _, s = sinkhorn_scaling(C)
+    wide = wide_dtype(C.dtype)
+    y = np.ascontiguousarray(C @ s.astype(wide))
+    xp = array_module(M.device)
+    out = xp.empty(n, wide)
+    with np.errstate(all="ignore"):
+        M.apply(to_device(y, M.device), out)
+        g = float(np.max(np.abs(to_host(out) - s) / s)) if n else 0.0
+    return g if np.isfinite(g) else float("inf")
+
+
+#: :func:`probe_operator` calls an operator symmetric (Hermitian) where ``|u^H A v -
+#: (A u)^H v|`` is at most this times ``||u|| ||A v|| + ||v|| ||A u||``: the rounding of
+#: two products (a few ``n eps`` of a symmetric operator), far below any asymmetry a
+#: discretisation has
+PROBE_TOL = 1e-10
+
+
+def probe_operator(problem):
+    """``(symmetric, positive)`` for an operator without entries (a ``LinearOperator``):
+    two products ``A u``, ``A v`` with fixed pseudo-random vectors (seed 0: the same
+    answer on every run), ``symmetric`` where ``u^H A v = (A u)^H v`` to
+    :data:`PROBE_TOL` -- a symmetric (Hermitian) operator always passes, a nonsymmetric
+    one fails but for a set of ``(u, v)`` of measure zero -- and ``positive`` where ``u^H A
+    u > 0`` (necessary for positive definiteness, not sufficient: CG's breakdown test and
+    the fallback to GMRES cover the rest).  Non-finite products: ``(False, False)``."""
+    n, hp, xp = problem.n, problem.hp, problem.xp
+    rng = np.random.default_rng(0)
+
+    def draw():
+        v = rng.standard_normal(n)
+        if np.dtype(hp).kind == "c":
+            v = v + 1j * rng.standard_normal(n)
+        return to_device(v.astype(hp), problem.device)
+
+    u, v = draw(), draw()
+    au, av = xp.empty(n, hp), xp.empty(n, hp)
+    mv = problem.A64.bind(hp, hp)
+    mv(u, au)
+    mv(v, av)
+    with np.errstate(all="ignore"):
+        s1, s2, q = (complex(xp.vdot(a, c)) for a, c in ((u, av), (au, v), (u, au)))
+        scale = float(norm(u, xp) * norm(av, xp) + norm(v, xp) * norm(au, xp))
+    if not (np.isfinite(scale) and all(np.isfinite(z) for z in (s1, s2, q))):
+        return False, False
+    return abs(s1 - s2) <= PROBE_TOL * scale, q.real > 0
+
+
+def plan(C, method="auto", precond="auto", precond_params=None, probe=None):
     """``(analysis, candidates)`` for the checked canonical CSR ``C`` (``None``: ``A`` is an
     operator without entries, nothing to analyse), with ``method``/``precond`` pinned where
-    they are not ``"auto"`` (``precond`` a name or an object)."""
+    they are not ``"auto"`` (``precond`` a name or an object).  ``probe``: for an operator,
+    :func:`probe_operator`'s ``(symmetric, positive)``: both put CG before GMRES (with no
+    preconditioner, or a pinned one that is set up and symmetric)."""
     precond_params = precond_params or {}
     pinned = None if is_auto(precond) else precond
     if precond_params and not isinstance(pinned, str):   # parameters without a name to take them
@@ -768,6 +877,13 @@ def plan(C, method="auto", precond="auto", precond_params=None):
         m = "gmres" if method == "auto" else method
         cands = [Choice(m, None, {}, "A is an operator without entries: no analysis, no "
                         "preconditioner built from A")]
+        if method == "auto" and probe is not None and probe[0] and probe[1] and (
+                pinned is None or (isinstance(pinned, Preconditioner) and pinned.is_setup
+                                   and pinned.symmetric)):
+            cands.insert(0, Choice("cg", None, {}, "A is an operator without entries whose "
+                                   "symmetry probe (two products) found it symmetric with "
+                                   "u^T A u > 0: CG, GMRES after it"))
+            cands[1].reason = "CG failed or stagnated: GMRES"
     if isinstance(pinned, str) and (precond_params.get("reorder") or pinned == "ilut"):
         # a reordered (or pivoted) M is not symmetric: CG cannot use it
         cands = [c for c in cands if c.method != "cg"] or cands
@@ -823,14 +939,22 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
             M, note = got
         else:
             try:
-                M, note = _set_up(make_preconditioner, name, params, C, policy, device, side,
-                                  escalate, cache)
+                with warnings.catch_warnings():
+                    if name == "ilut":        # its one warning, unstable factors: refused
+                        warnings.simplefilter("ignore", PreconditionerWarning)
+                    M, note = _set_up(make_preconditioner, name, params, C, policy, device,
+                                      side, escalate, cache)
+                g = None
                 if name == "ilu0" and not params.get("reorder") and C is not None:
                     g = ilu_growth(M, C)
-                    if not g <= ILU_GROWTH_LIMIT:
-                        raise UnstableFactorsError(
-                            f"unstable factors: ||M A e - e||_inf = {g:.1e} for e = ones, "
-                            f"over {ILU_GROWTH_LIMIT:.1e} (1/eps of FP32)")
+                    if not g <= ILU_GROWTH_LIMIT and not M.symmetric:
+                        g = equilibrated_growth(M, C)
+                elif name == "ilut":          # measured by its set-up, on what it factored
+                    g = M.stats.get("growth", 0.0)
+                if g is not None and not g <= ILU_GROWTH_LIMIT:
+                    raise UnstableFactorsError(
+                        f"unstable factors: ||M A e - e||_inf = {g:.1e} for e = ones, "
+                        f"over {ILU_GROWTH_LIMIT:.1e} (1/eps of FP32)")
             except SETUP_ERRORS as err:
                 cache[key] = err
                 raise

@@ -48,7 +48,7 @@ from ._configure import check_cg_preconditioner
 from ._system import STAGNATION, check_basis, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
-from .refine import FP64_ROUNDING, dd_stage, dd_supported, refine_stage
+from .refine import FP64_ROUNDING, capped, dd_stage, dd_supported, refine_stage
 from .result import USER_STOP, Escalation, SolveResult, keep_period, status_text
 
 __all__ = ["run", "iterate", "report_fields"]
@@ -127,7 +127,10 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     count = iters = 0
     last_true = np.inf
     while True:
-        c, it, flag = body(sys, x, r, budget - count, tol, callback, hist, **body_kw)
+        kw = capped(body_kw, iters)
+        if kw is None:                          # the inner-iteration cap is spent
+            return count, iters, 1, true
+        c, it, flag = body(sys, x, r, budget - count, tol, callback, hist, **kw)
         count += c
         iters += it
         # a body that did nothing left x64 (and r64) as they were: their residual is known
@@ -346,18 +349,19 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             continue
         range_error = None
         x_lo = None                            # the low part of a double-double x
+        stage_kw = capped(body_kw, iters)   # an inner-iteration cap spans the stages
         try:
             if policy.inner is not None:
                 c, it, flag, true = refine_stage(body, problem, policy, x64, budget - count,
-                                                 callback, hist, body_kw, r64)
+                                                 callback, hist, stage_kw, r64)
             elif policy.residual == "dd" and dd_supported(problem):
                 # x double-double, residual by Dot2: refinement in three precisions
                 c, it, flag, true = dd_stage(body, sys, x64, budget - count, callback, hist,
-                                             body_kw, r64)
+                                             stage_kw, r64)
                 x_lo = ws.get("dd_xl", n, problem.hp)
             else:
                 c, it, flag, true = krylov_stage(body, sys, x64, budget - count, callback, hist,
-                                                 body_kw, r64)
+                                                 stage_kw, r64)
         except PrecisionRangeError as err:  # the inner policy's FP32 copy did not fit
             if not escalate:
                 raise
@@ -379,7 +383,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             break
         stuck = flag in (2, 3) or (flag == -14 and "float32" in (policy.working, policy.matrix))
         nxt = None
-        if escalate and stuck and count < budget:
+        if escalate and stuck and count < budget and capped(body_kw, iters) is not None:
             nxt = past_range_error(policy, range_error) if flag == 3 else policy.stronger()
         if nxt is None:
             break

@@ -107,10 +107,9 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
             problem.xp.add(xt, x64, out=xt)
             return callback(xt)
         keep_period(inner_cb, callback)
-    # SciPy's legacy GMRES mode caps the inner iterations of the whole solve
-    cap = body_kw.get("max_inner")
     while true > tol and count < budget:
-        if cap is not None and iters >= cap:
+        kw = capped(body_kw, iters)    # (SciPy's legacy GMRES, auto: the whole solve's cap)
+        if kw is None:
             break
         scale = true
         problem.xp.divide(r64, scale, out=step)
@@ -120,7 +119,6 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
         eta = max(INNER_RTOL, 0.5 * tol / true)  # no need to go further than the goal
         sub = []
         step_budget = min(budget - count, max(-(-budget // STEP_SHARE), MIN_STEP))
-        kw = body_kw if cap is None else dict(body_kw, max_inner=cap - iters)
         c, it, iflag = body(inner, d, r, step_budget, eta, inner_cb, sub, **kw)
         count += c
         iters += it
@@ -163,6 +161,17 @@ DD_ETA = 1e-5
 #: to FP64 is as close as FP64 holds it" (a tolerance below FP64's rounding of b - A x):
 #: no stronger policy rounds x better, so the driver neither escalates nor moves on
 FP64_ROUNDING = 4
+
+
+def capped(body_kw, iters):
+    """``body_kw`` for the next body call after ``iters`` inner iterations, with its
+    ``max_inner`` cap lowered by them: the cap (SciPy's legacy GMRES maxiter, auto's share
+    of its budget) bounds a whole solve's inner iterations -- every residual replacement,
+    refinement step and escalation -- not each call's.  ``None`` where that cap is spent."""
+    cap = body_kw.get("max_inner")
+    if cap is None:
+        return body_kw
+    return dict(body_kw, max_inner=cap - iters) if iters < cap else None
 
 
 def dd_supported(problem) -> bool:
@@ -286,7 +295,8 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     # relative reduction DD_ETA, until a correction no longer moves the rounded x
     accuracy = False
     while true > tol or accuracy:
-        if count >= budget:
+        kw = capped(body_kw, iters)
+        if count >= budget or kw is None:
             flag = 1
             break
         rhs[:] = r64                            # rounded once to the working precision
@@ -304,7 +314,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         else:
             target = max(tol, DD_ETA * true)
         first = False
-        c, it, f = body(corr, d, r, budget - count, target, cb, hist, **body_kw)
+        c, it, f = body(corr, d, r, budget - count, target, cb, hist, **kw)
         count += c
         iters += it
         if not problem.all_finite(d):

@@ -167,15 +167,17 @@ class Solver:
         restart, side = a["restart"], a["side"]
         if auto:
             from .auto import (AUTO_RESTART, DEFAULT_AUTO_MAXITER, NoCandidateError,
-                               candidate_side, plan, resolve_block, SETUP_ERRORS,
-                               set_up_candidate)
+                               candidate_side, plan, probe_operator, resolve_block,
+                               SETUP_ERRORS, set_up_candidate)
 
             pinned = None if is_auto(precond) else precond
             problem = make_problem(A, b0, rtol=a["rtol"], atol=a["atol"], device=device,
                                    M=pinned if not isinstance(pinned, str) else None)
             if method != "auto" and precision is not None:  # the caller's pair: refused
                 check_basis(method, problem, as_precision(precision, problem.data_dtype))
-            an, cands = plan(problem.A_csr, method, precond, a["precond_params"])
+            probe = probe_operator(problem) if problem.A_csr is None and method == "auto" \
+                else None
+            an, cands = plan(problem.A_csr, method, precond, a["precond_params"], probe)
             self._plan_labels = [c.label for c in cands]
             chosen = M = policy = None
             # shared by the candidates, as in auto_solve: the MC64 matching, the symmetry

@@ -92,18 +92,23 @@ def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None, positive=False, d
 
 
 def _check_pivots(A, pivots, tol, hint=True):
-    """Raise :class:`ZeroPivotError` at the first row ``i`` whose pivot ``|u_ii| <= tol
-    max_j |a_ij|`` (every row of ``A`` has its diagonal entry here: ILU(0) refused a
-    missing one)."""
-    rowmax = np.maximum.reduceat(np.abs(A.data), A.indptr[:-1])
-    small = np.flatnonzero(np.abs(pivots) <= tol * rowmax)
+    """Raise :class:`ZeroPivotError` at the first row ``i`` whose pivot is at most ``tol``
+    times its row's largest entry, both as stored and in the equilibrated ``A``: small
+    through the units of rows and columns alone is not small, as ILU(0) is indifferent to
+    them (:func:`.ilut.tiny_after_equilibration`; every row of ``A`` has its diagonal entry
+    here: ILU(0) refused a missing one)."""
+    from .ilut import tiny_after_equilibration
+
+    small = tiny_after_equilibration(A, pivots, tol)
     if small.size:
         i = int(small[0])
         raise ZeroPivotError(
-            f"ILU(0): the pivot of row {i} became {pivots[i].item()!r}, at most pivot_tol = {tol:.3g} "
-            f"times its row's largest entry {rowmax[i]:.3g} ({small.size} such rows); U^-1 "
-            "would blow up -- " + ("permute A (reorder='mc64') and use ILUT, or use ISAI"
-                                   if hint else "use ILUT (it pivots), or ISAI"))
+            f"ILU(0): the pivot of row {i} became {pivots[i].item()!r}, at most pivot_tol = "
+            f"{tol:.3g} times its row's largest entry (as stored and with rows and columns "
+            f"equilibrated; "
+            f"{small.size} such rows); U^-1 would blow up -- "
+            + ("permute A (reorder='mc64') and use ILUT, or use ISAI"
+               if hint else "use ILUT (it pivots), or ISAI"))
 
 
 def split_factors(indptr, indices, data, n):
@@ -251,7 +256,8 @@ class ILU0(Preconditioner):
         complex-symmetric ``A`` (``A == A^T``, e.g. Helmholtz) gets the general form.
     pivot_tol : float
         Refuse factors with a pivot ``|u_ii| <= pivot_tol * max_j |a_ij|`` (row ``i`` of
-        ``A``): a pivot that small next to its row makes ``U^-1`` blow up, and the Krylov
+        ``A``, both as stored and with ``A``'s rows and columns equilibrated, so that
+        the units of the unknowns do not decide): a pivot that small next to its row makes ``U^-1`` blow up, and the Krylov
         method with it diverges or stagnates.  ``0`` (default): only a zero, missing or
         non-finite pivot is refused (PETSc's ``-pc_factor_zeropivot`` is the absolute form
         of this test).  ``method="auto"`` sets ``sqrt(eps)`` when ``A`` has tiny but no

@@ -187,6 +187,10 @@ def test_nothing_sets_up_gives_a_clear_status_not_an_exception(monkeypatch):
     assert res.choices[4].bare and res.choices[4].label == "gmres + none [mixed]"
     assert res.choices[4].outcome != "not tried"
     assert "structurally singular" in res.choices[0].outcome
+    # the matching's error is said once: the later candidates that reorder point to it
+    assert all(c.outcome == "set-up failed: StructurallySingularError: as choice 1"
+               for c in res.choices[1:4])
+    assert res.status.count("structurally singular") == 1
     assert "tried gmres + ilut+mc64" in res.status and "gmres + none" in res.status
     assert np.isfinite(res.x).all()
 
@@ -1005,3 +1009,180 @@ def test_zero_right_hand_side_solves_to_zero_even_where_nothing_sets_up():
         assert "zero right-hand side" in res.status
     res = mpsolve.solve(Z, np.ones(3))
     assert res.info == -13 and not res.converged and "singular" in res.status
+
+
+def _scaled(A, seed=0, spread=6):
+    """``D1 A D2`` for diagonal ``D1``, ``D2`` of random powers of 10 in 1e-spread..1e+spread."""
+    rng = np.random.default_rng(seed)
+    n = A.shape[0]
+    return sp.csr_matrix(sp.diags(10.0 ** rng.uniform(-spread, spread, n)) @ A
+                         @ sp.diags(10.0 ** rng.uniform(-spread, spread, n)))
+
+
+def test_scaling_rows_and_columns_does_not_make_a_diagonal_tiny():
+    """ILU(0) is equivariant under diagonal scaling, so auto's choice for it must not
+    depend on the units of rows and unknowns.  A central-difference convection-diffusion
+    matrix scaled ``D1 A D2`` over 1e-6..1e6: next to its row's largest stored entry, its
+    diagonal was "tiny" in hundreds of rows, ILU(0)'s pivots were refused and the growth
+    test with the ones vector saw 1e8; in the equilibrated matrix neither is the case, and
+    BiCGSTAB + ILU(0) solves it as it solves the unscaled matrix."""
+    A0 = sp.csr_matrix(convection_diffusion2d(40, peclet=50.0, upwind=False))
+    A = _scaled(A0)
+    d = np.abs(A.diagonal())
+    rowmax = np.abs(A).max(axis=1).toarray().ravel()
+    assert np.count_nonzero(d <= auto.TINY * rowmax) > 100     # tiny as stored
+    for M in (A0, A):
+        b = M @ np.ones(M.shape[0])
+        res = mpsolve.solve(M, b, rtol=1e-8)
+        assert res.analysis["tiny_diagonal"] == 0
+        first = res.choices[0]
+        assert first.label == "bicgstab + ilu0 [mixed]" and first.outcome == "converged"
+        assert _ok(res, M, b, 1e-8) <= 1e-8
+
+
+def test_equilibrated_growth_is_blind_to_the_scaling_and_keeps_unstable_factors_out():
+    """:func:`auto.equilibrated_growth` is the same for ``A`` and ``D1 A D2`` (to the
+    rounding of the powers of 2 of the scaling), and still refuses factors that are
+    unstable whatever the scaling (central differences at Peclet 1000)."""
+    from mpsolve.precond import ILU0
+
+    A0 = sp.csr_matrix(convection_diffusion2d(40, peclet=50.0, upwind=False))
+    g = []
+    for A in (A0, _scaled(A0), _scaled(A0, seed=3, spread=3)):
+        M = ILU0(dtype=np.float64).setup(A)
+        g.append(auto.equilibrated_growth(M, A))
+    assert max(g) <= 10 and max(g) <= 4 * min(g)
+    U = sp.csr_matrix(convection_diffusion2d(32, peclet=1000.0, upwind=False))
+    M = ILU0(dtype=np.float64).setup(U)
+    assert auto.equilibrated_growth(M, U) > auto.ILU_GROWTH_LIMIT
+
+
+def test_unstable_ilut_factors_warn_and_are_refused_as_ilu0s():
+    """ILUTP's dropping with row pivoting can give factors whose triangular solves grow
+    without bound although SuperLU accepted every pivot: on the scaled central-difference
+    matrix GMRES(30) with them stalled.  The set-up measures the growth (``stats``), warns
+    by name where it exceeds the limit, and auto refuses such factors as ILU(0)'s."""
+    from mpsolve.precond import ILUT, PreconditionerWarning
+    from mpsolve.precond.ilut import GROWTH_LIMIT
+
+    A0 = sp.csr_matrix(convection_diffusion2d(40, peclet=50.0, upwind=False))
+    A = _scaled(A0)
+    with pytest.warns(PreconditionerWarning, match=r"ILUT\(drop_tol=0.001, fill_factor=10\): "
+                      r"unstable factors: \|\|M A e - e\|\|_inf = .* lower drop_tol"):
+        M = ILUT().setup(A)
+    assert M.stats["growth"] > GROWTH_LIMIT
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PreconditionerWarning)
+        assert ILUT().setup(A0).stats["growth"] < 1.0
+    res = mpsolve.solve(A, A @ np.ones(A.shape[0]), rtol=1e-8, precond="ilut")
+    assert not res.converged and res.iterations == 0
+    assert [c.outcome.split(":")[1].strip() for c in res.choices if not c.bare] == \
+        ["UnstableFactorsError"] * 2
+
+
+@pytest.mark.parametrize("maxiter", [40, 300])
+def test_auto_never_runs_past_the_callers_iteration_budget(maxiter):
+    """GMRES candidates are capped by their inner iterations (``max_inner``), across
+    restarts, double-double refinement steps and escalations: their once-a-cycle monitor
+    only estimated them, and a nearly singular matrix whose candidates refine in
+    double-double ran 307 iterations under ``maxiter=300``."""
+    rng = np.random.default_rng(4)
+    n = int(rng.integers(5, 60))
+    A = sp.random(n, n, density=float(rng.uniform(0.05, 0.4)), random_state=rng, format="csr")
+    rng.uniform(-1, 1, n)                # (the draws of the random-matrix test's seed 4)
+    A = sp.csr_matrix(sp.diags(10.0 ** rng.uniform(-8, 8, n)) @ A)
+    b = rng.standard_normal(n)
+    res = mpsolve.solve(A, b, rtol=1e-8, maxiter=maxiter)
+    ran = [c for c in res.choices if c.iterations]
+    assert len(ran) >= 2 and any(c.method == "gmres" for c in ran)
+    assert sum(c.iterations for c in ran) == res.iterations <= maxiter
+    _ok(res, A, b, 1e-8)
+
+
+@pytest.mark.parametrize("precision", ["double", "eft", "ir"])
+def test_an_inner_iteration_cap_spans_the_whole_solve(precision):
+    """``max_inner`` (SciPy's legacy GMRES maxiter, auto's GMRES share) bounds the inner
+    iterations of the whole solve: a body the driver calls again (a residual replacement
+    after its recursive residual met the tolerance and the true one did not, a
+    double-double refinement step, an iterative-refinement step) gets what is left of
+    it.  A stand-in body halves the error of its system's solution (a correction's, in a
+    refinement) per call, 10 iterations each."""
+    from mpsolve import driver
+
+    A = sp.csr_matrix(poisson2d(6))
+    b = A @ np.ones(A.shape[0])
+    seen = []
+
+    def body(sys, x, r, maxiter, tol, callback, hist, max_inner=None):
+        seen.append(max_inner)
+        it = min(10, max_inner)
+        x += 0.5 * (spla.spsolve(sp.csc_matrix(A), np.asarray(sys.b, np.float64)) - x)
+        hist.extend([0.0] * it)
+        return 1, it, 0                  # "converged" by its own residual
+
+    res = driver.run("gmres", body, A, b, rtol=1e-14, maxiter=1000, precision=precision,
+                     body_kw={"max_inner": 25})
+    assert seen[0] == 25 and seen[1:] and all(0 < m <= 25 for m in seen)
+    assert sum(min(10, m) for m in seen) == res.iterations <= 25 and res.info > 0
+
+
+def test_an_operator_without_entries_gets_cg_where_a_probe_finds_it_symmetric():
+    """A ``LinearOperator`` has no entries to analyse: two products with fixed random
+    vectors tell a symmetric operator with ``u^T A u > 0``, which gets CG first (about
+    half GMRES(30)'s iterations on a 2-D Laplacian), GMRES after it; a nonsymmetric or
+    negative one gets GMRES alone, as before.  The same choice on every run."""
+    P = sp.csr_matrix(poisson2d(30))
+    b = P @ np.ones(P.shape[0])
+    res = mpsolve.solve(spla.aslinearoperator(P), b, rtol=1e-8)
+    assert [c.method for c in res.choices] == ["cg", "gmres"]
+    assert res.method == "cg" and res.converged and _ok(res, P, b, 1e-8) <= 1e-8
+    again = mpsolve.solve(spla.aslinearoperator(P), b, rtol=1e-8)
+    assert again.iterations == res.iterations and np.array_equal(again.x, res.x)
+    gm = mpsolve.solve(P, b, rtol=1e-8, method="gmres", precond=None)
+    assert res.iterations < gm.iterations
+    for B in (sp.csr_matrix(convection_diffusion2d(20, peclet=10.0)), -P):
+        rhs = B @ np.ones(B.shape[0])
+        r = mpsolve.solve(spla.aslinearoperator(B), rhs, rtol=1e-8)
+        assert [c.method for c in r.choices] == ["gmres"] and r.converged
+    # complex: Hermitian passes, complex-symmetric (not Hermitian) does not
+    H = sp.csr_matrix(P + 1j * (sp.triu(P, 1) - sp.tril(P, -1)) * 0.1)
+    assert abs(H - H.conj().T).max() == 0
+    rh = H @ np.ones(H.shape[0])
+    assert mpsolve.solve(spla.aslinearoperator(H), rh, rtol=1e-8).choices[0].method == "cg"
+    S = sp.csr_matrix(P + 1j * sp.eye(P.shape[0]))
+    r = mpsolve.solve(spla.aslinearoperator(S), S @ np.ones(S.shape[0]), rtol=1e-8)
+    assert [c.method for c in r.choices] == ["gmres"]
+
+
+def test_an_indefinite_symmetric_operator_that_passes_the_probe_falls_back_to_gmres():
+    """``u^T A u > 0`` is necessary, not sufficient: a symmetric indefinite operator with
+    mostly positive eigenvalues passes the probe, CG breaks down (or stagnates), and
+    GMRES solves from where it stopped, within the caller's budget."""
+    P = sp.csr_matrix(poisson2d(20))
+    A = sp.csr_matrix(P - 0.5 * sp.eye(P.shape[0]))
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(spla.aslinearoperator(A), b, rtol=1e-8, maxiter=2000)
+    assert res.choices[0].method == "cg"
+    assert res.converged and _ok(res, A, b, 1e-8) <= 1e-8
+    assert res.iterations <= 2000
+
+
+def test_float32_data_iterates_on_until_the_rounded_answer_meets_the_tolerance():
+    """Float32 data get a float32 ``x``, whose rounding alone can take a residual that met
+    the tolerance over it: auto's candidate iterates on to a tighter tolerance, as an
+    explicit method does (a 2-D Laplacian, rtol 1e-6: 1.01e-6 returned as a failure
+    before), and where even that cannot help (below float32's floor) ends at once with
+    the rounding named, not with the next candidate."""
+    A = sp.csr_matrix(poisson2d(50)).astype(np.float32)
+    b = np.random.default_rng(2).standard_normal(A.shape[0]).astype(np.float32)
+    A64, b64 = A.astype(np.float64), b.astype(np.float64)
+    res = mpsolve.solve(A, b, rtol=1e-6)
+    assert res.x.dtype == np.float32 and res.converged
+    rel = np.linalg.norm(b64 - A64 @ res.x.astype(np.float64)) / np.linalg.norm(b64)
+    assert rel <= 1e-6
+    explicit = mpsolve.solve(A, b, rtol=1e-6, method=res.method, precond=res.choices[0].precond)
+    assert explicit.converged
+    low = mpsolve.solve(A, b, rtol=1e-8)
+    assert not low.converged and "x rounded to float32 misses the tolerance" in low.status
+    assert [c.outcome for c in low.choices].count("not tried") == len(low.choices) - 1

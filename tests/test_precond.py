@@ -665,12 +665,20 @@ def test_pivot_errors_suggest_mc64_only_where_it_was_not_applied():
 
 @pytest.mark.parametrize("symmetric", [False, True])
 def test_ilu0_pivot_tol_refuses_small_pivots_relative_to_the_row(symmetric):
-    """pivot_tol compares |u_ii| with row i's largest |a_ij|: u_11 = (1 + d) - 1 * 1 = d is
-    refused only at a tolerance above d / 4; a tiny a_ii whose pivot grows back passes."""
+    """pivot_tol compares |u_ii| with row i's largest entry, both as stored and in the
+    equilibrated matrix (Ruiz): u_11 = (1 + d) - 1 * 1 = d is refused at a tolerance above
+    d over either reference (4 as stored, in [1, 20] equilibrated), and passes below; a
+    tiny a_ii whose pivot grows back passes; a pivot small only through the units of
+    the unknowns passes."""
+    from mpsolve.precond.ilut import ruiz_scaling
+
     d = 1e-9
     A = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [1.0, 1.0 + d, 4.0], [0.0, 4.0, 20.0]]))
+    _, c = ruiz_scaling(A)
+    ref = max(abs(A[1, j]) * c[j] for j in range(3)) / c[1]
+    assert 1.0 <= ref <= 20.0
     with pytest.raises(ZeroPivotError, match=r"row 1 became .*pivot_tol = 1e-08 times its "
-                       r"row's largest entry 4"):
+                       r"row's largest entry \(as stored and with rows and columns equilibrated"):
         ILU0(symmetric=symmetric, shift=None, pivot_tol=1e-8).setup(A)
     # u_11 = d (to ~1e-7 relative: 1 + d rounded): below 1e-8 * 4, above 1e-12 * 4; ILU(0)
     # of a tridiagonal matrix is exact (FP64 factors: FP32 would round 1 + d to 1)
@@ -679,6 +687,17 @@ def test_ilu0_pivot_tol_refuses_small_pivots_relative_to_the_row(symmetric):
     # a tiny diagonal entry whose pivot is not tiny: u_11 = 1e-12 + 1 (a_10 a_01 = -1)
     B = sp.csr_matrix(np.array([[1.0, -1.0], [1.0, 1e-12]]))
     assert np.allclose(ILU0("float64", pivot_tol=1e-8).setup(B).matvec(B @ np.ones(2)), 1.0)
+    # the same B in other units: unknown 0 scaled by 1e6, unknown 1 by 1e-6; its factors
+    # are B's, scaled: u_11 = 1e-6, 1e-12 of its row's largest entry 1e6 as stored
+    S = sp.csr_matrix(B @ sp.diags([1e6, 1e-6]))
+    from mpsolve.precond.ilut import row_abs_max, tiny_after_equilibration
+
+    pivots = np.array([1e6, 1e-6 + 1e-18])     # u_11 = s_11 - s_10 s_01 / s_00
+    assert pivots[1] <= 1e-8 * row_abs_max(S)[1]
+    assert tiny_after_equilibration(S, pivots, 1e-8).size == 0
+    M = ILU0("float64", pivot_tol=1e-8).setup(S)     # accepted, and exact: L y = S e
+    # cancels 1e6 against 1e6 in y_1 = 1e-6 (1e-10 absolute rounding: 1e-4 relative)
+    np.testing.assert_allclose(M.matvec(S @ np.ones(2)), 1.0, rtol=1e-4)
     for bad in (-1e-3, 1.0, True, "1e-8", float("nan")):
         with pytest.raises(ValueError, match="pivot_tol="):
             ILU0(pivot_tol=bad)
