@@ -94,7 +94,8 @@ from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
 from .precond.base import Preconditioner, needs_setup, setup_for_solve
 from .precond.ilu import is_symmetric
-from .precond.ilut import GROWTH_LIMIT, sinkhorn_scaling, tiny_after_equilibration
+from .precond.ilu import equilibrated_growth, ilu_growth  # noqa: F401  (auto's tests)
+from .precond.ilut import GROWTH_LIMIT, tiny_after_equilibration
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure, is_auto
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
@@ -765,52 +766,6 @@ class UnstableFactorsError(ArithmeticError):
     """ILU(0) factors whose triangular solves amplify beyond :data:`ILU_GROWTH_LIMIT`."""
 
 
-def ilu_growth(M, C) -> float:
-    """``||M (C e) - e||_inf`` for ``e`` the ones vector -- for a symmetric ``M`` (IC(0))
-    ``max_i |(M C x - x)_i| / x_i`` for ``x = |diag C|^{-1/2}`` -- how far the
-    preconditioned operator moves a smooth vector, ``inf`` where it is not finite
-    (:data:`ILU_GROWTH_LIMIT`).  ``M``: an :class:`~mpsolve.precond.ILU0` set up on ``C``.
-    One call of the ``ilu_growth`` set-up kernel, on the device that set ``M`` up (the
-    host's for factors stored on an accelerator: host copies of them), ``C`` in the
-    set-up's precision (FP64 or complex128, as the factorisation read it)."""
-    n = C.shape[0]
-    if not n:
-        return 0.0
-    op = M._op
-    wide = wide_dtype(C.dtype)
-    host = setup_device(op.device)
-    factors = [to_host(a) for a in (op.bounds, op.lptr, op.lind, op.lval, op.uptr, op.uind,
-                                    op.uval, op.dinv)]
-    work = [np.empty(n, t) for t in (np.float64, wide, wide)]
-    return float(lookup(host, "ilu_growth", (wide, op.dtype))(
-        C.indptr, C.indices, C.data.astype(wide, copy=False), bool(M.symmetric), *factors,
-        *work))
-
-
-def equilibrated_growth(M, C) -> float:
-    """:func:`ilu_growth` for the equilibrated matrix ``R C S`` (:func:`sinkhorn_scaling`),
-    whose ILU(0) is ``S^-1 M R^-1`` (ILU(0) is equivariant under diagonal scaling):
-    ``max_i |(M C s - s)_i| / s_i``.  The test with ``e`` sees the scaling of the columns
-    (``M C`` is only similar to ``M' C'`` for ``C' = C D``): on a convection-diffusion
-    matrix with rows and columns scaled by 1e-6..1e6 it gave 1e8 where the equilibrated
-    growth is 2.6, and ILU(0) converges in 17 BiCGSTAB iterations.  Taken where
-    :func:`ilu_growth` exceeds the limit (nonsymmetric ``M``: the symmetric test is
-    scale-invariant already): tens of passes over ``C`` for the scaling, one apply.  The
-    scaling is covariant in its limit (``D1 C D2`` gets ``D2^-1 s``, the same growth); to
-    its tolerance the growth moved by under 3x on that matrix over scalings up to
-    1e-10..1e10, against the 8e6 gap between stable and unstable factors."""
-    n = C.shape[0]
-    _, s = sinkhorn_scaling(C)
-    wide = wide_dtype(C.dtype)
-    y = np.ascontiguousarray(C @ s.astype(wide))
-    xp = array_module(M.device)
-    out = xp.empty(n, wide)
-    with np.errstate(all="ignore"):
-        M.apply(to_device(y, M.device), out)
-        g = float(np.max(np.abs(to_host(out) - s) / s)) if n else 0.0
-    return g if np.isfinite(g) else float("inf")
-
-
 #: :func:`probe_operator` calls an operator symmetric (Hermitian) where ``|u^H A v -
 #: (A u)^H v|`` is at most this times ``||u|| ||A v|| + ||v|| ||A u||``: the rounding of
 #: two products (a few ``n eps`` of a symmetric operator), far below any asymmetry a
@@ -944,16 +899,17 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
                         warnings.simplefilter("ignore", PreconditionerWarning)
                     M, note = _set_up(make_preconditioner, name, params, C, policy, device,
                                       side, escalate, cache)
-                g = None
+                g, what = None, "for e = ones"
                 if name == "ilu0" and not params.get("reorder") and C is not None:
                     g = ilu_growth(M, C)
                     if not g <= ILU_GROWTH_LIMIT and not M.symmetric:
                         g = equilibrated_growth(M, C)
+                        what = "for A equilibrated and e = ones"
                 elif name == "ilut":          # measured by its set-up, on what it factored
                     g = M.stats.get("growth", 0.0)
                 if g is not None and not g <= ILU_GROWTH_LIMIT:
                     raise UnstableFactorsError(
-                        f"unstable factors: ||M A e - e||_inf = {g:.1e} for e = ones, "
+                        f"unstable factors: ||M A e - e||_inf = {g:.1e} {what}, "
                         f"over {ILU_GROWTH_LIMIT:.1e} (1/eps of FP32)")
             except SETUP_ERRORS as err:
                 cache[key] = err

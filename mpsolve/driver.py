@@ -381,7 +381,10 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
                     problem.tol = max(tol - 2.0 * (t - true), 0.25 * tol)
                     continue
             break
-        stuck = flag in (2, 3) or (flag == -14 and "float32" in (policy.working, policy.matrix))
+        # a breakdown or a non-finite value where the iteration's own arithmetic is FP32
+        # may be FP32's (a dot product under- or overflowed: b ~ 1e-20 made CG's r.z
+        # zero in FP32 and read as "A not definite"): a stronger policy tells
+        stuck = flag in (2, 3) or (flag in LOW_BREAKDOWNS and _low_working(policy))
         nxt = None
         if escalate and stuck and count < budget and capped(body_kw, iters) is not None:
             nxt = past_range_error(policy, range_error) if flag == 3 else policy.stronger()
@@ -389,7 +392,10 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             break
         reason = {2: "the true residual stagnated above the tolerance (recursive and true "
                      "residual drifted apart)",
-                  3: f"setup: {range_error}"}.get(flag, "a non-finite value appeared in float32")
+                  3: f"setup: {range_error}",
+                  -14: "a non-finite value appeared in float32"}.get(
+                      flag, f"breakdown {flag} in float32 arithmetic (its range or rounding "
+                            "may be the cause)")
         escalations.append(Escalation(iters, policy.name, nxt.name, reason, true / problem.bnrm))
         policy, sys = realise(nxt, iters)
     problem.tol = tol
@@ -412,8 +418,9 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         if far:
             extra = (f"stagnated far above the accuracy floor of precision {policy.name!r}: "
                      "the iteration's own residual met the tolerance and the true one did "
-                     "not (with M on the left: M r ~ 0 for a nonzero r, a singular or very "
-                     "ill-conditioned preconditioner)")
+                     "not, or stopped falling (with M on the left: M r ~ 0 for a nonzero r, "
+                     "a singular, very ill-conditioned or badly scaled preconditioner; "
+                     "GMRES with side='right' minimises r itself)")
         else:
             extra = ("stagnated at the accuracy floor of precision " + repr(policy.name)
                      + ("" if escalate else "; escalate=True would switch to a stronger "
@@ -422,6 +429,13 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
         extra = ("the tolerance is below FP64's rounding of b - A x: x is the double-double "
                  "answer (which meets it) rounded to float64, as close as float64 holds it "
                  "(the low part in SolveResult.x_lo)")
+    if info != 0 and flag != USER_STOP:
+        # the preconditioner's own word on a failed solve (ILU(0): unstable factors)
+        why = getattr(problem.M_user, "diagnose", None)
+        why = why(problem.A_csr) if callable(why) and isinstance(
+            problem.M_user, Preconditioner) else None
+        if why:
+            extra = f"{extra}; {why}" if extra else why
     if info == 0 and judge_answer:
         t = answer_residual(problem, x64)
         if t is not None:
@@ -439,6 +453,19 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
 #: A stagnation (flag 2) is "at the accuracy floor" unless the true residual is over this
 #: many times the floor estimate of :func:`far_above_floor`.
 FAR_ABOVE = 1e3
+
+
+#: Breakdowns that escalate a policy whose iteration runs in FP32 (:func:`_low_working`):
+#: BiCGSTAB's rho and omega, CG's curvature, non-finite values.
+LOW_BREAKDOWNS = (-10, -11, -12, -14)
+
+
+def _low_working(policy) -> bool:
+    """FP32 (complex64) in the iteration's own arithmetic: the working vectors or ``A``'s
+    products, of the policy or of its inner solves (``ir``)."""
+    parts = (policy, policy.inner) if policy.inner is not None else (policy,)
+    return any(np.finfo(np.dtype(d)).eps > 2.0**-30
+               for p in parts for d in (p.working, p.matrix) if d)
 
 
 def far_above_floor(problem, policy, x64, true) -> bool:

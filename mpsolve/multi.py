@@ -54,7 +54,7 @@ from .kernels.safenorm import norm
 from .krylov.block_cg import block_cg_body
 from .krylov.block_gmres import block_gmres_body
 from .precond.base import Preconditioner
-from .result import USER_STOP, SolveResult, status_text
+from .result import USER_STOP, SolveResult, keep_period, status_text, wants_stop
 
 __all__ = ["BLOCK_BODIES", "BlockSystem", "solve_block", "check_block"]
 
@@ -143,10 +143,11 @@ def solve_block(solver, b, x0=None, *, rtol, atol, maxiter, callback=None,
     rtol = _check_tol(rtol, "rtol")
     atol = _check_tol(atol, "atol")
     maxiter = _check_maxiter(maxiter, solver._maxiter)
-    plan = _block_plan(solver, bh, x0, callback)
+    cycles = solver._block_cycles(maxiter)    # (maxiter itself but under auto's GMRES)
+    plan = _block_plan(solver, bh, x0, callback) if cycles else None
     if plan is None:
         return _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0)
-    return _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, on_host(b))
+    return _run_block(solver, plan, bh, x0h, rtol, atol, cycles, deflation, t0, on_host(b))
 
 
 # ------------------------------------------------------------------ the column path
@@ -154,13 +155,23 @@ def _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0):
     k = bh.shape[1]
     host = on_host(b)
     results = []
+    stopped = []                          # the callback asked to stop (a column may still
+    if callback is not None:              # have converged at that call: info 0)
+        user = callback
+
+        def callback(xk):
+            ret = user(xk)
+            if wants_stop(ret):
+                stopped.append(True)
+            return ret
+        keep_period(callback, user)
     for c in range(k):
         bc = np.ascontiguousarray(bh[:, c]) if host else b[:, c]
         xc = x0 if (x0 is None or isinstance(x0, str)) else np.ascontiguousarray(x0h[:, c])
-        if results and results[-1].info == USER_STOP:
+        if stopped:
             # the callback stopped the solve: the columns after it are not run (they keep
             # their start), as a single solve stops where its callback says
-            results.append(_not_run(solver, results[-1], bc, xc))
+            results.append(_not_run(solver, results[-1], bc, xc, rtol, atol))
             continue
         # (inside the caller's Solver.solve already: its lock is held)
         results.append(solver._solve(bc, xc, rtol, atol, maxiter, callback, "compact"))
@@ -175,10 +186,11 @@ def _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0):
     return _combine(solver, results, x, "by column", time.perf_counter() - t0)
 
 
-def _not_run(solver, like, b, x0):
+def _not_run(solver, like, b, x0, rtol, atol):
     """The result of a column a callback's stop left unsolved: ``x`` its start (``x0``, or
-    0; ``M b`` is not formed), ``info`` :data:`USER_STOP`, no iterations, the start's
-    FP64 relative residual (0 for ``b = 0``)."""
+    0; ``M b`` is not formed), no iterations, the start's FP64 relative residual (0 for
+    ``b = 0``), ``info`` :data:`USER_STOP` -- or 0 where the start meets the tolerance
+    (``b = 0``: ``x = 0``), as a single solve stopped by its callback reports it."""
     problem = solver._problem
     xp, hp = problem.xp, problem.hp
     dt = like.x.dtype
@@ -188,11 +200,14 @@ def _not_run(solver, like, b, x0):
     r = xp.empty_like(b64)
     # r = b - A x by the operator's own FP64 residual (on the problem's device)
     problem.A64.bind_residual(hp)(xp.ascontiguousarray(x, dtype=hp), b64, r)
-    bnrm = float(norm(b64, xp))
-    rel = float(norm(r, xp)) / bnrm if bnrm else 0.0
-    return SolveResult(x=x, info=USER_STOP, iterations=0, residuals=np.zeros(0),
-                       true_residual=rel, tolerance=like.tolerance, setup_time=0.0,
-                       solve_time=0.0, status="not run: the callback stopped the solve",
+    bnrm, rnrm = float(norm(b64, xp)), float(norm(r, xp))
+    rel = rnrm / bnrm if bnrm else 0.0
+    met = rnrm <= max(atol, rtol * bnrm)
+    return SolveResult(x=x, info=0 if met else USER_STOP, iterations=0,
+                       residuals=np.zeros(0), true_residual=rel, tolerance=like.tolerance,
+                       setup_time=0.0, solve_time=0.0,
+                       status="not run: the callback stopped the solve" + (
+                           "; its start meets the tolerance" if met else ""),
                        method=like.method, precision=like.precision)
 
 
@@ -356,7 +371,7 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
         # guarded against under- and overflow as the single path's are (which also scales
         # b outside its range): every column by the single path
         return _by_columns(solver, bh, bh, None if x0h is None else x0h, x0h, rtol, atol,
-                           maxiter, None, t0)
+                           solver._from_cycles(maxiter), None, t0)
     tol = np.maximum(atol, rtol * bnrm)
     zero = bnrm == 0
     X[:, zero] = 0.0                      # SciPy: a zero right-hand side has the solution 0
@@ -463,7 +478,8 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
     for c in straggle:                    # escalation: the single path from x_c
         r = solver._solve(np.ascontiguousarray(bh[:, c]),
                           np.ascontiguousarray(to_host(X[:, c])), rtol, atol,
-                          max(1, maxiter - int(count[c])), None, "compact")
+                          solver._from_cycles(max(1, maxiter - int(count[c]))), None,
+                          "compact")
         X[:, c] = to_device(np.asarray(r.x, np.float64), problem.device)
         # (info > 0: the count, the block's included; a single run that iterated none
         # reports 1, max(count, 1))

@@ -44,7 +44,7 @@ import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError
 from ._sparse import canonical_csr, check_matrix
-from ._system import check_basis, make_problem, set_rhs, system_for
+from ._system import _check_maxiter, check_basis, make_problem, set_rhs, system_for
 from ._configure import (check_cg_preconditioner, check_gmres_options, check_precond,
                          configure, is_auto)
 from .backend import on_host, resolve_device
@@ -75,10 +75,10 @@ class Solver:
         CG, that solve run again, and the new choice kept for every later solve.
     rtol, atol, maxiter
         Defaults of every :meth:`solve` (each call may override them).  ``maxiter``
-        counts as in :func:`mpsolve.solve` for the method run (GMRES: restart cycles);
-        default ``10 n`` for a named method, and with ``"auto"``
-        :data:`mpsolve.auto.DEFAULT_AUTO_MAXITER` iterations (for GMRES that many
-        divided by ``restart``, in cycles).
+        counts as in :func:`mpsolve.solve` for the method run (GMRES: restart cycles),
+        default ``10 n``; with ``method="auto"`` it is auto's budget, as in
+        :func:`mpsolve.solve`: iterations (GMRES's inner ones, capped exactly), default
+        :data:`mpsolve.auto.DEFAULT_AUTO_MAXITER`.
 
     Attributes
     ----------
@@ -224,9 +224,9 @@ class Solver:
                 M = problem.M_user           # the caller's matrix or operator, as checked
             # as auto_solve hands its candidate to solve(): the set-up object, no name
             body_kw, _, name, m_side = configure(method, M, restart, side, None, stacklevel)
+            # maxiter counts iterations, as solve()'s auto budget: GMRES's inner ones,
+            # capped exactly (max_inner), not restart cycles
             default_maxiter = DEFAULT_AUTO_MAXITER
-            if method == "gmres":
-                default_maxiter = max(1, -(-DEFAULT_AUTO_MAXITER // body_kw["restart"]))
             problem.M_user, problem.precond_side = M, m_side
         else:
             body_kw, M, name, m_side = configure(method, precond, restart, side,
@@ -238,6 +238,8 @@ class Solver:
         self._problem = problem
         problem.reused = True
         self._maxiter = default_maxiter if a["maxiter"] is None else a["maxiter"]
+        #: GMRES chosen by "auto": maxiter counts inner iterations (as solve()'s budget)
+        self._restart_of_inner = body_kw["restart"] if auto and method == "gmres" else None
         problem.maxiter = self._maxiter
         set_rhs(problem, b0, rtol=a["rtol"], atol=a["atol"], maxiter=self._maxiter)  # checks
         self.method = method
@@ -387,17 +389,41 @@ class Solver:
         if getattr(b, "ndim", None) == 2 and b.shape[1] != 1:
             from .multi import solve_block
 
-            return solve_block(self, b, x0, rtol=a["rtol"] if rtol is None else rtol,
-                               atol=a["atol"] if atol is None else atol,
-                               maxiter=self._maxiter if maxiter is None else maxiter,
-                               callback=callback, deflation=deflation, t0=t0)
+            r = solve_block(self, b, x0, rtol=a["rtol"] if rtol is None else rtol,
+                            atol=a["atol"] if atol is None else atol,
+                            maxiter=self._maxiter if maxiter is None else maxiter,
+                            callback=callback, deflation=deflation, t0=t0)
+            if self._restart_of_inner is not None:  # (auto's info: iterations, not cycles)
+                info, its = np.asarray(r.column_info), np.asarray(r.column_iterations)
+                r.column_info = np.where(info > 0, np.maximum(its, 1), info)
+                if r.info > 0:
+                    r.info = int(np.max(r.column_info))
+            return r
+        cap = _check_maxiter(self._maxiter if maxiter is None else maxiter, None)
+        body_kw = self._body_kw
+        if self._restart_of_inner is not None:      # cycles enough, inner ones capped
+            body_kw = dict(body_kw, max_inner=cap)
+            cap = -(-cap // self._restart_of_inner)
         problem = set_rhs(self._problem, b, x0, rtol=a["rtol"] if rtol is None else rtol,
-                          atol=a["atol"] if atol is None else atol,
-                          maxiter=self._maxiter if maxiter is None else maxiter)
+                          atol=a["atol"] if atol is None else atol, maxiter=cap)
         policy = self._policy_for(problem.data_dtype)
-        return iterate(self.method, self._body, problem, policy, callback=callback,
-                       escalate=self.escalate, body_kw=self._body_kw, t0=t0,
-                       report=self._report)
+        r = iterate(self.method, self._body, problem, policy, callback=callback,
+                    escalate=self.escalate, body_kw=body_kw, t0=t0, report=self._report)
+        if self._restart_of_inner is not None and r.info > 0:
+            r.info = max(1, r.iterations)           # (auto's info: iterations, not cycles)
+        return r
+
+    def _block_cycles(self, maxiter: int) -> int:
+        """The block method's ``maxiter`` for ``maxiter`` in this Solver's units: itself,
+        or where it counts GMRES's inner iterations (auto's GMRES) the whole cycles that
+        fit (0: fewer iterations than a cycle, the columns run one by one, capped)."""
+        m = self._restart_of_inner
+        return maxiter if m is None else maxiter // m
+
+    def _from_cycles(self, cycles: int) -> int:
+        """``cycles`` of the block GMRES in this Solver's ``maxiter`` units."""
+        m = self._restart_of_inner
+        return cycles if m is None else cycles * m
 
     def _policy_for(self, dt):
         """The policy a fresh solve of data dtype ``dt`` starts from (with precision=None

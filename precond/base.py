@@ -357,6 +357,13 @@ class Preconditioner:
     def nbytes(self) -> int:
         return int(self._op.nbytes) if self._op is not None else 0
 
+    def diagnose(self, C):
+        """Why this preconditioner may have cost a solve its convergence, for the status of
+        a solve that did not converge (``None``: nothing to say).  ``C``: the checked
+        canonical CSR of ``A``.  Called only after a failed solve, so it may cost a few
+        products with ``A``."""
+        return None
+
     # ------------------------------------------------------------ conveniences
     def _check_ready(self):
         if not self.is_setup:

@@ -23,13 +23,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from mpsolve._sparse import SYMMETRY_RTOL, is_symmetric, symmetry_rtol  # noqa: F401
-from mpsolve.backend import HOST_DEVICE, to_host
+from mpsolve.backend import HOST_DEVICE, array_module, to_device, to_host
 from mpsolve.kernels import lookup
 from mpsolve.kernels.safenorm import all_finite
 from mpsolve.kernels.registry import launch_plan
 from mpsolve.operator import TriangularSweeps
 
-from ._util import check_count, rows_text, wide_dtype
+from ._util import check_count, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
 
 __all__ = ["ILU0", "ZeroPivotError", "ilu0_factor", "is_symmetric", "symmetry_rtol",
@@ -89,6 +89,60 @@ def ilu0_factor(C, device=HOST_DEVICE, shift=0.0, mirror=None, positive=False, d
             + "or use ISAI/Block-Jacobi instead"
         )
     return indptr, indices, data, diag
+
+
+#: ILU(0) and ILUT factors are called unstable when ``||M (A e) - e||_inf`` exceeds this,
+#: for ``e`` the vector of ones (:func:`ilu_growth`; Chow & Saad's test): the reciprocal
+#: of FP32's machine epsilon (:data:`mpsolve.auto.ILU_GROWTH_LIMIT` says why).
+GROWTH_LIMIT = 1.0 / float(np.finfo(np.float32).eps)
+
+
+def ilu_growth(M, C) -> float:
+    """``||M (C e) - e||_inf`` for ``e`` the ones vector -- for a symmetric ``M`` (IC(0))
+    ``max_i |(M C x - x)_i| / x_i`` for ``x = |diag C|^{-1/2}`` -- how far the
+    preconditioned operator moves a smooth vector, ``inf`` where it is not finite
+    (:data:`GROWTH_LIMIT`).  ``M``: an :class:`~mpsolve.precond.ILU0` set up on ``C``.
+    One call of the ``ilu_growth`` set-up kernel, on the device that set ``M`` up (the
+    host's for factors stored on an accelerator: host copies of them), ``C`` in the
+    set-up's precision (FP64 or complex128, as the factorisation read it)."""
+    n = C.shape[0]
+    if not n:
+        return 0.0
+    op = M._op
+    wide = wide_dtype(C.dtype)
+    host = setup_device(op.device)
+    factors = [to_host(a) for a in (op.bounds, op.lptr, op.lind, op.lval, op.uptr, op.uind,
+                                    op.uval, op.dinv)]
+    work = [np.empty(n, t) for t in (np.float64, wide, wide)]
+    return float(lookup(host, "ilu_growth", (wide, op.dtype))(
+        C.indptr, C.indices, C.data.astype(wide, copy=False), bool(M.symmetric), *factors,
+        *work))
+
+
+def equilibrated_growth(M, C) -> float:
+    """:func:`ilu_growth` for the equilibrated matrix ``R C S`` (:func:`sinkhorn_scaling`),
+    whose ILU(0) is ``S^-1 M R^-1`` (ILU(0) is equivariant under diagonal scaling):
+    ``max_i |(M C s - s)_i| / s_i``.  The test with ``e`` sees the scaling of the columns
+    (``M C`` is only similar to ``M' C'`` for ``C' = C D``): on a convection-diffusion
+    matrix with rows and columns scaled by 1e-6..1e6 it gave 1e8 where the equilibrated
+    growth is 2.6, and ILU(0) converges in 17 BiCGSTAB iterations.  Taken where
+    :func:`ilu_growth` exceeds the limit (nonsymmetric ``M``: the symmetric test is
+    scale-invariant already): tens of passes over ``C`` for the scaling, one apply.  The
+    scaling is covariant in its limit (``D1 C D2`` gets ``D2^-1 s``, the same growth); to
+    its tolerance the growth moved by under 3x on that matrix over scalings up to
+    1e-10..1e10, against the 8e6 gap between stable and unstable factors."""
+    n = C.shape[0]
+    from .ilut import sinkhorn_scaling
+
+    _, s = sinkhorn_scaling(C)
+    wide = wide_dtype(C.dtype)
+    y = np.ascontiguousarray(C @ s.astype(wide))
+    xp = array_module(M.device)
+    out = xp.empty(n, wide)
+    with np.errstate(all="ignore"):
+        M.apply(to_device(y, M.device), out)
+        g = float(np.max(np.abs(to_host(out) - s) / s)) if n else 0.0
+    return g if np.isfinite(g) else float("inf")
 
 
 def _check_pivots(A, pivots, tol, hint=True):
@@ -418,6 +472,24 @@ class ILU0(Preconditioner):
                 "positive, so A is probably not positive definite); use GMRES with "
                 "ILU0(symmetric=False), or ISAI")
         return factors
+
+    def diagnose(self, C):
+        """Unstable factors (Chow & Saad's growth test, :func:`ilu_growth`, and for a
+        nonsymmetric ``M`` again on the equilibrated matrix, :func:`equilibrated_growth`:
+        the test ``method="auto"`` refuses such factors by at set-up), named with the
+        fix: a named ILU(0) is set up without it, which would cost every set-up a product
+        with ``A`` and two sweeps."""
+        if C is None or not self.is_setup or C.shape != self.shape or self._op is None:
+            return None
+        g, what = ilu_growth(self, C), "e = ones"
+        if not g <= GROWTH_LIMIT and not self.symmetric:
+            g, what = equilibrated_growth(self, C), "A equilibrated and e = ones"
+        if g <= GROWTH_LIMIT:
+            return None
+        return (f"ILU(0)'s factors are unstable: ||M A e - e||_inf = {g:.1e} for {what}, "
+                f"over {GROWTH_LIMIT:.1e} (Chow & Saad's growth test): their triangular "
+                "solves amplify; use precond='ilut' (it pivots), reorder='mc64', or "
+                "precond='auto' (which refuses such factors)")
 
     def _transpose_operator(self):
         """The symmetric form's stored ``M`` is symmetric bit for bit (real data): ``M``

@@ -45,15 +45,11 @@ from mpsolve.operator import TriangularSweeps
 from ._util import (PreconditionerWarning, ThreadBuffers, check_amount, empty_lines_text,
                     wide_dtype)
 from .base import Preconditioner
-from .ilu import (ZeroPivotError, dominance_shift, first_shift, is_symmetric,
-                  positive_diagonal, shift_off_diagonal)
+from .ilu import (GROWTH_LIMIT, ZeroPivotError, dominance_shift, first_shift,
+                  is_symmetric, positive_diagonal, shift_off_diagonal)
 
 __all__ = ["ILUT"]
 
-#: ILUT factors are called unstable (a :class:`PreconditionerWarning`; refused by
-#: :mod:`mpsolve.auto`) when ``||M (A e) - e||_inf`` exceeds this: the reciprocal of FP32's
-#: machine epsilon (:data:`mpsolve.auto.ILU_GROWTH_LIMIT` says why).
-GROWTH_LIMIT = 1.0 / float(np.finfo(np.float32).eps)
 
 
 def sweep_layout(L, U):

@@ -725,6 +725,14 @@ def test_a_callback_stop_stops_every_column(given_x0):
     assert np.array_equal(r.x[:, 1:], start[:, 1:])
     want = np.linalg.norm(B - A @ start, axis=0) / np.linalg.norm(B, axis=0)
     np.testing.assert_allclose(r.column_true_residual[1:], want[1:], rtol=1e-12)
+    # a column left unrun whose start meets the tolerance (b = 0, x = 0) has converged:
+    # info 0, as a single solve stopped by its callback at a solution reports
+    calls.clear()
+    Z = np.column_stack([B[:, 0], np.zeros(A.shape[0]), B[:, 2]])
+    r = mpsolve.solve(A, Z, method="cg", precond="jacobi", rtol=1e-8, callback=stop)
+    assert list(r.column_info) == [-15, 0, -15] and r.info == -15
+    assert not r.x[:, 1].any()
+    assert mpsolve.solve(A, Z[:, 1], method="cg", callback=lambda x: True).info == 0
 
 
 def _tridiag(n):

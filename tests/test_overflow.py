@@ -315,3 +315,35 @@ def test_a_stagnating_stage_never_returns_an_x_worse_than_its_start():
     r = mpsolve.solve(A, b, method="cg", precond="jacobi", precision="double",
                       escalate=False, rtol=1e-8)
     assert r.true_residual <= 1.0 + 1e-12             # no worse than x0 = 0
+
+
+@pytest.mark.parametrize("method, precision, scale", [
+    ("cg", "single", 1e-20), ("bicgstab", "single", 1e-22), ("cg", "ir", 1e-40),
+    ("gmres", "ir", 1e-38), ("cg", "float32-data", 1e-20)])
+def test_a_breakdown_in_float32_arithmetic_escalates(method, precision, scale):
+    """A breakdown where the iteration's own arithmetic is FP32 -- ``single``, the inner
+    solves of ``ir``, float32 data -- may be FP32's: a small ``b`` (CG's ``r.z``
+    underflowed and read as "A not definite", -12; BiCGSTAB's rho, -10/-11) or a small
+    ``A`` (non-finite values in ``ir``'s inner solves, -14, which ended the solve).  It
+    escalates, as a stagnation does, and the solve converges; a breakdown that is A's own
+    (an indefinite A under CG) still ends with its code after the FP64 policy meets it."""
+    from mpsolve.matrices import convection_diffusion2d, poisson2d
+
+    A = sp.csr_matrix(poisson2d(20) if method == "cg" else convection_diffusion2d(20))
+    if precision == "ir":
+        A, b = A * scale, A @ np.ones(A.shape[0]) * scale
+    else:
+        b = A @ np.ones(A.shape[0]) * scale
+    kw = dict(method=method, rtol=1e-5, precond="jacobi" if precision != "ir" else None)
+    if precision == "float32-data":
+        A, b = A.astype(np.float32), b.astype(np.float32)
+    else:
+        kw["precision"] = precision
+    r = mpsolve.solve(A, b, **kw)
+    assert r.converged, r.status
+    A64, b64 = A.astype(np.float64), b.astype(np.float64)
+    assert np.linalg.norm(b64 - A64 @ r.x.astype(np.float64)) <= 1.01e-5 * np.linalg.norm(b64)
+    assert r.escalations and "float32" in r.escalations[0].reason
+    P = sp.csr_matrix(poisson2d(20) - 0.5 * sp.eye(400))
+    r = mpsolve.solve(P, P @ np.ones(400), method="cg", precision="single", rtol=1e-5)
+    assert r.info == -12 and r.escalations and r.escalations[-1].to_precision == "mixed"

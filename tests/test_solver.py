@@ -723,3 +723,32 @@ def test_an_update_to_values_of_another_precision_is_a_fresh_set_up(precond, old
     ru, rf = s.solve(b), f.solve(b)
     assert ru.precision == rf.precision and np.array_equal(ru.x, rf.x)
     assert s._problem.M_user.storage_dtype == f._problem.M_user.storage_dtype
+
+
+def test_auto_gmres_counts_maxiter_in_iterations_as_solve_does():
+    """With ``method="auto"`` ``maxiter`` is auto's budget in iterations, for a Solver as
+    for :func:`mpsolve.solve`: a GMRES choice is capped by its inner iterations (it ran
+    ``maxiter`` restart cycles: 600 iterations for ``maxiter=20``, and 5010 by default),
+    its ``info`` counts them, and ``k`` right-hand sides get the whole cycles that fit."""
+    from mpsolve.auto import DEFAULT_AUTO_MAXITER
+    from mpsolve.matrices import convection_diffusion2d
+
+    A = sp.csr_matrix(convection_diffusion2d(30, 50.0))
+    A[7, 7] = 0.0
+    b = np.ones(A.shape[0])
+    s = mpsolve.Solver(A, precond="isai", rtol=1e-13, maxiter=20)
+    assert s.method == "gmres"
+    r = s.solve(b)
+    ref = mpsolve.solve(A, b, precond="isai", rtol=1e-13, maxiter=20)
+    assert r.iterations == ref.iterations == 20 and r.info == ref.info == 20
+    assert s.solve(b, maxiter=45).iterations == 45
+    r = mpsolve.Solver(A, precond="isai", rtol=1e-15).solve(b)
+    assert r.iterations <= DEFAULT_AUTO_MAXITER
+    B = np.column_stack([b, 2 * b + 1, np.arange(A.shape[0], dtype=float)])
+    r = s.solve(B, maxiter=95)
+    assert list(r.column_iterations) == [90] * 3 and list(r.column_info) == [90] * 3
+    r = s.solve(B, maxiter=25)            # under one cycle: the columns one by one, capped
+    assert list(r.column_iterations) == [25] * 3
+    # a named GMRES keeps SciPy's unit, restart cycles
+    r = mpsolve.Solver(A, method="gmres", precond="isai", rtol=1e-13, maxiter=2).solve(b)
+    assert r.info == 2 and r.iterations == 40

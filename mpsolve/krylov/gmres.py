@@ -165,6 +165,11 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     # no new lowest residual (by FLOOR_GAIN) the body hands over to the driver, which
     # judges with the FP64 true residual (escalation, or the floor in the status)
     watch_floor = eps > 2.0**-30
+    # FP64 too: a cycle that leaves r where it was is repeated by every restart from it
+    # (GMRES(m) is deterministic): after STALL_CYCLES cycles with no new lowest residual
+    # (by STALL_GAIN) the driver judges -- left preconditioning of a badly scaled A
+    # (Jacobi on D A D, D over 1e-6..1e6) kept r at 1.6e-3 for all of 300 cycles
+    least, gain = (FLOOR_CYCLES, FLOOR_GAIN) if watch_floor else (STALL_CYCLES, STALL_GAIN)
     best, stalled = math.inf, 0
     rnorm = nrm2(r)
     if rnorm <= tol:
@@ -297,13 +302,12 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             continue
         if inner == max_inner:
             return cycle, inner, 1
-        if watch_floor:
-            if rnorm < FLOOR_GAIN * best:
-                best, stalled = rnorm, 0
-            else:
-                stalled += 1
-                if stalled >= FLOOR_CYCLES:
-                    return cycle, inner, 2
+        if rnorm < gain * best:
+            best, stalled = rnorm, 0
+        else:
+            stalled += 1
+            if stalled >= least:
+                return cycle, inner, 2
         if est <= target:
             # the minimised residual met its target but the true one did not
             if left and factor > eps and not rnorm > STAGNATION * last_claim:
@@ -326,6 +330,10 @@ FLOOR_CYCLES = 5
 #: ... lower than the last one by this factor (a steady decrease of 0.16% a cycle resets
 #: the count: only a residual that has stopped falling is a floor)
 FLOOR_GAIN = 1.0 - 2.0**-7
+#: A GMRES in FP64 (or wider) stops after this many cycles without a new lowest residual ...
+STALL_CYCLES = 20
+#: ... lower than the last one by this factor (1e-6 relative: only a frozen residual)
+STALL_GAIN = 1.0 - 2.0**-20
 
 
 def _linear_m(sys) -> bool:
