@@ -102,6 +102,14 @@ def _summary_lines(runs, reference, bold="**"):
     return out
 
 
+def mib_cell(run):
+    """The preconditioner's stored MiB, ``-`` where the run did not record them (a
+    preconditioner whose bytes are 0: PETSc's, which the bench does not ask)."""
+    if run.precond_nbytes == 0 and run.precond not in (None, "none"):
+        return "-"
+    return f"{run.precond_nbytes / 2**20:.2f}"
+
+
 def bandwidth_cells(run, stream):
     """``"GB/s | % stream"`` of a run's iteration (``-`` where it has no model or time)."""
     bw = getattr(run, "bandwidth", float("nan"))
@@ -185,7 +193,10 @@ def write_markdown(runs, path, meta, reference=None):
             "`mpsolve.bench.suite.iteration_bytes`) times the iterations, over the solve time"
             "; % stream: that against the machine's "
             + (f"{stream / 1e9:.1f} GB/s" if math.isfinite(stream) else "(unmeasured)")
-            + " (NumPy `a = b + c` on 64 MiB vectors, one thread per core, best of 5).", "",
+            + " (NumPy `a = b + c` on 64 MiB vectors, one thread per core, best of 5): "
+            "over 100% where a problem's working set stays in the caches.  M MiB: the "
+            "preconditioner's stored bytes, '-' where the baseline does not report them "
+            "(PETSc's PCs).", "",
             "| problem | solver | ranks | method | precond | precision | iters | setup s | "
             "solve s | total s | true rel. res | M MiB | GB/s | % stream | status |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -195,7 +206,7 @@ def write_markdown(runs, path, meta, reference=None):
                    f"{r.precision} | "
                    f"{r.iterations} | {fmt_time(r.setup_time)} | {fmt_time(r.solve_time)} | "
                    f"{fmt_time(r.total_time)} | {r.true_residual:.2e} | "
-                   f"{r.precond_nbytes / 2**20:.2f} | {bandwidth_cells(r, stream)} | "
+                   f"{mib_cell(r)} | {bandwidth_cells(r, stream)} | "
                    f"{'ok' if r.converged else 'FAILED: '}{'' if r.converged else r.status[:80]} |")
     staged = [r for r in runs if r.setup_stages]
     if staged:

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import platform
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import List
 
 import numpy as np
@@ -170,6 +171,30 @@ def mpsolve_configs(args):
         return list(DEFAULT_CONFIGS)
     return list(itertools.product(args.preconds or FULL_PRECONDS,
                                   args.precisions or FULL_PRECISIONS))
+
+
+def _finite_or_null(obj):
+    """``obj`` (dicts, lists, numbers) with every NaN or infinity replaced by ``None``:
+    JSON has no such numbers (Python writes ``NaN``, which strict parsers refuse)."""
+    if isinstance(obj, dict):
+        return {k: _finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_null(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def _null_to_nan(obj):
+    """:func:`_finite_or_null` undone where it can be: ``None`` in a float field of a run
+    (and in the header's numbers) back to NaN; lists of numbers (histories) too."""
+    if isinstance(obj, dict):
+        floats = {f.name for f in fields(Run) if f.type in (float, "float")}
+        return {k: (float("nan") if v is None and (k in floats or k.endswith("_per_s"))
+                    else _null_to_nan(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [float("nan") if v is None else _null_to_nan(v) for v in obj]
+    return obj
 
 
 def _methods_for(spd, args):
@@ -435,7 +460,13 @@ def run_suite(args, progress=True, log=None, info=None) -> List[Run]:
                 jobs.append(("mpsolve", name, A, spd, method, prec, pc, 1))
             if "scipy" in args.baselines:
                 for pc in scipy_pcs:
-                    jobs.append(("scipy", name, A, spd, method, "double", pc, 1))
+                    # spilu is not symmetric: CG with it is no valid configuration (mpsolve
+                    # refuses a nonsymmetric M under CG; CG + spilu stalled at 2e-2 on
+                    # poisson3d:24), so SciPy's GMRES runs with it instead
+                    sm = "gmres" if (pc == "spilu" and method == "cg") else method
+                    if not any(j[0] == "scipy" and j[1] == name and j[4] == sm and j[6] == pc
+                               for j in jobs):
+                        jobs.append(("scipy", name, A, spd, sm, "double", pc, 1))
             if with_petsc:
                 for pc in petsc_pcs:
                     if pc == "icc" and not (spd and method == "cg"):
@@ -668,6 +699,14 @@ def gpu_hooks():
                            baseline_preconds=_baseline_preconds, precond_for=_precond_for)
 
 
+def write_json(path, meta, runs):
+    """``results.json``: the header and every run, strict JSON (a non-finite number -- a
+    failed run's residual -- written ``null``; :func:`_rebuild` reads it back as NaN)."""
+    with open(path, "w") as f:
+        json.dump(_finite_or_null({"meta": meta, "runs": [asdict(r) for r in runs]}), f,
+                  indent=1, allow_nan=False)
+
+
 def _rebuild(args):
     """Write results.md and the plots again from an existing results.json."""
     from .plots import write_plots
@@ -675,10 +714,11 @@ def _rebuild(args):
 
     with open(os.path.join(args.out, "results.json")) as f:
         data = json.load(f)
-    runs = [Run(**r) for r in data["runs"]]
-    write_markdown(runs, os.path.join(args.out, "results.md"), data["meta"], REFERENCE)
+    runs = [Run(**_null_to_nan(r)) for r in data["runs"]]
+    meta = _null_to_nan(data["meta"])
+    write_markdown(runs, os.path.join(args.out, "results.md"), meta, REFERENCE)
     if not args.no_plots:
-        write_plots(runs, args.out, rtol=data["meta"].get("rtol"))
+        write_plots(runs, args.out, rtol=meta.get("rtol"))
     print(f"rewrote {args.out}/results.md from results.json")
     return 0
 
@@ -755,8 +795,7 @@ def main(args):
         "petsc_ranks": info.get("petsc_ranks", []),
         "petsc_mpi_notes": info.get("petsc_mpi_notes", []),
     }
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"meta": meta, "runs": [asdict(r) for r in runs]}, f, indent=1)
+    write_json(os.path.join(args.out, "results.json"), meta, runs)
     write_markdown(runs, os.path.join(args.out, "results.md"), meta, REFERENCE)
     files = [] if args.no_plots else write_plots(runs, args.out, rtol=args.rtol)
     print(f"{len(runs)} runs in {meta['wall_seconds']:.0f} s, {sum(r.converged for r in runs)} "

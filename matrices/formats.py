@@ -40,7 +40,7 @@ def _canonical(A, path):
         A = np.asarray(A)
         if A.ndim != 2 or A.dtype.kind not in "biufc":
             raise MatrixMarketError(f"{path}: holds a {A.ndim}-D {A.dtype} array, not a matrix")
-    return canonical_csr(A, np.complex128 if A.dtype.kind == "c" else np.float64)
+    return canonical_csr(A, np.complex128 if A.dtype.kind == "c" else np.float64, path)
 
 
 def _mat_variable(path, field, ndims, what):
@@ -52,8 +52,10 @@ def _mat_variable(path, field, ndims, what):
     except NotImplementedError as exc:           # MATLAB v7.3 is HDF5
         raise MatrixMarketError(f"{path}: {exc} (a MATLAB v7.3 file: save it with "
                                 "save(..., '-v7') or as Matrix Market)") from None
-    except (scipy.io.matlab.MatReadError, ValueError, TypeError, OSError) as exc:
-        raise MatrixMarketError(f"{path}: SciPy's loadmat could not read it: {exc}") from None
+    except (scipy.io.matlab.MatReadError, ValueError, TypeError, OSError, IndexError,
+            KeyError, EOFError, zlib.error) as exc:   # (junk bytes: IndexError, ...)
+        raise MatrixMarketError(f"{path}: SciPy's loadmat could not read it: "
+                                f"{type(exc).__name__}: {exc}") from None
     variables = {k: v for k, v in data.items() if not k.startswith("__")}
     problem = variables.get("Problem")
     if problem is not None and hasattr(problem, field):

@@ -420,6 +420,12 @@ def elasticity3d(n, E=1.0, nu=0.3):
         for b, pb in enumerate(loc):
             d = (pb[0] - pa[0], pb[1] - pa[1], pb[2] - pa[2])
             blocks[d] = blocks.get(d, 0.0) + Ke[3 * a:3 * a + 3, 3 * b:3 * b + 3]
+    # the sums for d and -d ran in other orders (A - A^T up to 3e-17): exactly symmetric
+    for d in sorted(blocks):
+        m = (-d[0], -d[1], -d[2])
+        if d <= m:
+            sym = 0.5 * (blocks[d] + blocks[m].T)
+            blocks[d], blocks[m] = sym, sym.T.copy()
     # Node-level COO pattern of the 27-point stencil, then expand each node pair to 3x3.
     idx = np.arange(n)
     rows_n, cols_n, offs = [], [], []

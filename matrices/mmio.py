@@ -272,6 +272,11 @@ def _mmread(path):
             break
     if raw[start:].translate(None, _ALLOWED[header["field"]]):
         _locate_error(path)  # raises at the first bad line (comment lines pass)
+    if _first_entry_fields(raw, start) not in (None, _fields(header)):
+        # SciPy reads 'i j re im' in a file declared real as 'i j re' without a word: a
+        # complex file mislabelled real would lose its imaginary parts (checked on the
+        # first entry, which costs nothing; the streaming validator names the line)
+        _locate_error(path)
     if header["field"] in ("real", "double", "complex") and (
             b"d" in raw[start:] or b"D" in raw[start:]):
         # Fortran's exponent (1.0D+00): SciPy's reader would stop at the D (2.5d-1 -> 2.5)
@@ -281,7 +286,29 @@ def _mmread(path):
     except Exception as exc:  # SciPy raises ValueError / RuntimeError / OverflowError
         _locate_error(path)  # raises with the line number when it finds the fault
         raise MatrixMarketError(f"{path}: SciPy could not read the file: {exc}") from exc
+    if header["symmetry"] == "skew-symmetric":
+        d = data.diagonal() if sp.issparse(data) else np.diagonal(data)
+        if np.any(d):
+            i = int(np.flatnonzero(d)[0])
+            raise MatrixMarketError(f"{path}: a skew-symmetric matrix has a zero diagonal, "
+                                    f"but entry ({i + 1}, {i + 1}) is {d[i].item()!r}: declare "
+                                    "it 'general', or drop the diagonal entries")
     return data, header
+
+
+def _fields(header):
+    """Fields on each entry line: two indices (coordinate format) and the values."""
+    nval = {"pattern": 0, "complex": 2}.get(header["field"], 1)
+    return nval + (2 if header["format"] == "coordinate" else 0)
+
+
+def _first_entry_fields(raw, start):
+    """The number of fields on the first entry line of ``raw[start:]`` (None: no entry)."""
+    for line in raw[start:start + 4096].splitlines():
+        s = line.strip()
+        if s and not s.startswith(b"%"):
+            return len(s.split())
+    return None
 
 
 def _dtype(header):
@@ -324,15 +351,24 @@ def read_mtx(path):
     ((16, 16), 64, dtype('float64'))
     """
     data, header = _mmread(path)
-    return canonical_csr(data, _dtype(header))
+    return canonical_csr(data, _dtype(header), path)
 
 
-def canonical_csr(data, dtype):
+def canonical_csr(data, dtype, path=None):
     """``data`` (sparse or dense) as a canonical CSR matrix of ``dtype``: duplicates summed,
-    indices sorted, explicit zeros kept (what every matrix reader returns)."""
-    A = sp.csr_matrix(data, dtype=dtype)
-    A.sum_duplicates()
-    A.sort_indices()
+    indices sorted, explicit zeros kept (what every matrix reader returns).  A size that
+    does not fit in memory (a size line of 1e11 rows: CSR's row pointers alone) is a
+    :class:`MatrixMarketError` naming the file (``path``), not NumPy's allocation error."""
+    try:
+        A = sp.csr_matrix(data, dtype=dtype)
+        A.sum_duplicates()
+        A.sort_indices()
+    except MemoryError:
+        m, n = np.shape(data)
+        raise MatrixMarketError(f"{path or 'the matrix'}: a {m} x {n} matrix does not fit in "
+                                "memory (its CSR row pointers alone take "
+                                f"{8 * (m + 1) / 2**30:.3g} GiB): check its size line"
+                                ) from None
     return A
 
 
@@ -374,6 +410,22 @@ def read_vector(path):
     return np.asarray(data, dtype=_dtype(h)).ravel()
 
 
+def _check_symmetry(data, symmetry):
+    """Refuse a forced ``symmetry`` that ``data`` (COO or dense) does not have exactly: a
+    symmetric file stores one triangle, so the other would be lost without a word."""
+    A = sp.csr_matrix(data)
+    if A.shape[0] != A.shape[1]:
+        raise ValueError(f"write_mtx: symmetry={symmetry!r} needs a square matrix, argument "
+                         f"A is {A.shape[0]}x{A.shape[1]}; use symmetry='general'")
+    T = {"symmetric": A.T, "skew-symmetric": -A.T, "hermitian": A.conj().T}[symmetry]
+    if (A != T).nnz:
+        raise ValueError(f"write_mtx: argument A is not exactly {symmetry} (A differs from "
+                         f"its {'conjugate ' if symmetry == 'hermitian' else ''}transpose"
+                         f"{', negated' if symmetry == 'skew-symmetric' else ''}), and a "
+                         f"{symmetry} file stores one triangle: the other would be lost; use "
+                         "symmetry='general' (or 'AUTO')")
+
+
 def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compresslevel=6):
     """Write a sparse/dense matrix or a vector to a Matrix Market file.
 
@@ -390,7 +442,8 @@ def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compressl
     symmetry : {'AUTO', 'general', 'symmetric', 'skew-symmetric', 'hermitian'}, optional
         Storage symmetry; ``'AUTO'`` (default) lets SciPy detect symmetry (for complex data
         also Hermitian symmetry, ``A == A^H``) and store half. ``'hermitian'`` needs complex
-        data.
+        data; a forced ``'symmetric'``, ``'skew-symmetric'`` or ``'hermitian'`` needs ``A``
+        to be exactly so (``ValueError`` otherwise: the triangle not stored would be lost).
     precision : int, optional
         Significant digits; default: enough to round-trip float64 exactly.
     compresslevel : int, optional
@@ -416,6 +469,8 @@ def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compressl
     if symmetry == "hermitian" and not np.iscomplexobj(data):
         raise ValueError("write_mtx: symmetry='hermitian' needs complex data in argument A; "
                          "use symmetry='symmetric' for a real matrix")
+    if symmetry in ("symmetric", "skew-symmetric", "hermitian"):
+        _check_symmetry(data, symmetry)
     path = os.fspath(path)
     kwargs = dict(comment=comment or None, symmetry=symmetry, precision=precision)
     if path.endswith(".gz"):

@@ -146,6 +146,10 @@ def cmd_solve(args):
     else:
         b = A @ np.ones(n)
         rhs_text = "A @ ones (default)"
+    if args.restart is not None and args.method in ("cg", "bicgstab"):
+        raise ValueError(f"--restart {args.restart} does not apply to --method "
+                         f"{args.method}; it is an option of --method gmres (and auto, "
+                         "when it picks GMRES)")
     if args.reorder and args.precond in ("auto", "none"):
         raise ValueError(f"--reorder {args.reorder} needs --precond NAME (auto chooses its own "
                          "reordering)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import doctest
+import json
 import subprocess
 import sys
 
@@ -525,3 +526,32 @@ def test_bench_options_that_would_be_ignored_are_refused(argv, word, tmp_path):
     args = p.parse_args(argv + ["--out", str(tmp_path)])
     with pytest.raises(ValueError, match=word):
         suite.main(args)
+
+
+def test_scipy_spilu_runs_gmres_on_spd_problems_and_results_json_is_strict(tmp_path):
+    """SciPy's ``spilu`` is not symmetric: CG with it stalled (poisson3d:24 at 2e-2 until
+    the time limit) and stood as SciPy's reference; on SPD problems its GMRES runs
+    instead (CG keeps Jacobi).  ``results.json`` is strict JSON (a failed run's NaN
+    written null) and reads back into the same tables."""
+    suite, args = _args("--problems", "poisson2d:12", "convdiff2d:12", "--baselines", "scipy",
+                        "--preconds", "jacobi", "--precisions", "double", "--no-plots",
+                        "--out", str(tmp_path), "--repeat", "1")
+    runs = suite.run_suite(args, progress=False)
+    scipy_runs = {(r.problem, r.method, r.precond) for r in runs if r.solver == "scipy"}
+    assert ("poisson2d:12", "gmres", "spilu") in scipy_runs
+    assert ("poisson2d:12", "cg", "jacobi") in scipy_runs
+    assert not any(m == "cg" and pc == "spilu" for _, m, pc in scipy_runs)
+    runs[0].true_residual = float("nan")
+    meta = dict(command="x", machine="m", python="3", versions={}, rtol=1e-8,
+                stream_bytes_per_s=float("nan"))
+    suite.write_json(tmp_path / "results.json", meta, runs)
+
+    def refuse(word):
+        raise ValueError(word)
+
+    data = json.loads((tmp_path / "results.json").read_text(), parse_constant=refuse)
+    assert data["runs"][0]["true_residual"] is None
+    args.rebuild = True
+    assert suite.main(args) == 0
+    text = (tmp_path / "results.md").read_text()
+    assert "| nan |" in text and "poisson2d:12" in text

@@ -338,3 +338,11 @@ def test_bench_coverage_writes_the_coverage_table(tmp_path):
     assert set(rows) == {"west0479", "nos4"}
     assert rows["west0479"][3] == "yes" and rows["nos4"][3] == "yes"   # auto solved both
     assert "Solved: mpsolve auto 2 of 2" in md
+
+
+def test_restart_with_a_method_that_has_none_is_refused():
+    """``--restart`` under CG or BiCGSTAB was dropped without a word (the preconditioner
+    options that do not apply are refused): now refused too, naming where it applies."""
+    p = run("solve", "poisson2d:8", "--method", "cg", "--restart", "5")
+    assert p.returncode == 2
+    assert "--restart 5 does not apply to --method cg" in p.stderr

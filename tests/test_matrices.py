@@ -818,3 +818,51 @@ def test_fortran_d_exponents_read_as_scipy_reads_them(tmp_path):
     f.write_text("%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 2.5Dx\n")
     with pytest.raises(MatrixMarketError, match="line 3.*2.5Dx"):
         read_mtx(f)
+
+
+def test_matrix_files_refuse_what_would_be_read_or_written_wrong(tmp_path):
+    """A forced symmetry the matrix does not have exactly (its other triangle would be
+    lost), a size line no memory holds, a corrupt .mat file, a complex file labelled
+    real (its imaginary parts would be dropped), a skew-symmetric file with a diagonal
+    entry: each a MatrixMarketError/ValueError naming the file and the fix."""
+    from mpsolve.matrices import MatrixMarketError, read_matrix, read_mtx, write_mtx
+
+    A = sp.csr_matrix(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    for sym, M in (("symmetric", A), ("skew-symmetric", A), ("hermitian", A.astype(complex))):
+        with pytest.raises(ValueError, match=f"not exactly {sym}.*symmetry='general'"):
+            write_mtx(tmp_path / "s.mtx", M, symmetry=sym)
+    S = sp.csr_matrix(np.array([[1.0, 2.0], [2.0, 4.0]]))
+    K = sp.csr_matrix(np.array([[0.0, 2.0], [-2.0, 0.0]]))
+    H = sp.csr_matrix(np.array([[1.0, 2 + 1j], [2 - 1j, 4.0]]))
+    for sym, M in (("symmetric", S), ("skew-symmetric", K), ("hermitian", H)):
+        write_mtx(tmp_path / "s.mtx", M, symmetry=sym)
+        assert (read_mtx(tmp_path / "s.mtx") != M).nnz == 0
+    huge = tmp_path / "huge.mtx"
+    huge.write_text("%%MatrixMarket matrix coordinate real general\n"
+                    "100000000000 100000000000 1\n1 1 1.0\n")
+    with pytest.raises(MatrixMarketError, match="huge.mtx: a 100000000000 x 100000000000 "
+                       "matrix does not fit in memory"):
+        read_mtx(huge)
+    (tmp_path / "bad.mat").write_bytes(b"junk" * 10)       # SciPy: IndexError
+    with pytest.raises(MatrixMarketError, match="bad.mat: SciPy's loadmat could not read"):
+        read_matrix(tmp_path / "bad.mat")
+    lab = tmp_path / "lab.mtx"
+    lab.write_text("%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1 2\n2 2 3 4\n")
+    with pytest.raises(MatrixMarketError, match="lab.mtx, line 3: expected 3 fields"):
+        read_mtx(lab)
+    skew = tmp_path / "skew.mtx"
+    skew.write_text("%%MatrixMarket matrix coordinate real skew-symmetric\n2 2 2\n"
+                    "1 1 1\n2 1 3\n")
+    with pytest.raises(MatrixMarketError, match=r"skew.mtx: a skew-symmetric matrix has a "
+                       r"zero diagonal, but entry \(1, 1\) is 1.0"):
+        read_mtx(skew)
+
+
+def test_elasticity3d_is_exactly_symmetric():
+    """Its element blocks for the offsets d and -d were summed in other orders (A - A^T up
+    to 3e-17): now one is the other's transpose, bit for bit, so that exact symmetry
+    tests (Matrix Market's 'symmetric' storage, IC(0)'s symmetric form) see it."""
+    for n in (2, 3, 5):
+        A = elasticity3d(n)
+        assert (A != A.T).nnz == 0
+    assert np.linalg.eigvalsh(elasticity3d(2).toarray()).min() > 0
