@@ -15,7 +15,20 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 __all__ = ["check_matrix", "canonical_csr", "complete_symmetric_pattern", "dtype_check", "native",
-           "kernel_ready", "is_symmetric", "symmetry_rtol", "SYMMETRY_RTOL"]
+           "kernel_ready", "is_symmetric", "symmetry_rtol", "SYMMETRY_RTOL", "MatrixValueError",
+           "ZeroDiagonalError"]
+
+
+class MatrixValueError(ValueError):
+    """A matrix's values make it unusable as given (NaN or Inf entries; a zero diagonal
+    entry where a point-Jacobi form divides by it): the data's fault, not an argument's --
+    the PETSc plug-in sets the PC's failed reason for it, as PETSc's own PCs do, instead of
+    raising out of ``KSPSolve`` (under MPI: on one rank only, a hang)."""
+
+
+class ZeroDiagonalError(MatrixValueError):
+    """A zero diagonal entry where a point-Jacobi form divides by it (PETSc: a zero
+    pivot)."""
 
 
 def dtype_check(dtype, name):
@@ -85,7 +98,8 @@ def check_matrix(A, name="A"):
     data = M.data if hasattr(M, "data") else M.tocsr().data
     if data.dtype.kind in "fc" and not np.isfinite(data).all():
         bad = int((~np.isfinite(data)).sum())
-        raise ValueError(f"{name} contains {bad} NaN or Inf value(s); clean the matrix first")
+        raise MatrixValueError(f"{name} contains {bad} NaN or Inf value(s); clean the matrix "
+                               "first")
     return M
 
 

@@ -101,6 +101,9 @@ from .precision import PRESETS
 __all__ = ["ISAI", "BlockISAI", "BlockJacobi", "BlockILU0", "ILU0", "Jacobi", "local_csr",
            "scalar_dtype", "petsc_mat", "petsc_vec"]
 
+#: :meth:`_MpsolvePC._side_from_options`: the side the constructor was given stays
+_KEEP = object()
+
 #: KSP types that support right preconditioning only.
 RIGHT_ONLY_KSP = ("fgmres", "fbcgs", "fbcgsr", "pipefgmres", "gcr")
 #: KSP types that need a symmetric ``M`` (CG and its relatives, MINRES, SYMMLQ, the trust-
@@ -209,7 +212,18 @@ class _MpsolvePC:
                 f"{sorted(self._accepted() | {'side', 'device'})} (dtype: the storage "
                 "precision, 'float32' or 'float64')")
         self.dtype = self.params.pop("dtype", None)   # storage precision (None: FP32)
+        if self.dtype is not None:                    # checked now, as -mpsolve_dtype is
+            try:
+                name = np.dtype(self.dtype).name
+            except TypeError:
+                name = None
+            if name not in ("float32", "float64"):
+                raise ValueError(f"mpsolve.petsc.{type(self).__name__}: dtype={self.dtype!r}: "
+                                 "use 'float32' or 'float64' (the storage precision; a "
+                                 "complex PETSc build stores in their complex twins)")
+            self.dtype = name
         self.side = self.params.pop("side", None)     # None: from the options, else left
+        self._side_arg = self.side                    # the constructor's (None: none)
         if self.side not in (None, "left", "right", "symmetric"):
             raise ValueError(f"side={self.side!r}: use 'left', 'right', 'symmetric' (a KSP "
                              "that needs a symmetric M: CG) or None")
@@ -272,7 +286,7 @@ class _MpsolvePC:
             self.device = self._check_device(dev, "-mpsolve_device")
             changed = True
         side = self._side_from_options(get, prefix, PETSc.Options())
-        if side is not None and side != self.side:
+        if side is not _KEEP and side != self.side:
             self.side = side
             changed = True
         if changed:
@@ -292,14 +306,18 @@ class _MpsolvePC:
         self.params = params
 
     def _side_from_options(self, get, prefix, plain):
-        """The preconditioning side the options database implies (module docstring)."""
+        """The preconditioning side the options database implies (module docstring):
+        ``-mpsolve_side``, else -- unless the constructor was given one (:data:`_KEEP`) --
+        the one the KSP's type and ``-ksp_pc_side`` imply, ``None`` for PETSc's default
+        (left): taken anew at every KSPSetFromOptions, so a KSP changed from fgmres to cg
+        no longer keeps fgmres's right side."""
         side = get("getString", "side")
         if side is not None:
             if side not in ("left", "right", "symmetric"):
                 raise ValueError(f"-mpsolve_side {side}: use left, right or symmetric")
             return side
-        if self.side is not None:       # given to the constructor
-            return None
+        if self._side_arg is not None:  # given to the constructor
+            return _KEEP
         # this PC's own KSP, then (a block Jacobi sub-PC, prefix "sub_") the outer one's
         prefixes = [prefix] + ([prefix[:-4]] if prefix.endswith("sub_") else []) + [""]
         prefixes = list(dict.fromkeys(prefixes))
@@ -332,6 +350,7 @@ class _MpsolvePC:
     def setUp(self, pc):
         from petsc4py import PETSc
 
+        from ._sparse import MatrixValueError, ZeroDiagonalError
         from .precond import ZeroPivotError
         from .precond._reorder import StructurallySingularError
 
@@ -364,17 +383,19 @@ class _MpsolvePC:
                 # the default FP32 storage does not hold P's preconditioner: FP64, as
                 # mpsolve.solve escalates (said by view)
                 self.M, self.escalated = build("float64"), f"FP32 range: stored in FP64 ({err})"
-        except (ZeroPivotError, StructurallySingularError, ArithmeticError,
-                np.linalg.LinAlgError) as err:
-            # (a plain ValueError -- a bad option -- is the caller's error: raised)
+        except (ZeroPivotError, StructurallySingularError, MatrixValueError,
+                ArithmeticError, np.linalg.LinAlgError) as err:
+            # (a plain ValueError -- a bad option -- is the caller's error: raised; the
+            # matrix's own values -- NaN or Inf, a zero diagonal under point Jacobi -- are
+            # not: raised out of KSPSolve on one MPI rank, they hung the other)
             # PETSc's convention for a set-up that fails on the matrix (PCILU's zero pivot):
             # the failed reason is set, applies return Inf, the KSP stops with
             # KSP_DIVERGED_PC_FAILED -- a Newton or time-stepping solver then recovers
             reason = PETSc.PC.FailedReason
             pc.setFailedReason(
                 reason.FACTOR_STRUCT_ZEROPIVOT if isinstance(err, StructurallySingularError)
-                else reason.FACTOR_NUMERIC_ZEROPIVOT if isinstance(err, ZeroPivotError)
-                else reason.SETUP_ERROR)
+                else reason.FACTOR_NUMERIC_ZEROPIVOT
+                if isinstance(err, (ZeroPivotError, ZeroDiagonalError)) else reason.SETUP_ERROR)
             self.failed = f"{type(err).__name__}: {err}"
             self._key = key
             return

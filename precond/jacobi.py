@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpsolve._sparse import ZeroDiagonalError
 from mpsolve.operator import DiagonalOperator
 
 from ._util import rows_text
@@ -16,7 +17,7 @@ def check_zero_diagonal(d, who, other):
     and the ways out (``other``: another preconditioner that takes such a matrix)."""
     zero = np.flatnonzero(d == 0)
     if zero.size:
-        raise ValueError(
+        raise ZeroDiagonalError(
             f"{who}: A has {zero.size} zero diagonal entr{'y' if zero.size == 1 else 'ies'} "
             f"(rows {rows_text(zero)}); Jacobi needs a nonzero diagonal -- use "
             f"reorder='mc64' (a permutation of A to a zero-free diagonal; precond='auto' "

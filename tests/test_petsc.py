@@ -375,6 +375,39 @@ def test_plugin_side_comes_from_the_options(options, variant):
     assert np.linalg.norm(b - A @ x) <= 1e-6 * np.linalg.norm(b)
 
 
+def test_plugin_side_follows_a_changed_ksp_type():
+    """The side inferred from the options is taken anew at every KSPSetFromOptions: a
+    context made for fgmres (right) kept ``right`` after the KSP became gmres (PETSc's
+    left default) and then cg (symmetric), and applied a right approximate inverse on
+    the left; a side given to the constructor stays."""
+    from mpsolve.matrices import coupled_convdiff2d
+
+    import scipy.sparse as sp
+    from mpsolve.matrices import poisson2d
+
+    A = coupled_convdiff2d(12, peclet=5)
+    b = A @ np.ones(A.shape[0])
+    S = sp.csr_matrix(sp.kron(poisson2d(12), sp.eye(3)))     # SPD, A's size
+    opts = PETSc.Options()
+    for ctx, want in ((mp.BlockISAI(), {"fgmres": "right", "gmres": "general", "cg": "spd"}),
+                      (mp.BlockISAI(side="right"), {"fgmres": "right", "gmres": "right"})):
+        ksp = PETSc.KSP().create(PETSc.COMM_SELF)   # (no side set in code: the options')
+        ksp.setTolerances(rtol=RTOL, atol=0.0, max_it=3000)
+        ksp.getPC().setType("python")
+        ksp.getPC().setPythonContext(ctx)
+        for kind, variant in want.items():
+            M = S if kind == "cg" else A
+            ksp.setOperators(_ksp(M, kind)[1])
+            opts["ksp_type"] = kind
+            try:
+                ksp.setFromOptions()
+            finally:
+                opts.delValue("ksp_type")
+            _, _, reason = _solve(ksp, ksp.getOperators()[1],
+                                  S @ np.ones(S.shape[0]) if kind == "cg" else b)
+            assert ctx.M.variant == variant and reason > 0, (kind, ctx.side)
+
+
 # --------------------------------------------- PETSc's baseline on several ranks (issue 14)
 @pytest.fixture(scope="module")
 def two_rank_runs(tmp_path_factory):
@@ -701,6 +734,21 @@ def test_a_failed_set_up_follows_petscs_convention():
     got = [_solve(*_ksp(A, "gmres", c, pc), b) for c, pc in ((mp.Jacobi(), None),
                                                                (None, "jacobi"))]
     assert got[0][2] > 0 and got[0][1] == got[1][1]
+    # the matrix's own values: a NaN (any class), a zero diagonal under point block
+    # Jacobi -- they raised a ValueError out of KSPSolve (under MPI, on one rank: a hang)
+    N = convection_diffusion2d(10, peclet=2.0).tocsr()
+    N[3, 4] = np.nan
+    Z = A.copy()
+    for ctx, M, why in ((mp.ILU0(), N, PETSc.PC.FailedReason.SETUP_ERROR),
+                        (mp.ISAI(), N, PETSc.PC.FailedReason.SETUP_ERROR),
+                        (mp.BlockJacobi(block_size=1), Z,
+                         PETSc.PC.FailedReason.FACTOR_NUMERIC_ZEROPIVOT)):
+        ksp, P = _ksp(M, "gmres", ctx)
+        ksp.setUp()
+        assert ksp.getPC().getFailedReason() == why and ctx.failed
+        assert ("NaN" if M is N else "zero diagonal") in ctx.failed
+        _, _, reason = _solve(ksp, P, np.ones(M.shape[0]))
+        assert reason == PETSc.KSP.ConvergedReason.DIVERGED_PCSETUP_FAILED
 
 
 def test_plugin_keywords_and_option_values_are_checked_when_given():
@@ -712,6 +760,10 @@ def test_plugin_keywords_and_option_values_are_checked_when_given():
         mp.ISAI(precision="double")
     with pytest.raises(ValueError):
         mp.ISAI(variant="bogus")
+    for bad in ("float16", "int32", "complex64", "fp32"):   # (accepted until the solve)
+        with pytest.raises(ValueError, match=f"dtype={bad!r}: use 'float32' or 'float64'"):
+            mp.ILU0(dtype=bad)
+    assert mp.ILU0(dtype=np.float64).dtype == "float64"
     ksp, P = _ksp(convection_diffusion2d(8, peclet=2.0), "gmres")
     cause = _options_error(ksp, {"pc_type": "python", "mpsolve_variant": "bogus",
                                  "pc_python_type": "mpsolve.petsc.ISAI"})
