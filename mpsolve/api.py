@@ -169,7 +169,8 @@ def _gmres_result(A, b, x0=None, *, rtol, atol, restart, maxiter, M, callback, c
     restart = check_gmres_options(restart, side)
     side = side or "left"
     m = 20 if restart is None else restart
-    kw = {"restart": m, "callback_type": ctype, "side": side}
+    # (SciPy's contract: maxiter runs out on a stalled GMRES, no early stop)
+    kw = {"restart": m, "callback_type": ctype, "side": side, "stall": False}
     legacy = callback is not None and ctype == "legacy"
     inner = maxiter
     if legacy:

@@ -34,9 +34,9 @@ layer's automatic choice, written once for every device:
      at set-up, for every class, and so are ILUT's (its set-up measures the same growth):
      af23560's stagnate with either method, in FP64 too;
    * a zero or tiny diagonal entry (``|a_ii| <= sqrt(eps) max_j |a_ij|``, as stored and
-     with rows and columns equilibrated: :func:`~mpsolve.precond.ilut.tiny_after_equilibration`):
-     GMRES + ILUT with
-     the MC64 permutation and scaling first (:mod:`mpsolve.precond._reorder`: solves
+     with rows and columns equilibrated:
+     :func:`~mpsolve.precond._scaling.tiny_after_equilibration`): GMRES + ILUT with the
+     MC64 permutation and scaling first (:mod:`mpsolve.precond._reorder`: solves
      west0479, west1505, rajat19, qh1484, dw8192, where ILU(0) + MC64 solves one of five),
      then a finer ILUT (``drop_tol=1e-5``, ``fill_factor=30``) + MC64, then the direct
      fallback below (mhd4800a), then GMRES + ISAI + MC64.  Tiny but no zero diagonal
@@ -93,22 +93,21 @@ from .backend import HOST_DEVICE, array_module, on_host
 from .kernels import lookup
 from .kernels.safenorm import all_finite, norm
 from .precond.base import Preconditioner, needs_setup, setup_for_solve
-from .precond.ilu import is_symmetric
-from .precond.ilu import equilibrated_growth, ilu_growth  # noqa: F401  (auto's tests)
-from .precond.ilut import GROWTH_LIMIT, tiny_after_equilibration
+from .precond._scaling import tiny_after_equilibration
+from .precond.ilu import GROWTH_LIMIT, equilibrated_growth, ilu_growth, is_symmetric
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure, is_auto
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
 from .driver import FAR_ABOVE, ROUNDED, UNDERFLOWED, answer_residual, iterate
-
-#: the words that start :data:`~mpsolve.driver.ROUNDED`'s status
-ROUNDED_HEAD = ROUNDED.split("{", 1)[0]
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
-from .precond._util import PreconditionerWarning, setup_device, wide_dtype
+from .precond._util import PreconditionerWarning
 from .result import (AUTO_FAILED, BREAKDOWNS, PERIOD_ATTR, USER_STOP, SolveResult,
                      status_text, symmetry_word, wants_stop)
+
+#: the words that start :data:`~mpsolve.driver.ROUNDED`'s status
+ROUNDED_HEAD = ROUNDED.split("{", 1)[0]
 
 __all__ = ["Analysis", "Choice", "analyse", "candidates", "auto_solve", "plan", "candidate_side",
            "set_up_candidate", "DEFAULT_AUTO_MAXITER"]
@@ -759,7 +758,7 @@ SETUP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError)
 #: symmetric scaling ``D A D`` (mixed units: the ones vector saw the scaling itself, 1.9e147
 #: on a Laplacian scaled symmetrically over 1e-150..1e150, whose IC(0) is exact to 1);
 #: on the shared SPD matrices 1.0-24 with it, 1.0-182 with ``e``.
-ILU_GROWTH_LIMIT = GROWTH_LIMIT     # (ILUT's too: precond.ilut)
+ILU_GROWTH_LIMIT = GROWTH_LIMIT     # (ILUT's too: precond.ilu)
 
 
 class UnstableFactorsError(ArithmeticError):

@@ -29,6 +29,7 @@ from mpsolve.kernels.safenorm import all_finite
 from mpsolve.kernels.registry import launch_plan
 from mpsolve.operator import TriangularSweeps
 
+from ._scaling import sinkhorn_scaling, tiny_after_equilibration
 from ._util import check_count, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
 
@@ -132,8 +133,6 @@ def equilibrated_growth(M, C) -> float:
     its tolerance the growth moved by under 3x on that matrix over scalings up to
     1e-10..1e10, against the 8e6 gap between stable and unstable factors."""
     n = C.shape[0]
-    from .ilut import sinkhorn_scaling
-
     _, s = sinkhorn_scaling(C)
     wide = wide_dtype(C.dtype)
     y = np.ascontiguousarray(C @ s.astype(wide))
@@ -148,11 +147,9 @@ def equilibrated_growth(M, C) -> float:
 def _check_pivots(A, pivots, tol, hint=True):
     """Raise :class:`ZeroPivotError` at the first row ``i`` whose pivot is at most ``tol``
     times its row's largest entry, both as stored and in the equilibrated ``A``: small
-    through the units of rows and columns alone is not small, as ILU(0) is indifferent to
-    them (:func:`.ilut.tiny_after_equilibration`; every row of ``A`` has its diagonal entry
-    here: ILU(0) refused a missing one)."""
-    from .ilut import tiny_after_equilibration
-
+    through the units of rows and columns alone is not small, as ILU(0) is indifferent
+    to them (:func:`._scaling.tiny_after_equilibration`; every row of ``A`` has its
+    diagonal entry here: ILU(0) refused a missing one)."""
     small = tiny_after_equilibration(A, pivots, tol)
     if small.size:
         i = int(small[0])

@@ -108,7 +108,7 @@ def equilibrated(C):
     not as computed: with rows and columns scaled by 1e-6..1e6, the local systems' condition
     checks sent hundreds of rows to the fallback and the pattern test to ``A^2``, and GMRES
     stalled at 1e-1 where Jacobi and ILU(0) converge."""
-    from .ilut import col_abs_max, pow2_inverse, row_abs_max
+    from ._scaling import col_abs_max, pow2_inverse, row_abs_max
 
     n = C.shape[0]
     if C.nnz == 0 or n == 0:

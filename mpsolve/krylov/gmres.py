@@ -91,10 +91,13 @@ SIDES = ("left", "right")
 
 
 def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_type="x",
-               max_inner=None, side="left"):
+               max_inner=None, side="left", stall=True):
     """Run at most ``maxiter`` restart cycles of GMRES(restart).
 
     ``max_inner`` caps the inner iterations too (SciPy's ``callback_type='legacy'``).
+    ``stall``: in FP64, hand over to the driver (flag 2) after :data:`STALL_CYCLES`
+    cycles that left the residual where it was (``False``: the SciPy drop-in's
+    ``mpsolve.gmres``, which runs ``maxiter`` as SciPy's does).
     ``x`` and ``r`` are updated in place; ``r`` is ``b - A x`` in the working
     precision after each cycle.  ``hist`` gets one residual estimate per inner
     iteration, in unpreconditioned units (for ``side="left"`` the preconditioned
@@ -170,6 +173,7 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
     # (by STALL_GAIN) the driver judges -- left preconditioning of a badly scaled A
     # (Jacobi on D A D, D over 1e-6..1e6) kept r at 1.6e-3 for all of 300 cycles
     least, gain = (FLOOR_CYCLES, FLOOR_GAIN) if watch_floor else (STALL_CYCLES, STALL_GAIN)
+    watch = watch_floor or stall
     best, stalled = math.inf, 0
     rnorm = nrm2(r)
     if rnorm <= tol:
@@ -302,7 +306,9 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             continue
         if inner == max_inner:
             return cycle, inner, 1
-        if rnorm < gain * best:
+        if not watch:
+            pass
+        elif rnorm < gain * best:
             best, stalled = rnorm, 0
         else:
             stalled += 1
