@@ -156,8 +156,7 @@ def _check_pivots(A, pivots, tol, hint=True):
         raise ZeroPivotError(
             f"ILU(0): the pivot of row {i} became {pivots[i].item()!r}, at most pivot_tol = "
             f"{tol:.3g} times its row's largest entry (as stored and with rows and columns "
-            f"equilibrated; "
-            f"{small.size} such rows); U^-1 would blow up -- "
+            f"equilibrated; {small.size} such rows); U^-1 would blow up -- "
             + ("permute A (reorder='mc64') and use ILUT, or use ISAI"
                if hint else "use ILUT (it pivots), or ISAI"))
 
@@ -308,8 +307,8 @@ class ILU0(Preconditioner):
     pivot_tol : float
         Refuse factors with a pivot ``|u_ii| <= pivot_tol * max_j |a_ij|`` (row ``i`` of
         ``A``, both as stored and with ``A``'s rows and columns equilibrated, so that
-        the units of the unknowns do not decide): a pivot that small next to its row makes ``U^-1`` blow up, and the Krylov
-        method with it diverges or stagnates.  ``0`` (default): only a zero, missing or
+        the units of the unknowns do not decide): a pivot that small next to its row
+        makes ``U^-1`` blow up, and the Krylov method with it diverges or stagnates.  ``0`` (default): only a zero, missing or
         non-finite pivot is refused (PETSc's ``-pc_factor_zeropivot`` is the absolute form
         of this test).  ``method="auto"`` sets ``sqrt(eps)`` when ``A`` has tiny but no
         zero diagonal entries, to leave ILU(0) for MC64 + ILUT at set-up, not after
