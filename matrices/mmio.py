@@ -272,7 +272,8 @@ def _mmread(path):
             break
     if raw[start:].translate(None, _ALLOWED[header["field"]]):
         _locate_error(path)  # raises at the first bad line (comment lines pass)
-    if _first_entry_fields(raw, start) not in (None, _fields(header)):
+    if header["format"] == "coordinate" and \
+            _first_entry_fields(raw, start) not in (None, _fields(header)):
         # SciPy reads 'i j re im' in a file declared real as 'i j re' without a word: a
         # complex file mislabelled real would lose its imaginary parts (checked on the
         # first entry, which costs nothing; the streaming validator names the line)
