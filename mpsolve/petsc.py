@@ -96,7 +96,7 @@ from ._demote import PrecisionRangeError
 from ._params import accepted_params, init_params
 from ._sparse import canonical_csr
 from .backend import array_module, download, is_host, resolve_device, upload
-from .precision import PRESETS
+from .precision import PRESETS, float_name
 
 __all__ = ["ISAI", "BlockISAI", "BlockJacobi", "BlockILU0", "ILU0", "Jacobi", "local_csr",
            "scalar_dtype", "petsc_mat", "petsc_vec"]
@@ -213,11 +213,8 @@ class _MpsolvePC:
                 "precision, 'float32' or 'float64')")
         self.dtype = self.params.pop("dtype", None)   # storage precision (None: FP32)
         if self.dtype is not None:                    # checked now, as -mpsolve_dtype is
-            try:
-                name = np.dtype(self.dtype).name
-            except TypeError:
-                name = None
-            if name not in ("float32", "float64"):
+            name = float_name(self.dtype)
+            if name is None:
                 raise ValueError(f"mpsolve.petsc.{type(self).__name__}: dtype={self.dtype!r}: "
                                  "use 'float32' or 'float64' (the storage precision; a "
                                  "complex PETSc build stores in their complex twins)")

@@ -65,6 +65,17 @@ _RESIDUAL_MODES = ("fp64", "dd")
 _FLOORS = {}
 
 
+def float_name(value) -> Optional[str]:
+    """``'float32'`` or ``'float64'`` for a value that names one of them (a string, a NumPy
+    type or dtype), else ``None``: the storage and working precisions a policy or the PETSc
+    plug-in takes."""
+    try:
+        name = np.dtype(value).name
+    except TypeError:
+        return None
+    return name if name in ("float32", "float64") else None
+
+
 @dataclass(frozen=True)
 class Precision:
     """A precision policy.
@@ -127,11 +138,8 @@ class Precision:
     def __post_init__(self):
         for f in ("working", "matrix", "precond", "accumulate"):
             v = getattr(self, f)
-            try:
-                name = np.dtype(v).name
-            except TypeError:
-                name = None
-            if name not in ("float32", "float64"):
+            name = float_name(v)
+            if name is None:
                 raise ValueError(
                     f"Precision.{f}={v!r} is not supported; use 'float32' or 'float64'"
                 )
@@ -139,11 +147,8 @@ class Precision:
         if self.basis is None:
             object.__setattr__(self, "basis", self.working)
         else:
-            try:
-                b = np.dtype(self.basis).name
-            except TypeError:
-                b = None
-            if b not in ("float32", "float64"):
+            b = float_name(self.basis)
+            if b is None:
                 raise ValueError(f"Precision.basis={self.basis!r} is not supported; use "
                                  "'float32' or 'float64' (or None: the working precision)")
             if np.dtype(b).itemsize > np.dtype(self.working).itemsize:

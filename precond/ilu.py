@@ -132,15 +132,23 @@ def equilibrated_growth(M, C) -> float:
     scaling is covariant in its limit (``D1 C D2`` gets ``D2^-1 s``, the same growth); to
     its tolerance the growth moved by under 3x on that matrix over scalings up to
     1e-10..1e10, against the 8e6 gap between stable and unstable factors."""
+    return apply_growth(M.apply, M.device, C, sinkhorn_scaling(C)[1])
+
+
+def apply_growth(apply, device, C, s) -> float:
+    """``max_i |(M C s - s)_i| / s_i`` for a positive ``s``, ``M`` given by ``apply(r,
+    out)`` on ``device`` (``inf`` where not finite): the growth tests of ILUT's factors
+    (``s = e``) and of :func:`equilibrated_growth`.  One product with ``C`` and one apply,
+    in FP64 (complex128)."""
     n = C.shape[0]
-    _, s = sinkhorn_scaling(C)
+    if not n:
+        return 0.0
     wide = wide_dtype(C.dtype)
     y = np.ascontiguousarray(C @ s.astype(wide))
-    xp = array_module(M.device)
-    out = xp.empty(n, wide)
+    out = array_module(device).empty(n, wide)
     with np.errstate(all="ignore"):
-        M.apply(to_device(y, M.device), out)
-        g = float(np.max(np.abs(to_host(out) - s) / s)) if n else 0.0
+        apply(to_device(y, device), out)
+        g = float(np.max(np.abs(to_host(out) - s) / s))
     return g if np.isfinite(g) else float("inf")
 
 

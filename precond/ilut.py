@@ -39,15 +39,14 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from mpsolve.backend import array_module, to_device, to_host
+from mpsolve.backend import array_module, to_device
 from mpsolve.operator import TriangularSweeps
 
 from ._util import (PreconditionerWarning, ThreadBuffers, check_amount, empty_lines_text,
                     wide_dtype)
-from ._scaling import (col_abs_max, pow2_inverse, row_abs_max,  # noqa: F401 (re-exported)
-                       ruiz_scaling, sinkhorn_scaling, tiny_after_equilibration)
+from ._scaling import col_abs_max, pow2_inverse, row_abs_max
 from .base import Preconditioner
-from .ilu import (GROWTH_LIMIT, ZeroPivotError, dominance_shift, first_shift,
+from .ilu import (GROWTH_LIMIT, ZeroPivotError, apply_growth, dominance_shift, first_shift,
                   is_symmetric, positive_diagonal, shift_off_diagonal)
 
 __all__ = ["ILUT"]
@@ -247,17 +246,7 @@ class ILUT(Preconditioner):
         powers of 10 over 1e-6..1e6, ILUTP(1e-3) gave a growth of 1e16 and GMRES(30)
         stalled at 3.5e-4 (ILU(0), growth 30, converged in 24 iterations).  One SpMV and
         one apply, in FP64."""
-        n = C.shape[0]
-        if not n:
-            return 0.0
-        wide = wide_dtype(C.dtype)
-        y = C @ np.ones(n, wide)
-        xp = self._xp
-        out = xp.empty(n, wide)
-        with np.errstate(all="ignore"):
-            self._apply(to_device(np.ascontiguousarray(y, wide), self.device), out)
-            g = float(np.max(np.abs(to_host(out) - 1.0)))
-        return g if np.isfinite(g) else float("inf")
+        return apply_growth(self._apply, self.device, C, np.ones(C.shape[0]))
 
     def _complete(self, C) -> bool:
         """Nothing dropped and a fill bound that cannot bind: a complete factorisation."""

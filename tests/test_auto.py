@@ -1063,7 +1063,7 @@ def test_unstable_ilut_factors_warn_and_are_refused_as_ilu0s():
     matrix GMRES(30) with them stalled.  The set-up measures the growth (``stats``), warns
     by name where it exceeds the limit, and auto refuses such factors as ILU(0)'s."""
     from mpsolve.precond import ILUT, PreconditionerWarning
-    from mpsolve.precond.ilut import GROWTH_LIMIT
+    from mpsolve.precond.ilu import GROWTH_LIMIT
 
     A0 = sp.csr_matrix(convection_diffusion2d(40, peclet=50.0, upwind=False))
     A = _scaled(A0)

@@ -670,7 +670,7 @@ def test_ilu0_pivot_tol_refuses_small_pivots_relative_to_the_row(symmetric):
     d over either reference (4 as stored, in [1, 20] equilibrated), and passes below; a
     tiny a_ii whose pivot grows back passes; a pivot small only through the units of
     the unknowns passes."""
-    from mpsolve.precond.ilut import ruiz_scaling
+    from mpsolve.precond._scaling import ruiz_scaling
 
     d = 1e-9
     A = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [1.0, 1.0 + d, 4.0], [0.0, 4.0, 20.0]]))
@@ -690,7 +690,7 @@ def test_ilu0_pivot_tol_refuses_small_pivots_relative_to_the_row(symmetric):
     # the same B in other units: unknown 0 scaled by 1e6, unknown 1 by 1e-6; its factors
     # are B's, scaled: u_11 = 1e-6, 1e-12 of its row's largest entry 1e6 as stored
     S = sp.csr_matrix(B @ sp.diags([1e6, 1e-6]))
-    from mpsolve.precond.ilut import row_abs_max, tiny_after_equilibration
+    from mpsolve.precond._scaling import row_abs_max, tiny_after_equilibration
 
     pivots = np.array([1e6, 1e-6 + 1e-18])     # u_11 = s_11 - s_10 s_01 / s_00
     assert pivots[1] <= 1e-8 * row_abs_max(S)[1]

@@ -306,14 +306,13 @@ def gmres_body(sys, x, r, maxiter, tol, callback, hist, restart=20, callback_typ
             continue
         if inner == max_inner:
             return cycle, inner, 1
-        if not watch:
-            pass
-        elif rnorm < gain * best:
-            best, stalled = rnorm, 0
-        else:
-            stalled += 1
-            if stalled >= least:
-                return cycle, inner, 2
+        if watch:
+            if rnorm < gain * best:
+                best, stalled = rnorm, 0
+            else:
+                stalled += 1
+                if stalled >= least:
+                    return cycle, inner, 2
         if est <= target:
             # the minimised residual met its target but the true one did not
             if left and factor > eps and not rnorm > STAGNATION * last_claim:
