@@ -233,6 +233,13 @@ CONTRACT = (
     Op("drop_coupling", "drop_coupling(indptr, indices, data, bounds) -> (ip, ix, dv)",
        "the block-diagonal part of A for the row blocks bounds", keys=(("float64",),),
        host=True, complex=True),
+    Op("line_abs_max", "line_abs_max(indptr, indices, mag, r, c, rm, cm)",
+       "rm[i], cm[j] = the row and column maxima of diag(r) mag diag(c) (mag: |entries| "
+       "of CSR; 0 for an empty line)", keys=(("float64",),), host=True),
+    Op("ruiz_scaling", "ruiz_scaling(indptr, indices, mag, passes, close, r, c) -> int",
+       "Ruiz's max-norm scaling in place on r, c (from ones): until every nonzero line "
+       "maximum of diag(r) mag diag(c) is within 1 +- close; the passes that scaled",
+       keys=(("float64",),), host=True),
     Op("gather_local", "gather_local(rows, pptr, pind, aptr, aind, adata, out)",
        "out[t] = A[J_i, J_i] for i = rows[t], J_i = pind[pptr[i]:pptr[i+1]] (BSR blocks)",
        keys=(("float64",),), host=True, complex=True),

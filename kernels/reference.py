@@ -581,6 +581,36 @@ def ref_diag_positions(indptr, indices):
     return diag
 
 
+@_reg_pc("reference", "line_abs_max", _PC_SETUP)
+def ref_line_abs_max(indptr, indices, mag, r, c, rm, cm):
+    """Row and column maxima of ``diag(r) mag diag(c)`` into ``rm`` and ``cm`` (0 for an
+    empty line)."""
+    n = indptr.size - 1
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    v = r[rows] * mag * c[indices]
+    rm[:] = 0.0
+    cm[:] = 0.0
+    np.maximum.at(rm, rows, v)
+    np.maximum.at(cm, indices, v)
+
+
+@_reg_pc("reference", "ruiz_scaling", _PC_SETUP)
+def ref_ruiz_scaling(indptr, indices, mag, passes, close, r, c):
+    """Ruiz's max-norm scaling in place on ``r`` and ``c`` (the CPU kernel's contract):
+    per pass, the line maxima of ``diag(r) mag diag(c)``, a stop when every nonzero one
+    is within ``1 +- close``, else each line divided by the square root of its maximum.
+    Returns the passes that scaled."""
+    rm, cm = np.empty(r.size), np.empty(c.size)
+    for p in range(passes):
+        ref_line_abs_max(indptr, indices, mag, r, c, rm, cm)
+        if (np.all(np.abs(rm[rm > 0] - 1.0) <= close)
+                and np.all(np.abs(cm[cm > 0] - 1.0) <= close)):
+            return p
+        r[rm > 0] /= np.sqrt(rm[rm > 0])
+        c[cm > 0] /= np.sqrt(cm[cm > 0])
+    return passes
+
+
 @_reg_pc("reference", "symmetric_mirror", _PC_SETUP_C)
 def ref_symmetric_mirror(indptr, indices, data, rtol, mirror):
     """Symmetric pattern and ``|a_ij - conj(a_ji)| <= rtol max(|a_ij|, |a_ji|,

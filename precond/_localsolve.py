@@ -340,13 +340,16 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     return out, bad_rows.astype(np.int64), stats
 
 
-def transpose_operator(op, what, conj=False):
-    """The stored operator ``op`` transposed (conjugated with ``conj``) and stored again on
-    its device in its own precision: the stored values are moved, not rounded (exact;
-    :meth:`mpsolve.operator.SparseOperator.transposed`), with no second demotion."""
+def transpose_operator(op, what, conj=False, negate=False):
+    """The stored operator ``op`` transposed (conjugated with ``conj``, negated with
+    ``negate``) and stored again on its device in its own precision: the stored values are
+    moved, not rounded (exact; :meth:`mpsolve.operator.SparseOperator.transposed`), with
+    no second demotion."""
     T = op.transposed(what)
     if conj and T.dtype.kind == "c":
         T.data = array_module(T.device).conj(T.data)     # (nothing bound yet)
+    if negate:
+        T.data = -T.data                                 # (exact)
     return T
 
 

@@ -12,6 +12,18 @@ __all__ = ["row_abs_max", "col_abs_max", "pow2_inverse", "ruiz_scaling", "sinkho
            "tiny_after_equilibration"]
 
 
+def _kernel(op):
+    """The host device's compiled ``op`` on FP64 magnitudes."""
+    from mpsolve.backend import HOST_DEVICE
+    from mpsolve.kernels import lookup
+    return lookup(HOST_DEVICE, op, ("float64",))
+
+
+def _magnitudes(C):
+    """``|c_ij|`` of CSR ``C``'s stored entries, FP64 (complex: their moduli)."""
+    return np.abs(C.data).astype(np.float64, copy=False)
+
+
 def row_abs_max(C):
     """``max_j |c_ij|`` of every row of CSR ``C`` (0 for an empty row), one pass."""
     out = np.zeros(C.shape[0])
@@ -25,12 +37,12 @@ def row_abs_max(C):
 def col_abs_max(C, r=None):
     """``max_i |r_i c_ij|`` of every column of CSR ``C`` (``r``: None for ones; 0 for an
     empty column), one pass."""
-    a = np.abs(C.data)
-    if r is not None:
-        a = a * r[np.repeat(np.arange(C.shape[0]), np.diff(C.indptr))]
-    out = np.zeros(C.shape[1])
-    np.maximum.at(out, C.indices, a)
-    return out
+    n, m = C.shape
+    rm, cm = np.empty(n), np.empty(m)
+    _kernel("line_abs_max")(C.indptr, C.indices, _magnitudes(C),
+                            np.ones(n) if r is None else np.asarray(r, dtype=np.float64),
+                            np.ones(m), rm, cm)
+    return cm
 
 
 def pow2_inverse(m):
@@ -51,21 +63,12 @@ def ruiz_scaling(C, passes=30, close=0.25):
     ``passes`` of them.  Unlike one pass of rows then columns (:func:`equilibrate`), it
     scales rows and columns alike whatever scaling ``C`` came in; but a max-norm
     equilibrated matrix is not unique, so for ``D1 C D2`` the result may differ from
-    ``C``'s by factors the max-norm cannot see (:func:`sinkhorn_scaling` narrows that)."""
-    B = sp.csr_matrix(C, copy=True)
-    B.data = np.abs(B.data).astype(np.float64)
-    n, m = B.shape
-    r, c = np.ones(n), np.ones(m)
-    rows = np.repeat(np.arange(n), np.diff(B.indptr))
-    for _ in range(passes):
-        rm, cm = row_abs_max(B), col_abs_max(B)
-        if np.all(np.abs(rm[rm > 0] - 1.0) <= close) and np.all(np.abs(cm[cm > 0] - 1.0) <= close):
-            break
-        dr = np.where(rm > 0, 1.0 / np.sqrt(np.where(rm > 0, rm, 1.0)), 1.0)
-        dc = np.where(cm > 0, 1.0 / np.sqrt(np.where(cm > 0, cm, 1.0)), 1.0)
-        r *= dr
-        c *= dc
-        B.data *= dr[rows] * dc[B.indices]
+    ``C``'s by factors the max-norm cannot see (:func:`sinkhorn_scaling` narrows that).
+    Compiled (the host device's ``ruiz_scaling`` kernel): one sweep over ``C`` a pass."""
+    C = sp.csr_matrix(C)
+    r, c = np.ones(C.shape[0]), np.ones(C.shape[1])
+    _kernel("ruiz_scaling")(C.indptr, C.indices, _magnitudes(C), int(passes), float(close),
+                            r, c)
     return r, c
 
 
@@ -125,6 +128,7 @@ def tiny_after_equilibration(C, values, tol):
     if not small.size:
         return small
     _, c = ruiz_scaling(C)
-    rmax = row_abs_max(sp.csr_matrix((np.abs(C.data) * c[C.indices], C.indices, C.indptr),
-                                     shape=C.shape))
+    rmax, cm = np.empty(C.shape[0]), np.empty(C.shape[1])
+    _kernel("line_abs_max")(C.indptr, C.indices, _magnitudes(C), np.ones(C.shape[0]), c,
+                            rmax, cm)
     return small[mag[small] * c[small] <= tol * rmax[small]]

@@ -143,8 +143,9 @@ def _fold_scale(data, pp, pi, b, c, r, device):
 
 
 def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, device, host,
-         scale=None):
-    """Operators of one (Block-)ISAI on ``C``: ``[M]`` or ``[G, G^T]`` (spd), stored on
+         scale=None, negate=False):
+    """Operators of one (Block-)ISAI on ``C``: ``[M]`` or ``[G, G^T]`` (spd; ``[G, -G^T]``
+    with ``negate``: ``C = -A`` for a negative definite ``A``), stored on
     ``device``; the set-up kernels (patterns, local solves) are those of the host device
     ``host``, the local solves those of ``device`` where it registers them (the GPU's:
     :mod:`._localsolve`).  ``stats["stage_times"]``: seconds of each stage (pattern,
@@ -178,7 +179,8 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
         data = _fold_scale(data, pp, pi, b, *scale, device)
     ops = [_store(pp, pi, data, n, storage, dtype, accumulate, what, device)]
     if variant == "spd":                            # M = G^T G (G^H G for Hermitian A)
-        ops.append(transpose_operator(ops[0], what + " (G^T)", conj=True))
+        ops.append(transpose_operator(ops[0], what + (" (-G^T)" if negate else " (G^T)"),
+                                      conj=True, negate=negate))
     times = dict(pattern=t_pattern, **stats.pop("stage_times"),
                  store=time.perf_counter() - t1)
     stats = dict(stats, pattern_nnz_blocks=int(pi.size), narrowed_rows=narrowed,
@@ -187,7 +189,7 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
 
 
 def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, name,
-                   device=HOST_DEVICE, scale=None):
+                   device=HOST_DEVICE, scale=None, negate=False):
     """Build the stored operators of (Block-)ISAI; shared by :class:`ISAI` and ``BlockISAI``.
 
     The set-up runs in FP64: patterns on the host (:func:`._util.setup_device` of
@@ -196,7 +198,8 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
     on the host otherwise; the operators are stored on ``device`` (demoted where the
     values are).  Returns ``(chain, fallback_rows, stats)``:
     ``chain(r, out)`` applies ``M``; ``fallback_rows`` are the (block) rows that took
-    the fallback rule.  ``scale``: see :func:`_one` (``general`` only).
+    the fallback rule.  ``scale``: see :func:`_one` (``general`` only); ``negate``:
+    ``C`` is ``-A`` and ``M = -(G^T G)`` (``spd`` only).
     """
     host = setup_device(device)
     if variant == "ilu":
@@ -216,7 +219,7 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
                                 for k in stL["stage_times"]}
     else:
         ops, bad, stats = _one(C, b, variant, power, max_local, storage, dtype, accumulate, name,
-                               device, host, scale)
+                               device, host, scale, negate)
     if bad.size:
         unit = "block row" if b > 1 else "row"
         warnings.warn(
@@ -225,6 +228,14 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
             f"(block-)diagonal inverse -- see mpsolve.precond._localsolve); they are listed in "
             f".fallback_rows", PreconditionerWarning, stacklevel=4)
     return OperatorChain(ops), bad, stats
+
+
+def negative_diagonal(A):
+    """Every diagonal entry of ``A`` negative (its real part: a Hermitian ``A``'s diagonal
+    is real)?  Necessary for ``A`` negative definite, and what ``spd`` builds on ``-A``
+    for."""
+    d = A.diagonal()
+    return bool(d.size) and bool(np.all(d.real < 0))
 
 
 def _sample_rows(n, size=256):
@@ -408,13 +419,23 @@ class _ISAIBase(Preconditioner):
         if self.variant == "right":
             C = sp.csr_matrix(A.T)
             C.sort_indices()
+        negate = self.variant == "spd" and negative_diagonal(A)
+        if negate:
+            # a symmetric A with a negative diagonal (negative definite, as -A is SPD, or
+            # no definite A at all): the FSAI G of -A, whose local systems are positive
+            # definite where -A is, and M = -(G^T G): negative definite, symmetric, CG's
+            # preconditioner for a negative definite A (G of A itself had no Cholesky
+            # factor in any row, and every row fell back to the diagonal)
+            C = -A
+            self.variant_reason += "; A has a negative diagonal: M = -(G^T G), G of -A"
         kind = "general" if self.variant == "right" else self.variant
         scale = None
         what = "||e_i - m_i A||" if kind == self.variant else "||e_i - A m_i|| (columns)"
 
         def build(k):
             return isai_operators(C, b, kind, k, self.max_local, self._storage, dtype,
-                                  self.accumulate, name, device=self.device, scale=scale)
+                                  self.accumulate, name, device=self.device, scale=scale,
+                                  negate=negate)
 
         def first_build():
             # (its warnings are shown only if it is kept)

@@ -577,7 +577,7 @@ def _kernel_inputs(op, key, rng, n=300):
 #: in tests/test_precond.py (test_ilu_sweeps_kernels_agree, test_gather_local_kernels_agree,
 #: test_ilu_setup_kernels_agree).
 _STRUCTURED = {"ilu_sweeps", "ilu_sweeps_mm", "diag_positions", "ilu0_factor", "ic0_factor",
-               "symmetric_mirror", "ilu_split",
+               "symmetric_mirror", "ilu_split", "line_abs_max", "ruiz_scaling",
                "drop_coupling", "gather_local",
                # block ILU(0): tests/test_block_ilu.py
                "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps",

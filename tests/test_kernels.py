@@ -46,7 +46,7 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               # against the reference device: tests/test_precond.py
               "ilu_sweeps", "gather_local", "ilu0_factor", "ic0_factor", "diag_positions",
               "symmetric_mirror",
-              "ilu_split", "drop_coupling",
+              "ilu_split", "drop_coupling", "line_abs_max", "ruiz_scaling",
               # against the reference device: tests/test_block_ilu.py
               "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps",
               # against the reference device: tests/test_precond.py

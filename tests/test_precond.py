@@ -221,6 +221,32 @@ def test_block_isai_spd_block_fsai():
     assert np.linalg.eigvalsh(Md).min() > 0
 
 
+@pytest.mark.parametrize("P", [ISAI, BlockISAI])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_spd_variant_of_a_negative_definite_matrix_is_the_negated_fsai(P, dtype):
+    """A symmetric A with a negative diagonal: ``spd`` (``variant="auto"``'s choice) builds
+    G on -A and applies ``M = -(G^T G)``, exactly the negated M of the SPD ``-A`` (no
+    local system falls back, no warning: G of A itself had no Cholesky factor in any row),
+    and CG with it needs the iterations it needs on ``-A`` -- fewer than Jacobi's."""
+    B = block3(12, seed=6, perturb=0.0) if P is BlockISAI else poisson2d(20).tocsr()
+    A = sp.csr_matrix(-B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        M, MB = P(dtype=dtype).setup(A), P(dtype=dtype).setup(B)
+    assert M.variant == "spd" and M.fallback_rows.size == 0 and "negative diagonal" in \
+        M.variant_reason
+    r = np.random.default_rng(3).standard_normal(A.shape[0])
+    np.testing.assert_array_equal(M.matvec(r), -MB.matvec(r))
+    Md = M.to_sparse().toarray()
+    assert np.linalg.eigvalsh((Md + Md.T) / 2).max() < 0
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="cg", precond=M, rtol=1e-8)
+    resB = mpsolve.solve(B, -b, method="cg", precond=MB, rtol=1e-8)
+    jac = mpsolve.solve(A, b, method="cg", precond="jacobi", rtol=1e-8)
+    assert res.info == 0 and res.iterations == resB.iterations < jac.iterations
+    assert np.linalg.norm(b - A @ res.x) <= 1e-8 * np.linalg.norm(b)
+
+
 def test_block_isai_bsr_kernel_matches_dense_and_padding():
     A = block3(3, seed=7)
     A = sp.csr_matrix(A[:-1, :-1])  # n = 26: b = 3 no longer divides n -> padded block
@@ -1034,6 +1060,47 @@ def test_gather_local_kernels_agree(b):
     for t in (0, rows.size // 2, rows.size - 1):
         J = (pind[pptr[rows[t]]:pptr[rows[t] + 1]][:, None] * b + np.arange(b)).ravel()
         np.testing.assert_array_equal(outs[0][t], D[np.ix_(J, J)])
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_scaling_kernels_agree(index):
+    """The line maxima and Ruiz's scaling (the compiled kernels behind
+    :mod:`mpsolve.precond._scaling`) against the reference device, and Ruiz's contract:
+    every nonzero row and column maximum of ``diag(r) |C| diag(c)`` within ``1 +- close``
+    (entries spread over 1e-12..1e12, an empty row and an empty column, a rectangular
+    matrix); a budget of passes that ends before it returns the budget."""
+    rng = np.random.default_rng(7)
+    C = sp.random(60, 50, density=0.08, random_state=rng, format="lil")
+    C[3, :] = 0
+    C[:, 7] = 0
+    C = sp.csr_matrix(C)
+    C.data *= 10.0 ** rng.uniform(-12, 12, C.nnz) * rng.choice([-1, 1], C.nnz)
+    C.indptr, C.indices = C.indptr.astype(index), C.indices.astype(index)
+    mag = np.abs(C.data)
+    r0, c0 = 10.0 ** rng.uniform(-3, 3, 60), 10.0 ** rng.uniform(-3, 3, 50)
+    out = {}
+    for dev in ("cpu", "reference"):
+        rm, cm = np.full(60, np.nan), np.full(50, np.nan)
+        lookup(dev, "line_abs_max", ("float64",))(C.indptr, C.indices, mag, r0, c0, rm, cm)
+        r, c = np.ones(60), np.ones(50)
+        passes = lookup(dev, "ruiz_scaling", ("float64",))(C.indptr, C.indices, mag, 40, 0.25,
+                                                           r, c)
+        r2, c2 = np.ones(60), np.ones(50)
+        short = lookup(dev, "ruiz_scaling", ("float64",))(C.indptr, C.indices, mag, 2, 0.25,
+                                                          r2, c2)
+        out[dev] = (rm, cm, r, c, passes, short)
+    B = abs(sp.diags(r0) @ C @ sp.diags(c0))
+    np.testing.assert_array_equal(out["cpu"][0], B.max(axis=1).toarray().ravel())
+    np.testing.assert_array_equal(out["cpu"][1], B.max(axis=0).toarray().ravel())
+    for a, b in zip(out["cpu"], out["reference"]):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+    rm_, cm_, r, c, passes, short = out["cpu"]
+    assert 2 < passes < 40 and short == 2
+    S = abs(sp.diags(r) @ C @ sp.diags(c))
+    rmax, cmax = S.max(axis=1).toarray().ravel(), S.max(axis=0).toarray().ravel()
+    assert rmax[3] == 0 and cmax[7] == 0 and r[3] == 1 and c[7] == 1
+    on_r, on_c = rmax > 0, cmax > 0
+    assert np.all(np.abs(rmax[on_r] - 1) <= 0.25) and np.all(np.abs(cmax[on_c] - 1) <= 0.25)
 
 
 @pytest.mark.parametrize("kind", ["nonsym", "spd"])
