@@ -372,8 +372,8 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
         # b outside its range): every column by the single path
         return _by_columns(solver, bh, bh, None if x0h is None else x0h, x0h, rtol, atol,
                            solver._from_cycles(maxiter), None, t0)
-    tol = np.maximum(atol, rtol * bnrm)
     zero = bnrm == 0
+    tol = np.maximum(atol, np.where(zero, 0.0, rtol * np.where(zero, 1.0, bnrm)))  # (inf rtol)
     X[:, zero] = 0.0                      # SciPy: a zero right-hand side has the solution 0
     setup = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -475,10 +475,14 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
     solve_time = time.perf_counter() - t1
     results = []
     escal = {}
+    # the block's method and each straggler's budget in the Solver's units, fixed before
+    # the single path runs: a CG breakdown there makes the Solver choose again (GMRES,
+    # whose budget auto counts in inner iterations: the conversion would change)
+    name = {"cg": "block CG", "gmres": "block GMRES"}[solver.method]
+    left = {c: solver._from_cycles(max(1, maxiter - int(count[c]))) for c in straggle}
     for c in straggle:                    # escalation: the single path from x_c
         r = solver._solve(np.ascontiguousarray(bh[:, c]),
-                          np.ascontiguousarray(to_host(X[:, c])), rtol, atol,
-                          solver._from_cycles(max(1, maxiter - int(count[c]))), None,
+                          np.ascontiguousarray(to_host(X[:, c])), rtol, atol, left[c], None,
                           "compact")
         X[:, c] = to_device(np.asarray(r.x, np.float64), problem.device)
         # (info > 0: the count, the block's included; a single run that iterated none
@@ -489,7 +493,6 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
         true[c] = r.true_residual * bnrm[c]
         escal[c] = r
     rel_tol = float(np.max(np.where(bnrm > 0, tol / np.where(bnrm > 0, bnrm, 1.0), rtol)))
-    name = {"cg": "block CG", "gmres": "block GMRES"}[solver.method]
     extra = f"{name}, deflation {deflation!r}"
     if diverged.any():
         extra += f"; column(s) {np.flatnonzero(diverged).tolist()} diverged: their starting x " \

@@ -63,7 +63,9 @@ class Solver:
     Parameters
     ----------
     A : sparse matrix/array (any format), ndarray or LinearOperator
-        The ``n x n`` real system matrix (never modified).
+        The ``n x n`` system matrix, real or complex (never modified); a complex ``A``
+        takes complex right-hand sides, a real one refuses them (make the Solver with
+        the complex matrix).
     method, precond, precision, restart, side, escalate, device, **precond_params
         As in :func:`mpsolve.solve`.  ``"auto"`` is resolved here, once: the analysis of
         ``A`` orders the candidates (:func:`mpsolve.auto.candidates`) and the first whose
@@ -72,7 +74,8 @@ class Solver:
         by the next one: the result says so (``info``, ``status``).  One exception: CG
         with auto's own (positive definite) preconditioner that breaks down on
         ``p^T A p <= 0`` has shown ``A`` indefinite; the choice is then made again without
-        CG, that solve run again, and the new choice kept for every later solve.
+        CG, that solve run again with the iterations the call has left, and the new
+        choice kept for every later solve (and made afresh by :meth:`update`).
     rtol, atol, maxiter
         Defaults of every :meth:`solve` (each call may override them).  ``maxiter``
         counts as in :func:`mpsolve.solve` for the method run (GMRES: restart cycles),
@@ -366,11 +369,25 @@ class Solver:
         self._not_pd = True
         self._build(self._problem.A_csr, stacklevel=5, device=self._problem.device)
         rebuilt = time.perf_counter() - t0
-        r2 = self._run(b, x0, rtol, atol, maxiter, callback, deflation)
+        broke = (f"CG broke down after {r.iterations} iterations (A is not positive "
+                 f"definite): this Solver now runs {self.method}")
+        # the budget is this call's, both runs together (auto's maxiter counts iterations,
+        # whatever the method); several columns: the most any column used
+        cols = getattr(r, "column_iterations", None)
+        used = int(np.max(cols)) if cols is not None and np.size(cols) else r.iterations
+        left = _check_maxiter(self._maxiter if maxiter is None else maxiter, None) - used
+        if left < 1:
+            r.status += f"; {broke}, with no iterations left for it in this call"
+            return r
+        r2 = self._run(b, x0, rtol, atol, left, callback, deflation)
+        own = r2.iterations
         r2.iterations += r.iterations
         r2.setup_time += r.setup_time + r.solve_time + rebuilt
-        r2.status += (f"; CG broke down after {r.iterations} iterations (A is not positive "
-                      f"definite): this Solver now runs {self.method}")
+        if r2.info > 0 and getattr(r2, "column_info", None) is None:
+            r2.info = r2.iterations                 # (auto's info: the iterations run)
+        # (the counts of both runs, in the status as in the fields)
+        r2.status = r2.status.replace(f"{own} iterations", f"{r2.iterations} iterations", 1)
+        r2.status += f"; {broke}"
         return r2
 
     def _run(self, b, x0, rtol, atol, maxiter, callback, deflation):
@@ -515,7 +532,9 @@ class Solver:
         hp = in_field("float64", p.is_complex)
         if same and C.dtype.kind not in "fc":
             C = C.astype(hp)                     # as make_problem: integers in FP64
-        if not same or self._choice_changed(C):
+        if not same or self._not_pd or self._choice_changed(C):
+            # (_not_pd: CG was given up for the old values, which the new ones may not
+            # share: the choice is made again, as a fresh Solver's)
             self._not_pd = False                 # (learnt of the old matrix)
             self._build(A_new, stacklevel=4)
             self.last_update = "full"

@@ -815,3 +815,17 @@ def test_block_result_labels_and_messages():
         mpsolve.solve(A, B, x0=x0, method="cg")
     with pytest.raises(ValueError, match="mpsolve.solve"):
         mpsolve.cg(A, B.tolist())
+
+
+def test_a_zero_column_under_an_infinite_rtol_is_quiet():
+    """``rtol=inf`` with a zero column: its tolerance is 0 (``b = 0`` has the solution 0),
+    not ``inf * 0`` (a NaN and NumPy's 'invalid value' warning)."""
+    import warnings
+
+    A = poisson2d(10).tocsr()
+    B = A @ np.ones((100, 3))
+    B[:, 1] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = mpsolve.Solver(A, method="cg", precond="jacobi").solve(B, rtol=np.inf)
+    assert list(res.column_info) == [0, 0, 0] and np.all(res.x[:, 1] == 0)

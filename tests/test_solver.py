@@ -568,6 +568,31 @@ def test_auto_solver_leaves_cg_when_it_breaks_down_on_an_indefinite_matrix():
     assert " it, " not in line and "nan" not in line
 
 
+def test_a_solver_leaving_cg_keeps_the_callers_budget():
+    """``maxiter`` counts the iterations of both runs when the Solver leaves CG (above):
+    the GMRES run gets what CG left (it got the whole budget again, 22 iterations for
+    ``maxiter=20``), for one right-hand side and for the columns of a block CG that broke
+    down (each sent on with the block's budget in GMRES's inner iterations, converted
+    after the Solver had switched: 91-94 iterations, the status naming "block GMRES");
+    a numeric ``update`` back to an SPD matrix chooses CG again."""
+    A = poisson2d(12).tocsr()
+    Ai = (A - sp.eye(144)).tocsr()
+    rng = np.random.default_rng(10)
+    s = Solver(A, rtol=1e-8, maxiter=20)
+    s.update(Ai)
+    res = s.solve(rng.standard_normal(144))
+    assert res.iterations <= 20 and res.info == res.iterations > 0
+    assert "CG broke down" in res.status and f"{res.iterations} iterations" in res.status
+    block = Solver(Ai, rtol=1e-8, maxiter=20).solve(rng.standard_normal((144, 3)))
+    assert np.all(np.asarray(block.column_iterations) <= 20)
+    assert "block CG" in block.status
+    for info, its in zip(block.column_info, block.column_iterations):
+        assert info == 0 or info == its
+    s.update(A)
+    assert s.method == "cg" and s.last_update == "full"
+    assert s.solve(A @ np.ones(144)).converged
+
+
 def test_a_solver_leaving_cg_stays_on_its_device(fake_gpu):
     """The choice made again after CG's breakdown (above) is made for the device the
     Solver was set up on (device data in, device data out), not for the host copy of
