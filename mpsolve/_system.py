@@ -663,6 +663,8 @@ class System:
     M_obj: object = None                      # the preconditioner object (for reports)
     precond_setup_time: float = 0.0
     diverged: bool = False                    # a stage ended worse than it started
+    replayed: int = 0                         # x: a stage's best iterate, recomputed (its
+                                              # iteration in the solve's count)
     matvec_dot: Optional[Callable] = None     # f(x, y) -> x . y after y = A x (fused or not)
     basis: Optional[np.dtype] = None          # GMRES's basis dtype (precision.basis realised)
     loops: dict = field(default_factory=dict)  # compiled_loop's (runner, M's arrays), by op
@@ -810,6 +812,7 @@ def system_for(problem: Problem, precision: Precision) -> System:
         raise got
     got.b = demote(problem.b64, got.dtype, "b")   # FP64 working precision: b64 itself
     got.diverged = False
+    got.replayed = 0
     return got
 
 

@@ -48,7 +48,7 @@ from ._configure import check_cg_preconditioner
 from ._system import STAGNATION, check_basis, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
-from .refine import FP64_ROUNDING, capped, dd_stage, dd_supported, refine_stage
+from .refine import FP64_ROUNDING, best_replay, capped, dd_stage, dd_supported, refine_stage
 from .result import USER_STOP, Escalation, SolveResult, keep_period, status_text
 
 __all__ = ["run", "iterate", "report_fields"]
@@ -126,25 +126,62 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         r[:] = r64                              # r = b - A x, rounded once
     count = iters = 0
     last_true = np.inf
+    call_x = ws.get("x_call", n, problem.hp)   # where the body call started
+
+    def replay(j, kw):
+        """x64 = the body call's iterate ``j`` (:func:`~mpsolve.refine.best_replay`),
+        recomputed from the call's start; its true residual (r64 with it)."""
+        x64[:] = call_x
+        if not same:
+            x[:] = x64
+        problem.true_residual(x64, r64)
+        if not same:
+            r[:] = r64
+        body(sys, x, r, j, tol, None, [], **kw)
+        if not same:
+            x64[:] = x
+        return problem.true_residual(x64, r64) if problem.all_finite(x64) else np.inf
+
     while True:
         kw = capped(body_kw, iters)
         if kw is None:                          # the inner-iteration cap is spent
             return count, iters, 1, true
+        call_x[:] = x64
+        h0 = len(hist)
         c, it, flag = body(sys, x, r, budget - count, tol, callback, hist, **kw)
-        count += c
-        iters += it
         # a body that did nothing left x64 (and r64) as they were: their residual is known
         if not (c == 0 and it == 0 and same and true < np.inf):
             if not same:
                 x64[:] = x
             if not problem.all_finite(x64):
+                j = best_replay(hist, h0, c, it, np.inf)
+                true = replay(j, kw) if j else np.inf
+                if true < start_true:           # (its best iterate, before the overflow)
+                    sys.replayed = iters + j
+                    return count + c, iters + it, -14, true
                 x64[:] = backup
                 true = problem.true_residual(x64, r64)
-                return count, iters, -14, true
+                return count + c, iters + it, -14, true
             true = problem.true_residual(x64, r64)
         if true <= tol:
-            return count, iters, 0, true
+            return count + c, iters + it, 0, true
         stalled = flag == 0 and not true < STAGNATION * last_true   # (inf or NaN too)
+        if flag != 0 or count + c >= budget or stalled:
+            j = 0 if stalled else best_replay(hist, h0, c, it, true)
+            if j:
+                # the call ended far above the best iterate it passed: that iterate,
+                # recomputed, where it is better (the current one kept otherwise)
+                keep = ws.get("x_end", n, problem.hp)
+                keep[:] = x64
+                got = replay(j, kw)
+                if got < true:
+                    true = got
+                    sys.replayed = iters + j
+                else:
+                    x64[:] = keep
+                    true = problem.true_residual(x64, r64)
+        count += c
+        iters += it
         if flag != 0 or count >= budget or stalled:
             if true > start_true:
                 # the iteration diverged: never hand back an x worse than the one it
@@ -410,6 +447,9 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
     extra = ""
     if getattr(sys, "diverged", False) and info != 0:
         extra = "the iteration diverged; the starting x is returned"
+    elif getattr(sys, "replayed", 0) and info != 0:
+        extra = (f"the iteration ended far above its smallest residual: x is its iterate "
+                 f"of iteration {sys.replayed}, recomputed")
     if flag == USER_STOP and info != 0:
         extra = "stopped by the callback"
     far = False

@@ -62,7 +62,41 @@ from .kernels.safenorm import norm
 from .operator import SparseOperator
 from .result import USER_STOP, keep_period
 
-__all__ = ["refine_stage", "dd_stage", "dd_supported", "real_form", "INNER_RTOL", "DD_ETA"]
+__all__ = ["refine_stage", "dd_stage", "dd_supported", "real_form", "INNER_RTOL", "DD_ETA",
+           "best_replay", "REPLAY_GAIN"]
+
+#: A body call that ended this many times above the smallest recursive residual it
+#: reached is run again from its start to that iterate (:func:`best_replay`).
+REPLAY_GAIN = 100.0
+
+
+def best_replay(hist, h0, c, it, end):
+    """The iterations to run a body call again for, from its own start, to get back its
+    best iterate -- or 0 where there is nothing to gain.
+
+    CG and BiCGSTAB are not monotone: BiCGSTAB near a breakdown (``r0^H r`` tiny but not
+    zero, as the compensated dots make it on a coefficient-jump problem of condition 1e7)
+    can reach a residual of 1.7e-9 and then grow to 1e9 over the rest of the budget, and
+    an FP32 iteration can overflow after its best iterate.  Keeping that iterate as it
+    goes would cost a vector copy per improvement in every loop; but the bodies are
+    deterministic (the compiled loops and the Python ones give the same bits, the team
+    loops take every branch alike on both threads), so the iterate is recomputed, once,
+    at the end of a failed call only: from the call's start, with no callback, for as
+    many iterations as the history says it took to get there.  ``hist[h0:]``: the call's
+    recursive residual norms, one per iteration (the bodies counted by iterations, ``c ==
+    it``: CG and BiCGSTAB; GMRES's residual does not grow); ``end``: the norm the call
+    ended with (a true residual, or non-finite).  Worth it where the best is
+    :data:`REPLAY_GAIN` times below ``end``, and not the call's last iterate."""
+    seg = np.asarray(hist[h0:], dtype=np.float64)
+    if c != it or seg.size != it or it < 2:
+        return 0
+    finite = np.isfinite(seg)
+    if not finite.any():
+        return 0
+    j = int(np.argmin(np.where(finite, seg, np.inf)))
+    if j == it - 1 or end <= REPLAY_GAIN * seg[j]:        # (a NaN end: replayed)
+        return 0
+    return j + 1
 
 #: Relative residual reduction asked of each inner solve.
 INNER_RTOL = 1e-4
@@ -314,7 +348,18 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         else:
             target = max(tol, DD_ETA * true)
         first = False
+        h0 = len(hist)
         c, it, f = body(corr, d, r, budget - count, target, cb, hist, **kw)
+        if f != 0:
+            # the correction's best iterate, where the call ended far above it (module
+            # docstring of best_replay): run again from d = 0 to it
+            done = problem.all_finite(d)
+            j = best_replay(hist, h0, c, it, norm(r, xp) if done else np.inf)
+            if j:
+                d.fill(0)
+                r[:] = rhs
+                body(corr, d, r, j, target, None, [], **kw)
+                sys.replayed = iters + j
         count += c
         iters += it
         if not problem.all_finite(d):

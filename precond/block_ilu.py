@@ -64,8 +64,8 @@ from ._pattern import block_pattern, detect_block_size, to_bsr
 from ._util import (PreconditionerWarning, check_amount, check_count, rows_text, setup_device,
                     wide_dtype)
 from .base import Preconditioner
-from .ilu import (ZeroPivotError, first_shift, is_symmetric, positive_diagonal,
-                  shift_off_diagonal, symmetry_rtol)
+from .ilu import (ZeroPivotError, first_shift, is_symmetric, negative_diagonal,
+                  positive_diagonal, shift_off_diagonal, symmetry_rtol)
 
 __all__ = ["BlockILU0", "BlockTriangularSweeps", "bilu0_factor", "bilu0_split",
            "bilu_isai_operators"]
@@ -407,8 +407,9 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     products on FP64 Tensor Cores), stored as BSR in ``dtype`` on ``device``.  ``symmetric``:
     ``None`` detects (symmetric ``A``, :func:`~.ilu.is_symmetric`, with SPD pivot blocks gives
     ``M = G^T G``; where the pivot blocks are not SPD on an SPD-looking ``A``, BILU(0) is
-    shifted first as :class:`BlockILU0`'s, ``stats["shift"]``); ``False`` always gives
-    ``M = U_isai L_isai``.
+    shifted first as :class:`BlockILU0`'s, ``stats["shift"]``; a symmetric ``A`` with a
+    negative diagonal: all of it for ``-A``, ``M`` negated, ``stats["negated"]``);
+    ``False`` always gives ``M = U_isai L_isai``.
 
     Returns ``(chain, fallback_rows, stats)``: ``chain(r, out)`` applies ``M``
     (``[L_isai, U_isai]`` or ``[G, G^T]``, in the order applied), the block rows that
@@ -429,6 +430,11 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
                            else max(1e-8, symmetry_rtol(C.dtype)))
         if symmetric and not sym:
             raise ValueError(f"{name}: symmetric=True, but A is not symmetric")
+    negate = sym and negative_diagonal(C)
+    if negate:
+        # negative definite-looking: BILU(0) of -A and M negated (its stored last factor),
+        # symmetric negative definite for CG, as ISAI's spd form does
+        C = sp.csr_matrix(-C)
     fac, shift = bilu0_shifted(C, b, host, sym)    # (shifted where its pivots are not SPD)
     indptr, indices, data, diag, dinv = fac
     nb = indptr.size - 1
@@ -451,7 +457,8 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
                 chol = np.linalg.cholesky(Dinv)     # D^-1 = C C^T, blockwise
             except np.linalg.LinAlgError:
                 chol = None
-    stats = dict(pattern_nnz_blocks_L=int(li.size), solve_device=sdev, shift=shift)
+    stats = dict(pattern_nnz_blocks_L=int(li.size), solve_device=sdev, shift=shift,
+                 negated=negate)
     if chol is not None:
         # G = C^T L_isai (block row i scaled by C_i^T); M = G^T G = L_isai^T D^-1 L_isai
         # (complex: G = C^H L_isai, M = G^H G)
@@ -462,7 +469,8 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
             G = xp.matmul(to_device(np.ascontiguousarray(
                 chol.transpose(0, 2, 1).conj()[rows]), sdev), Lx)
         Gop = BSROperator(lp, li, G, n, dtype, accumulate, f"{name} factor G", device=device)
-        ops = [Gop, transpose_operator(Gop, f"{name} factor G^T", conj=True)]  # G^H
+        ops = [Gop, transpose_operator(Gop, f"{name} factor G^T", conj=True,  # G^H (-G^H)
+                                       negate=negate)]
         bad = badL
         stats.update(symmetric=True)
     else:
@@ -473,7 +481,8 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
         t_pattern, t_solve = t_pattern + (t2 - t1), t_solve + (t3 - t2)
         t1 = t3
         ops = [BSROperator(lp, li, Lx, n, dtype, accumulate, f"{name} of L", device=device),
-               BSROperator(up, ui, Ux, n, dtype, accumulate, f"{name} of U", device=device)]
+               BSROperator(up, ui, -Ux if negate else Ux, n, dtype, accumulate, f"{name} of U",
+                           device=device)]
         bad = np.union1d(badL, badU)
         stats.update(symmetric=False, pattern_nnz_blocks_U=int(ui.size))
     stats["stage_times"] = dict(factor=t_factor, pattern=t_pattern, solve=t_solve,

@@ -219,6 +219,15 @@ def positive_diagonal(A, diag=None) -> bool:
     return bool(d.min() > 0)                  # (a NaN: min is NaN, not positive)
 
 
+def negative_diagonal(A) -> bool:
+    """Every diagonal entry of ``A`` negative (its real part: a Hermitian ``A``'s diagonal
+    is real)?  Necessary for ``A`` negative definite: the symmetric forms (IC, FSAI, the
+    symmetric BILU) are then built on ``-A`` and their ``M`` negated, a negative definite
+    ``M`` for CG on a negative definite ``A``."""
+    d = A.diagonal()
+    return bool(d.size) and bool(np.all(d.real < 0))
+
+
 def dominance_shift(A) -> float:
     """The shift past which ``D + (A - D) / (1 + s)`` is strictly diagonally dominant
     (an incomplete Cholesky of it then exists): ``max_i sum_{j != i} |a_ij| / |a_ii| - 1``,

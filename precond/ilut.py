@@ -47,7 +47,7 @@ from ._util import (PreconditionerWarning, ThreadBuffers, check_amount, empty_li
 from ._scaling import col_abs_max, pow2_inverse, row_abs_max
 from .base import Preconditioner
 from .ilu import (GROWTH_LIMIT, ZeroPivotError, apply_growth, dominance_shift, first_shift,
-                  is_symmetric, positive_diagonal, shift_off_diagonal)
+                  is_symmetric, negative_diagonal, positive_diagonal, shift_off_diagonal)
 
 __all__ = ["ILUT"]
 
@@ -142,8 +142,11 @@ class ILUT(Preconditioner):
         an incomplete Cholesky with threshold, ``M`` symmetric positive definite for CG
         (:meth:`_symmetric_factor`; shifted where a pivot is not positive, ``shift``, by
         at most :data:`SHIFT_DETECTED`) -- else the general form, SuperLU's ILUTP with row
-        pivoting on the equilibrated matrix.  ``True``: the symmetric form (any shift) or
-        an error; ``False``: the general form.
+        pivoting on the equilibrated matrix.  A symmetric ``A`` with a negative diagonal
+        (negative definite-looking) gets the symmetric form of ``-A``, negated: ``M``
+        symmetric negative definite, for CG on a negative definite ``A``
+        (``stats["negated"]``).  ``True``: the symmetric form (any shift) or an error;
+        ``False``: the general form.
 
     Attributes
     ----------
@@ -183,12 +186,18 @@ class ILUT(Preconditioner):
         self._buf = ThreadBuffers()
 
     def _setup(self, C, dtype):
-        sym = False
+        sym = negate = False
+        A = C
         if self._symmetric_request is not False:
             sym = _spd_looking(C, self._setup_device)
+            if not sym and negative_diagonal(C) and is_symmetric(C, self._setup_device):
+                # negative definite-looking: the symmetric form of -A, M negated (D^-1:
+                # the sweeps' result changes sign exactly)
+                C, sym, negate = sp.csr_matrix(-C), True, True
             if self._symmetric_request and not sym:
                 raise ValueError("ILUT(symmetric=True): A is not symmetric (Hermitian) with a "
-                                 "positive diagonal; use symmetric=None or False")
+                                 "positive (or an all negative) diagonal; use symmetric=None "
+                                 "or False")
         # detected (symmetric=None): shifts up to SHIFT_DETECTED only; asked for: any
         got = self._symmetric_factor(C, None if self._symmetric_request else
                                      SHIFT_DETECTED) if sym else None
@@ -202,6 +211,8 @@ class ILUT(Preconditioner):
         self.symmetric = form == "symmetric"
         n = C.shape[0]
         lptr, lind, lval, uptr, uind, uval, dinv, n = sweep_layout(L, U)
+        if negate:
+            dinv = -dinv                        # M = -(L D U')^-1: the inverse of A's form
         if not (np.isfinite(uval).all() and np.isfinite(dinv).all()):
             raise ZeroPivotError(f"ILUT(drop_tol={self.drop_tol:g}): the factors are not "
                                  "finite; lower drop_tol"
@@ -226,7 +237,7 @@ class ILUT(Preconditioner):
                       "drop_tol": self.drop_tol, "ordering": order, "equilibrated": scaled,
                       "form": form, "shift": self._shift,
                       "factorisation": "complete LU (splu)" if complete else "ILUTP (spilu)",
-                      "growth": self._growth(C)}
+                      "growth": self._growth(A), "negated": negate}
         if not self.stats["growth"] <= GROWTH_LIMIT:
             warnings.warn(
                 f"ILUT(drop_tol={self.drop_tol:g}, fill_factor={self.fill_factor:g}): "

@@ -29,7 +29,7 @@ from ._localsolve import DEFAULT_MAX_LOCAL, local_solve, transpose_operator
 from ._pattern import block_pattern, to_bsr, truncate_wide_rows
 from ._util import PreconditionerWarning, check_count, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
-from .ilu import is_symmetric, symmetry_rtol
+from .ilu import is_symmetric, negative_diagonal, symmetry_rtol
 
 __all__ = ["ISAI", "isai_operators"]
 
@@ -228,14 +228,6 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
             f"(block-)diagonal inverse -- see mpsolve.precond._localsolve); they are listed in "
             f".fallback_rows", PreconditionerWarning, stacklevel=4)
     return OperatorChain(ops), bad, stats
-
-
-def negative_diagonal(A):
-    """Every diagonal entry of ``A`` negative (its real part: a Hermitian ``A``'s diagonal
-    is real)?  Necessary for ``A`` negative definite, and what ``spd`` builds on ``-A``
-    for."""
-    d = A.diagonal()
-    return bool(d.size) and bool(np.all(d.real < 0))
 
 
 def _sample_rows(n, size=256):

@@ -247,6 +247,25 @@ def test_spd_variant_of_a_negative_definite_matrix_is_the_negated_fsai(P, dtype)
     assert np.linalg.norm(b - A @ res.x) <= 1e-8 * np.linalg.norm(b)
 
 
+@pytest.mark.parametrize("make", [lambda: ILUT(), lambda: BlockISAI(variant="bilu")],
+                         ids=["ilut", "bilu"])
+def test_symmetric_forms_of_a_negative_definite_matrix_are_negated(make):
+    """ILUT's symmetric form and the BILU variant's ``G^T G`` on a symmetric A with a
+    negative diagonal: built on ``-A`` and negated (CG refused both: their nonsymmetric
+    forms were taken), so ``M(A) = -M(-A)`` exactly and CG runs as on ``-A``."""
+    B = block3(12, seed=6, perturb=0.0)
+    A = sp.csr_matrix(-B)
+    M, MB = make().setup(A), make().setup(B)
+    assert M.symmetric and M.stats["negated"] and not MB.stats["negated"]
+    r = np.random.default_rng(4).standard_normal(A.shape[0])
+    np.testing.assert_array_equal(M.matvec(r), -MB.matvec(r))
+    b = A @ np.ones(A.shape[0])
+    res = mpsolve.solve(A, b, method="cg", precond=M, rtol=1e-8)
+    resB = mpsolve.solve(B, -b, method="cg", precond=MB, rtol=1e-8)
+    assert res.info == 0 and res.iterations == resB.iterations
+    assert np.linalg.norm(b - A @ res.x) <= 1e-8 * np.linalg.norm(b)
+
+
 def test_block_isai_bsr_kernel_matches_dense_and_padding():
     A = block3(3, seed=7)
     A = sp.csr_matrix(A[:-1, :-1])  # n = 26: b = 3 no longer divides n -> padded block
