@@ -60,9 +60,9 @@ from mpsolve.kernels import lookup, provides
 from mpsolve.operator import BlockTriangularSweeps, BSROperator, OperatorChain
 
 from ._localsolve import COND_LIMIT, transpose_operator
-from ._pattern import block_pattern, detect_block_size, to_bsr
-from ._util import (PreconditionerWarning, check_amount, check_count, rows_text, setup_device,
-                    wide_dtype)
+from ._pattern import block_pattern, to_bsr
+from ._util import (PreconditionerWarning, block_of, check_amount, check_count, rows_text,
+                    setup_device, wide_dtype)
 from .base import Preconditioner
 from .ilu import (ZeroPivotError, first_shift, is_symmetric, negative_diagonal,
                   positive_diagonal, shift_off_diagonal, symmetry_rtol)
@@ -283,7 +283,7 @@ class BlockILU0(Preconditioner):
     def _setup(self, A, dtype):
         host = self._setup_device
         n = A.shape[0]
-        b = self._block_request or detect_block_size(A)
+        b = block_of(self._block_request, A)
         self.block_size = b
         sym = self._symmetric_request
         if sym is None:

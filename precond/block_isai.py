@@ -13,8 +13,7 @@ point :class:`~mpsolve.precond.ISAI`.
 from __future__ import annotations
 
 from ._localsolve import DEFAULT_MAX_LOCAL
-from ._pattern import detect_block_size
-from ._util import check_count
+from ._util import block_of, check_count
 from .block_ilu import bilu_isai_operators
 from .isai import _ISAIBase
 
@@ -101,7 +100,7 @@ class BlockISAI(_ISAIBase):
         self.block_size = self._block_request
 
     def _setup(self, A, dtype):
-        b = self._block_request or detect_block_size(A)
+        b = block_of(self._block_request, A)
         self.block_size = b
         if self._variant_request == "bilu":
             # the ISAI of BILU(0)'s block factors (mpsolve.precond.block_ilu)

@@ -9,8 +9,7 @@ import scipy.sparse as sp
 from mpsolve.operator import BSROperator
 
 from ._localsolve import block_inverse_checked
-from ._pattern import detect_block_size
-from ._util import PreconditionerWarning, check_count, rows_text, wide_dtype
+from ._util import PreconditionerWarning, block_of, check_count, rows_text, wide_dtype
 from .base import Preconditioner
 from .jacobi import check_zero_diagonal
 
@@ -32,7 +31,7 @@ class BlockJacobi(Preconditioner):
         ``b``.  Default: detected by
         :func:`~mpsolve.precond.detect_block_size` (1 -- point Jacobi --
         when ``A`` has no block structure).  When ``b`` does not divide ``n`` the
-        last block is smaller (padded with the identity).
+        last block is smaller (padded with the identity); a ``b`` above ``n`` is ``n``.
     dtype : {"float32", "float64"} or None
         Storage precision (FP32 when set up on its own).
 
@@ -70,7 +69,7 @@ class BlockJacobi(Preconditioner):
 
     def _setup(self, A, dtype):
         n = A.shape[0]
-        b = self._block_request or detect_block_size(A)
+        b = block_of(self._block_request, A)
         if b == 1:
             # point Jacobi: a zero diagonal entry is refused as Jacobi refuses it (its
             # fallback, 1/max|row|, only row-scales such a matrix: no convergence)

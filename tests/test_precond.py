@@ -2088,3 +2088,26 @@ def test_isai_keeps_the_pattern_of_a_where_a_squared_is_no_better(cls):
         A = sp.csr_matrix(sio.mmread(path))
         M = cls().setup(A)
         assert M.sparsity_power == 2 and M.power_reason.startswith("A^2")
+
+
+def test_only_the_kept_pattern_build_warns():
+    """The power test builds on A^2 too; where A's pattern is kept, A^2's warnings (two
+    singular local systems here) are not the kept M's: they said "listed in
+    .fallback_rows", and fallback_rows was empty."""
+    T = sp.diags([1.0, 1.0, 1.0], [-1, 0, 1], shape=(48, 48)).tocsr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        M = BlockISAI(block_size=2, variant="general", dtype="float64").setup(T)
+    said = [w for w in caught if "fallback_rows" in str(w.message)]
+    assert M.sparsity_power == 1 and "A^2" in M.power_reason
+    assert bool(said) == bool(M.fallback_rows.size)
+
+
+@pytest.mark.parametrize("P", [BlockJacobi, BlockISAI, BlockILU0])
+def test_a_block_size_above_n_is_the_whole_matrix(P):
+    """``block_size`` above ``n``: one block of ``n`` (the same M); padded to the size
+    asked for, 10**8 asked for petabytes and 1000 took seconds."""
+    A = poisson2d(7).tocsr()
+    M = P(block_size=10**8, dtype="float64").setup(A)
+    assert M.block_size == 49
+    np.testing.assert_allclose(M.matvec(A @ np.ones(49)), 1.0, rtol=1e-10)
