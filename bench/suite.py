@@ -629,7 +629,8 @@ def add_arguments(p):
                         "each with each of --precisions (default: the configurations above; "
                         f"with --full or --precisions: {' '.join(FULL_PRECONDS)})")
     p.add_argument("--baselines", nargs="*", default=["scipy", "petsc"],
-                   choices=["scipy", "petsc"], help="baselines to run (petsc needs petsc4py)")
+                   choices=["scipy", "petsc"], help="baselines to run (default: scipy petsc; "
+                   "petsc needs petsc4py; none: --baselines with no name)")
     p.add_argument("--scipy-preconds", nargs="+", default=None, choices=SCIPY_PRECONDS,
                    help=f"default: {' '.join(DEFAULT_SCIPY_PRECONDS)}")
     p.add_argument("--petsc-preconds", nargs="+", default=None,
@@ -663,10 +664,15 @@ def add_arguments(p):
                    help="run each converged configuration this many times and keep the "
                         "fastest (every solver alike; this machine's timings are noisy; "
                         "default 1, with --coverage 3)")
-    p.add_argument("--block-size", type=_positive_int, default=None)
-    p.add_argument("--sparsity-power", type=_positive_int, default=None)
+    p.add_argument("--block-size", type=_positive_int, default=None,
+                   help="block size of mpsolve's block preconditioners (default: detected "
+                        "per problem)")
+    p.add_argument("--sparsity-power", type=_positive_int, default=None,
+                   help="sparsity power k (pattern of A^k) of mpsolve's ISAI and Block-ISAI "
+                        "(default: their own choice)")
     p.add_argument("--out", default="mpsolve-bench",
-                   help="output folder for results.json, results.md and the plots")
+                   help="output folder for results.json, results.md and the plots (default "
+                        "mpsolve-bench; made where missing)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--rebuild", action="store_true",
                    help="run nothing: rewrite results.md and the plots from --out/results.json")
@@ -707,12 +713,26 @@ def write_json(path, meta, runs):
                   indent=1, allow_nan=False)
 
 
+def _out_folder(path):
+    """``--out``: the results folder, made where missing; an error naming the option
+    where it cannot be (a file of that name, no permission)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise OSError(f"--out {path}: cannot be the results folder "
+                      f"({err.strerror or err}); give a folder") from None
+
+
 def _rebuild(args):
     """Write results.md and the plots again from an existing results.json."""
     from .plots import write_plots
     from .report import REFERENCE, write_markdown
 
-    with open(os.path.join(args.out, "results.json")) as f:
+    path = os.path.join(args.out, "results.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--rebuild: no {path} to rebuild from (--out names the "
+                                "folder of an earlier run)")
+    with open(path) as f:
         data = json.load(f)
     runs = [Run(**_null_to_nan(r)) for r in data["runs"]]
     meta = _null_to_nan(data["meta"])
@@ -752,7 +772,7 @@ def main(args):
             raise ValueError(f"--coverage: {' '.join(fixed)} do(es) not apply: the coverage "
                              "table's tolerance, methods and preconditioners are fixed "
                              "(python -m mpsolve.bench.coverage --help)")
-        os.makedirs(args.out, exist_ok=True)
+        _out_folder(args.out)
         return coverage_main(argv) or 0
     if getattr(args, "device", "cpu") == "gpu":
         from .gpu import main as gpu_main
@@ -780,7 +800,7 @@ def main(args):
 
     if "petsc" in args.baselines and not petsc_available():
         log("note: petsc4py is not installed: the PETSc baseline is skipped")
-    os.makedirs(args.out, exist_ok=True)
+    _out_folder(args.out)
     t0 = time.time()
     info = {}
     runs = run_suite(args, progress=True, log=log, info=info)

@@ -166,7 +166,8 @@ def read_matrix(path):
 def read_dense(path):
     """A right-hand side (or several) as a dense array: ``.npy`` (``numpy.save``; no
     pickles), ``.mat`` (a SuiteSparse ``Problem``'s ``b``, or the file's one numeric
-    variable), else Matrix Market (:func:`~mpsolve.matrices.read_mtx`, array or coordinate).
+    variable), else Matrix Market (:func:`~mpsolve.matrices.read_mtx`, array or coordinate);
+    ``.npz`` (a sparse matrix's format) is refused.
 
     Returns
     -------
@@ -177,6 +178,10 @@ def read_dense(path):
     if not os.path.isfile(p):
         raise FileNotFoundError(f"no such file: {p!r}")
     low = p.lower()
+    if low.endswith(".npz"):
+        raise MatrixMarketError(f"{p}: a .npz file (scipy.sparse.save_npz: a sparse matrix) "
+                                "is no right-hand side: save b with numpy.save (.npy), or as "
+                                ".mat or Matrix Market")
     if low.endswith(".npy"):
         try:
             return np.load(p, allow_pickle=False)

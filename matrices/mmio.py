@@ -114,6 +114,9 @@ def _parse_header(fh, path):
     if not first:
         raise _fail(path, 1, "the file is empty; expected the banner "
                     "'%%MatrixMarket matrix <coordinate|array> <field> <symmetry>'")
+    if any(not (c.isprintable() or c.isspace()) for c in first[:80]):
+        raise _fail(path, 1, "binary data, not a Matrix Market text file (its first line "
+                    "should be '%%MatrixMarket matrix <coordinate|array> <field> <symmetry>')")
     tokens = first.split()
     if len(tokens) != 5 or tokens[0].lower() != "%%matrixmarket" or tokens[1].lower() != "matrix":
         raise _fail(path, 1, f"bad banner {first.strip()[:80]!r}; expected "

@@ -4,7 +4,8 @@
 ``mpsolve.solve(...)`` -- the same solvers returning a :class:`SolveResult`;
 :class:`Solver` -- the set-up once (``Solver(A, ...)``), then ``solve(b)`` many times;
 :class:`Precision` -- precision policies (``double``, ``single``, ``mixed``,
-``eft``, ``mixed-eft``, ``ir``).
+``eft``, ``mixed-eft``, ``ir``, and GMRES's compressed-basis ``mixed-cb`` and
+``mixed-eft-cb``).
 """
 from ._demote import PrecisionRangeError
 from .api import METHODS, bicgstab, cg, gmres, solve

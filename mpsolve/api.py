@@ -43,8 +43,9 @@ _COMMON_DOC = """
         {callback_note}  Returning ``True`` stops the solve: ``info`` is then
         0 if ``x`` meets the tolerance, else ``-15``.
     precision : str or Precision, optional
-        ``'double'``, ``'single'``, ``'mixed'``, ``'eft'``, ``'mixed-eft'``, ``'ir'``
-        or a :class:`~mpsolve.Precision`.  Default: the data's precision (SciPy's).
+        ``'double'``, ``'single'``, ``'mixed'``, ``'eft'``, ``'mixed-eft'``, ``'ir'``,
+        ``'mixed-cb'``, ``'mixed-eft-cb'`` (:data:`mpsolve.PRESETS`) or a
+        :class:`~mpsolve.Precision`.  Default: the data's precision (SciPy's).
     escalate : bool, default True
         Switch to a stronger policy when the current one stagnates above the
         tolerance (recorded in :attr:`SolveResult.escalations`).
@@ -267,7 +268,9 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
         figures in ``column_info``, ``column_iterations``, ``column_true_residual``;
         ``info`` is 0 when every column converged, ``iterations`` the largest count.
         ``x0``: ``(n,)`` (every column) or ``(n, k)``.  With ``"auto"`` the choice is
-        made once for all columns, without the fallbacks of a single solve.
+        made once for the block, and a column it leaves unsolved goes on by the single
+        solve's fallbacks from where the block left it (``rhs_mode`` "block, then by
+        column").
     deflation : {'compact', 'mask'}
         Several right-hand sides iterated together: converged columns leave the block
         by compaction (default) or are frozen in place.

@@ -50,8 +50,9 @@ def _add_solver_options(p):
                    help="permute and scale A to a unit diagonal before setting up the "
                         "preconditioner (MC64; for zero or tiny diagonal entries)")
     p.add_argument("--precision", default=None, choices=sorted(PRESETS),
-                   help="precision policy (default: chosen with auto -- mixed when the "
-                        "values fit FP32 -- else double)")
+                   help="precision policy (default: with --method or --precond auto, "
+                        "auto's choice -- mixed where the values fit FP32; with both named, "
+                        "double)")
     p.add_argument("--rtol", type=float, default=1e-8, help="relative tolerance (default 1e-8)")
     p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default 0)")
     p.add_argument("--maxiter", type=int, default=None,
@@ -120,17 +121,41 @@ def _start_up() -> float:
     return time.perf_counter() - t0
 
 
+def _check_out_file(path):
+    """``--out``: a file that can be written, checked before the solve (an error after
+    it loses the run): not a folder, in a folder that exists, writable (tried: opened for
+    appending, and removed again where it did not exist)."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"--out {path}: is a folder; give a file name in it "
+                                "(.mtx or .npy)")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise FileNotFoundError(f"--out {path}: its folder does not exist")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        raise OSError(f"--out {path}: cannot be written ({err.strerror or err})") from None
+    if not existed:
+        os.remove(path)
+
+
 def cmd_solve(args):
     from . import solve
     from ._sparse import check_matrix
     from .matrices import read_dense, write_mtx
 
-    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        raise FileNotFoundError(f"--out {args.out}: its folder does not exist")
+    if args.out:
+        _check_out_file(args.out)        # before the solve, not after it
     A = check_matrix(load_matrix(args.matrix), "A")   # square, finite: before b = A @ 1
     n = A.shape[0]
     if args.rhs:
-        b = read_dense(args.rhs)         # n x 1 (or 1 x n): one; n x k: k solved together
+        try:                             # n x 1 (or 1 x n): one; n x k: k solved together
+            b = read_dense(args.rhs)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"--rhs: {err}") from None
+        except ValueError as err:
+            raise ValueError(f"--rhs: {err}") from None
         if b.ndim not in (1, 2) or b.dtype.kind not in "biufc":
             raise ValueError(f"--rhs {args.rhs}: holds a {b.ndim}-D {b.dtype} array, not "
                              "a vector or an n x k block of them")
@@ -166,10 +191,13 @@ def cmd_solve(args):
           "process; not in the times below)")
     print(res.summary())
     if args.out:
-        if args.out.lower().endswith(".npy"):
-            np.save(args.out, res.x)
-        else:
-            write_mtx(args.out, res.x, comment="mpsolve solution")
+        try:
+            if args.out.lower().endswith(".npy"):
+                np.save(args.out, res.x)
+            else:
+                write_mtx(args.out, res.x, comment="mpsolve solution")
+        except OSError as err:
+            raise OSError(f"--out {args.out}: {err.strerror or err}") from None
         print(f"solution written to {args.out}")
     return 0 if res.converged else 1
 
@@ -319,6 +347,10 @@ def main(argv=None):
         return args.func(args)
     except (ValueError, TypeError, LookupError, OSError, DeviceUnavailableError) as err:
         print(f"mpsolve {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except MemoryError as err:          # (a generator size or a file too large for memory)
+        print(f"mpsolve {args.command}: error: out of memory ({err or 'MemoryError'}): "
+              "a smaller problem, or a machine with more memory", file=sys.stderr)
         return 2
 
 

@@ -60,15 +60,19 @@ def _describe(M):
     if M is None:
         return ""
     if isinstance(M, Preconditioner):
-        extra = ", ".join(f"{k}={getattr(M, k)}"
-                          for k in ("variant", "block_size", "sparsity_power", "shift")
-                          if getattr(M, k, None) is not None)
-        why = getattr(M, "variant_reason", "")
-        if why.startswith("auto"):
-            extra += f" ({why})"
-        power = getattr(M, "power_reason", "")
-        if power not in ("", "requested", "default"):
-            extra += f" ({power})"            # ISAI's test of the pattern of A
+        # each choice with its reason beside it: the variant's (auto's), the sparsity
+        # power's (ISAI's test of the pattern of A)
+        why = {"variant": getattr(M, "variant_reason", ""),
+               "sparsity_power": getattr(M, "power_reason", "")}
+        parts = []
+        for k in ("variant", "block_size", "sparsity_power", "shift"):
+            if getattr(M, k, None) is None:
+                continue
+            reason = why.get(k, "")
+            shown = reason.startswith("auto") if k == "variant" else \
+                reason not in ("", "requested", "default")
+            parts.append(f"{k}={getattr(M, k)}" + (f" ({reason})" if shown else ""))
+        extra = ", ".join(parts)
         return repr(M) + (f" [{extra}]" if extra else "")
     return type(M).__name__
 

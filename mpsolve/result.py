@@ -95,7 +95,8 @@ class SolveResult:
     Attributes
     ----------
     x : ndarray
-        The solution (FP64 unless the problem data were FP32).
+        The solution: float64 (complex128 for complex data), or float32 (complex64)
+        where the problem data were.
     info : int
         SciPy's convention: 0 converged (the FP64 true residual meets the
         tolerance), > 0 iterations done without converging (restart cycles for

@@ -346,3 +346,40 @@ def test_restart_with_a_method_that_has_none_is_refused():
     p = run("solve", "poisson2d:8", "--method", "cg", "--restart", "5")
     assert p.returncode == 2
     assert "--restart 5 does not apply to --method cg" in p.stderr
+
+
+def test_out_and_rhs_errors_name_the_option_before_the_solve(tmp_path, capsys, monkeypatch):
+    """``--out`` a folder, or a file that cannot be written: refused before the solve
+    (the error came after the whole solve, naming no option); ``--rhs`` a .npz (a sparse
+    matrix) or a binary file: an error line naming ``--rhs`` (not 200 bytes of zip header);
+    a problem too large for memory: an error line, exit 2 (a traceback, exit 1)."""
+    import mpsolve
+
+    calls = []
+    monkeypatch.setattr(mpsolve, "solve", lambda *a, **k: calls.append(1))
+    assert main(["solve", "poisson2d:6", "--out", str(tmp_path)]) == 2
+    assert "--out" in capsys.readouterr().err and not calls
+    assert main(["solve", "poisson2d:6", "--out", str(tmp_path / "no" / "x.mtx")]) == 2
+    assert "--out" in capsys.readouterr().err and not calls
+    import scipy.sparse as sp
+
+    sp.save_npz(tmp_path / "A.npz", sp.eye(36).tocsr())
+    (tmp_path / "b.bin").write_bytes(b"PK\x03\x04\x00\x01binary")
+    for f in ("A.npz", "b.bin"):
+        assert main(["solve", "poisson2d:6", "--rhs", str(tmp_path / f)]) == 2
+        err = capsys.readouterr().err
+        assert "--rhs" in err and "\\x" not in err and len(err) < 300 and not calls
+
+    def huge(*a, **k):
+        raise MemoryError("Unable to allocate 603. GiB")
+    monkeypatch.setattr("mpsolve.cli.load_matrix", huge)
+    assert main(["info", "poisson3d:3000"]) == 2
+    assert "out of memory" in capsys.readouterr().err
+
+
+def test_bench_out_errors_name_the_option(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    assert main(["bench", "--quick", "--out", str(tmp_path / "f")]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert main(["bench", "--rebuild", "--out", str(tmp_path / "none")]) == 2
+    assert "--rebuild" in capsys.readouterr().err
