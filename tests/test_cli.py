@@ -383,3 +383,18 @@ def test_bench_out_errors_name_the_option(tmp_path, capsys):
     assert "--out" in capsys.readouterr().err
     assert main(["bench", "--rebuild", "--out", str(tmp_path / "none")]) == 2
     assert "--rebuild" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, opt", [(["--rtol", "-1"], "--rtol"), (["--atol", "nan"], "--atol"),
+                                       (["--maxiter", "0"], "--maxiter"),
+                                       (["--restart", "x"], "--restart"),
+                                       (["--precond", "block-jacobi", "--block-size", "-1"],
+                                        "--block-size")])
+def test_bad_numbers_name_the_option(args, opt, capsys):
+    """A bad number is refused by the parser, naming the option (the solver's error named
+    the Python keyword: 'rtol=-1.0', 'maxiter=0 ... (or None ...)')."""
+    with pytest.raises(SystemExit) as exc:
+        main(["solve", "poisson2d:5", *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {opt}:" in err and "None" not in err
