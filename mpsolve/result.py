@@ -152,8 +152,10 @@ class SolveResult:
     x_lo : ndarray or None
         The low part of the double-double solution of a policy with
         ``residual="dd"`` (the ``eft`` presets, :mod:`mpsolve.refine`): ``x + x_lo`` is
-        the refined solution to about twice FP64's precision, ``x`` is that pair rounded
-        to FP64.  ``None`` for the other policies (and for FP32 results).
+        the refined pair, ``x`` that pair rounded to FP64.  The pair is refined until
+        ``x`` meets the tolerance (or, below FP64's floor, until a step no longer moves
+        ``x``), not on to twice FP64's precision: its residual is below the tolerance,
+        how far below depends on the problem and its scaling.  ``None`` for the other policies (and for FP32 results).
     at_floor : bool
         The iteration stagnated at the accuracy floor of the strongest precision policy
         (nothing left to escalate to), or an EFT policy's double-double answer met the
