@@ -171,7 +171,8 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
             return count + c, iters + it, 0, true
         stalled = flag == 0 and not true < STAGNATION * last_true   # (inf or NaN too)
         if flag != 0 or count + c >= budget or stalled:
-            j = 0 if stalled else best_replay(hist, h0, c, it, true)
+            # (not where the caller's callback stopped it: the iterate it stopped at)
+            j = 0 if stalled or flag == USER_STOP else best_replay(hist, h0, c, it, true)
             if j:
                 # the call ended far above the best iterate it passed: that iterate,
                 # recomputed, where it is better (the current one kept otherwise)

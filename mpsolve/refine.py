@@ -350,7 +350,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         first = False
         h0 = len(hist)
         c, it, f = body(corr, d, r, budget - count, target, cb, hist, **kw)
-        if f != 0:
+        if f != 0 and f != USER_STOP:
             # the correction's best iterate, where the call ended far above it (module
             # docstring of best_replay): run again from d = 0 to it
             done = problem.all_finite(d)

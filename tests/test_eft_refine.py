@@ -501,3 +501,22 @@ def test_a_failed_bicgstab_returns_its_best_iterate(precision):
     there = mpsolve.solve(A, b, method="bicgstab", precond="jacobi", precision=precision,
                           rtol=1e-10, maxiter=best)
     np.testing.assert_array_equal(res.x, there.x)
+
+
+def test_a_run_the_callback_stopped_is_not_replayed():
+    """The best-iterate replay is for failed runs: a run the caller's callback stopped
+    returns the iterate it stopped at (info -15), however far above its best."""
+    A, b = _jump2d()
+    calls = []
+
+    def stop(xk):
+        calls.append(1)
+        return len(calls) >= 2990
+    res = mpsolve.solve(A, b, method="bicgstab", precond="jacobi",
+                        precision=Precision(name="dots", dot="compensated"), rtol=1e-10,
+                        maxiter=3000, callback=stop)
+    assert res.info == -15 and res.iterations == 2990 and "recomputed" not in res.status
+    assert res.residuals[-1] > 100 * res.residuals.min()
+    true = np.linalg.norm(b - A @ res.x) / np.linalg.norm(b)      # x: not the best one
+    assert true > 10 * res.residuals.min() and true == pytest.approx(res.true_residual,
+                                                                       rel=1e-6)
