@@ -36,7 +36,7 @@ from ._sparse import canonical_csr, check_matrix, dtype_check, kernel_ready
 from .backend import (DEFAULT_DEVICE, HOST_DEVICE, array_module, on_host, resolve_device,
                       to_device, to_host)
 from .kernels.primitives import Primitives, bind_primitives
-from .kernels.safenorm import all_finite, checked_norm, ldexp_array, norm
+from .kernels.safenorm import all_finite, checked_norm, ldexp_array, norm, scale_exponent
 from .kernels.registry import launch_plan, lookup, provides
 from .operator import CallableOperator, SparseOperator
 from .precision import Precision, in_field, real_dtype
@@ -516,7 +516,14 @@ def _rhs_fields(b_user, b, x0, x0_checked, n, a_dtype, cplx, device, xp, rtol, a
     bnrm = norm(b64, xp)                # overflow-safe (kernels/safenorm.py)
     b_exp = 0
     if scale and bnrm and not _B_RANGE[0] <= bnrm <= _B_RANGE[1]:
-        b_exp = math.frexp(bnrm)[1]     # b = 2^b_exp b': ||b'|| in [1/2, 1), exactly
+        if bnrm == math.inf:
+            # finite entries whose 2-norm overflows (n entries of 1e308): frexp(inf) is 0,
+            # which left b as it was and tol = inf, met by x = 0 "in 0 iterations"; from
+            # the largest component, 2^-b_exp ||b|| <= sqrt(n) max|b_i| / 2^b_exp < 1
+            parts = b64.view(np.float64) if b64.dtype.kind == "c" else b64
+            b_exp = scale_exponent(parts, xp) + (int(parts.size).bit_length() + 1) // 2
+        else:
+            b_exp = math.frexp(bnrm)[1]  # b = 2^b_exp b': ||b'|| in [1/2, 1), exactly
         if x0_64 is not None and b_exp < 0:
             # a start far larger than b (a tiny b, an O(1) x0): scaled up as far as b, x0
             # would leave the range (and its residual overflow the dots: CG and BiCGSTAB

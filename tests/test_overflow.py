@@ -347,3 +347,21 @@ def test_a_breakdown_in_float32_arithmetic_escalates(method, precision, scale):
     P = sp.csr_matrix(poisson2d(20) - 0.5 * sp.eye(400))
     r = mpsolve.solve(P, P @ np.ones(400), method="cg", precision="single", rtol=1e-5)
     assert r.info == -12 and r.escalations and r.escalations[-1].to_precision == "mixed"
+
+
+@pytest.mark.parametrize("method", ["auto", "cg", "gmres", "bicgstab"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_a_right_hand_side_whose_norm_overflows_is_scaled(method, dtype):
+    """Finite entries whose 2-norm overflows (four of 1e308): ``frexp(inf)`` left b
+    unscaled, ``tol = inf``, and x = 0 "converged in 0 iterations" at a true residual of
+    NaN.  Scaled from the largest entry, it is solved (x ~ 4.5e307, in range); where x
+    itself overflows, the status says so and info is not 0."""
+    A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(4, 4), dtype=dtype).tocsr()
+    b = np.full(4, 1e308, dtype=dtype)
+    res = mpsolve.solve(A, b, method=method, rtol=1e-8)
+    assert res.info == 0 and res.iterations > 0 and res.true_residual <= 1e-8
+    s = 2.0 ** -600                                  # (b - A x) itself overflows
+    assert np.linalg.norm(b * s - A @ (res.x * s)) <= 1e-8 * np.linalg.norm(b * s)
+    L = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(4, 4), dtype=dtype).tocsr()
+    bad = mpsolve.solve(L, b, method=method, rtol=1e-8)   # x = L^-1 b: 6e308
+    assert bad.info != 0 and "overflows" in bad.status and bad.true_residual > 1e-8
