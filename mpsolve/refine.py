@@ -60,7 +60,7 @@ from ._system import STAGNATION, system_for
 from .kernels.registry import lookup
 from .kernels.safenorm import norm
 from .operator import SparseOperator
-from .result import USER_STOP, keep_period
+from .result import USER_STOP, keep_period, wants_stop
 
 __all__ = ["refine_stage", "dd_stage", "dd_supported", "real_form", "INNER_RTOL", "DD_ETA",
            "best_replay", "REPLAY_GAIN"]
@@ -130,16 +130,21 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
     # residual norm (GMRES's 'pr_norm'/'legacy' callbacks) is the inner one times ||r||
     scale = true
     inner_cb = None
-    if callback is not None:
+    stop = []                   # the callback asked to stop (also on an inner solve's last
+    if callback is not None:    # iteration, which the body reports as converged)
         xt = ws.get("ir_xt", n, x64.dtype)
 
         def inner_cb(v):
             if getattr(v, "shape", ()) == ():
-                return callback(v * scale)
-            xt[:] = v                            # (FP64 from here)
-            problem.xp.multiply(xt, scale, out=xt)
-            problem.xp.add(xt, x64, out=xt)
-            return callback(xt)
+                ret = callback(v * scale)
+            else:
+                xt[:] = v                        # (FP64 from here)
+                problem.xp.multiply(xt, scale, out=xt)
+                problem.xp.add(xt, x64, out=xt)
+                ret = callback(xt)
+            if wants_stop(ret):
+                stop.append(True)
+            return ret
         keep_period(inner_cb, callback)
     while true > tol and count < budget:
         kw = capped(body_kw, iters)    # (SciPy's legacy GMRES, auto: the whole solve's cap)
@@ -167,7 +172,7 @@ def refine_stage(body, problem, policy, x64, budget, callback, hist, body_kw, r6
         if new > true:                           # the correction made it worse: undo it
             x64 -= step
             new = problem.true_residual(x64, r64)
-        if iflag == USER_STOP:                   # the callback asked to stop
+        if iflag == USER_STOP or stop:           # the callback asked to stop
             true = new
             flag = USER_STOP
             break
@@ -301,6 +306,7 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
     eps = float(np.finfo(np.float64).eps)
     corr = replace(sys, b=rhs)                  # A d = rhs, same operator and M
     cb = None
+    stop = []                                   # the callback asked to stop (as refine_stage)
     if callback is not None:
         xt = ws.get("dd_xt", n, hp)
 
@@ -308,8 +314,12 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
             if getattr(v, "shape", None) == (n,):
                 xp.add(xh, v, out=xt)
                 xp.add(xt, xl, out=xt)          # x = x_hi + x_lo + d
-                return callback(xt)
-            return callback(v)                  # GMRES's residual-norm callbacks
+                ret = callback(xt)
+            else:
+                ret = callback(v)               # GMRES's residual-norm callbacks
+            if wants_stop(ret):
+                stop.append(True)
+            return ret
         keep_period(cb, callback)
 
     if problem._first_residual and not bool(xp.any(xh)):   # a zero start
@@ -350,6 +360,8 @@ def dd_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         first = False
         h0 = len(hist)
         c, it, f = body(corr, d, r, budget - count, target, cb, hist, **kw)
+        if stop:
+            f = USER_STOP                       # (a stop on the step's last iteration too)
         if f != 0 and f != USER_STOP:
             # the correction's best iterate, where the call ended far above it (module
             # docstring of best_replay): run again from d = 0 to it

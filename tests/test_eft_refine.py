@@ -520,3 +520,28 @@ def test_a_run_the_callback_stopped_is_not_replayed():
     true = np.linalg.norm(b - A @ res.x) / np.linalg.norm(b)      # x: not the best one
     assert true > 10 * res.residuals.min() and true == pytest.approx(res.true_residual,
                                                                        rel=1e-6)
+
+
+@pytest.mark.parametrize("precision", ["ir", "eft", "mixed-eft", "single"])
+@pytest.mark.parametrize("method", ["cg", "gmres", "bicgstab"])
+def test_a_callback_stop_is_honoured_by_the_refinement_policies(precision, method):
+    """A callback returning True stops the solve under the refinement policies too: a stop
+    asked on an inner solve's last iteration (which the body reports as converged) was
+    lost -- 'ir' GMRES with callback_type='x' never stopped, CG stopped one call late."""
+    n = 200
+    A = sp.diags([-1.2 * np.ones(n - 1), 4 * np.ones(n), -0.8 * np.ones(n - 1)], [-1, 0, 1],
+                 format="csr")
+    if method == "cg":
+        A = sp.csr_matrix(A + A.T)
+    b = np.random.default_rng(1).standard_normal(n)
+    func = getattr(mpsolve, method)
+    kw = {"callback_type": "x"} if method == "gmres" else {}
+    free = []
+    func(A, b, rtol=1e-12, precision=precision, callback=lambda xk: free.append(1), **kw)
+    for k in range(1, len(free) + 1):
+        calls = []
+        x, info = func(A, b, rtol=1e-12, precision=precision,
+                       callback=lambda xk: (calls.append(1), len(calls) >= k)[1], **kw)
+        assert len(calls) == k
+        met = np.linalg.norm(b - A @ x) <= 1e-12 * np.linalg.norm(b)
+        assert info == (0 if met else -15)
