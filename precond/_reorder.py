@@ -293,8 +293,17 @@ def mc64(A) -> Reordering:
         if u is not None:
             break
     v = matched - u[perm]                                    # v_j = c_kj - u_k
-    r = np.exp(u)
-    s = np.exp(v - colmax)                                   # s_j = exp(v_j) / a_j
+    with np.errstate(over="ignore", under="ignore"):
+        r = np.exp(u)
+        s = np.exp(v - colmax)                               # s_j = exp(v_j) / a_j
+    if not (np.all((r > 0) & (r < np.inf)) and np.all((s > 0) & (s < np.inf))):
+        # entries near the subnormal range (1e-320: 1 / |a_ij| overflows) or spanning more
+        # than FP64 holds: the scaling factors do not exist in FP64
+        small = float(np.abs(C.data).min())
+        raise ValueError(f"mc64: the scaling that brings A's diagonal to 1 is not "
+                         f"representable in FP64 (entries down to {small:.1e}, up to "
+                         f"{float(np.abs(C.data).max()):.1e}): scale A into FP64's normal "
+                         "range first")
     B = sp.csr_matrix(sp.diags(r[perm]) @ C[perm, :] @ sp.diags(s))
     # |b_jj| = exp(0) up to the rounding of exp and the products: fold that into the row
     # scale and divide exactly, so every |b_jj| == 1 to the bit (x / |x| is exact)

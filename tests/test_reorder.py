@@ -264,3 +264,16 @@ def test_a_reordering_is_reused_and_its_shape_checked():
     assert M.reordering is R
     with pytest.raises(ValueError, match="reordering is for a 30x30"):
         Reordered(ILUT(), reordering=R).setup(_zero_diagonal(20, 4))
+
+
+def test_mc64_refuses_a_scaling_fp64_cannot_hold():
+    """Entries near the subnormal range (1e-320): the scaling factors (1 / |a_ij|)
+    overflow; refused in a line naming the range (NumPy's boolean-assignment error leaked
+    from the diagonal fix-up, after an overflow warning in exp)."""
+    import warnings
+
+    A = (1e-320 * sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(20, 20))).tocsr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="not representable in FP64"):
+            mc64(A)
