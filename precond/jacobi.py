@@ -32,10 +32,21 @@ class Jacobi(Preconditioner):
     default when set up on its own) as a :class:`~mpsolve.operator.DiagonalOperator`
     on the device it is set up for; ``apply`` is one fused ``out = d * r`` (the ``dmul`` kernel).
 
+    Parameters
+    ----------
+    dtype : {"float32", "float64"} or None
+        Storage precision.
+    zero_diagonal : {"raise", "row"}
+        A zero diagonal entry: ``"raise"`` (default) refuses ``A`` naming the rows;
+        ``"row"`` takes the reciprocal of the row's largest ``|a_ij|`` there (1 for an
+        empty row) -- a diagonal scaling of every row, the last-resort preconditioner of
+        ``precond="auto"`` where no other can be set up (a structurally singular ``A``).
+
     Raises
     ------
     ValueError
-        At setup, if a diagonal entry is zero (the message names the rows).
+        At setup, if a diagonal entry is zero (the message names the rows) and
+        ``zero_diagonal="raise"``.
 
     Examples
     --------
@@ -54,8 +65,21 @@ class Jacobi(Preconditioner):
     symmetric = True
     supports_complex = True
 
+    def __init__(self, dtype=None, zero_diagonal="raise"):
+        super().__init__(dtype)
+        if zero_diagonal not in ("raise", "row"):
+            raise ValueError(f"zero_diagonal={zero_diagonal!r}: use 'raise' or 'row'")
+        self.zero_diagonal = zero_diagonal
+
     def _setup(self, A, dtype):
         d = A.diagonal().astype(np.result_type(A.dtype, np.float64))  # FP64 or complex128
+        if self.zero_diagonal == "row":
+            zero = d == 0
+            if zero.any():
+                from ._scaling import row_abs_max
+
+                m = row_abs_max(A)[zero]
+                d[zero] = np.where(m > 0, m, 1.0)
         check_zero_diagonal(d, "Jacobi", "a block preconditioner")
         with np.errstate(over="ignore"):
             inv = 1.0 / d

@@ -172,7 +172,8 @@ def test_zero_diagonal_chooses_mc64_ilut_and_returns_the_callers_x():
 def test_nothing_sets_up_gives_a_clear_status_not_an_exception(monkeypatch):
     """Structurally singular (an empty column) and inconsistent: every preconditioner's
     set-up fails (the matching is attempted once, cached with its error), then GMRES
-    without one runs and cannot converge either; the status names them all."""
+    with the diagonal scaling (a zero diagonal entry: its row's largest) runs and cannot
+    converge either, and GMRES alone is not tried after it; the status names them all."""
     from mpsolve.precond import _reorder
 
     calls = []
@@ -181,25 +182,28 @@ def test_nothing_sets_up_gives_a_clear_status_not_an_exception(monkeypatch):
     A = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [0.0, 2.0, 1.0], [0.0, 1.0, 4.0]]))
     b = np.array([1.0, 2.0, 3.0])                    # not in the range of A
     res = mpsolve.solve(A, b, rtol=1e-8)
-    assert len(calls) == 1 and len(res.choices) == 5
+    assert len(calls) == 1 and len(res.choices) == 6
     assert res.info != 0 and not res.converged
     assert all(c.outcome.startswith("set-up failed") for c in res.choices[:4])
-    assert res.choices[4].bare and res.choices[4].label == "gmres + none [mixed]"
+    assert res.choices[4].bare and \
+        res.choices[4].label == "gmres + jacobi (zero_diagonal=row) [mixed]"
     assert res.choices[4].outcome != "not tried"
+    assert res.choices[5].bare and res.choices[5].outcome == "not tried"
     assert "structurally singular" in res.choices[0].outcome
     # the matching's error is said once: the later candidates that reorder point to it
     assert all(c.outcome == "set-up failed: StructurallySingularError: as choice 1"
                for c in res.choices[1:4])
     assert res.status.count("structurally singular") == 1
-    assert "tried gmres + ilut+mc64" in res.status and "gmres + none" in res.status
+    assert "tried gmres + ilut+mc64" in res.status and "gmres + jacobi" in res.status
     assert np.isfinite(res.x).all()
 
 
 @pytest.mark.parametrize("consistent", [True, False])
 def test_a_structurally_singular_system_falls_back_to_the_bare_method(consistent):
-    """An empty row: MC64 and every factorisation refuse A, so auto runs GMRES without a
-    preconditioner, which solves a consistent system (it ended with 'no candidate could be
-    set up' before) and says why it stops on an inconsistent one."""
+    """An empty row: MC64 and every factorisation refuse A, so auto runs GMRES with the
+    diagonal scaling (GMRES alone, before it), which solves a consistent system (it ended
+    with 'no candidate could be set up' before) and says why it stops on an inconsistent
+    one; GMRES alone is not run after it."""
     from mpsolve.matrices import poisson2d
 
     A = poisson2d(20).tolil()
@@ -208,7 +212,8 @@ def test_a_structurally_singular_system_falls_back_to_the_bare_method(consistent
     A.eliminate_zeros()
     b = A @ np.ones(A.shape[0]) if consistent else np.ones(A.shape[0])
     res = mpsolve.solve(A, b, rtol=1e-8)
-    assert res.choices[-1].bare and res.choices[-1].outcome != "not tried"
+    ran = [c for c in res.choices if c.bare and c.outcome != "not tried"]
+    assert [c.precond for c in ran] == ["jacobi"]
     if consistent:
         assert res.converged and _ok(res, A, b, 1e-8) <= 1e-8
     else:
@@ -217,22 +222,24 @@ def test_a_structurally_singular_system_falls_back_to_the_bare_method(consistent
     B = poisson2d(20)
     r = mpsolve.solve(B, B @ np.ones(B.shape[0]), rtol=1e-8)
     assert r.choices[-1].bare and r.choices[-1].outcome == "not tried"
-    assert "gmres + none" not in r.summary()
+    assert "gmres + none" not in r.summary() and "zero_diagonal" not in r.summary()
 
 
 def test_the_bare_method_also_runs_when_no_preconditioned_candidate_converged():
     """A singular A whose factors are all exactly singular and whose ISAI stagnates (central
     convection-diffusion without its diagonal, rank 380 of 400), b consistent: GMRES
-    without a preconditioner, on the iterations left, solves it (it ended with ISAI's
-    stagnation while those iterations were unused)."""
+    with the diagonal scaling (every diagonal entry zero: each row's largest), on the
+    iterations left, solves it (it ended with ISAI's stagnation while those iterations
+    were unused)."""
     A = convection_diffusion2d(20)
     A = sp.csr_matrix(A - sp.diags(A.diagonal()))
     A.eliminate_zeros()
     b = A @ np.ones(A.shape[0])
     res = mpsolve.solve(A, b, rtol=1e-9)
     assert res.converged and _ok(res, A, b, 1e-9) <= 1e-9
-    bare = res.choices[-1]
+    bare = res.choices[-2]
     assert bare.bare and bare.outcome == "converged" and bare.iterations > 0
+    assert bare.precond == "jacobi" and res.choices[-1].outcome == "not tried"
     assert any(c.outcome.startswith("stagnated") for c in res.choices[:-1])
     assert res.iterations <= auto.DEFAULT_AUTO_MAXITER
 
@@ -1186,3 +1193,23 @@ def test_float32_data_iterates_on_until_the_rounded_answer_meets_the_tolerance()
     low = mpsolve.solve(A, b, rtol=1e-8)
     assert not low.converged and "x rounded to float32 misses the tolerance" in low.status
     assert [c.outcome for c in low.choices].count("not tried") == len(low.choices) - 1
+
+
+def test_a_structurally_singular_diagonal_system_is_scaled():
+    """A diagonal A with a zero entry (structurally singular: MC64 refuses it, and every
+    candidate with it), values over 1e-5..1e5, b consistent: GMRES alone stopped at a
+    residual of 0.85 after 330 iterations; the diagonal scaling (1 / |a_ii|, the row's
+    largest for the zero entry) solves it in a step or two."""
+    rng = np.random.default_rng(5)
+    n = 200
+    d = rng.standard_normal(n) * 10.0 ** rng.uniform(-5, 5, n)
+    d[0] = 0.0
+    A = sp.diags(d).tocsr()
+    b = np.r_[0.0, rng.standard_normal(n - 1)]
+    res = mpsolve.solve(A, b, rtol=1e-8)
+    assert res.converged and res.iterations <= 3 and _ok(res, A, b, 1e-8) <= 1e-8
+    with pytest.raises(ValueError, match="zero_diagonal='x'"):
+        mpsolve.precond.Jacobi(zero_diagonal="x")
+    M = mpsolve.precond.Jacobi(dtype="float64", zero_diagonal="row").setup(
+        sp.csr_matrix(np.array([[0.0, -4.0], [1.0, 2.0]])))
+    np.testing.assert_array_equal(M.matvec(np.ones(2)), [0.25, 0.5])
