@@ -52,9 +52,10 @@ layer's automatic choice, written once for every device:
    * and, when no preconditioner at all could be set up (a structurally singular ``A``:
      an empty row or column, which MC64 and every factorisation refuse) or none converged
      (a singular ``A`` whose factors are exactly singular and whose ISAI stagnates), GMRES
-     without one on the iterations left: a consistent singular system still has
-     solutions, and GMRES finds one; an inconsistent one ends with its stagnation or
-     breakdown, named in the status.
+     with the diagonal scaling (a zero diagonal entry: its row's largest) on the
+     iterations left -- GMRES alone only where even that cannot be set up: a consistent
+     singular system still has solutions, and GMRES finds one; an inconsistent one ends
+     with its stagnation or breakdown, named in the status.
 
    * an operator without entries (a ``LinearOperator``): GMRES without a preconditioner --
      after CG where two products with fixed random vectors find it symmetric with ``u^T A
@@ -219,7 +220,8 @@ class Choice:
     #: ISAI or Block-ISAI by the block size, decided when the candidate is reached
     #: (:func:`resolve_block`): the detection is run only for a solve that gets there
     by_block: bool = False
-    #: run only when no candidate before it could be set up (the method without M)
+    #: a last resort: run on the iterations the candidates before it left, and only the
+    #: first bare one that sets up (the diagonal scaling, else the method without M)
     bare: bool = False
     #: a CG candidate whose preconditioner must come out symmetric (else the next
     #: candidate): CG chosen by ``method="auto"`` for a preconditioner the caller pinned,
