@@ -36,6 +36,14 @@ _F64 = ("float64",)
 
 
 # ----------------------------------------------------------------- block structure
+def block_of(request, A):
+    """The block size for ``A``: the caller's ``request`` (or, None, the detected one),
+    at most ``n`` -- a block wider than the matrix is the whole matrix as one block, the
+    same ``M`` (padded to ``10**8`` it asked for petabytes)."""
+    b = request or detect_block_size(A)
+    return max(1, min(int(b), A.shape[0]))
+
+
 def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_DEVICE):
     """The block size of ``A``'s node blocks: :func:`mpsolve.matrices.detect_block_size`.
 

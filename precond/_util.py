@@ -65,16 +65,6 @@ def check_count(value, name, none_ok=True, what="a positive integer"):
     return int(value)
 
 
-def block_of(request, A):
-    """The block size for ``A``: the caller's ``request`` (or, None, the detected one),
-    at most ``n`` -- a block wider than the matrix is the whole matrix as one block, the
-    same ``M`` (padded to ``10**8`` it asked for petabytes)."""
-    from ._pattern import detect_block_size
-
-    b = request or detect_block_size(A)
-    return max(1, min(int(b), A.shape[0]))
-
-
 def check_amount(value, name, least=0.0):
     """``value`` as a finite float >= ``least`` (NumPy scalars too; not a bool); else a
     ValueError naming the argument."""

@@ -60,9 +60,9 @@ from mpsolve.kernels import lookup, provides
 from mpsolve.operator import BlockTriangularSweeps, BSROperator, OperatorChain
 
 from ._localsolve import COND_LIMIT, transpose_operator
-from ._pattern import block_pattern, to_bsr
-from ._util import (PreconditionerWarning, block_of, check_amount, check_count, rows_text,
-                    setup_device, wide_dtype)
+from ._pattern import block_of, block_pattern, to_bsr
+from ._util import (PreconditionerWarning, check_amount, check_count, rows_text, setup_device,
+                    wide_dtype)
 from .base import Preconditioner
 from .ilu import (ZeroPivotError, first_shift, is_symmetric, negative_diagonal,
                   positive_diagonal, shift_off_diagonal, symmetry_rtol)

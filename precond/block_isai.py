@@ -13,7 +13,8 @@ point :class:`~mpsolve.precond.ISAI`.
 from __future__ import annotations
 
 from ._localsolve import DEFAULT_MAX_LOCAL
-from ._util import block_of, check_count
+from ._pattern import block_of
+from ._util import check_count
 from .block_ilu import bilu_isai_operators
 from .isai import _ISAIBase
 

@@ -9,7 +9,8 @@ import scipy.sparse as sp
 from mpsolve.operator import BSROperator
 
 from ._localsolve import block_inverse_checked
-from ._util import PreconditionerWarning, block_of, check_count, rows_text, wide_dtype
+from ._pattern import block_of
+from ._util import PreconditionerWarning, check_count, rows_text, wide_dtype
 from .base import Preconditioner
 from .jacobi import check_zero_diagonal
 
