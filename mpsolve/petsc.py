@@ -12,12 +12,15 @@ calls the methods it finds):
     ``Jacobi``, which takes its diagonal).  It rebuilds only when the operator changed
     (PETSc's object id and state) or an option did (a later ``KSPSetFromOptions``: then
     at the next apply, PETSc calling no set-up for an unchanged operator);
-    ``setup_count`` counts the builds.  Storage is FP32 unless
+    ``setup_count`` counts the builds (one context handed to two PCs sets itself up
+    for the PC it serves).  Storage is FP32 unless
     a ``dtype`` (or precision) is given; where the values do not fit FP32 it is FP64
-    instead, as ``mpsolve.solve`` escalates (``escalated`` says why, and ``view``).
+    instead, as ``mpsolve.solve`` escalates (``escalated`` says why, and ``view``) --
+    unless FP32 was asked for: that set-up fails, as below.
     A BAIJ/SBAIJ/dense ``P`` is read through an AIJ copy (``P`` itself is never
     changed), and its block size (``MatGetBlockSize``) is the block classes' unless
-    ``block_size`` is given.  A set-up that fails on the matrix (a zero pivot) follows
+    ``block_size`` is given.  A set-up that fails on the matrix (a zero pivot, NaN
+    entries, an M the chosen storage cannot hold) follows
     PETSc's convention: the PC's failed reason is set, the apply returns Inf and the KSP
     stops with ``KSP_DIVERGED_PC_FAILED`` (petsc4py's ``DIVERGED_PCSETUP_FAILED``;
     ``failed`` and ``view`` say why);
@@ -110,6 +113,9 @@ RIGHT_ONLY_KSP = ("fgmres", "fbcgs", "fbcgsr", "pipefgmres", "gcr")
 #: region CGs): the side ``"symmetric"``, under which ``variant="auto"`` takes the SPD form
 SYMMETRIC_KSP = ("cg", "pipecg", "pipecgrr", "pipelcg", "groppcg", "fcg", "pipefcg", "cr",
                  "pipecr", "minres", "symmlq", "nash", "stcg", "gltr", "qcg")
+#: KSP types PETSc runs right-preconditioned under ``-ksp_norm_type unpreconditioned``
+#: (their left side supports the preconditioned norm only)
+NORM_SIDE_KSP = ("gmres", "bcgs")
 
 
 def scalar_dtype() -> np.dtype:
@@ -315,9 +321,10 @@ class _MpsolvePC:
             return side
         if self._side_arg is not None:  # given to the constructor
             return _KEEP
-        # this PC's own KSP, then (a block Jacobi sub-PC, prefix "sub_") the outer one's
-        prefixes = [prefix] + ([prefix[:-4]] if prefix.endswith("sub_") else []) + [""]
-        prefixes = list(dict.fromkeys(prefixes))
+        # this PC's own KSP, then (a block Jacobi sub-PC, prefix "sub_") the outer one's --
+        # never the unprefixed options for a prefixed KSP (PETSc's rule: -ksp_type cg is
+        # not foo_'s, whose GMRES got the SPD form of ISAI from it)
+        prefixes = [prefix] + ([prefix[:-4]] if prefix.endswith("sub_") else [])
         for p in prefixes:
             kind = plain.getString(p + "ksp_type").lower() if plain.hasName(
                 p + "ksp_type") else None
@@ -326,6 +333,9 @@ class _MpsolvePC:
             if plain.hasName(p + "ksp_pc_side"):
                 given = plain.getString(p + "ksp_pc_side").lower()
                 return given if given in ("right", "symmetric") else "left"
+            if kind in NORM_SIDE_KSP and plain.hasName(p + "ksp_norm_type") and \
+                    plain.getString(p + "ksp_norm_type").lower() == "unpreconditioned":
+                return "right"       # (PETSc runs these right-preconditioned for that norm)
             if kind is not None:
                 return "right" if kind in RIGHT_ONLY_KSP else \
                     "symmetric" if kind in SYMMETRIC_KSP else None
@@ -354,8 +364,10 @@ class _MpsolvePC:
         A, P = pc.getOperators()
         state = P.stateGet() if hasattr(P, "stateGet") else None
         # PETSc's object id, not the handle: a Mat made after one was freed may get its
-        # address (and, assembled alike, its state)
-        key = (P.getId() if hasattr(P, "getId") else P.handle, state, P.getSize())
+        # address (and, assembled alike, its state); and the PC's: one context handed to
+        # two PCs serves each with the M of its own operator (apply checks)
+        key = (pc.handle, P.getId() if hasattr(P, "getId") else P.handle, state,
+               P.getSize())
         if (self.M is not None or self.failed is not None) and key == self._key:
             return
         t0 = time.perf_counter()
@@ -381,10 +393,11 @@ class _MpsolvePC:
                 # mpsolve.solve escalates (said by view)
                 self.M, self.escalated = build("float64"), f"FP32 range: stored in FP64 ({err})"
         except (ZeroPivotError, StructurallySingularError, MatrixValueError,
-                ArithmeticError, np.linalg.LinAlgError) as err:
+                PrecisionRangeError, ArithmeticError, np.linalg.LinAlgError) as err:
             # (a plain ValueError -- a bad option -- is the caller's error: raised; the
-            # matrix's own values -- NaN or Inf, a zero diagonal under point Jacobi -- are
-            # not: raised out of KSPSolve on one MPI rank, they hung the other)
+            # matrix's own values -- NaN or Inf, a zero diagonal under point Jacobi, an M
+            # the storage precision the caller chose cannot hold -- are not: raised out of
+            # KSPSolve on one MPI rank, they hung the other)
             # PETSc's convention for a set-up that fails on the matrix (PCILU's zero pivot):
             # the failed reason is set, applies return Inf, the KSP stops with
             # KSP_DIVERGED_PC_FAILED -- a Newton or time-stepping solver then recovers
@@ -419,7 +432,8 @@ class _MpsolvePC:
     def _ready(self, pc) -> bool:
         """Set up (where petsc4py made this context anew after the PC's set-up: a second
         ``KSPSetFromOptions``); False where the set-up failed (the caller returns Inf)."""
-        if self.M is None and self.failed is None:
+        if (self.M is None and self.failed is None) or self._key is None or \
+                self._key[0] != pc.handle:   # (one context serving two PCs: this one's M)
             self.setUp(pc)
         return self.M is not None
 

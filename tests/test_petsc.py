@@ -639,9 +639,9 @@ def test_plugin_stores_in_fp64_where_fp32_cannot_hold_the_preconditioner(pc_name
     """A matrix scaled by 1e-80 (its inverse's entries near 1e80, its inverse Cholesky
     factor's near 1e40: past FP32's 3.4e38 either way): the
     default FP32 storage cannot hold any plug-in's preconditioner, so it is stored in
-    FP64 (as mpsolve.solve escalates) and CG converges; a caller's explicit FP32 is
-    refused with the range error, not run."""
-    from mpsolve._demote import PrecisionRangeError
+    FP64 (as mpsolve.solve escalates) and CG converges; a caller's explicit FP32 fails
+    the PC's set-up with the range error, as a zero pivot (raised out of KSPSolve, on one
+    MPI rank it hung the other)."""
     from mpsolve.matrices import poisson2d
 
     A = (poisson2d(12) * 1e-80).tocsr()
@@ -651,9 +651,9 @@ def test_plugin_stores_in_fp64_where_fp32_cannot_hold_the_preconditioner(pc_name
     assert ctx.M.storage_dtype == np.float64 and "FP32 range" in ctx.escalated
     ctx32 = getattr(mp, pc_name)(dtype="float32")
     ksp, P = _ksp(A, "cg", ctx32)
-    with pytest.raises(PETSc.Error) as err:
-        _solve(ksp, P, b)
-    assert isinstance(err.value.__cause__, PrecisionRangeError)
+    _, _, reason = _solve(ksp, P, b)
+    assert reason == PETSc.KSP.ConvergedReason.DIVERGED_PCSETUP_FAILED
+    assert ctx32.failed.startswith("PrecisionRangeError") and ctx32.M is None
 
 
 def _typed(A, mtype, bs=1):
@@ -935,3 +935,68 @@ def test_solve_transpose_and_bicg_with_a_nonsymmetric_plugin_pc(name):
     x, its, reason = _solve(ksp, P, b)
     assert reason > 0
     assert np.linalg.norm(b - A @ x) <= 1e-6 * np.linalg.norm(b)
+
+
+def test_a_storage_precision_that_cannot_hold_m_fails_the_pc_not_the_process():
+    """``dtype="float32"`` chosen by the caller and an M beyond FP32 (a diagonal entry of
+    1e-45: its inverse overflows): the PC's failed reason, as for a zero pivot -- raised
+    out of KSPSolve, on one MPI rank it hung the other."""
+    import scipy.sparse as sp
+
+    A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(40, 40), format="lil")
+    A[39, 39] = 1e-45
+    A = sp.csr_matrix(A)
+    ctx = mp.Jacobi(dtype="float32")
+    ksp, P = _ksp(A, "gmres", ctx)
+    _, _, reason = _solve(ksp, P, np.ones(40))
+    assert reason == PETSc.KSP.ConvergedReason.DIVERGED_PCSETUP_FAILED
+    assert "PrecisionRangeError" in ctx.failed
+
+
+def test_a_prefixed_ksp_reads_only_its_own_options_for_the_side():
+    """A KSP with prefix ``foo_``: ``-ksp_type cg`` and ``-ksp_pc_side right`` without
+    the prefix are not its options (PETSc's rule); its GMRES got the SPD form of ISAI from
+    them.  ``-foo_ksp_type gmres -foo_ksp_norm_type unpreconditioned`` runs GMRES
+    right-preconditioned: the context infers the right side from them."""
+    A = convection_diffusion2d(20, peclet=20.0).tocsr()
+    opts = PETSc.Options()
+    for extra, side in (({"ksp_type": "cg"}, None), ({"ksp_pc_side": "right"}, None),
+                        ({"foo_ksp_type": "gmres", "foo_ksp_norm_type": "unpreconditioned"},
+                         "right")):
+        ctx = mp.ISAI()
+        P = PETSc.Mat().createAIJ(size=A.shape, csr=(
+            A.indptr.astype(PETSc.IntType), A.indices.astype(PETSc.IntType), A.data),
+            comm=PETSc.COMM_SELF)
+        ksp = PETSc.KSP().create(PETSc.COMM_SELF)
+        ksp.setOptionsPrefix("foo_")
+        ksp.setOperators(P)
+        ksp.setType("gmres")
+        pc = ksp.getPC()
+        pc.setType("python")
+        pc.setPythonContext(ctx)
+        for k, v in extra.items():
+            opts[k] = v
+        try:
+            ksp.setFromOptions()
+        finally:
+            for k in extra:
+                opts.delValue(k)
+        _, its, reason = _solve(ksp, P, A @ np.ones(A.shape[0]))
+        assert reason > 0 and ctx.side == side
+        assert ctx.M.variant == ("right" if side == "right" else "general")
+
+
+def test_one_context_serving_two_pcs_gives_each_its_own_m():
+    """One context handed to two PCs (two KSPs, two matrices): PETSc sets a PC up again
+    only when its operator changes, so the first KSP applied the M built for the second
+    matrix (2 iterations, then 263); apply now sets the context up for the PC it serves."""
+    A = convection_diffusion2d(16, peclet=2.0).tocsr()
+    B = (A @ A).tocsr()
+    ctx = mp.ILU0()
+    k1, P1 = _ksp(A, "gmres", ctx)
+    k2, P2 = _ksp(B, "gmres", ctx)
+    first = _solve(k1, P1, A @ np.ones(A.shape[0]))[1]
+    _solve(k2, P2, B @ np.ones(B.shape[0]))
+    again = _solve(k1, P1, A @ np.ones(A.shape[0]))
+    assert again[2] > 0 and again[1] == first
+    np.testing.assert_allclose(again[0], 1.0, rtol=1e-6)
