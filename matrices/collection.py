@@ -228,7 +228,8 @@ def list_collection(path=None):
     Parameters
     ----------
     path : str, path-like or sequence of them, optional
-        Folder(s); default ``$MPSOLVE_MATRIX_PATH`` (not the cache).
+        Folder(s); default ``$MPSOLVE_MATRIX_PATH`` (not the cache); ``~`` expanded,
+        a missing folder skipped as by :func:`find` (an error where none exists).
 
     Returns
     -------
@@ -251,25 +252,31 @@ def list_collection(path=None):
     if path is None:
         path = os.environ.get("MPSOLVE_MATRIX_PATH", "")
     if isinstance(path, (str, os.PathLike)):
-        folders = [Path(p) for p in os.fspath(path).split(os.pathsep) if p]
+        folders = [Path(p).expanduser() for p in os.fspath(path).split(os.pathsep) if p]
     else:
-        folders = [Path(p) for p in path]
+        folders = [Path(p).expanduser() for p in path]
     if not folders:
         raise ValueError("argument path is empty and MPSOLVE_MATRIX_PATH is not set; pass the "
                          "collection folder")
+    if not any(f.is_dir() for f in folders):
+        raise FileNotFoundError("list_collection: no such folder: " +
+                                ", ".join(repr(str(f)) for f in folders))
     entries = []
     for folder in folders:
         if not folder.is_dir():
-            raise FileNotFoundError(f"list_collection: folder {str(folder)!r} does not exist")
+            continue                    # (as find and load: a missing folder of several)
         manifest = _read_manifest(folder)
         if manifest is not None:
             for row in manifest:
                 try:
                     spd = {"yes": True, "true": True, "no": False, "false": False}.get(
                         row.get("likely_spd", "").strip().lower())
+                    f = folder / row["file"]
+                    if not f.is_file():         # listed, stored as find finds it (or not)
+                        f = _find_in(folder, row.get("group", ""), row["name"]) or f
                     entries.append(MatrixEntry(
                         name=row["name"], group=row.get("group", "") or "",
-                        path=folder / row["file"], rows=int(row["rows"]),
+                        path=f, rows=int(row["rows"]),
                         nnz=int(row["nnz"]),
                         symmetric=row.get("symmetry", "general") != "general",
                         spd=spd, cols=int(row.get("cols") or row["rows"]),
@@ -395,8 +402,8 @@ def download(name, group=None, cache_dir=None, base_url=DEFAULT_BASE_URL, timeou
                     f"{DEFAULT_BASE_URL})" if exc.code == 404 else "")
             raise CollectionError(f"download({base!r}, group={group!r}): {url} answered HTTP "
                                   f"{exc.code} {exc.reason}{hint}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+        except (urllib.error.URLError, OSError, ValueError) as exc:   # (ValueError: a
+            reason = getattr(exc, "reason", exc)                      # bad URL scheme)
             raise CollectionError(f"download({base!r}, group={group!r}): cannot reach {url} "
                                   f"({reason}); offline? Copy {base}.mtx(.gz) into a folder on "
                                   "MPSOLVE_MATRIX_PATH instead") from None
@@ -429,8 +436,11 @@ def download(name, group=None, cache_dir=None, base_url=DEFAULT_BASE_URL, timeou
             except FileNotFoundError:
                 pass
         if not target.exists():
-            try:
-                target_dir.rmdir()
-            except OSError:
-                pass
+            for d in (target_dir, target_dir.parent):   # (the group's folder too)
+                if d == root:
+                    break
+                try:
+                    d.rmdir()                           # (only where empty)
+                except OSError:
+                    break
     return target

@@ -471,7 +471,7 @@ def jump3d(n, contrast=1e4, seed=0):
     n : int
         Cells per direction.
     contrast : float
-        Ratio of the two coefficients (>= 1).
+        Ratio of the two coefficients, in ``[1, 1e300]``.
     seed : int
         Seed of the cell pattern.
 
@@ -484,8 +484,8 @@ def jump3d(n, contrast=1e4, seed=0):
     """
     n = _check_n(n)
     contrast = float(contrast)
-    if not math.isfinite(contrast) or contrast < 1:
-        raise ValueError(f"argument contrast must be a finite number >= 1, got {contrast}")
+    if not 1 <= contrast <= 1e300:       # (NaN too; the diagonal sums 12 faces)
+        raise ValueError(f"argument contrast must be a number in [1, 1e300], got {contrast}")
     rng = np.random.default_rng(seed)
     k = np.where(rng.random((n, n, n)) < 0.5, 1.0, contrast)     # k[z, y, x]
     N = n ** 3
@@ -497,7 +497,7 @@ def jump3d(n, contrast=1e4, seed=0):
         hi = [slice(None)] * 3
         lo[axis], hi[axis] = slice(0, n - 1), slice(1, n)
         a, c = k[tuple(lo)], k[tuple(hi)]
-        face = 2.0 * a * c / (a + c)                              # harmonic mean
+        face = 2.0 / (1.0 / a + 1.0 / c)         # harmonic mean (2ac/(a+c) overflowed)
         i, j = idx[tuple(lo)].ravel(), idx[tuple(hi)].ravel()
         rows += [i, j]
         cols += [j, i]
@@ -524,8 +524,10 @@ def coupled_convdiff2d(n, peclet=10.0, coupling=1.0, components=3):
     dense nonsymmetric reaction matrix.
 
     ``A = kron(L, D) + kron(V, I_c) + 50 h^2 kron(I, R)`` ordered node by node (block
-    size ``components``, every block dense): ``L`` the 5-point diffusion operator,
-    ``D`` an SPD cross-diffusion matrix (1 on the diagonal, ``0.2 coupling`` off it),
+    size ``components``, every block dense for ``coupling > 0``): ``L`` the 5-point
+    diffusion operator, ``D`` a cross-diffusion matrix (1 on the diagonal, ``0.2 coupling``
+    off it: SPD while ``0.2 coupling (components - 1) < 1``, and for ``coupling < 5`` with
+    three components; the eigenvalue ``1 - 0.2 coupling`` turns negative past that),
     ``V`` the upwind convection of :func:`convection_diffusion2d` at ``peclet``, and
     ``R`` a fixed ``c x c`` reaction matrix (nonsymmetric, positive-definite
     symmetric part) -- the structure of multi-species transport and of linearised
@@ -635,8 +637,10 @@ def magnetic2d(n, flux=0.1, shift=0.0):
     every grid cell carries the flux ``2 pi flux``; ``A[q, p] = conj(A[p, q])``. Diagonal
     ``4 + shift``. With the Dirichlet boundary the matrix is positive definite for every
     flux (``x^H A x >= |x|^T L |x|`` with ``L`` the ordinary Laplacian), its smallest
-    eigenvalue growing with the flux; ``flux = 0`` gives :func:`poisson2d`. Integer fluxes
-    give a gauge-equivalent of the Laplacian, so choose ``0 < flux < 1``.
+    eigenvalue above the Laplacian's, symmetric about ``flux = 1/2`` (``flux`` and ``1 -
+    flux`` give conjugate matrices) and largest near it; ``flux = 0`` gives
+    :func:`poisson2d`. Integer fluxes give a gauge-equivalent of the Laplacian, so choose
+    ``0 < flux < 1``.
 
     Parameters
     ----------

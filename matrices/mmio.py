@@ -161,7 +161,7 @@ def _parse_header(fh, path):
                     f"{rows} x {cols}")
     if fmt == "coordinate":
         entries = nums[2]
-        if entries > rows * cols:
+        if entries and not rows * cols:      # (more than rows x cols: duplicates, summed)
             raise _fail(path, lineno, f"{entries} entries cannot fit a {rows} x {cols} matrix")
     elif symmetry in ("symmetric", "hermitian"):
         entries = rows * (rows + 1) // 2
@@ -252,6 +252,60 @@ def _read_bytes(path):
         return fh.read()
 
 
+def _count_tokens(body, chunk=1 << 24):
+    """Whitespace-separated fields in ``body`` (bytes), counted in chunks (no list of
+    them: a large file's tokens as bytes objects take ten times its size)."""
+    count, prev_ws = 0, True
+    for k in range(0, len(body), chunk):
+        a = np.frombuffer(body, np.uint8, count=min(chunk, len(body) - k), offset=k)
+        ws = (a == 32) | ((a >= 9) & (a <= 13))
+        count += int(np.count_nonzero(~ws[1:] & ws[:-1])) + (not ws[0] and prev_ws)
+        prev_ws = bool(ws[-1])
+    return count
+
+
+def _data_lines(body):
+    """``body`` without its comment lines (a ``%`` first on a line)."""
+    if b"%" not in body:
+        return body
+    return b"\n".join(ln for ln in body.split(b"\n") if not ln.lstrip().startswith(b"%"))
+
+
+def _general_coo(raw, start, header, path):
+    """A symmetric, skew-symmetric or hermitian coordinate file read as the triangle it
+    stores (SciPy with the banner's storage word made 'general'), checked and expanded:
+    one triangle only (both listed: SciPy's expansion doubled the values of each pair),
+    a zero diagonal for skew-symmetric, a real one for hermitian."""
+    symmetry = header["symmetry"]
+    first = raw.find(b"\n")
+    words = raw[:first].split()
+    banner = b" ".join([b"%%MatrixMarket"] + [w.lower() for w in words[1:4]] + [b"general"])
+    T = scipy.io.mmread(io.BytesIO(banner + raw[first:])).tocoo()
+    r, c, v = T.row, T.col, T.data
+    off = r != c
+    if np.any(r[off] > c[off]) and np.any(r[off] < c[off]):
+        k = int(np.flatnonzero(off & (r < c))[0])
+        raise MatrixMarketError(
+            f"{path}: a {symmetry} file stores one triangle, but it lists entries on both "
+            f"sides of the diagonal (e.g. ({r[k] + 1}, {c[k] + 1})): the reader would count "
+            "each pair twice; declare it 'general', or keep one triangle")
+    d = v[~off]
+    if symmetry == "skew-symmetric" and np.any(d):
+        k = int(np.flatnonzero(~off)[np.flatnonzero(d)[0]])
+        raise MatrixMarketError(f"{path}: a skew-symmetric matrix has a zero diagonal, "
+                                f"but entry ({r[k] + 1}, {r[k] + 1}) is {v[k].item()!r}: "
+                                "declare it 'general', or drop the diagonal entries")
+    if symmetry == "hermitian" and np.any(np.imag(d)):
+        k = int(np.flatnonzero(~off)[np.flatnonzero(np.imag(d))[0]])
+        raise MatrixMarketError(f"{path}: a hermitian matrix has a real diagonal, but entry "
+                                f"({r[k] + 1}, {r[k] + 1}) is {v[k].item()!r}")
+    mirror = {"symmetric": v[off], "skew-symmetric": -v[off],
+              "hermitian": np.conj(v[off])}[symmetry]
+    return sp.coo_matrix((np.concatenate([v, mirror]),
+                          (np.concatenate([r, c[off]]), np.concatenate([c, r[off]]))),
+                         shape=T.shape)
+
+
 def _mmread(path):
     """mmread with header and character checks first, errors turned into MatrixMarketError.
 
@@ -281,15 +335,39 @@ def _mmread(path):
         # complex file mislabelled real would lose its imaginary parts (checked on the
         # first entry, which costs nothing; the streaming validator names the line)
         _locate_error(path)
+    if header["format"] == "coordinate":
+        # every entry line's field count (SciPy reads the first fields of a line and drops
+        # the rest: 'i j v extra' on a later line lost 'extra' without a word), and comment
+        # lines among the entries (SciPy refuses them as 'Invalid integer value'): counted
+        body = _data_lines(raw[start:])
+        want = header["entries"] * _fields(header)
+        if _count_tokens(body) != want:
+            _locate_error(path)          # names the line
+            raise _fail(path, None, f"the entries hold {_count_tokens(body)} fields, the size "
+                        f"line's {header['entries']} entries of {_fields(header)} make {want}")
+        raw = raw[:start] + body
+    elif 0 in (header["rows"], header["cols"]):
+        # (SciPy's reader dies of a floating-point exception on a 0-row array file)
+        return np.zeros((header["rows"], header["cols"]), _dtype(header)), header
     if header["field"] in ("real", "double", "complex") and (
             b"d" in raw[start:] or b"D" in raw[start:]):
         # Fortran's exponent (1.0D+00): SciPy's reader would stop at the D (2.5d-1 -> 2.5)
         raw = raw[:start] + raw[start:].translate(_FORTRAN_EXPONENT)
     try:
+        if header["format"] == "coordinate" and header["symmetry"] != "general":
+            return _general_coo(raw, start, header, path), header
         data = scipy.io.mmread(io.BytesIO(raw))
+    except MatrixMarketError:
+        raise
     except Exception as exc:  # SciPy raises ValueError / RuntimeError / OverflowError
         _locate_error(path)  # raises with the line number when it finds the fault
         raise MatrixMarketError(f"{path}: SciPy could not read the file: {exc}") from exc
+    if header["symmetry"] == "hermitian":
+        d = np.diagonal(data)
+        if np.any(np.imag(d)):
+            i = int(np.flatnonzero(np.imag(d))[0])
+            raise MatrixMarketError(f"{path}: a hermitian matrix has a real diagonal, but "
+                                    f"entry ({i + 1}, {i + 1}) is {d[i].item()!r}")
     if header["symmetry"] == "skew-symmetric":
         d = data.diagonal() if sp.issparse(data) else np.diagonal(data)
         if np.any(d):
@@ -430,6 +508,25 @@ def _check_symmetry(data, symmetry):
                          "symmetry='general' (or 'AUTO')")
 
 
+def _write_dtype(dt, data):
+    """The dtype a value of ``dt`` is written in: float16 and long double as float64
+    (SciPy wrote float16 as 'integer', truncating, and long double with 6 digits), complex
+    long double as complex128, unsigned 32/64-bit integers as int64 where they fit
+    ('unsigned-integer' is no Matrix Market field) -- else float64 -- and bool as int."""
+    dt = np.dtype(dt)
+    if dt.kind == "f" and dt != np.float32:
+        return np.dtype(np.float64)
+    if dt.kind == "c" and dt != np.complex64:
+        return np.dtype(np.complex128)
+    if dt.kind == "u" and dt.itemsize >= 4:
+        values = data.data if sp.issparse(data) else data
+        fits = not values.size or int(values.max()) <= np.iinfo(np.int64).max
+        return np.dtype(np.int64 if fits else np.float64)
+    if dt.kind == "b":
+        return np.dtype(np.int64)
+    return dt
+
+
 def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compresslevel=6):
     """Write a sparse/dense matrix or a vector to a Matrix Market file.
 
@@ -470,11 +567,17 @@ def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compressl
             data = data.reshape(-1, 1)
         elif data.ndim != 2:
             raise ValueError(f"write_mtx: argument A must be 1-D or 2-D, got {data.ndim}-D")
+    data = data.astype(_write_dtype(data.dtype, data), copy=False)
     if symmetry == "hermitian" and not np.iscomplexobj(data):
         raise ValueError("write_mtx: symmetry='hermitian' needs complex data in argument A; "
                          "use symmetry='symmetric' for a real matrix")
     if symmetry in ("symmetric", "skew-symmetric", "hermitian"):
         _check_symmetry(data, symmetry)
+    if comment and ("\r" in comment or "\f" in comment or "\v" in comment):
+        raise ValueError("write_mtx: comment may hold newlines but no carriage returns or "
+                         "form feeds (a reader splits lines there)")
+    if not (isinstance(compresslevel, (int, np.integer)) and 0 <= compresslevel <= 9):
+        raise ValueError(f"write_mtx: compresslevel={compresslevel!r}: use 0..9 (gzip's)")
     path = os.fspath(path)
     kwargs = dict(comment=comment or None, symmetry=symmetry, precision=precision)
     if path.endswith(".gz"):

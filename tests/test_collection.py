@@ -193,8 +193,10 @@ def test_list_collection_finds_extracted_tarballs_and_skips_their_auxiliary_file
 
 
 def test_list_collection_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="no such folder"):
         list_collection(tmp_path / "missing")
+    # of several folders, a missing one is skipped (as find and load do)
+    assert list_collection([tmp_path / "missing", tmp_path]) == []
     with pytest.raises(ValueError, match="MPSOLVE_MATRIX_PATH"):
         list_collection()
     (tmp_path / "MANIFEST.tsv").write_text("name\tgroup\trows\nx\tG\tmany\n")

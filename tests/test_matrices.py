@@ -866,3 +866,70 @@ def test_elasticity3d_is_exactly_symmetric():
         A = elasticity3d(n)
         assert (A != A.T).nnz == 0
     assert np.linalg.eigvalsh(elasticity3d(2).toarray()).min() > 0
+
+
+def _mtx(tmp_path, name, text):
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+def test_read_mtx_refuses_what_scipy_misreads_silently(tmp_path):
+    """Files SciPy reads without a word into a wrong matrix: extra values on a later entry
+    line (dropped), a symmetric file listing both triangles (each pair doubled), a
+    hermitian diagonal entry with an imaginary part; a comment among the entries is read
+    (SciPy: 'Invalid integer value'), duplicates beyond rows x cols are summed (they were
+    refused), and an empty array file reads (SciPy's reader died of a floating-point
+    exception)."""
+    from mpsolve.matrices import MatrixMarketError, read_mtx, read_vector, write_mtx
+
+    head = "%%MatrixMarket matrix coordinate real general\n"
+    bad = {"extra": head + "3 3 3\n1 1 1.0\n2 2 2.0 9.0\n3 3 3.0\n",
+           "both": "%%MatrixMarket matrix coordinate real symmetric\n2 2 3\n1 2 5\n2 1 5\n"
+                   "2 2 2\n",
+           "herm": "%%MatrixMarket matrix coordinate complex hermitian\n1 1 1\n1 1 1.0 2.0\n"}
+    for name, text in bad.items():
+        with pytest.raises(MatrixMarketError, match=r"expected 3 fields|both sides|real "
+                           r"diagonal"):
+            read_mtx(_mtx(tmp_path, name + ".mtx", text))
+    A = read_mtx(_mtx(tmp_path, "c.mtx", head + "2 2 2\n1 1 1.0\n% note\n2 2 2.0\n"))
+    assert A.toarray().tolist() == [[1.0, 0.0], [0.0, 2.0]]
+    A = read_mtx(_mtx(tmp_path, "d.mtx", head + "2 2 5\n1 1 1\n1 1 1\n2 2 2\n1 2 3\n2 1 4\n"))
+    assert A.toarray().tolist() == [[2.0, 3.0], [4.0, 2.0]]
+    up = read_mtx(_mtx(tmp_path, "u.mtx", "%%MatrixMarket matrix coordinate real symmetric\n"
+                       "3 3 3\n1 2 5\n2 3 -1\n3 3 2\n"))
+    assert up.toarray().tolist() == [[0, 5, 0], [5, 0, -1], [0, -1, 2]]
+    f = tmp_path / "e.mtx"
+    write_mtx(f, np.zeros((0, 3)))
+    assert read_mtx(f).shape == (0, 3)
+    write_mtx(f, np.zeros(0))
+    assert read_vector(f).shape == (0,)
+
+
+def test_write_mtx_writes_every_dtype_readably(tmp_path):
+    """float16 was written as 'integer' (3.14 -> 3), long double with 6 digits, uint64 as
+    the non-standard 'unsigned-integer' (unreadable); a carriage return in the comment and
+    a bad compresslevel are refused before a file is made."""
+    from mpsolve.matrices import read_mtx, write_mtx
+
+    f = tmp_path / "x.mtx"
+    for arr in (np.array([[np.pi, 2.5]], np.float16), np.array([[np.pi, 1.0]], np.longdouble),
+                np.array([[2**40, 3]], np.uint64)):
+        write_mtx(f, arr)
+        np.testing.assert_array_equal(read_mtx(f).toarray(), arr.astype(np.float64))
+    with pytest.raises(ValueError, match="carriage"):
+        write_mtx(tmp_path / "y.mtx", np.eye(2), comment="a\rb")
+    with pytest.raises(ValueError, match="compresslevel"):
+        write_mtx(tmp_path / "y.mtx.gz", np.eye(2), compresslevel=10)
+    assert not list(tmp_path.glob("y.*"))
+
+
+def test_jump3d_stays_finite_up_to_its_bound():
+    """The harmonic mean 2ac/(a+c) overflowed above contrast 1.3e154 (inf, then NaN
+    entries); contrast is bounded by 1e300 (the diagonal sums twelve faces)."""
+    from mpsolve.matrices import jump3d
+
+    A = jump3d(3, contrast=1e200)
+    assert np.isfinite(A.data).all() and abs(A - A.T).max() == 0
+    with pytest.raises(ValueError, match="contrast"):
+        jump3d(3, contrast=1e308)
