@@ -1440,8 +1440,10 @@ def _ref_cg_loop(mode):
             else:
                 psolve(r, z, t)
                 rz_new = ops.dot(r, z)
-                if not (sm * rz_new > 0):
-                    return k, (-14 if math.isnan(rz_new) else -12)
+            if rz_new == 0:                     # underflowed, or M r = 0: at its floor
+                return k, 0
+            if psolve is not None and not (sm * rz_new > 0):
+                return k, (-14 if math.isnan(rz_new) else -12)
             beta = rz_new / rz
             rz = state[0] = rz_new
             ops.xpay(z, beta, p)                # p = z + beta p

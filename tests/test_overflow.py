@@ -365,3 +365,24 @@ def test_a_right_hand_side_whose_norm_overflows_is_scaled(method, dtype):
     L = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(4, 4), dtype=dtype).tocsr()
     bad = mpsolve.solve(L, b, method=method, rtol=1e-8)   # x = L^-1 b: 6e308
     assert bad.info != 0 and "overflows" in bad.status and bad.true_residual > 1e-8
+
+
+@pytest.mark.parametrize("precond", [None, "jacobi"])
+@pytest.mark.parametrize("device", [None, "reference"])
+@pytest.mark.parametrize("n", [30, 70])
+def test_cg_at_rtol_zero_ends_with_a_status(precond, device, n):
+    """rtol = 0: CG's r^H z underflows once ||r|| falls below sqrt(tiny); the next beta
+    divided 0 by 0 (ZeroDivisionError from every loop: Python, compiled, two-thread) and
+    with Jacobi the zero read as 'M not definite' (-12) on an SPD matrix.  Now the
+    recursive residual is at its floor there and the driver judges the true one: not
+    converged (rtol 0 is out of reach), at FP64's floor."""
+    from mpsolve.matrices import poisson2d
+
+    A = poisson2d(n)
+    b = np.random.default_rng(0).standard_normal(n * n)
+    for rtol in (0.0, 1e-300):
+        res = mpsolve.solve(A, b, method="cg", precond=precond, rtol=rtol, maxiter=3000,
+                            precision="double", device=device, escalate=False)
+        assert res.info > 0 and res.true_residual < 1e-14
+    x, info = mpsolve.cg(A, b, rtol=0.0, maxiter=3000)
+    assert info > 0

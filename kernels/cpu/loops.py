@@ -245,8 +245,10 @@ def _cg(dmode, consts, A, amode, prog, P, pmode, x, r, q, z, p, t, maxiter, tol,
         else:
             _psolve(prog, pmode, P, r, z, t)        # z = M r
             rz_new = _dot(dmode, r, z)
-            if not (sm * rz_new > 0):
-                return k, (-14 if math.isnan(rz_new) else -12)
+        if rz_new == 0.0:                           # underflowed, or M r = 0: at its floor
+            return k, 0
+        if prog != P_NONE and not (sm * rz_new > 0):
+            return k, (-14 if math.isnan(rz_new) else -12)
         beta = rz_new / rz
         rz = rz_new
         state[0] = rz

@@ -299,8 +299,10 @@ def _cg(tid, sync, red, split, dmode, consts, A, amode, prog, P, pmode, x, r, q,
                 _part(dmode, red, _RZ, h, r, z, split[h], split[h + 1], lanes)
             ep = _bar(pair, sync, tid, ep)
             rz_new = _dot_of(dmode, red, _RZ)
-            if not (sm * rz_new > 0):
-                return k, (-14 if math.isnan(rz_new) else -12)
+        if rz_new == 0.0:                   # underflowed, or M r = 0 (both threads alike)
+            return k, 0
+        if prog != P_NONE and not (sm * rz_new > 0):
+            return k, (-14 if math.isnan(rz_new) else -12)
         beta = rz_new / rz
         rz = rz_new
         if lead:

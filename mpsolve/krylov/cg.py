@@ -105,8 +105,13 @@ def cg_body(sys, x, r, maxiter, tol, callback, hist):
         else:
             psolve(r, z)                      # z = M r
             rz_new = dot(r, z)                # r^H z
-            if not (sm * rz_new.real > 0):
-                return k, k, (-14 if cmath.isnan(rz_new) else -12)
+        if rz_new == 0:
+            # r^H z underflowed (||r|| below the square root of the smallest normal: rtol
+            # 0 divided 0 by 0 at the next beta) or M r = 0: no direction left -- the
+            # recursive residual is at its floor, the driver judges the true one
+            return k, k, 0
+        if psolve is not None and not (sm * rz_new.real > 0):
+            return k, k, (-14 if cmath.isnan(rz_new) else -12)
         beta = rz_new / rz
         rz = rz_new
         xpay(z, beta, p)                      # p = z + beta p
