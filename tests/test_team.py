@@ -408,3 +408,26 @@ def test_a_forked_child_gets_its_own_helper(monkeypatch):
     info, err = q.get(timeout=120)
     p.join(timeout=60)
     assert info == 0 and err < 1e-6
+
+
+def test_a_first_solve_after_the_main_thread_ended_runs():
+    """The kernels are imported at the first solve; the team module imported
+    concurrent.futures.thread at its own import, which registers an atexit hook and is
+    refused once the interpreter's shutdown has begun: a first solve from a thread that
+    outlived the main one, or from an atexit handler, raised RuntimeError (every later
+    one too)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, threading, numpy as np, scipy.sparse as sp, mpsolve\n"
+        "A = sp.diags([-1., 2., -1.], [-1, 0, 1], (100, 100), format='csr')\n"
+        "def w():\n"
+        "    for k in range(2):\n"
+        "        print('ok', mpsolve.solve(A, np.ones(100), rtol=1e-8).info, flush=True)\n"
+        "threading.Thread(target=w).start()\n")
+    for script in (code, code.replace("threading.Thread(target=w).start()",
+                                      "atexit.register(w)")):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=120)
+        assert out.stdout.split() == ["ok", "0", "ok", "0"], out.stderr[-500:]

@@ -40,7 +40,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit
@@ -565,6 +564,11 @@ def _helper():
     pool = getattr(_local, "pool", None)
     if pool is None or _local.pid != os.getpid():
         try:
+            # (imported here: importing concurrent.futures.thread registers an atexit hook,
+            # refused once shutdown began -- a first solve from a thread outliving the
+            # main one, or from an atexit handler, failed at the kernels' import)
+            from concurrent.futures import ThreadPoolExecutor
+
             pool = ThreadPoolExecutor(1, thread_name_prefix="mpsolve-team")
         except RuntimeError:                               # interpreter shutting down
             return None
