@@ -577,15 +577,10 @@ def _positive_float(text):
 
 
 def _positive_int(text):
-    import argparse
+    """argparse type of a count option (the CLI's solve options' own)."""
+    from mpsolve.cli import _count
 
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
+    return _count(text)
 
 
 def add_arguments(p):

@@ -508,7 +508,8 @@ def test_bench_options_out_of_range_are_refused_by_the_parser(argv, capsys):
     suite.add_arguments(p)
     with pytest.raises(SystemExit):
         p.parse_args(argv)
-    assert "positive" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"argument {argv[0]}:" in err and ("positive" in err or ">= 1" in err)
 
 
 @pytest.mark.parametrize("argv,word", [(["--coverage", "--rtol", "1e-6"], "--rtol"),

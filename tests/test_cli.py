@@ -320,7 +320,7 @@ def test_bench_repeat_keeps_the_fastest_converged_run_and_never_retries_failures
 
 def test_bench_repeat_must_be_positive():
     p = run("bench", "--quick", "--repeat", "0", "--out", "unused")
-    assert p.returncode == 2 and "positive integer" in p.stderr
+    assert p.returncode == 2 and "argument --repeat: 0: give an integer >= 1" in p.stderr
 
 
 def test_bench_coverage_writes_the_coverage_table(tmp_path):
