@@ -34,6 +34,8 @@ from typing import List
 
 import numpy as np
 
+from mpsolve._cliargs import count
+
 from .baselines import petsc_available, petsc_build, run_petsc, run_petsc_ranks, run_scipy
 from .common import (Run, TimeLimit, deadline_callback, find_collection, maxiter_for,
                      mpsolve_threads, sampled)
@@ -576,13 +578,6 @@ def _positive_float(text):
     return value
 
 
-def _positive_int(text):
-    """argparse type of a count option (the CLI's solve options' own)."""
-    from mpsolve.cli import _count
-
-    return _count(text)
-
-
 def add_arguments(p):
     """The options of ``mpsolve bench`` (on an :mod:`argparse` parser)."""
     from mpsolve.precision import PRESETS
@@ -633,7 +628,7 @@ def add_arguments(p):
                         "mpsolve = mpsolve.petsc.BlockISAI through the python PC; default: "
                         f"{' '.join(DEFAULT_PETSC_PRECONDS)}, with --full "
                         f"{' '.join(FULL_PETSC_PRECONDS)})")
-    p.add_argument("--petsc-ranks", nargs="+", type=_positive_int, default=None, metavar="R",
+    p.add_argument("--petsc-ranks", nargs="+", type=count, default=None, metavar="R",
                    help="MPI rank counts of the PETSc baseline, PETSc's best taken over all "
                         "(default: 1 and the machine's cores up to 2). 1: PETSc in this "
                         "process; more: mpiexec -n R, one launch for all runs, ILU/ICC as "
@@ -641,11 +636,11 @@ def add_arguments(p):
                         "SSOR sweeps; mpsolve's PCs run on 1 rank only")
     p.add_argument("--rtol", type=_positive_float, default=1e-8,
                    help="FP64 true relative residual (1e-8)")
-    p.add_argument("--maxiter", type=_positive_int, default=3000,
+    p.add_argument("--maxiter", type=count, default=3000,
                    help="iteration limit per run (inner iterations for gmres, whole restart "
                         "cycles of them for mpsolve's and SciPy's: --maxiter 5 --restart 2 "
                         "gives them 4; default 3000)")
-    p.add_argument("--restart", type=_positive_int, default=30,
+    p.add_argument("--restart", type=count, default=30,
                    help="GMRES restart (default 30)")
     p.add_argument("--gmres-side", choices=["left", "right"], default="right",
                    help="preconditioning side of mpsolve's GMRES (default right: the PETSc "
@@ -655,14 +650,14 @@ def add_arguments(p):
                    help="seconds one solve may iterate before it is stopped and recorded as "
                         f"not converged (default {DEFAULT_TIME_LIMIT:g}, with --full "
                         f"{FULL_TIME_LIMIT:g}; a preconditioner set-up is not interrupted)")
-    p.add_argument("--repeat", type=_positive_int, default=None,
+    p.add_argument("--repeat", type=count, default=None,
                    help="run each converged configuration this many times and keep the "
                         "fastest (every solver alike; this machine's timings are noisy; "
                         "default 1, with --coverage 3)")
-    p.add_argument("--block-size", type=_positive_int, default=None,
+    p.add_argument("--block-size", type=count, default=None,
                    help="block size of mpsolve's block preconditioners (default: detected "
                         "per problem)")
-    p.add_argument("--sparsity-power", type=_positive_int, default=None,
+    p.add_argument("--sparsity-power", type=count, default=None,
                    help="sparsity power k (pattern of A^k) of mpsolve's ISAI and Block-ISAI "
                         "(default: their own choice)")
     p.add_argument("--out", default="mpsolve-bench",
@@ -686,7 +681,7 @@ def add_arguments(p):
                         "--out/coverage.md (mpsolve.bench.coverage). Takes --collection, "
                         "--matrices, --time-limit, --petsc-ranks, --repeat, --out; its "
                         "tolerance (1e-8), methods and preconditioners are fixed")
-    p.add_argument("--dot-size", type=_positive_int, default=10_000_000,
+    p.add_argument("--dot-size", type=count, default=10_000_000,
                    help="--device gpu: vector length of the dot benchmark (default 1e7)")
 
 

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 
+from ._cliargs import count, tolerance
 from .backend import DeviceUnavailableError
 
 __all__ = ["main", "load_matrix"]
@@ -36,28 +37,6 @@ def load_matrix(spec: str):
     return load(spec)
 
 
-def _count(text):
-    """argparse type of a count option: an integer >= 1 (argparse names the option)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: give an integer >= 1")
-    return value
-
-
-def _tolerance(text):
-    """argparse type of a tolerance: a number >= 0 (inf: the start is the answer)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:                                  # (NaN too)
-        raise argparse.ArgumentTypeError(f"{text}: give a number >= 0")
-    return value
-
-
 def _add_solver_options(p):
     from .backend import DEVICES
     from .precision import PRESETS
@@ -75,21 +54,21 @@ def _add_solver_options(p):
                    help="precision policy (default: with --method or --precond auto, "
                         "auto's choice -- mixed where the values fit FP32; with both named, "
                         "double)")
-    p.add_argument("--rtol", type=_tolerance, default=1e-8,
+    p.add_argument("--rtol", type=tolerance, default=1e-8,
                    help="relative tolerance (default 1e-8)")
-    p.add_argument("--atol", type=_tolerance, default=0.0,
+    p.add_argument("--atol", type=tolerance, default=0.0,
                    help="absolute tolerance (default 0)")
-    p.add_argument("--maxiter", type=_count, default=None,
+    p.add_argument("--maxiter", type=count, default=None,
                    help="iteration limit: with auto (the default) the Krylov iterations of "
                    "all candidates together (default 5000); with --method and --precond both "
                    "named, as SciPy's (restart cycles for gmres; default 10 n)")
-    p.add_argument("--restart", type=_count, default=None,
+    p.add_argument("--restart", type=count, default=None,
                    help="GMRES restart length (default 30 with auto, 20 with --method gmres "
                    "and a named --precond)")
-    p.add_argument("--block-size", type=_count, default=None,
+    p.add_argument("--block-size", type=count, default=None,
                    help="block size for block-jacobi / block-isai / block-ilu0 (default: "
                         "detected; an error with another --precond)")
-    p.add_argument("--sparsity-power", type=_count, default=None,
+    p.add_argument("--sparsity-power", type=count, default=None,
                    help="ISAI pattern: that of A^k (default: 1; general and right move to "
                         "2 where the inverse on A's pattern is poor, as the summary says)")
     p.add_argument("--variant", default=None,

@@ -432,9 +432,9 @@ class _MpsolvePC:
     def _ready(self, pc) -> bool:
         """Set up (where petsc4py made this context anew after the PC's set-up: a second
         ``KSPSetFromOptions``); False where the set-up failed (the caller returns Inf)."""
-        if (self.M is None and self.failed is None) or self._key is None or \
-                self._key[0] != pc.handle:   # (one context serving two PCs: this one's M)
-            self.setUp(pc)
+        if (self.M is None and self.failed is None) or (
+                pc is not None and self._key is not None and self._key[0] != pc.handle):
+            self.setUp(pc)                   # (one context serving two PCs: this one's M)
         return self.M is not None
 
     def apply(self, pc, x, y):

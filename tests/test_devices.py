@@ -330,7 +330,8 @@ _LAYERS = [
                "mpsolve/krylov", "mpsolve/result.py", "mpsolve/api.py", "mpsolve/__init__.py",
                "mpsolve/auto.py", "mpsolve/solver.py", "mpsolve/_configure.py",
                "mpsolve/multi.py"]),
-    ("face", ["mpsolve/cli.py", "mpsolve/petsc.py", "mpsolve/__main__.py", "bench"]),
+    ("face", ["mpsolve/cli.py", "mpsolve/_cliargs.py", "mpsolve/petsc.py",
+              "mpsolve/__main__.py", "bench"]),
 ]
 
 
