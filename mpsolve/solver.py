@@ -52,7 +52,7 @@ from .driver import iterate, report_fields
 from .krylov import BODIES
 from .precision import as_precision, in_field
 from .precond.base import Preconditioner, setup_for_solve
-from .result import SolveResult
+from .result import SolveResult, status_text
 
 __all__ = ["Solver"]
 
@@ -380,13 +380,15 @@ class Solver:
             r.status += f"; {broke}, with no iterations left for it in this call"
             return r
         r2 = self._run(b, x0, rtol, atol, left, callback, deflation)
-        own = r2.iterations
         r2.iterations += r.iterations
         r2.setup_time += r.setup_time + r.solve_time + rebuilt
-        if r2.info > 0 and getattr(r2, "column_info", None) is None:
-            r2.info = r2.iterations                 # (auto's info: the iterations run)
-        # (the counts of both runs, in the status as in the fields)
-        r2.status = r2.status.replace(f"{own} iterations", f"{r2.iterations} iterations", 1)
+        if getattr(r2, "column_info", None) is None:
+            if r2.info > 0:
+                r2.info = r2.iterations             # (auto's info: the iterations run)
+            # the status's head made again for both runs' count (its additions kept)
+            _, sep, rest = r2.status.partition("; ")
+            r2.status = status_text(r2.info, r2.iterations, r2.true_residual,
+                                    r2.tolerance) + sep + rest
         r2.status += f"; {broke}"
         return r2
 
