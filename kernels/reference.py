@@ -631,7 +631,7 @@ def ref_symmetric_mirror(indptr, indices, data, rtol, mirror):
     dabs = np.zeros(n)
     on = rows == cols
     dabs[rows[on]] = np.abs(data[on])
-    scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), np.sqrt(dabs[rows] * dabs[cols]))
+    scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), np.sqrt(dabs[rows]) * np.sqrt(dabs[cols]))
     if np.any(np.abs(a - np.conj(b)) > rtol * scale):
         return False
     mirror[:] = pos

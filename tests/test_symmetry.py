@@ -59,6 +59,29 @@ def test_symmetry_test_passes_rounding_noise_and_scaling(device):
     assert not sym(N.indptr, N.indices, N.data, 1e-12, np.empty(N.nnz, np.int64))
 
 
+@pytest.mark.parametrize("device", ["cpu", "reference"])
+@pytest.mark.parametrize("scale", [1e-300, 1.0, 1e160, 1e300])
+def test_symmetry_test_does_not_depend_on_the_scale(device, scale):
+    """``sqrt(|a_ii a_jj|)`` overflowed for entries over 1e154, and the inf then passed
+    every pair: a clearly nonsymmetric matrix scaled by 1e160 was called symmetric (ILU(0)
+    took its IC form, ISAI its SPD one, GMRES + ILU(0) failed on a pivot)."""
+    sym = lookup(device, "symmetric_mirror", ("float64",))
+    T = sp.csr_matrix(scale * sp.diags([-1.0, 2.2, -1.2], [-1, 0, 1], shape=(50, 50)))
+    assert not sym(T.indptr, T.indices, T.data, 1e-12, np.empty(T.nnz, np.int64))
+    S = sp.csr_matrix(scale * sp.diags([-1.0, 2.2, -1.0], [-1, 0, 1], shape=(50, 50)))
+    assert sym(S.indptr, S.indices, S.data, 1e-12, np.empty(S.nnz, np.int64))
+
+
+def test_a_huge_nonsymmetric_matrix_gets_the_nonsymmetric_forms():
+    A = sp.csr_matrix(1e160 * sp.diags([-1.0, 2.2, -1.2], [-1, 0, 1], shape=(400, 400)))
+    b = A @ np.ones(400)
+    assert not ILU0(dtype="float64").setup(A).symmetric
+    assert ISAI(dtype="float64").setup(A).variant == "general"
+    r = mpsolve.solve(A, b, method="gmres", precond="ilu0", precision="double", rtol=1e-8)
+    assert r.converged
+    assert np.linalg.norm(b - A @ r.x) <= 1e-8 * np.linalg.norm(b)
+
+
 def test_noisy_symmetric_matrix_gets_the_symmetric_forms():
     A = _noisy_laplacian()
     assert analyse(A).symmetric

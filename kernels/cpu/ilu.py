@@ -198,8 +198,11 @@ def symmetric_mirror(indptr, indices, data, rtol, mirror):
             cursor[j] = m + 1
             a, b = data[k], data[np.uint64(m)]
             d = abs(a - conj(b))
-            if d > rtol * max(abs(a), abs(b)) and d > rtol * np.sqrt(
-                    _diag_abs(indptr, indices, data, i) * _diag_abs(indptr, indices, data, j)):
+            # (the roots multiplied, not the product rooted: |a_ii a_jj| overflows for
+            # entries over 1e154, and inf would pass every pair)
+            if d > rtol * max(abs(a), abs(b)) and d > rtol * (
+                    np.sqrt(_diag_abs(indptr, indices, data, i))
+                    * np.sqrt(_diag_abs(indptr, indices, data, j))):
                 return False
             mirror[k] = m
     return True
