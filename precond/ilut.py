@@ -349,6 +349,12 @@ class ILUT(Preconditioner):
             piv = U.diagonal()
             if not (np.all(np.isfinite(U.data)) and np.all(piv.real > 0)):
                 return None
+            if piv.dtype.kind == "c":
+                # a Hermitian C's pivots are real, SuperLU's carry rounding (and dropping)
+                # in their imaginary parts (1e-6 relative seen): with them U^H D^-1 U is not
+                # Hermitian, so the real parts are the pivots
+                piv = piv.real
+                U.setdiag(piv)
             Lh = sp.csr_matrix((sp.diags(1.0 / piv) @ U).conj().T)      # unit lower
             return Lh, U, F.perm_r, F.perm_c, sc, sc, "symmetric", "MMD_AT_PLUS_A", complete
 
