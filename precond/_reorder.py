@@ -404,7 +404,7 @@ class Reordered(Preconditioner):
         return self.inner.linear_apply(wide, wide)
 
     def apply(self, r, out):
-        self._check_vectors(r, out)
+        r = self._check_vectors(r, out)
         xp = self._xp
         n = r.shape[0]
         t = self._buf.d.get("t")

@@ -50,6 +50,8 @@ class Preconditioner:
     Attributes
     ----------
     shape : tuple
+        ``(n, n)`` of the matrix set up for (before set-up reading it raises the
+        "not set up" error: SciPy's solvers read an ``M``'s shape first).
     dtype : numpy.dtype
         float64 (complex128 once set up for a complex ``A``) for SciPy's benefit:
         ``matvec`` takes any numeric vector and returns ``M r`` in the promotion of its
@@ -128,6 +130,17 @@ class Preconditioner:
 
     # ----------------------------------------------------------------- protocol
     @property
+    def shape(self):
+        s = self.__dict__.get("_shape")
+        if s is None:
+            self._check_ready()
+        return s
+
+    @shape.setter
+    def shape(self, value):
+        self._shape = value
+
+    @property
     def is_setup(self) -> bool:
         return self.storage_dtype is not None
 
@@ -198,7 +211,7 @@ class Preconditioner:
         is refused (the kernels would read and write past the arrays).
 
         The operator's kernel is bound once per pair of dtypes (cached)."""
-        self._check_vectors(r, out)
+        r = self._check_vectors(r, out)
         key = (r.dtype, out.dtype)
         f = self._bound.get(key)
         if f is None:
@@ -215,7 +228,7 @@ class Preconditioner:
         the stored ``M``, to the rounding of the apply's sums; a symmetric form applies
         ``M`` itself).  For ILU-type factors ``(L D U')^{-T} = (U'^T D L^T)^{-1}``: two
         sweeps again, on the transposed factors (as much memory again as the factors)."""
-        self._check_vectors(r, out)
+        r = self._check_vectors(r, out)
         key = ("T", r.dtype, out.dtype)
         f = self._bound.get(key)
         if f is None:
@@ -234,13 +247,23 @@ class Preconditioner:
         return self._op.transposed()
 
     def _check_vectors(self, r, out):
-        """``apply``'s argument check: set up, both ``(n,)`` and C-contiguous (cheap: a
-        few attribute reads per call; the kernels index raw memory)."""
+        """``apply``'s argument check: set up, both ``(n,)`` and C-contiguous, ``out``
+        writable (cheap: a few attribute reads per call; the kernels index raw memory).
+        Returns ``r``, or a copy of it where it overlaps ``out`` (``apply(r, r)``: a sparse
+        product would read entries of ``r`` it has overwritten)."""
         if self.storage_dtype is None:
             self._check_ready()
         n = self.shape[0]
-        if r.shape != (n,) or out.shape != (n,) or not (r.flags.c_contiguous and
-                                                         out.flags.c_contiguous):
+        if not (hasattr(r, "flags") and hasattr(out, "flags")):
+            bad = "r" if not hasattr(r, "flags") else "out"
+            raise TypeError(f"{type(self).__name__}.apply: {bad} is a "
+                            f"{type(r if bad == 'r' else out).__name__}, not an array of the "
+                            "device (matvec takes anything array-like and allocates out)")
+        if r.shape != (n,) or out.shape != (n,) or not (
+                r.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
+            if not out.flags.writeable:
+                raise ValueError(f"{type(self).__name__}.apply: out is read-only; pass a "
+                                 "writable array (or use matvec, which allocates it)")
             for name, v in (("r", r), ("out", out)):
                 if v.shape != (n,):
                     raise ValueError(f"{type(self).__name__}.apply: {name} has shape "
@@ -252,6 +275,9 @@ class Preconditioner:
         if ("ok", r.dtype, out.dtype) not in self._bound:     # (once per pair of dtypes)
             self._check_dtypes(r, out)
             self._bound["ok", r.dtype, out.dtype] = True
+        if array_module(self.device).may_share_memory(r, out):
+            r = r.copy()
+        return r
 
     def _check_dtypes(self, r, out):
         """The vector dtypes the kernels take: FP32/FP64, complex for a complex ``M``."""
@@ -261,6 +287,10 @@ class Preconditioner:
             if v.dtype.name not in ok:
                 raise TypeError(f"{type(self).__name__}.apply: {name} has dtype "
                                 f"{v.dtype.name}; use one of {list(ok)} (matvec converts)")
+            if not v.dtype.isnative:
+                raise TypeError(f"{type(self).__name__}.apply: {name} has the non-native "
+                                f"byte order {v.dtype.str!r}; pass "
+                                f"{name}.astype({v.dtype.name!r}) (matvec converts)")
 
     def linear_apply(self, rdtype, odtype) -> bool:
         """Is ``apply(r, out)`` linear to the working precision for these vector dtypes?
@@ -318,6 +348,11 @@ class Preconditioner:
                                 ", not both C-contiguous (np.ascontiguousarray)"))
         if (R.dtype, Z.dtype) not in self._bound:
             self._check_dtypes(R, Z)
+        if not Z.flags.writeable:
+            raise ValueError(f"{type(self).__name__}.apply_block: Z is read-only; pass a "
+                             "writable array")
+        if array_module(self.device).may_share_memory(R, Z):
+            R = R.copy()                        # (Z = M Z: a product would read overwritten R)
         f = self._block_apply(R.dtype, Z.dtype)
         if f is not None:
             f(R, Z)  # Z = M R, one sweep
@@ -369,7 +404,7 @@ class Preconditioner:
         if not self.is_setup:
             raise RuntimeError(
                 f"{type(self).__name__} is not set up: call .setup(A) first "
-                "(the solvers do this for you when you pass it as M)"
+                "(mpsolve's solvers do this for you when you pass it as M; SciPy's do not)"
             )
 
     def matvec(self, r):

@@ -369,7 +369,7 @@ class ILUT(Preconditioner):
         return True
 
     def apply(self, r, out):
-        self._check_vectors(r, out)
+        r = self._check_vectors(r, out)
         self._apply(r, out)
 
     def _apply(self, r, out):

@@ -488,7 +488,7 @@ class _ISAIBase(Preconditioner):
         self._chain = chain
 
     def apply(self, r, out):
-        self._check_vectors(r, out)
+        r = self._check_vectors(r, out)
         self._chain(r, out)  # out = M r (one SpMV, or two: G^T (G r) / U_isai (L_isai r))
 
     def _transpose_operator(self):

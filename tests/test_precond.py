@@ -1835,6 +1835,61 @@ def test_apply_refuses_vectors_the_kernels_would_overrun(name):
             M.apply_block(np.ones((n, 3)), np.empty((n, 2)))
 
 
+_VARIANTS = dict(_EVERY, **{
+    "isai-general": lambda: ISAI(variant="general"), "isai-right": lambda: ISAI(variant="right"),
+    "block-isai-general": lambda: BlockISAI(variant="general", block_size=2),
+    "block-isai-bilu": lambda: BlockISAI(variant="bilu", block_size=2),
+    "block-ilu0": lambda: BlockILU0(block_size=2)})
+
+
+@pytest.mark.parametrize("name", sorted(_VARIANTS))
+def test_apply_in_place_and_refusals_of_unusable_arrays(name):
+    """``apply(r, r)`` (in place) computes ``M r``, as ``matvec`` does: the single-product
+    forms (ISAI general/right, Block-ISAI) read entries of ``r`` they had overwritten
+    (0.14 relative error), ``apply_transpose`` and ``apply_block`` too.  A read-only
+    ``out``, a byte-swapped vector or a list is refused naming it (numba's TypingError
+    or an AttributeError came out of the kernels)."""
+    A = sp.csr_matrix(convection_diffusion2d(8, peclet=5.0))
+    n = A.shape[0]
+    M = _VARIANTS[name]().setup(A)
+    v = np.random.default_rng(0).standard_normal(n)
+    w = v.copy()
+    M.apply(w, w)
+    np.testing.assert_allclose(w, M.matvec(v), rtol=1e-12, atol=0)
+    if hasattr(M, "apply_transpose"):
+        want = np.empty(n)
+        M.apply_transpose(v, want)
+        w = v.copy()
+        M.apply_transpose(w, w)
+        np.testing.assert_allclose(w, want, rtol=1e-12, atol=0)
+    R = np.random.default_rng(1).standard_normal((n, 3))
+    Z = np.empty_like(R)
+    M.apply_block(R, Z)
+    M.apply_block(R, R)
+    np.testing.assert_allclose(R, Z, rtol=1e-12, atol=0)
+    out = np.empty(n)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out is read-only"):
+        M.apply(v, out)
+    with pytest.raises(TypeError, match="byte order"):
+        M.apply(v.astype(">f8"), np.empty(n))
+    with pytest.raises(TypeError, match="r is a list"):
+        M.apply(list(v), np.empty(n))
+
+
+@pytest.mark.parametrize("name", sorted(_EVERY))
+def test_scipy_solver_given_an_unset_preconditioner_says_so(name):
+    """SciPy's solvers read ``M.shape`` first: ``None`` before set-up gave "'NoneType'
+    object is not iterable" from inside LinearOperator."""
+    A = poisson2d(4).tocsr()
+    M = _EVERY[name]()
+    assert "not set up" in repr(M)
+    with pytest.raises(RuntimeError, match=r"not set up: call \.setup\(A\) first"):
+        spla.cg(A, np.ones(16), M=M)
+    x, info = mpsolve.gmres(A, np.ones(16), M=_EVERY[name](), rtol=1e-10)  # (sets it up)
+    assert info == 0 and np.linalg.norm(A @ x - 1) <= 1e-10 * 4
+
+
 def test_setup_dtype_and_matvec_dtype_follow_the_documentation():
     """setup(A, dtype=...) takes the storage precisions only (an integer dtype stored the
     factors truncated); matvec returns M r in the promotion of r's dtype with the storage
