@@ -1890,6 +1890,22 @@ def test_scipy_solver_given_an_unset_preconditioner_says_so(name):
     assert info == 0 and np.linalg.norm(A @ x - 1) <= 1e-10 * 4
 
 
+def test_isai_power_beyond_the_rows_builds_the_full_reach_pattern():
+    """A sparsity power above n - 1 builds the pattern of power n - 1 (``(S + I)^k`` stops
+    growing there): ``sparsity_power=2**40`` never returned, 10**5 took 22 s."""
+    A = sp.csr_matrix(sp.diags([-1.0, 2.5, -1.2], [-1, 0, 1], shape=(30, 30)))
+    v = np.arange(30.0)
+    for M, full, most in [(ISAI(variant="general", sparsity_power=2**40), 29, 29),
+                          (ISAI(variant="ilu", sparsity_power=10**6), 29, 29),
+                          (BlockISAI(block_size=3, sparsity_power=10**6), 9, 9)]:
+        M.setup(A)
+        assert M.sparsity_power == most and "builds the same pattern" in M.power_reason
+        ref = type(M)(**{k: getattr(M, k) for k in ("variant",)},
+                      **({"block_size": 3} if isinstance(M, BlockISAI) else {}),
+                      sparsity_power=full).setup(A)
+        assert np.array_equal(M.matvec(v), ref.matvec(v))
+
+
 def test_setup_dtype_and_matvec_dtype_follow_the_documentation():
     """setup(A, dtype=...) takes the storage precisions only (an integer dtype stored the
     factors truncated); matvec returns M r in the promotion of r's dtype with the storage
