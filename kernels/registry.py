@@ -51,10 +51,10 @@ def dtype_name(d) -> str:
         return _NAMES[d]
     except (KeyError, TypeError):  # TypeError: an unhashable dtype-like
         name = np.dtype(d).name
-        try:
+        if isinstance(d, (np.dtype, type, str)):
+            # (only these: a value NumPy also reads as its type, np.float32(1.0), would
+            # be found again as 1 == 1.0 == True, which are no dtypes)
             _NAMES[d] = name
-        except TypeError:
-            pass
         return name
 
 

@@ -1906,6 +1906,20 @@ def test_isai_power_beyond_the_rows_builds_the_full_reach_pattern():
         assert np.array_equal(M.matvec(v), ref.matvec(v))
 
 
+def test_dtype_answers_do_not_depend_on_earlier_calls():
+    """dtype names were memoised by value: after ``np.float32(1.0)`` (which NumPy reads as
+    its type) ``True`` and ``np.float64(1.0)`` (equal to it as numbers) were found as
+    'float32'."""
+    from mpsolve.kernels.registry import dtype_name
+
+    A = sp.csr_matrix(sp.diags([4.0, 2.0, 8.0]))
+    assert Jacobi(dtype=np.float32(1.0)).setup(A).storage_dtype == np.float32
+    with pytest.raises(ValueError, match="dtype=True"):
+        Jacobi(dtype=True)
+    assert Jacobi(dtype=np.float64(1.0)).setup(A).storage_dtype == np.float64
+    assert dtype_name(np.float64(1.0)) == "float64" and dtype_name(np.float32(1)) == "float32"
+
+
 def test_setup_dtype_and_matvec_dtype_follow_the_documentation():
     """setup(A, dtype=...) takes the storage precisions only (an integer dtype stored the
     factors truncated); matvec returns M r in the promotion of r's dtype with the storage
