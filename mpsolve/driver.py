@@ -48,7 +48,8 @@ from ._configure import check_cg_preconditioner
 from ._system import STAGNATION, check_basis, make_problem, system_for
 from .precision import as_precision
 from .precond.base import Preconditioner
-from .refine import FP64_ROUNDING, best_replay, capped, dd_stage, dd_supported, refine_stage
+from .refine import (FP64_ROUNDING, REPLAY_GAIN, best_replay, capped, dd_stage, dd_supported,
+                     refine_stage)
 from .result import USER_STOP, Escalation, SolveResult, keep_period, status_text
 
 __all__ = ["run", "iterate", "report_fields"]
@@ -188,9 +189,12 @@ def krylov_stage(body, sys, x64, budget, callback, hist, body_kw, r64):
         count += c
         iters += it
         if flag != 0 or count >= budget or stalled:
-            if true > start_true:
-                # the iteration diverged: never hand back an x worse than the one it
-                # started from (the status says so through diverged=True)
+            if true > REPLAY_GAIN * start_true:
+                # the iteration diverged: no x far worse than the one it started from is
+                # handed back (the status says so through diverged=True); a residual a
+                # little above the start's is CG's and BiCGSTAB's way (CG's error still
+                # fell in the energy norm): that iterate is returned, as SciPy returns it
+                # (a warm restart by maxiter-sized calls got its x0 back every call)
                 x64[:] = backup
                 true = problem.true_residual(x64, r64)
                 sys.diverged = True

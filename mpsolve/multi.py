@@ -55,6 +55,7 @@ from .krylov.block_cg import block_cg_body
 from .krylov.block_gmres import block_gmres_body
 from .precond.base import Preconditioner
 from .result import USER_STOP, SolveResult, keep_period, status_text, wants_stop
+from .refine import REPLAY_GAIN
 
 __all__ = ["BLOCK_BODIES", "BlockSystem", "solve_block", "check_block"]
 
@@ -441,7 +442,7 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
                 straggle.append(c)
                 final[c], info[c] = True, fl[i]
             elif fl[i] != 0 or count[c] >= maxiter:
-                if t > start_true[c]:     # diverged: the starting x back
+                if t > REPLAY_GAIN * start_true[c]:     # diverged: the starting x back
                     X[:, c] = X_start[:, c]
                     true[c] = start_true[c]
                     R[:, c] = 0.0

@@ -66,7 +66,9 @@ __all__ = ["refine_stage", "dd_stage", "dd_supported", "real_form", "INNER_RTOL"
            "best_replay", "REPLAY_GAIN"]
 
 #: A body call that ended this many times above the smallest recursive residual it
-#: reached is run again from its start to that iterate (:func:`best_replay`).
+#: reached is run again from its start to that iterate (:func:`best_replay`); a failed
+#: run whose true residual ended this many times above its start's returns its start
+#: (:func:`mpsolve.driver.krylov_stage`: "diverged").
 REPLAY_GAIN = 100.0
 
 

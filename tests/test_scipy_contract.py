@@ -284,3 +284,42 @@ def test_cg_on_a_shifted_hermitian_matrix_as_scipy():
     assert info == sinfo == 0 and len(ours) == len(theirs)
     assert np.linalg.norm(b - A @ x) <= 1e-10 * np.linalg.norm(b)
     assert np.allclose(x, y, rtol=0, atol=1e-12 * np.abs(y).max())
+
+
+@pytest.mark.parametrize("method", ["cg", "bicgstab"])
+def test_a_failed_call_returns_its_iterate_as_scipy_for_warm_restarts(method):
+    """A call that runs out of ``maxiter`` with a true residual above its start's (CG's
+    residual grows while its A-norm error falls) returned its start ("diverged") at any
+    margin: a warm restart by ``maxiter=5`` calls, each from the last one's x, never moved
+    from x = 0.  Now only a run ending 100x above its start returns the start; otherwise
+    the iterate SciPy returns (same iterations, same x to rounding)."""
+    k = 20
+    T = sp.diags([-np.ones(k - 1), 2 * np.ones(k), -np.ones(k - 1)], [-1, 0, 1])
+    A = sp.csr_matrix(sp.kron(sp.eye(k), T) + sp.kron(T, sp.eye(k)))
+    if method == "bicgstab":
+        A = sp.csr_matrix(A + sp.kron(sp.eye(k), sp.diags([-0.9 * np.ones(k - 1),
+                                                            0.9 * np.ones(k - 1)], [-1, 1])))
+    b = np.ones(k * k)
+    ours, theirs = getattr(mpsolve, method), getattr(spla, method)
+    x, xs = ours(A, b, rtol=1e-12, maxiter=5)[0], theirs(A, b, rtol=1e-12, maxiter=5)[0]
+    assert np.linalg.norm(b - A @ xs) > np.linalg.norm(b)          # (the case in point)
+    np.testing.assert_allclose(x, xs, rtol=1e-10, atol=1e-12 * np.abs(xs).max())
+    x = np.zeros(k * k)
+    for _ in range(40):
+        x, info = ours(A, b, x0=x, rtol=1e-8, maxiter=5)
+        if info == 0:
+            break
+    assert np.linalg.norm(b - A @ x) < 1e-3 * np.linalg.norm(b)
+
+
+def test_a_run_far_above_its_start_still_returns_the_start():
+    """The divergence rule kept: unpreconditioned BiCGSTAB that ends 100x above where it
+    started hands back its start, and says so."""
+    rng = np.random.default_rng(3)
+    n = 200
+    A = sp.csr_matrix(sp.random(n, n, density=0.05, random_state=rng) * 30.0 + sp.eye(n))
+    b = rng.standard_normal(n)
+    r = mpsolve.solve(A, b, method="bicgstab", precond=None, precision="double",
+                      rtol=1e-12, maxiter=60)
+    assert r.info == 60 and "diverged; the starting x is returned" in r.status
+    assert np.array_equal(r.x, np.zeros(n))
