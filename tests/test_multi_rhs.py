@@ -829,3 +829,20 @@ def test_a_zero_column_under_an_infinite_rtol_is_quiet():
         warnings.simplefilter("error")
         res = mpsolve.Solver(A, method="cg", precond="jacobi").solve(B, rtol=np.inf)
     assert list(res.column_info) == [0, 0, 0] and np.all(res.x[:, 1] == 0)
+
+
+@pytest.mark.parametrize("precision", ["double", "mixed"])
+def test_block_gmres_stops_at_its_floor_as_the_single_path(precision):
+    """``rtol=0``: no cycle can meet the tolerance, and block GMRES returned only for a
+    claimed convergence -- 45000 cycles (10 n) for two columns of a 225-unknown problem,
+    ``at_floor`` False.  Its columns now stop after the single body's stagnation count
+    of cycles without a new low (then the single path judges, as for any stagnation)."""
+    A = poisson2d(15).tocsr()
+    B = np.random.default_rng(0).random((225, 2))
+    s = mpsolve.Solver(A, method="gmres", precond="ilu0", precision=precision, rtol=0.0)
+    r = s.solve(B)
+    from mpsolve.krylov.gmres import STALL_CYCLES
+
+    assert np.all(r.column_info > 0) and np.all(r.column_info <= 3 * STALL_CYCLES)
+    assert r.at_floor
+    assert np.all(np.linalg.norm(B - A @ r.x, axis=0) <= 1e-13 * np.linalg.norm(B, axis=0))

@@ -37,12 +37,13 @@ import math
 import numpy as np
 
 from .._system import STAGNATION
+from .gmres import FLOOR_CYCLES, FLOOR_GAIN, STALL_CYCLES, STALL_GAIN
 
 __all__ = ["block_gmres_body"]
 
 
 def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
-                     deflation="compact", callback_type=None):
+                     deflation="compact", callback_type=None, stall=True):
     """At most ``limits[c]`` restart cycles on column ``c``.
 
     ``X``, ``R``, ``B``: ``(n, k)`` C-contiguous blocks (working dtype); ``X`` and ``R``
@@ -51,7 +52,10 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
     estimate met its target and the driver judges by the true residual), 1 out of cycles,
     2 a happy breakdown with a regular ``R`` that no longer lowers a residual at the
     working precision's rounding (its floor), -13 one with a singular ``R`` or a residual
-    far above that rounding (A or M singular), -14 non-finite values.
+    far above that rounding (A or M singular), -14 non-finite values.  A column whose
+    true residual set no new low (by ``STALL_GAIN``) for ``STALL_CYCLES`` cycles (in FP32:
+    ``FLOOR_GAIN``, ``FLOOR_CYCLES``) stops with flag 2, as in the single-vector body
+    (``stall=False``: FP64 runs its cycles out).
     """
     ops, mm, psolve, residual = bsys.ops, bsys.matvec, bsys.psolve, bsys.residual
     col_dot, col_scal, col_mdot = ops.col_dot, ops.col_scal, ops.col_mdot
@@ -79,6 +83,14 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
     flags[done] = 0
     mask = deflation == "mask"
     bnrm = np.asarray(bsys.bnrm, np.float64)
+    # the single-vector body's stagnation watch, per column (a tolerance no cycle can
+    # reach, rtol=0: every cycle left the residual where it was until limits ran out --
+    # 45000 cycles on a 225-unknown problem)
+    watch_floor = eps > 2.0**-30
+    least, gain = (FLOOR_CYCLES, FLOOR_GAIN) if watch_floor else (STALL_CYCLES, STALL_GAIN)
+    watch = watch_floor or stall
+    best = np.full(k, math.inf)
+    stalled = np.zeros(k, np.int64)
     space = {}                                   # the bases of the current block width
 
     def bases(width):
@@ -184,6 +196,8 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                         flags[col], done[col] = (-13 if singular[c] or far else 2), True
                     else:
                         last_happy[col] = rnew[i]
+                elif watch and not rnew[i] < gain * best[col] and stalled[col] + 1 >= least:
+                    flags[col], done[col] = 2, True
                 elif est[c] <= target[c]:
                     # (left: as GMRES, a claim whose tighter target did not halve the true
                     # residual hands the column back: at a floor the two rules took turns)
@@ -194,6 +208,11 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                         flags[col], done[col] = 0, True
                 elif left:
                     factor[col] = min(1.0, 1.5 * factor[col])
+                if watch and not happy[c]:
+                    if rnew[i] < gain * best[col]:
+                        best[col], stalled[col] = rnew[i], 0
+                    else:
+                        stalled[col] += 1
                 if not done[col] and cycles[col] >= limits[col]:
                     flags[col], done[col] = 1, True
 
