@@ -384,6 +384,7 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
     final = zero.copy()
     diverged = np.zeros(k, bool)
     straggle = []
+    broke = set()                         # stragglers run again from their start
     hist = []
     true = np.zeros(k)
     last_true = np.full(k, np.inf)
@@ -435,10 +436,12 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
             elif fl[i] < 0 and fl[i] != USER_STOP:
                 # a breakdown: the block's dots and norms are not guarded against under-
                 # and overflow as the single path's are (an A or M far from norm 1 reads
-                # as singular, indefinite or non-finite there): the single path from x_c
-                # (from its start, if that was better) says whether it is one
-                if t > start_true[c]:
-                    X[:, c] = X_start[:, c]
+                # as singular, indefinite or non-finite there): the single path says
+                # whether it is one -- from the column's start, with the whole budget, so
+                # that it is the single solve (the columns iterate independently: a CG
+                # breakdown comes back at the same iteration; from x_c a short budget
+                # left ran out first and hid it as "maxiter")
+                broke.add(c)
                 straggle.append(c)
                 final[c], info[c] = True, fl[i]
             elif fl[i] != 0 or count[c] >= maxiter:
@@ -480,12 +483,17 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
     # the single path runs: a CG breakdown there makes the Solver choose again (GMRES,
     # whose budget auto counts in inner iterations: the conversion would change)
     name = {"cg": "block CG", "gmres": "block GMRES"}[solver.method]
-    left = {c: solver._from_cycles(max(1, maxiter - int(count[c]))) for c in straggle}
+    left = {c: solver._from_cycles(maxiter if c in broke else max(1, maxiter - int(count[c])))
+            for c in straggle}
     for c in straggle:                    # escalation: the single path from x_c
-        r = solver._solve(np.ascontiguousarray(bh[:, c]),
-                          np.ascontiguousarray(to_host(X[:, c])), rtol, atol, left[c], None,
+        again = c in broke
+        start = (None if x0h is None else np.ascontiguousarray(x0h[:, c])) if again else \
+            np.ascontiguousarray(to_host(X[:, c]))
+        r = solver._solve(np.ascontiguousarray(bh[:, c]), start, rtol, atol, left[c], None,
                           "compact")
         X[:, c] = to_device(np.asarray(r.x, np.float64), problem.device)
+        if again:                         # the single solve itself, counted as it counts
+            count[c] = iters[c] = 0
         # (info > 0: the count, the block's included; a single run that iterated none
         # reports 1, max(count, 1))
         info[c] = r.info if r.info <= 0 else max(1, int(count[c]) + (r.info if r.iterations

@@ -846,3 +846,22 @@ def test_block_gmres_stops_at_its_floor_as_the_single_path(precision):
     assert np.all(r.column_info > 0) and np.all(r.column_info <= 3 * STALL_CYCLES)
     assert r.at_floor
     assert np.all(np.linalg.norm(B - A @ r.x, axis=0) <= 1e-13 * np.linalg.norm(B, axis=0))
+
+
+@pytest.mark.parametrize("maxiter", [6, 20])
+def test_block_cg_breakdown_is_the_single_solves_breakdown(maxiter):
+    """A column that broke down in the block ran the single path on from the block's x
+    with the budget left: with ``maxiter=6`` that ran out first and every column said
+    "maxiter" (6) on an indefinite A, with 20 it broke down after 6/6/8 iterations where
+    the single solves do after 3/3/4.  The single path now runs from the column's start."""
+    A = (poisson2d(12) - 0.7 * sp.eye(144)).tocsr()
+    B = np.random.default_rng(11).standard_normal((144, 3))
+    s = mpsolve.Solver(A, method="cg", precond=None, precision="double", rtol=1e-10,
+                       maxiter=maxiter)
+    r = s.solve(B)
+    single = [s.solve(np.ascontiguousarray(B[:, c])) for c in range(3)]
+    assert [q.info for q in single] == [-12] * 3
+    assert r.column_info.tolist() == [q.info for q in single]
+    assert r.column_iterations.tolist() == [q.iterations for q in single]
+    for c in range(3):
+        np.testing.assert_array_equal(r.x[:, c], single[c].x)
