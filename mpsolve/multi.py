@@ -148,7 +148,8 @@ def solve_block(solver, b, x0=None, *, rtol, atol, maxiter, callback=None,
     plan = _block_plan(solver, bh, x0, callback) if cycles else None
     if plan is None:
         return _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0)
-    return _run_block(solver, plan, bh, x0h, rtol, atol, cycles, deflation, t0, on_host(b))
+    return _run_block(solver, plan, bh, x0h, rtol, atol, cycles, deflation, t0, on_host(b),
+                      budget=maxiter if cycles != maxiter else None)
 
 
 # ------------------------------------------------------------------ the column path
@@ -353,7 +354,11 @@ def _certified(problem, t, x, b, tol):
     return problem.certified(t, xp.ascontiguousarray(x), xp.ascontiguousarray(b), tol)
 
 
-def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
+def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host, budget=None):
+    """``maxiter``: the block method's (cycles for GMRES); ``budget``: the Solver's own
+    count of iterations where that differs (auto's GMRES counts inner iterations: the
+    block runs the whole cycles that fit, a column they leave unconverged gets the rest
+    by the single path)."""
     body, body_kw, policy, sys, bsys = plan
     problem = solver._problem
     xp = problem.xp
@@ -444,6 +449,9 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
                 broke.add(c)
                 straggle.append(c)
                 final[c], info[c] = True, fl[i]
+            elif fl[i] == 1 and budget is not None and budget > int(iters[c]):
+                straggle.append(c)        # the inner iterations the cycles left
+                final[c], info[c] = True, max(int(count[c]), 1)
             elif fl[i] != 0 or count[c] >= maxiter:
                 if t > REPLAY_GAIN * start_true[c]:     # diverged: the starting x back
                     X[:, c] = X_start[:, c]
@@ -485,6 +493,8 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host):
     name = {"cg": "block CG", "gmres": "block GMRES"}[solver.method]
     left = {c: solver._from_cycles(maxiter if c in broke else max(1, maxiter - int(count[c])))
             for c in straggle}
+    if budget is not None:                # (the Solver's units: inner iterations)
+        left.update({c: budget if c in broke else budget - int(iters[c]) for c in straggle})
     for c in straggle:                    # escalation: the single path from x_c
         again = c in broke
         start = (None if x0h is None else np.ascontiguousarray(x0h[:, c])) if again else \

@@ -865,3 +865,18 @@ def test_block_cg_breakdown_is_the_single_solves_breakdown(maxiter):
     assert r.column_iterations.tolist() == [q.iterations for q in single]
     for c in range(3):
         np.testing.assert_array_equal(r.x[:, c], single[c].x)
+
+
+@pytest.mark.parametrize("maxiter", [59, 61])
+def test_auto_gmres_block_columns_get_the_whole_budget(maxiter):
+    """auto's GMRES counts inner iterations: ``maxiter=59`` gave the block the one whole
+    cycle (30) that fits and the columns stopped there, where separate solves run 59.  The
+    rest now goes to the single path from where the block left each column."""
+    A = (poisson2d(20) - 0.5 * sp.eye(400)).tocsr()
+    B = np.random.default_rng(0).random((400, 2))
+    s = mpsolve.Solver(A, method="gmres", rtol=1e-10, maxiter=maxiter)
+    r = s.solve(B)
+    single = [s.solve(np.ascontiguousarray(B[:, c])) for c in range(2)]
+    assert r.rhs_mode == "block"
+    assert r.column_iterations.tolist() == [q.iterations for q in single] == [maxiter] * 2
+    assert r.column_info.tolist() == [q.info for q in single]
