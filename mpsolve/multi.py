@@ -495,14 +495,22 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host, 
             for c in straggle}
     if budget is not None:                # (the Solver's units: inner iterations)
         left.update({c: budget if c in broke else budget - int(iters[c]) for c in straggle})
+    method0 = solver.method
+    total = solver._from_cycles(maxiter) if budget is None else budget   # (Solver's units)
     for c in straggle:                    # escalation: the single path from x_c
+        # (run again from the start by the same method, the block's iterations are
+        # repeated, not added; after auto's switch from CG they are the column's too, and
+        # count in its budget)
         again = c in broke
+        repeat = again and solver.method == method0
+        if again and not repeat:
+            left[c] = max(1, total - int(iters[c]))
         start = (None if x0h is None else np.ascontiguousarray(x0h[:, c])) if again else \
             np.ascontiguousarray(to_host(X[:, c]))
         r = solver._solve(np.ascontiguousarray(bh[:, c]), start, rtol, atol, left[c], None,
                           "compact")
         X[:, c] = to_device(np.asarray(r.x, np.float64), problem.device)
-        if again:                         # the single solve itself, counted as it counts
+        if repeat:                        # the single solve itself, counted as it counts
             count[c] = iters[c] = 0
         # (info > 0: the count, the block's included; a single run that iterated none
         # reports 1, max(count, 1))
@@ -513,6 +521,9 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host, 
         escal[c] = r
     rel_tol = float(np.max(np.where(bnrm > 0, tol / np.where(bnrm > 0, bnrm, 1.0), rtol)))
     extra = f"{name}, deflation {deflation!r}"
+    if solver.method != method0:          # (auto's CG met a breakdown in a column)
+        extra += (f"; CG broke down (A is not positive definite): this Solver now runs "
+                  f"{solver.method}, which solved column(s) {sorted(int(c) for c in escal)}")
     if diverged.any():
         extra += f"; column(s) {np.flatnonzero(diverged).tolist()} diverged: their starting x " \
                  "is returned"

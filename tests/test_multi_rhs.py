@@ -880,3 +880,20 @@ def test_auto_gmres_block_columns_get_the_whole_budget(maxiter):
     assert r.rhs_mode == "block"
     assert r.column_iterations.tolist() == [q.iterations for q in single] == [maxiter] * 2
     assert r.column_info.tolist() == [q.info for q in single]
+
+
+def test_auto_solver_leaving_cg_in_a_block_says_so_and_counts_alike():
+    """auto's Solver chose CG, whose block broke down (A indefinite): the stragglers' single
+    path switched the Solver to GMRES on the first column, the second ran GMRES alone --
+    identical columns reported 114 and 113 iterations, and the status said only "block
+    CG".  Each column now counts as the single solve does, and the status names the
+    switch."""
+    A = (poisson2d(20) - 0.5 * sp.eye(400)).tocsr()
+    b = A @ np.random.default_rng(9).random(400)
+    s = mpsolve.Solver(A, rtol=1e-8)
+    r = s.solve(np.column_stack([b, b]))
+    one = mpsolve.Solver(A, rtol=1e-8).solve(b)
+    assert s.method == "gmres" and "now runs gmres" in one.status
+    assert r.column_iterations.tolist() == [one.iterations] * 2
+    assert "this Solver now runs gmres, which solved column(s) [0, 1]" in r.status
+    assert np.all(r.column_info == 0)
