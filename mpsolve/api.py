@@ -261,8 +261,9 @@ def solve(A, b, x0=None, *, method="auto", precond="auto", precision=None, rtol=
         ``'auto'``).
     b : ndarray, shape (n,), (n, 1) or (n, k)
         ``(n, k)``: ``k`` right-hand sides, set up once (a :class:`mpsolve.Solver`) and
-        iterated together where the method and policy allow -- CG and GMRES under
-        ``double``/``mixed``: one sweep over ``A`` (and ``M``'s stored operators) per
+        iterated together where the method and policy allow and that pays
+        (:func:`mpsolve.multi.together`: on the CPU CG from 500k unknowns) -- CG and GMRES
+        under ``double``/``mixed``: one sweep over ``A`` (and ``M``'s stored operators) per
         iteration serves every column, converged columns leave the block -- else solved
         one after the other (:mod:`mpsolve.multi`).  ``x`` is ``(n, k)``; per-column
         figures in ``column_info``, ``column_iterations``, ``column_true_residual``;

@@ -301,7 +301,7 @@ def build_parser(bench_options=True):
                     "collection name")
     ps.add_argument("--rhs", help="right-hand side (Matrix Market, .npy, or .mat: a "
                     "SuiteSparse Problem's b; n x 1; n x k: k right-hand "
-                    "sides solved together); default A @ ones")
+                    "sides, one set-up); default A @ ones")
     ps.add_argument("--out", help="write the solution x here (Matrix Market, or .npy by its "
                     "name; n x k for k right-hand sides)")
     _add_solver_options(ps)

@@ -1,8 +1,10 @@
 """Several right-hand sides: ``b`` of shape ``(n, k)`` in :func:`mpsolve.solve` and
 :meth:`mpsolve.Solver.solve`.
 
-**The block path** (CG and GMRES(m); policies whose working precision is FP64 with native
-reductions -- ``double``, ``mixed`` --, a real sparse ``A``, no callback): the ``k``
+**The block path** (CG and GMRES(m) where :func:`together` says it pays -- on the CPU CG
+from :data:`BLOCK_CG_MIN_N` unknowns, ``MPSOLVE_BLOCK=1`` wherever it applies; policies
+whose working precision is FP64 with native reductions -- ``double``, ``mixed`` --, a
+real sparse ``A``, no callback): the ``k``
 systems iterate together (:mod:`mpsolve.krylov.block_cg`, :mod:`.krylov.block_gmres`):
 each product with ``A`` is one SpMM sweep over its stored copy (FP32 where the policy
 stores ``A`` in FP32), each preconditioner apply one sweep over the preconditioner's
@@ -17,14 +19,17 @@ true residual stops halving is handed to the single-vector driver from its curre
 ``x_c`` (which escalates to a stronger policy as a single solve does), and so is one that
 breaks down (curvature, a singular Hessenberg, a non-finite value: the block bodies' dots
 and norms are not guarded against under- and overflow as the single path's are, so an
-``A`` or ``M`` far from norm 1 can read as one there), from ``x_c`` or its start; a
-diverged column gets its starting ``x`` back.  ``info_c == 0`` only when
+``A`` or ``M`` far from norm 1 can read as one there), from its start with the whole
+budget (the single solve itself); a column that ends 100x above its start gets its
+starting ``x`` back.  ``info_c == 0`` only when
 ``||b_c - A x_c|| <= max(atol, rtol ||b_c||)`` in FP64.
 
 **The column path** (everything else: BiCGSTAB, the ``eft``/``mixed-eft``/``ir``/``single``
 /``-cb`` presets, complex systems, a ``LinearOperator`` ``A``, a callback, ``x0='Mb'``,
-devices without the block kernels): the single-vector solve on each column in turn,
-with the set-up done once (a :class:`mpsolve.Solver`).  Correct, not faster.
+devices without the block kernels, and on the CPU GMRES and CG below
+:data:`BLOCK_CG_MIN_N` unknowns): the single-vector solve on each column in turn, with the
+set-up done once (a :class:`mpsolve.Solver`), its compiled whole-loop and two-thread
+kernels.
 
 The result is one :class:`~mpsolve.result.SolveResult`: ``x`` of shape ``(n, k)``, the
 per-column figures in ``column_info``, ``column_iterations`` and
@@ -37,6 +42,7 @@ residual; ``residuals`` per iteration the largest estimate among the active colu
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -48,7 +54,7 @@ from ._demote import PrecisionRangeError
 from ._sparse import dtype_check, kernel_ready
 from ._system import (STAGNATION, _check_maxiter, _check_tol, _fusable_is_apply, refuse_sparse,
                       system_for)
-from .backend import on_host, to_device, to_host
+from .backend import is_host, on_host, to_device, to_host
 from .kernels.primitives import BlockPrimitives, bind_block_primitives
 from .kernels.safenorm import norm
 from .krylov.block_cg import block_cg_body
@@ -61,6 +67,29 @@ __all__ = ["BLOCK_BODIES", "BlockSystem", "solve_block", "check_block"]
 
 #: The methods with a block body; the others run column by column.
 BLOCK_BODIES = {"cg": block_cg_body, "gmres": block_gmres_body}
+
+#: On a host device the columns of a CG solve are iterated together from this many unknowns
+#: on; GMRES's never by default (``MPSOLVE_BLOCK``: :func:`together`).
+BLOCK_CG_MIN_N = 500_000
+
+
+def together(method: str, n: int, device: str) -> bool:
+    """Whether ``k`` columns of a ``method`` solve of ``n`` unknowns on ``device`` are iterated
+    together (the block bodies) rather than one after the other -- by measurement, where
+    each is faster.  On the CPU the single-vector loops run compiled as a whole and on two
+    threads (the team loops), the block kernels per iteration from Python and on one
+    thread below ``PARALLEL_MIN`` entries: k = 4 columns took 2-5x the time of four
+    separate solves from 400 to 40000 unknowns (CG + Jacobi and GMRES + ILU(0),
+    ``mixed``); at 10^6 block CG gained 10% on separate solves and block GMRES lost 15%
+    (``bench/results/multi_rhs.md``).  So: CG from :data:`BLOCK_CG_MIN_N` unknowns, GMRES
+    never, on the host devices; a GPU always (one SpMM for k SpMVs).
+    ``MPSOLVE_BLOCK=1`` iterates together wherever the block bodies apply, ``0`` never."""
+    setting = os.environ.get("MPSOLVE_BLOCK", "auto")
+    if setting in ("0", "1"):
+        return setting == "1"
+    if not is_host(device):
+        return True
+    return method == "cg" and n >= BLOCK_CG_MIN_N
 
 #: How converged columns leave the active block (:mod:`mpsolve.krylov.block_cg`).
 DEFLATIONS = ("compact", "mask")
@@ -257,6 +286,7 @@ def _block_plan(solver, bh, x0, callback):
     when this solve runs column by column (the module docstring's list)."""
     problem = solver._problem
     if (solver.method not in BLOCK_BODIES or callback is not None or isinstance(x0, str)
+            or not together(solver.method, problem.n, problem.device)
             or problem.A_csr is None or problem.is_complex or bh.dtype.kind == "c"
             or bh.shape[1] == 0 or solver._body_kw.get("max_inner") is not None):
         return None

@@ -12,6 +12,13 @@ from mpsolve.precond import make_preconditioner
 from conftest import petsc_mat_apply
 
 
+@pytest.fixture(autouse=True)
+def _iterate_together(monkeypatch):
+    """The block path on these small problems (by default only CG from 500k unknowns
+    takes it on the CPU: :func:`mpsolve.multi.together`)."""
+    monkeypatch.setenv("MPSOLVE_BLOCK", "1")
+
+
 def _rhs(A, rng):
     """Columns that converge at different iterations: A 1 (easy), random (harder), zero
     (done at once), A (random) (another)."""
@@ -897,3 +904,26 @@ def test_auto_solver_leaving_cg_in_a_block_says_so_and_counts_alike():
     assert r.column_iterations.tolist() == [one.iterations] * 2
     assert "this Solver now runs gmres, which solved column(s) [0, 1]" in r.status
     assert np.all(r.column_info == 0)
+
+
+def test_the_columns_go_together_where_that_is_measured_to_pay(monkeypatch):
+    """By default (``MPSOLVE_BLOCK`` unset) a CPU solve iterates the columns together only
+    for CG from ``BLOCK_CG_MIN_N`` unknowns: below, four separate solves (compiled whole
+    loops, two threads) took a fifth to a half of the block's time.  ``0`` never, ``1``
+    wherever the block bodies apply; the answers are the same either way."""
+    from mpsolve.multi import BLOCK_CG_MIN_N, together
+
+    monkeypatch.delenv("MPSOLVE_BLOCK")
+    assert together("cg", BLOCK_CG_MIN_N, "cpu") and not together("cg", BLOCK_CG_MIN_N - 1, "cpu")
+    assert not together("gmres", 10**8, "cpu") and together("gmres", 10, "gpu")
+    A = poisson2d(12).tocsr()
+    B = np.random.default_rng(1).random((144, 3))
+    by_col = mpsolve.solve(A, B, method="cg", precond="jacobi", rtol=1e-10)
+    assert by_col.rhs_mode == "by column"
+    monkeypatch.setenv("MPSOLVE_BLOCK", "1")
+    block = mpsolve.solve(A, B, method="cg", precond="jacobi", rtol=1e-10)
+    assert block.rhs_mode == "block"
+    assert block.column_iterations.tolist() == by_col.column_iterations.tolist()
+    np.testing.assert_allclose(block.x, by_col.x, rtol=1e-8)
+    monkeypatch.setenv("MPSOLVE_BLOCK", "0")
+    assert mpsolve.solve(A, B, method="cg", precond="jacobi").rhs_mode == "by column"

@@ -568,7 +568,7 @@ def test_auto_solver_leaves_cg_when_it_breaks_down_on_an_indefinite_matrix():
     assert " it, " not in line and "nan" not in line
 
 
-def test_a_solver_leaving_cg_keeps_the_callers_budget():
+def test_a_solver_leaving_cg_keeps_the_callers_budget(monkeypatch):
     """``maxiter`` counts the iterations of both runs when the Solver leaves CG (above):
     the GMRES run gets what CG left (it got the whole budget again, 22 iterations for
     ``maxiter=20``), for one right-hand side and for the columns of a block CG that broke
@@ -583,6 +583,7 @@ def test_a_solver_leaving_cg_keeps_the_callers_budget():
     res = s.solve(rng.standard_normal(144))
     assert res.iterations <= 20 and res.info == res.iterations > 0
     assert "CG broke down" in res.status and f"{res.iterations} iterations" in res.status
+    monkeypatch.setenv("MPSOLVE_BLOCK", "1")          # (block CG on a small problem)
     block = Solver(Ai, rtol=1e-8, maxiter=20).solve(rng.standard_normal((144, 3)))
     assert np.all(np.asarray(block.column_iterations) <= 20)
     assert "block CG" in block.status
