@@ -58,6 +58,10 @@ def check_precond(precond):
         raise TypeError(f"precond={precond!r}: pass a preconditioner name "
                         "(mpsolve.precond.REGISTRY), a preconditioner object, a matrix or "
                         "LinearOperator approximating A^-1, 'auto' or None")
+    if isinstance(precond, type):
+        raise TypeError(f"precond={precond.__name__} is a class, not an instance of it: pass "
+                        f"precond={precond.__name__}() (its parameters in the call) or its "
+                        "name, e.g. precond='jacobi'")
 
 
 def configure(method, precond, restart=None, side=None, precond_params=None, stacklevel=3):

@@ -66,6 +66,10 @@ def check_matrix(A, name="A"):
     data; other complex dtypes,
     non-square shapes and non-finite values are rejected.
     """
+    if isinstance(A, type):
+        raise TypeError(f"{name} is the class {A.__name__}, not an instance of it: pass "
+                        f"{A.__name__}() (its parameters in the call)"
+                        + (", or the name as precond=..." if name == "M" else ""))
     if sp.issparse(A):
         M = A
     elif isinstance(A, spla.LinearOperator) or (

@@ -456,3 +456,21 @@ def test_a_list_of_columns_is_several_right_hand_sides():
     B = np.column_stack([A @ B0, 2 * (A @ B0)])
     r = solve(A, B.tolist(), rtol=1e-10)
     assert r.x.shape == B.shape and np.allclose(r.x, solve(A, B, rtol=1e-10).x, rtol=0, atol=0)
+
+
+def test_a_preconditioner_class_instead_of_an_instance_is_named():
+    """``precond=Jacobi`` / ``M=Jacobi`` (the class): "object of type 'property' has no
+    len()" (before: "M of type type is not a matrix"), with no hint to write ``Jacobi()``."""
+    from mpsolve.matrices import poisson2d
+    from mpsolve.precond import Jacobi
+
+    A = poisson2d(4).tocsr()
+    b = np.ones(16)
+    with pytest.raises(TypeError, match=r"precond=Jacobi is a class.*precond=Jacobi\(\)"):
+        mpsolve.solve(A, b, precond=Jacobi)
+    with pytest.raises(TypeError, match=r"precond=Jacobi is a class"):
+        mpsolve.Solver(A, method="cg", precond=Jacobi)
+    with pytest.raises(TypeError, match=r"M is the class Jacobi.*pass Jacobi\(\)"):
+        mpsolve.cg(A, b, M=Jacobi)
+    with pytest.raises(TypeError, match=r"A is the class Jacobi"):
+        mpsolve.gmres(Jacobi, b)
