@@ -63,7 +63,8 @@ layer's automatic choice, written once for every device:
 
    GMRES runs right-preconditioned (its residual estimate is then the true residual's, which
    the stagnation test below reads) with restart 30 (PETSc's).
-3. :func:`auto_solve` -- runs the candidates in order from the current iterate, within the
+3. :func:`auto_solve` -- runs the candidates in order, each from the best iterate so far
+   (the smallest FP64 true residual, the start included), within the
    caller's iteration budget (all candidates together).  A candidate is left for the next one
    when its set-up fails (zero pivot, zero diagonal, structurally singular, unstable
    ILU(0) factors, ...), when it
@@ -74,6 +75,8 @@ layer's automatic choice, written once for every device:
    (half of what is left; the last candidate gets all of it; GMRES's share counts its inner
    iterations, capped across restarts, refinement steps and escalations).  FP32 range
    problems are the driver's: it escalates to a stronger precision (recorded in ``escalations``).
+   Where no candidate converges, the answer is the best iterate (a candidate's, or the
+   start where every one ended above it), and the status says whose.
 
 Every candidate tried, with its reason and outcome, is in :attr:`SolveResult.choices`; the
 answer is judged by its FP64 true residual as always (never a false success).  The same
@@ -84,6 +87,7 @@ from __future__ import annotations
 import math
 import warnings
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -228,7 +232,7 @@ class Choice:
     #: or any CG candidate on a symmetric ``A`` whose preconditioner auto chose
     needs_symmetric_M: bool = False
     #: the policy changes of this candidate's run (the result's ``escalations`` are the
-    #: answer's: the last candidate's)
+    #: answer's: the candidate whose x is returned)
     escalations: list = field(default_factory=list)
 
     @property
@@ -622,6 +626,12 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
     x = x0
     done = 0
     results = []
+    ran = []                              # the choice number of each result
+    # the answer so far: (index into results, -1 for the start; its relative true residual)
+    # -- a failed candidate's x may be far worse than an earlier one's (left-preconditioned
+    # GMRES minimises M r; a candidate from a diverged x cancels), and the next candidate
+    # starts from the best, not the last
+    best = (-1, _start_residual(problem))
     narrow = np.dtype(problem.out_dtype).itemsize < np.dtype(problem.hp).itemsize
     reorderings = {"mirror_hint": getattr(an, "mirror_hint", None)}
     failed = {}                           # id(set-up error) -> (first choice, the error)
@@ -713,8 +723,15 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         c.escalations = list(r.escalations)
         done += r.iterations
         results.append(r)
-        if all_finite(r.x, np if on_host(r.x) else array_module(problem.device)):
-            x = r.x                       # the next candidate starts where this one ended
+        ran.append(k + 1)
+        if all_finite(r.x, np if on_host(r.x) else array_module(problem.device)) and \
+                not r.true_residual > best[1]:
+            best = (len(results) - 1, r.true_residual)
+            x = r.x                       # the next candidate starts from the best answer
+        elif best[0] < 0:
+            x = None                      # (the start, x0 or its own: derive_problem's)
+        else:
+            x = results[best[0]].x
         if r.converged:
             c.outcome = "converged"
             break
@@ -745,7 +762,23 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         else:
             c.outcome = "iteration budget spent"
     return _combine(cands, results, an, analysis_time, b, x0, problem,
-                    time.perf_counter() - t0)
+                    time.perf_counter() - t0, best, ran)
+
+
+def _start_residual(problem) -> float:
+    """The relative true residual of the solve's start: 1 for ``x0 = 0`` (``b`` itself),
+    that of a given ``x0`` (one product with ``A``), ``inf`` for ``x0 = 'Mb'`` (not
+    formed: never chosen as the answer)."""
+    if not problem.bnrm:
+        return 0.0
+    if problem.x0_mode == "zero":
+        return 1.0
+    if problem.x0_mode != "given":
+        return math.inf
+    r64 = problem.xp.empty(problem.n, problem.hp)
+    t = problem.true_residual(problem.x0_64, r64) / problem.bnrm
+    problem._first_residual = True        # (the candidates' own first residual: theirs)
+    return t if math.isfinite(t) else math.inf
 
 
 class NoCandidateError(ValueError):
@@ -985,7 +1018,7 @@ def _set_up(make, name, params, C, policy, device, side, escalate, cache):
         return setup(build(), "float64"), f"FP32 range: preconditioner stored in FP64 ({err})"
 
 
-def _combine(cands, results, an, analysis_time, b, x0, problem, total):
+def _combine(cands, results, an, analysis_time, b, x0, problem, total, best=None, ran=()):
     if an is not None:
         analysis_time += an.block_time    # the block-size detection, if a candidate ran it
     tried = "; ".join(f"{c.label} ({c.outcome})" for c in cands if c.outcome != "not tried")
@@ -1010,6 +1043,20 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
             method="auto", choices=cands, analysis=analysis,
             analysis_time=analysis_time)
     r = results[-1]
+    picked = ""
+    if r.info != 0 and best is not None and best[0] != len(results) - 1:
+        # not converged: the answer with the smallest true residual, not the last one
+        if best[0] >= 0:
+            r = results[best[0]]
+            picked = (f"x is choice {ran[best[0]]}'s answer, the smallest true residual of "
+                      f"those tried (the last ended at {results[-1].true_residual:.1e})")
+        else:
+            x64 = problem.x0_64 if problem.x0_mode == "given" else \
+                problem.xp.zeros(problem.n, problem.hp)
+            r = dataclasses.replace(r, x=problem.answer(x64).copy(), true_residual=best[1],
+                                    x_lo=None, at_floor=False, info=max(1, r.iterations))
+            picked = ("x is the start: every candidate ended above its residual (the last "
+                      f"at {results[-1].true_residual:.1e})")
     stopped_by_us = r.info == USER_STOP and not any(
         c.outcome == "stopped by the callback" for c in cands)
     r.iterations = sum(q.iterations for q in results)
@@ -1021,7 +1068,7 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
     r.solve_time = sum(q.solve_time for q in results)
     # (the answer's policy changes, so that the last one ends at r.precision; the earlier
     # candidates' are in their Choice.escalations)
-    r.escalations = list(results[-1].escalations)
+    r.escalations = list(r.escalations)
     r.choices = cands
     r.analysis = analysis
     r.analysis_time = analysis_time
@@ -1029,6 +1076,8 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total):
         r.info = max(1, r.iterations)   # (by all candidates; our monitor's stop is no user's)
     used = [c for c in cands if c.outcome != "not tried"]
     extra = f"automatic choice tried {tried}" if (len(used) > 1 or not r.converged) else ""
+    if picked:
+        extra = f"{extra}; {picked}" if extra else picked
     if r.converged and r.x.dtype.itemsize < problem.hp.itemsize:
         # the answer as returned (rounded to float32 for float32 data) meets the tolerance?
         t = answer_residual(problem, problem.xp.asarray(to_device(r.x, problem.device)))
