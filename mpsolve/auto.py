@@ -103,7 +103,7 @@ from .precond.ilu import GROWTH_LIMIT, equilibrated_growth, ilu_growth, is_symme
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure, is_auto
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
-from .driver import FAR_ABOVE, ROUNDED, UNDERFLOWED, answer_residual, iterate
+from .driver import FAR_ABOVE, ROUNDED, UNDERFLOWED, answer_residual, iterate, rounded_text
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
@@ -1085,7 +1085,7 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total, best=None
             r.true_residual = t / (problem.bnrm or 1.0)
             if t > problem.tol:
                 r.info = max(1, r.iterations)
-                extra = ROUNDED.format(dtype=r.x.dtype.name, rel=r.true_residual)
+                extra = rounded_text(r.x.dtype, r.true_residual)
     r.status = status_text(r.info, r.iterations, r.true_residual, r.tolerance, extra)
     return r
 

@@ -239,7 +239,15 @@ def report_fields(problem, method, precond_name=None) -> dict:
 
 #: Why a solve whose FP64 iterate met the tolerance has not converged for the caller.
 ROUNDED = ("x rounded to {dtype} misses the tolerance (its residual {rel:.1e}; the FP64 "
-           "iterate met it): pass b as float64 for an FP64 answer")
+           "iterate met it): pass b as {wide} for an FP64 answer")
+
+
+def rounded_text(dtype, rel) -> str:
+    """:data:`ROUNDED` for an answer of ``dtype`` (the advice: float64, or complex128 for
+    complex data -- float64 would drop the imaginary part)."""
+    dt = np.dtype(dtype)
+    return ROUNDED.format(dtype=dt.name, rel=rel,
+                          wide="complex128" if dt.kind == "c" else "float64")
 
 
 #: Why a solve whose scaled iterate met the tolerance has not converged for the caller.
@@ -491,8 +499,7 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
             true = t
             if t > problem.tol:
                 info = max(count, 1)
-                extra = ROUNDED.format(dtype=np.dtype(problem.out_dtype).name,
-                                       rel=t / problem.bnrm)
+                extra = rounded_text(problem.out_dtype, t / problem.bnrm)
     return finish(x64, info, count, iters, hist, true, setup_time,
                   solve_time, escalations, policy, extra, x_lo=x_lo,
                   at_floor=info > 0 and (flag == FP64_ROUNDING or (

@@ -567,3 +567,16 @@ def test_non_hermitian_dominant_converges_truthfully(system, method, precision):
                       maxiter=500)
     _truthful(A, b, r, 1e-9)
     assert r.converged
+
+
+def test_a_complex64_answer_missing_the_tolerance_asks_for_complex128():
+    """x rounded to complex64 misses rtol=1e-8: the status advised "pass b as float64",
+    which drops the imaginary part; it names complex128."""
+    m = 30
+    T = sp.diags([-np.ones(m - 1), 2 * np.ones(m), -np.ones(m - 1)], [-1, 0, 1])
+    L = sp.kron(T, sp.eye(m)) + sp.kron(sp.eye(m), T)
+    A = sp.csr_matrix((L * (m + 1) ** 2 - 400 * (1 + 0.05j) * sp.eye(m * m)).astype(np.complex64))
+    b = (np.random.default_rng(1).standard_normal(m * m) + 0j).astype(np.complex64)
+    r = mpsolve.solve(A, b, rtol=1e-8)
+    assert r.x.dtype == np.complex64 and not r.converged
+    assert "pass b as complex128" in r.status and "float64" not in r.status.split("pass b")[1]
