@@ -637,10 +637,18 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
     failed = {}                           # id(set-up error) -> (first choice, the error)
     indefinite = False
     bare_ran = False
+    ilut_seconds, cap = 0.0, None         # the ILUT set-ups' time so far; SETUP_CAP's
     for k, c in enumerate(cands):
         left = budget - done
         if left <= 0:
             break
+        if c.precond == "ilut" and ilut_seconds > 0.0:
+            cap = _setup_cap(problem, left) if cap is None else cap
+            if ilut_seconds > cap:
+                c.outcome = (f"skipped: the ILUT set-ups before it took {ilut_seconds:.1f} s, "
+                             f"more than the iterations left are estimated to take "
+                             f"({cap:.1f} s), and its factorisation keeps as much or more")
+                continue
         if _choice_key(c) in _ran:
             c.outcome = "ran already (the block solve's choice)"
             continue
@@ -680,6 +688,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             continue
         finally:
             c.setup_seconds = time.perf_counter() - ts
+            if c.precond == "ilut":
+                ilut_seconds += c.setup_seconds
         bare_ran = bare_ran or c.bare
         m_restart = min(restart if restart is not None else AUTO_RESTART, share)
         period = None
@@ -763,6 +773,33 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             c.outcome = "iteration budget spent"
     return _combine(cands, results, an, analysis_time, b, x0, problem,
                     time.perf_counter() - t0, best, ran)
+
+
+#: An ILUT candidate (a threshold or bounded-fill LU: SuperLU's) is skipped once the ILUT
+#: set-ups before it took longer than the iterations left are estimated to take (at least
+#: this many seconds): their fill, and so their time, grows from one to the next (drop
+#: tolerance 1e-3, 1e-5, 0), and on matrices whose factors fill in (a random graph's
+#: Laplacian, a skew-symmetric random matrix, n = 10^4 to 2 10^4) they took 24-108 s each
+#: where GMRES alone converged in 2 s, or failed after minutes.
+SETUP_CAP_MIN = 1.0
+
+
+def _setup_cap(problem, iterations) -> float:
+    """The seconds ``iterations`` GMRES(30) iterations are estimated to take: one FP64
+    product with ``A`` (timed, best of three) times ``1 + 20 n / nnz`` -- the Gram-Schmidt
+    of a restart length of 30 reads and writes about 30 vectors, ``240 n`` bytes, against
+    the product's ``12 nnz`` --, at least :data:`SETUP_CAP_MIN`."""
+    n, hp = problem.n, problem.hp
+    nnz = problem.A_csr.nnz if problem.A_csr is not None else n
+    mv = problem.A64.bind(hp, hp)
+    u = problem.xp.ones(n, hp)
+    v = problem.xp.empty(n, hp)
+    best = math.inf
+    for _ in range(3):
+        t = time.perf_counter()
+        mv(u, v)
+        best = min(best, time.perf_counter() - t)
+    return max(SETUP_CAP_MIN, iterations * best * (1.0 + 20.0 * n / max(nnz, 1)))
 
 
 def _start_residual(problem) -> float:

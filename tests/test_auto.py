@@ -1239,3 +1239,28 @@ def test_a_failed_auto_returns_its_best_answer_never_worse_than_the_start(n):
     assert r.true_residual <= min(tried + [1.0]) * (1 + 1e-12)
     if r.true_residual < tried[-1]:
         assert "smallest true residual" in r.status or "x is the start" in r.status
+
+
+def test_ilut_candidates_after_slow_ilut_set_ups_are_skipped(monkeypatch):
+    """ILUT set-ups fill in more from one candidate to the next (drop tolerance 1e-3, MC64,
+    then a bounded LU): where those before took longer than the iterations left are
+    estimated to (``_setup_cap``, at least 1 s), the rest are skipped -- a skew-symmetric
+    random matrix of 10^4 unknowns spent 24 + 11 + 37 s in them and then failed, where
+    GMRES with the diagonal scaling converges.  Forced here with a cap of 0."""
+    n = 1000
+    R = sp.random(n, n, density=5 / n, random_state=0, format="csr")
+    A = sp.csr_matrix(R - R.T + 1e-2 * sp.eye(n))
+    b = np.random.default_rng(7).standard_normal(n)
+    free = mpsolve.solve(A, b)
+    assert free.converged and not any("set-ups before it took" in c.outcome
+                                      for c in free.choices)
+    assert auto._setup_cap(auto.make_problem(A, b), 5000) >= auto.SETUP_CAP_MIN
+    monkeypatch.setattr(auto, "_setup_cap", lambda problem, iterations: 0.0)
+    r = mpsolve.solve(A, b)
+    skipped = [c for c in r.choices if "the ILUT set-ups before it took" in c.outcome]
+    assert skipped and all(c.precond == "ilut" and c.setup_seconds == 0.0 for c in skipped)
+    ran = [c for c in r.choices if c.precond == "ilut" and c.setup_seconds > 0]
+    assert len(ran) == 1                                  # the first ILUT only
+    own = np.linalg.norm(b - A @ r.x) / np.linalg.norm(b)
+    assert r.true_residual == pytest.approx(own, rel=1e-6)
+    assert r.converged == (own <= 1e-5)                   # (honest either way)
