@@ -103,7 +103,8 @@ from .precond.ilu import GROWTH_LIMIT, equilibrated_growth, ilu_growth, is_symme
 from ._sparse import canonical_csr, check_matrix
 from ._configure import configure, is_auto
 from ._system import check_basis, derive_problem, make_problem, needs_entries_error
-from .driver import FAR_ABOVE, ROUNDED, UNDERFLOWED, answer_residual, iterate, rounded_text
+from .driver import (DD_MET, FAR_ABOVE, ROUNDED, UNDERFLOWED, answer_residual, iterate,
+                     rounded_text)
 from .krylov import BODIES
 from .backend import to_device, to_host
 from .precision import as_precision
@@ -753,10 +754,16 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             # give a finite one)
             c.outcome = "not converged: " + r.status.split("; ", 1)[-1]
             break
-        if r.at_floor and _floor_credible(C, r.true_residual):
-            # no candidate certifies a smaller residual: stop here
+        if r.at_floor and (_floor_credible(C, r.true_residual) or (
+                r.x_lo is not None and DD_MET in r.status)):
+            # no candidate certifies a smaller residual: stop here (or this one's double-
+            # double answer met the tolerance, x + x_lo: only FP64's rounding of it misses)
             c.outcome = ("stopped at the accuracy floor of precision " + repr(r.precision)
-                         + ": the tolerance is below what any candidate can certify")
+                         + ": the tolerance is below what any candidate can certify"
+                         if r.x_lo is None or DD_MET not in r.status else
+                         "its double-double answer x + x_lo met the tolerance; x rounded to "
+                         "float64 cannot (FP64's rounding of b - A x at this x): as close as "
+                         "float64 holds it, the low part in SolveResult.x_lo")
             break
         if mon is not None and mon.why:
             c.outcome = mon.why

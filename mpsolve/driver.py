@@ -483,9 +483,9 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
                      + ("" if escalate else "; escalate=True would switch to a stronger "
                         "policy"))
     if flag == FP64_ROUNDING and info > 0:
-        extra = ("the tolerance is below FP64's rounding of b - A x: x is the double-double "
-                 "answer (which meets it) rounded to float64, as close as float64 holds it "
-                 "(the low part in SolveResult.x_lo)")
+        extra = ("the tolerance is below FP64's rounding of b - A x at this x: " + DD_MET +
+                 " rounded to float64, as close as float64 holds it (the low part in "
+                 "SolveResult.x_lo)")
     if info != 0 and flag != USER_STOP:
         # the preconditioner's own word on a failed solve (ILU(0): unstable factors)
         why = getattr(problem.M_user, "diagnose", None)
@@ -504,6 +504,10 @@ def iterate(method: str, body: Callable, problem, policy, *, callback, escalate,
                   solve_time, escalations, policy, extra, x_lo=x_lo,
                   at_floor=info > 0 and (flag == FP64_ROUNDING or (
                       flag == 2 and not far and policy.stronger() is None)))
+
+
+#: What the status of a solve whose double-double answer met the tolerance says of it.
+DD_MET = "x is the double-double answer (which meets it)"
 
 
 #: A stagnation (flag 2) is "at the accuracy floor" unless the true residual is over this

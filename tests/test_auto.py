@@ -1264,3 +1264,34 @@ def test_ilut_candidates_after_slow_ilut_set_ups_are_skipped(monkeypatch):
     own = np.linalg.norm(b - A @ r.x) / np.linalg.norm(b)
     assert r.true_residual == pytest.approx(own, rel=1e-6)
     assert r.converged == (own <= 1e-5)                   # (honest either way)
+
+
+def test_auto_keeps_a_double_double_answer_that_meets_the_tolerance():
+    """SPD, condition 1e14, rtol 1e-5: CG + IC(0)'s double-double answer ``x + x_lo`` meets
+    the tolerance, ``x`` rounded to FP64 cannot (its residual 4e-2 is FP64's rounding of
+    ``b - A x`` at an ``x`` of norm 1e14 ``||b||``).  auto went on through five more
+    candidates and returned GMRES + Jacobi's x without ``x_lo`` (exact residual 5e-2); it
+    now stops there, as the README says, with the low part."""
+    from fractions import Fraction
+
+    n = 2000
+    e = np.ones(n)
+    A = sp.diags([-e[:-1], 2 * e, -e[:-1]], [-1, 0, 1], format="csr")
+    A = sp.csr_matrix(A - (2 - 2 * np.cos(np.pi / (n + 1))) * (1 - 1e-14) * sp.eye(n))
+    b = np.random.default_rng(7).standard_normal(n)
+    r = mpsolve.solve(A, b)
+    assert not r.converged and r.at_floor and r.x_lo is not None
+    assert "double-double answer x + x_lo met the tolerance" in r.status
+    assert sum(c.outcome != "not tried" for c in r.choices) == 1
+    # x + x_lo meets it, exactly (rational arithmetic on the tridiagonal rows)
+    xs = [Fraction(float(h)) + Fraction(float(lo)) for h, lo in zip(r.x, r.x_lo)]
+    d, off = Fraction(float(A[0, 0])), Fraction(-1)
+    res2 = 0
+    for i in range(n):
+        s = Fraction(float(b[i])) - d * xs[i]
+        if i:
+            s -= off * xs[i - 1]
+        if i < n - 1:
+            s -= off * xs[i + 1]
+        res2 += s * s
+    assert float(res2) <= (1e-5 * np.linalg.norm(b)) ** 2
