@@ -759,11 +759,12 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             # no candidate certifies a smaller residual: stop here (or this one's double-
             # double answer met the tolerance, x + x_lo: only FP64's rounding of it misses)
             c.outcome = ("stopped at the accuracy floor of precision " + repr(r.precision)
-                         + ": the tolerance is below what any candidate can certify"
-                         if r.x_lo is None or DD_MET not in r.status else
-                         "its double-double answer x + x_lo met the tolerance; x rounded to "
-                         "float64 cannot (FP64's rounding of b - A x at this x): as close as "
-                         "float64 holds it, the low part in SolveResult.x_lo")
+                         + (": the tolerance is below what any candidate can certify"
+                            if r.x_lo is None or DD_MET not in r.status else
+                            ": its double-double answer x + x_lo met the tolerance; x "
+                            "rounded to float64 cannot (FP64's rounding of b - A x at this "
+                            "x): as close as float64 holds it, the low part in "
+                            "SolveResult.x_lo"))
             break
         if mon is not None and mon.why:
             c.outcome = mon.why

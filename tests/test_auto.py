@@ -1102,7 +1102,9 @@ def test_auto_never_runs_past_the_callers_iteration_budget(maxiter):
     b = rng.standard_normal(n)
     res = mpsolve.solve(A, b, rtol=1e-8, maxiter=maxiter)
     ran = [c for c in res.choices if c.iterations]
-    assert len(ran) >= 2 and any(c.method == "gmres" for c in ran)
+    # (or the first candidate's double-double answer met the tolerance: auto stops there)
+    assert (len(ran) >= 2 or "double-double answer x + x_lo met" in ran[0].outcome) and \
+        any(c.method == "gmres" for c in ran)
     assert sum(c.iterations for c in ran) == res.iterations <= maxiter
     _ok(res, A, b, 1e-8)
 
