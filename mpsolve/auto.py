@@ -1091,15 +1091,17 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total, best=None
     picked = ""
     if r.info != 0 and best is not None and best[0] != len(results) - 1:
         # not converged: the answer with the smallest true residual, not the last one
+        # (info: the last candidate's, the reason auto ended -- a breakdown's code is
+        # kept, a count becomes the iterations done below)
         if best[0] >= 0:
-            r = results[best[0]]
+            r = dataclasses.replace(results[best[0]], info=r.info)
             picked = (f"x is choice {ran[best[0]]}'s answer, the smallest true residual of "
                       f"those tried (the last ended at {results[-1].true_residual:.1e})")
         else:
             x64 = problem.x0_64 if problem.x0_mode == "given" else \
                 problem.xp.zeros(problem.n, problem.hp)
             r = dataclasses.replace(r, x=problem.answer(x64).copy(), true_residual=best[1],
-                                    x_lo=None, at_floor=False, info=max(1, r.iterations))
+                                    x_lo=None, at_floor=False)
             picked = ("x is the start: every candidate ended above its residual (the last "
                       f"at {results[-1].true_residual:.1e})")
     stopped_by_us = r.info == USER_STOP and not any(
