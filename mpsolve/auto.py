@@ -706,7 +706,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         else:
             kw.update(maxiter=share)
         sub = derive_problem(problem, M=M, maxiter=kw["maxiter"], precond_side=m_side,
-                             x0=None if not results else x)
+                             x0=None if not results or x is None or isinstance(x, str)
+                             else x)
         # GMRES's share is its inner iterations, capped exactly by the body (max_inner,
         # across restarts, refinement steps and escalations); its monitor, called once a
         # cycle, would only estimate them.  CG's and BiCGSTAB's maxiter is exact.
@@ -740,7 +741,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             best = (len(results) - 1, r.true_residual)
             x = r.x                       # the next candidate starts from the best answer
         elif best[0] < 0:
-            x = None                      # (the start, x0 or its own: derive_problem's)
+            x = x0                        # the start (None or 'Mb': the problem's own)
         else:
             x = results[best[0]].x
         if r.converged:
