@@ -751,7 +751,7 @@ def test_an_update_to_values_of_another_precision_is_a_fresh_set_up(precond, old
     assert s._problem.M_user.storage_dtype == f._problem.M_user.storage_dtype
 
 
-def test_auto_gmres_counts_maxiter_in_iterations_as_solve_does():
+def test_auto_gmres_counts_maxiter_in_iterations_as_solve_does(monkeypatch):
     """With ``method="auto"`` ``maxiter`` is auto's budget in iterations, for a Solver as
     for :func:`mpsolve.solve`: a GMRES choice is capped by its inner iterations (it ran
     ``maxiter`` restart cycles: 600 iterations for ``maxiter=20``, and 5010 by default),
@@ -773,7 +773,9 @@ def test_auto_gmres_counts_maxiter_in_iterations_as_solve_does():
     r = mpsolve.Solver(A, precond="isai", rtol=1e-15).solve(b)
     assert r.iterations <= DEFAULT_AUTO_MAXITER
     B = np.column_stack([b, 2 * b + 1, np.arange(A.shape[0], dtype=float)])
+    monkeypatch.setenv("MPSOLVE_BLOCK", "1")          # (block GMRES, the budget's split)
     r = s.solve(B, maxiter=95)
+    assert r.rhs_mode == "block"
     assert list(r.column_iterations) == [95] * 3 and list(r.column_info) == [95] * 3
     r = s.solve(B, maxiter=25)            # under one cycle: the columns one by one, capped
     assert list(r.column_iterations) == [25] * 3
