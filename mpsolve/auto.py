@@ -638,13 +638,14 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
     failed = {}                           # id(set-up error) -> (first choice, the error)
     indefinite = False
     bare_ran = False
-    ilut_seconds, cap = 0.0, None         # the ILUT set-ups' time so far; SETUP_CAP's
+    ilut_seconds, per_it = 0.0, None      # the ILUT set-ups' time so far; _iteration_cost
     for k, c in enumerate(cands):
         left = budget - done
         if left <= 0:
             break
         if c.precond == "ilut" and ilut_seconds > 0.0:
-            cap = _setup_cap(problem, left) if cap is None else cap
+            per_it = _iteration_cost(problem) if per_it is None else per_it
+            cap = max(SETUP_CAP_MIN, left * per_it)
             if ilut_seconds > cap:
                 c.outcome = (f"skipped: the ILUT set-ups before it took {ilut_seconds:.1f} s, "
                              f"more than the iterations left are estimated to take "
@@ -706,8 +707,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
         else:
             kw.update(maxiter=share)
         sub = derive_problem(problem, M=M, maxiter=kw["maxiter"], precond_side=m_side,
-                             x0=None if not results or x is None or isinstance(x, str)
-                             else x)
+                             x0=None if not results else x)
         # GMRES's share is its inner iterations, capped exactly by the body (max_inner,
         # across restarts, refinement steps and escalations); its monitor, called once a
         # cycle, would only estimate them.  CG's and BiCGSTAB's maxiter is exact.
@@ -716,7 +716,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
                        callback, period) if C is not None else None
         kw["callback"] = mon if mon is not None else callback
         if sub is None:                   # b needs scaling: the whole solve does it
-            r = solve(A, b, x, method=c.method, precond=M, **kw)
+            r = solve(A, b, x0 if x is None else x, method=c.method, precond=M, **kw)
         else:                             # A and b as checked above, not again
             body_kw, _, _, _ = configure(c.method, M, kw.get("restart"), kw.get("side"))
             if capped:
@@ -741,7 +741,7 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
             best = (len(results) - 1, r.true_residual)
             x = r.x                       # the next candidate starts from the best answer
         elif best[0] < 0:
-            x = x0                        # the start (None or 'Mb': the problem's own)
+            x = None                      # the start: the problem's own (x0, checked)
         else:
             x = results[best[0]].x
         if r.converged:
@@ -759,6 +759,8 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
                 r.x_lo is not None and DD_MET in r.status)):
             # no candidate certifies a smaller residual: stop here (or this one's double-
             # double answer met the tolerance, x + x_lo: only FP64's rounding of it misses)
+            if r.x_lo is not None and DD_MET in r.status:
+                best = (len(results) - 1, r.true_residual)    # (its x_lo with it)
             c.outcome = ("stopped at the accuracy floor of precision " + repr(r.precision)
                          + (": the tolerance is below what any candidate can certify"
                             if r.x_lo is None or DD_MET not in r.status else
@@ -793,11 +795,13 @@ def auto_solve(solve, A, b, x0=None, *, method="auto", precond="auto", precision
 SETUP_CAP_MIN = 1.0
 
 
-def _setup_cap(problem, iterations) -> float:
-    """The seconds ``iterations`` GMRES(30) iterations are estimated to take: one FP64
-    product with ``A`` (timed, best of three) times ``1 + 20 n / nnz`` -- the Gram-Schmidt
-    of a restart length of 30 reads and writes about 30 vectors, ``240 n`` bytes, against
-    the product's ``12 nnz`` --, at least :data:`SETUP_CAP_MIN`."""
+def _iteration_cost(problem) -> float:
+    """The seconds one GMRES(30) iteration is estimated to take: one FP64 product with
+    ``A`` (timed, best of three; a value read back, so a device's asynchronous launch is
+    waited for) times ``1 + 20 n / nnz`` -- the Gram-Schmidt of a restart length of 30
+    reads and writes about 30 vectors, ``240 n`` bytes, against the product's ``12 nnz``.
+    An ILUT candidate's cap is this times the iterations left, at least
+    :data:`SETUP_CAP_MIN`."""
     n, hp = problem.n, problem.hp
     nnz = problem.A_csr.nnz if problem.A_csr is not None else n
     mv = problem.A64.bind(hp, hp)
@@ -807,8 +811,9 @@ def _setup_cap(problem, iterations) -> float:
     for _ in range(3):
         t = time.perf_counter()
         mv(u, v)
+        complex(v[n - 1]) if n else None   # (the product done, on any device)
         best = min(best, time.perf_counter() - t)
-    return max(SETUP_CAP_MIN, iterations * best * (1.0 + 20.0 * n / max(nnz, 1)))
+    return best * (1.0 + 20.0 * n / max(nnz, 1))
 
 
 def _start_residual(problem) -> float:
@@ -1090,7 +1095,11 @@ def _combine(cands, results, an, analysis_time, b, x0, problem, total, best=None
             analysis_time=analysis_time)
     r = results[-1]
     picked = ""
-    if r.info != 0 and best is not None and best[0] != len(results) - 1:
+    user_stop = any(c.outcome == "stopped by the callback" for c in cands)
+    if r.info != 0 and not user_stop and best is not None and best[0] != len(results) - 1 \
+            and (best[0] >= 0 or math.isfinite(best[1])):
+        # (not past the caller's callback stop: its iterate, as SciPy's; a start whose
+        # residual is unknown, 'Mb', is never picked)
         # not converged: the answer with the smallest true residual, not the last one
         # (info: the last candidate's, the reason auto ended -- a breakdown's code is
         # kept, a count becomes the iterations done below)

@@ -87,6 +87,9 @@ def together(method: str, n: int, device: str) -> bool:
     setting = os.environ.get("MPSOLVE_BLOCK", "auto")
     if setting in ("0", "1"):
         return setting == "1"
+    if setting != "auto":
+        raise ValueError(f"MPSOLVE_BLOCK={setting!r}: use 1 (iterate the columns together), "
+                         "0 (one after the other) or auto (unset: where it pays)")
     if not is_host(device):
         return True
     return method == "cg" and n >= BLOCK_CG_MIN_N
@@ -407,7 +410,8 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host, 
         # guarded against under- and overflow as the single path's are (which also scales
         # b outside its range): every column by the single path
         return _by_columns(solver, bh, bh, None if x0h is None else x0h, x0h, rtol, atol,
-                           solver._from_cycles(maxiter), None, t0)
+                           solver._from_cycles(maxiter) if budget is None else budget, None,
+                           t0)
     zero = bnrm == 0
     tol = np.maximum(atol, np.where(zero, 0.0, rtol * np.where(zero, 1.0, bnrm)))  # (inf rtol)
     X[:, zero] = 0.0                      # SciPy: a zero right-hand side has the solution 0
@@ -533,6 +537,8 @@ def _run_block(solver, plan, bh, x0h, rtol, atol, maxiter, deflation, t0, host, 
         # count in its budget)
         again = c in broke
         repeat = again and solver.method == method0
+        if left[c] <= 0:
+            continue                      # (the budget is spent: the block's answer stays)
         if again and not repeat:
             left[c] = max(1, total - int(iters[c]))
         start = (None if x0h is None else np.ascontiguousarray(x0h[:, c])) if again else \

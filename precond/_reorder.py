@@ -452,7 +452,8 @@ class Reordered(Preconditioner):
 
     @property
     def nbytes(self) -> int:
-        return int(self.inner.nbytes) + 3 * 8 * (self.shape[0] if self.shape else 0)
+        shape = self.__dict__.get("_shape")      # (None before set-up: shape would raise)
+        return int(self.inner.nbytes) + 3 * 8 * (shape[0] if shape else 0)
 
     def __repr__(self):
         return f"<Reordered[{self.reorder}] {self.inner!r}>"

@@ -259,9 +259,11 @@ class Preconditioner:
             raise TypeError(f"{type(self).__name__}.apply: {bad} is a "
                             f"{type(r if bad == 'r' else out).__name__}, not an array of the "
                             "device (matvec takes anything array-like and allocates out)")
+        # (CuPy's flags have no writeable: its arrays are)
+        writeable = getattr(out.flags, "writeable", True)
         if r.shape != (n,) or out.shape != (n,) or not (
-                r.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
-            if not out.flags.writeable:
+                r.flags.c_contiguous and out.flags.c_contiguous and writeable):
+            if not writeable:
                 raise ValueError(f"{type(self).__name__}.apply: out is read-only; pass a "
                                  "writable array (or use matvec, which allocates it)")
             for name, v in (("r", r), ("out", out)):
@@ -348,7 +350,7 @@ class Preconditioner:
                                 ", not both C-contiguous (np.ascontiguousarray)"))
         if (R.dtype, Z.dtype) not in self._bound:
             self._check_dtypes(R, Z)
-        if not Z.flags.writeable:
+        if not getattr(Z.flags, "writeable", True):
             raise ValueError(f"{type(self).__name__}.apply_block: Z is read-only; pass a "
                              "writable array")
         if array_module(self.device).may_share_memory(R, Z):

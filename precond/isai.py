@@ -325,13 +325,14 @@ class _ISAIBase(Preconditioner):
         """
         if self._power_request is not None:
             self.power_reason = "requested"
-            most = max(1, -(-A.shape[0] // max(b, 1)) - 1)
+            rows = -(-A.shape[0] // max(b, 1))
+            most = max(1, rows - 1)
             if self._power_request > most:
                 # (S + I)^k grows with k and is every (block) row's reachable set from
                 # k = nb - 1 on: a larger power builds the same pattern (after steps that
                 # change nothing -- 2**40 of them never returned)
                 self.power_reason = (f"requested {self._power_request}; {most} builds the "
-                                     f"same pattern (A has {most + 1} (block) rows)")
+                                     f"same pattern (A has {rows} (block) rows)")
                 return most, False
             return self._power_request, False
         k = _DEFAULT_POWER[self.variant]

@@ -1246,7 +1246,7 @@ def test_a_failed_auto_returns_its_best_answer_never_worse_than_the_start(n):
 def test_ilut_candidates_after_slow_ilut_set_ups_are_skipped(monkeypatch):
     """ILUT set-ups fill in more from one candidate to the next (drop tolerance 1e-3, MC64,
     then a bounded LU): where those before took longer than the iterations left are
-    estimated to (``_setup_cap``, at least 1 s), the rest are skipped -- a skew-symmetric
+    estimated to (``_iteration_cost`` times them, at least 1 s), the rest are skipped -- a skew-symmetric
     random matrix of 10^4 unknowns spent 24 + 11 + 37 s in them and then failed, where
     GMRES with the diagonal scaling converges.  Forced here with a cap of 0."""
     n = 1000
@@ -1256,8 +1256,9 @@ def test_ilut_candidates_after_slow_ilut_set_ups_are_skipped(monkeypatch):
     free = mpsolve.solve(A, b)
     assert free.converged and not any("set-ups before it took" in c.outcome
                                       for c in free.choices)
-    assert auto._setup_cap(auto.make_problem(A, b), 5000) >= auto.SETUP_CAP_MIN
-    monkeypatch.setattr(auto, "_setup_cap", lambda problem, iterations: 0.0)
+    assert 0.0 < auto._iteration_cost(auto.make_problem(A, b)) < 1.0
+    monkeypatch.setattr(auto, "_iteration_cost", lambda problem: 0.0)
+    monkeypatch.setattr(auto, "SETUP_CAP_MIN", 0.0)
     r = mpsolve.solve(A, b)
     skipped = [c for c in r.choices if "the ILUT set-ups before it took" in c.outcome]
     assert skipped and all(c.precond == "ilut" and c.setup_seconds == 0.0 for c in skipped)

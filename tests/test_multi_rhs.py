@@ -927,3 +927,42 @@ def test_the_columns_go_together_where_that_is_measured_to_pay(monkeypatch):
     np.testing.assert_allclose(block.x, by_col.x, rtol=1e-8)
     monkeypatch.setenv("MPSOLVE_BLOCK", "0")
     assert mpsolve.solve(A, B, method="cg", precond="jacobi").rhs_mode == "by column"
+
+
+def _auto_gmres_solver():
+    A = sp.csr_matrix(convection_diffusion2d(14, 50.0))
+    A[7, 7] = 0.0
+    A.eliminate_zeros()
+    s = mpsolve.Solver(A, precond="isai", rtol=1e-15, maxiter=20)
+    assert s.method == "gmres" and s._restart_of_inner
+    return A, s
+
+
+def test_auto_gmres_block_budget_spent_in_whole_cycles_runs_no_straggler():
+    """A column that used its whole budget in the block's cycles and then stagnated (rtol
+    0) was handed to the single path with ``maxiter=0``: ValueError."""
+    A, s = _auto_gmres_solver()
+    n = A.shape[0]
+    b = np.ones(n)
+    B = np.column_stack([b, 2 * b + 1, np.arange(n, dtype=float)])
+    for maxiter in (60, 630):
+        r = s.solve(B, maxiter=maxiter, rtol=0.0)
+        assert r.rhs_mode == "block" and np.all(r.column_iterations <= maxiter)
+        assert np.all(r.column_info > 0)
+
+
+def test_auto_gmres_columns_solved_one_by_one_get_the_whole_budget():
+    """A column far from norm 1 sends every column to the single path: they got the whole
+    cycles' iterations (30 of ``maxiter=59``), a single solve 59."""
+    A, s = _auto_gmres_solver()
+    b = np.ones(A.shape[0])
+    r = s.solve(np.column_stack([b * 1e-200, 2 * b + 1]), maxiter=59)
+    one = s.solve(b * 1e-200, maxiter=59)
+    assert r.column_iterations.tolist() == [one.iterations, one.iterations] == [59, 59]
+
+
+def test_a_bad_mpsolve_block_setting_is_named(monkeypatch):
+    monkeypatch.setenv("MPSOLVE_BLOCK", "yes")
+    A = poisson2d(6).tocsr()
+    with pytest.raises(ValueError, match="MPSOLVE_BLOCK='yes'"):
+        mpsolve.solve(A, np.ones((36, 2)), method="cg")

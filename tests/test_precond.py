@@ -2196,3 +2196,9 @@ def test_a_block_size_above_n_is_the_whole_matrix(P):
     M = P(block_size=10**8, dtype="float64").setup(A)
     assert M.block_size == 49
     np.testing.assert_allclose(M.matvec(A @ np.ones(49)), 1.0, rtol=1e-10)
+
+
+def test_a_reordered_preconditioner_before_set_up_has_no_bytes():
+    """``nbytes`` before set-up read ``shape``, which now says "not set up"."""
+    M = make_preconditioner("ilu0", reorder="mc64")
+    assert M.nbytes == 0 and "not set up" in repr(M)
