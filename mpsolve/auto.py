@@ -811,7 +811,8 @@ def _iteration_cost(problem) -> float:
     for _ in range(3):
         t = time.perf_counter()
         mv(u, v)
-        complex(v[n - 1]) if n else None   # (the product done, on any device)
+        if n:
+            complex(v[n - 1])             # (read back: the product done, on any device)
         best = min(best, time.perf_counter() - t)
     return best * (1.0 + 20.0 * n / max(nnz, 1))
 
@@ -828,7 +829,6 @@ def _start_residual(problem) -> float:
         return math.inf
     r64 = problem.xp.empty(problem.n, problem.hp)
     t = problem.true_residual(problem.x0_64, r64) / problem.bnrm
-    problem._first_residual = True        # (the candidates' own first residual: theirs)
     return t if math.isfinite(t) else math.inf
 
 

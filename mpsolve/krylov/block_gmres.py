@@ -183,6 +183,11 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                     continue
                 cycles[col] += 1
                 rn[col] = rnew[i]
+                if watch and not happy[c]:       # (cycles since the last new low)
+                    if rnew[i] < gain * best[col]:
+                        best[col], stalled[col] = rnew[i], 0
+                    else:
+                        stalled[col] += 1
                 if not math.isfinite(rnew[i]):
                     flags[col], done[col] = -14, True
                 elif rnew[i] <= tl[c]:
@@ -196,7 +201,7 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                         flags[col], done[col] = (-13 if singular[c] or far else 2), True
                     else:
                         last_happy[col] = rnew[i]
-                elif watch and not rnew[i] < gain * best[col] and stalled[col] + 1 >= least:
+                elif watch and stalled[col] >= least:
                     flags[col], done[col] = 2, True
                 elif est[c] <= target[c]:
                     # (left: as GMRES, a claim whose tighter target did not halve the true
@@ -208,11 +213,6 @@ def block_gmres_body(bsys, X, R, B, limits, tol, hist, restart=20, side="left",
                         flags[col], done[col] = 0, True
                 elif left:
                     factor[col] = min(1.0, 1.5 * factor[col])
-                if watch and not happy[c]:
-                    if rnew[i] < gain * best[col]:
-                        best[col], stalled[col] = rnew[i], 0
-                    else:
-                        stalled[col] += 1
                 if not done[col] and cycles[col] >= limits[col]:
                     flags[col], done[col] = 1, True
 
