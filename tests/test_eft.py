@@ -801,3 +801,31 @@ def test_specialise_checks_the_target():
     calls.clear()
     t.two_sum(1.0, 1e-20)
     assert calls.count("add_rn") == 2 and calls.count("sub_rn") == 4
+
+
+_CACHED_DOT2 = """
+import numpy as np
+from mpsolve.kernels.cpu.eft import dot2, nrm2_compensated
+x = np.ones(40000)
+print(float(nrm2_compensated(x)) if "{first}" == "nrm2" else float(dot2(x, x)))
+"""
+
+
+def test_parallel_dot2_from_the_disk_cache(tmp_path):
+    """The compensated dot's parallel path is a cached serial function calling a cached
+    parallel one: loaded from Numba's disk cache it does not launch the thread pool, and
+    a process whose first parallel call it was called a null pointer (Numba issue 8578;
+    a segmentation fault).  The pool is launched at import now: three processes on one
+    fresh cache -- the parallel callee compiled by the first, the caller by the second,
+    both loaded by the third -- all return the exact sum."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               MPSOLVE_PARALLEL_MIN="32768")
+    for first, want in (("nrm2", 200.0), ("dot2", 40000.0), ("dot2", 40000.0)):
+        out = subprocess.run([sys.executable, "-c", _CACHED_DOT2.format(first=first)],
+                             env=env, capture_output=True, text=True)
+        assert out.returncode == 0, (first, out.returncode, out.stderr[-2000:])
+        assert float(out.stdout.split()[-1]) == want
