@@ -94,9 +94,9 @@ class Precision:
         dtype of the SpMV row sums (``"float64"`` or ``"float32"``).
     dot : {"native", "compensated"}
         Reductions (inner products and norms): plain, or Ogita--Rump--Oishi Dot2.
-    inner : Precision or None
+    inner : Precision, str or None
         If set, the solve is an iterative refinement: FP64 residuals and updates
-        outside, an inner Krylov solve in this policy.
+        outside, an inner Krylov solve in this policy (a preset's name: that preset).
     basis : str or None
         dtype in which GMRES stores its Krylov basis (``None``: the working dtype).
         ``"float32"`` under an FP64 working precision is compressed-basis GMRES: each
@@ -138,7 +138,7 @@ class Precision:
     def __post_init__(self):
         for f in ("working", "matrix", "precond", "accumulate"):
             v = getattr(self, f)
-            name = float_name(v)
+            name = None if v is None else float_name(v)    # (np.dtype(None) is float64)
             if name is None:
                 raise ValueError(
                     f"Precision.{f}={v!r} is not supported; use 'float32' or 'float64'"
@@ -166,6 +166,15 @@ class Precision:
                              "precision")
         if self.dot not in _DOT_MODES:
             raise ValueError(f"Precision.dot={self.dot!r}; use one of {_DOT_MODES}")
+        if isinstance(self.inner, str):       # a preset's name: that preset
+            try:
+                object.__setattr__(self, "inner", PRESETS[self.inner])
+            except KeyError:
+                raise ValueError(f"Precision.inner={self.inner!r}: not a preset; use one of "
+                                 f"{sorted(PRESETS)} or a Precision") from None
+        if self.inner is not None and not isinstance(self.inner, Precision):
+            raise TypeError(f"Precision.inner={self.inner!r}: use a Precision, a preset's "
+                            "name or None")
         if self.inner is not None and self.inner.inner is not None:
             raise ValueError("Precision.inner must not itself have an inner policy")
 
@@ -222,25 +231,28 @@ class Precision:
         ``single -> ir -> mixed -> mixed-eft -> eft`` and ``double -> eft``: FP32
         work is kept as long as it can still help (refinement reaches FP64
         accuracy with FP32 inner solves), then vectors and ``A`` move to FP64,
-        then the reductions become compensated;
-        a custom policy moves its low-precision parts to FP64, then its dots to
-        compensated.  A compressed basis goes first: ``mixed-cb -> mixed``,
-        ``mixed-eft-cb -> mixed-eft``, any other policy to itself with an FP64 basis
-        (the compressed basis is what most likely cost the convergence).
+        then the reductions become compensated and ``x`` and the residual
+        double-double.  Any other policy -- a custom one, or a preset with a field
+        replaced (the ladder follows the fields, not the name) -- moves its
+        low-precision parts to FP64 (``+fp64``), then to compensated dots and the
+        double-double residual as ``eft`` has them (``+eft``; ``+dd`` where its dots
+        were compensated already).  A compressed basis goes first: ``mixed-cb ->
+        mixed``, ``mixed-eft-cb -> mixed-eft``, any other policy to itself with an FP64
+        basis (the compressed basis is what most likely cost the convergence).
         """
         if self.compressed:
             return self.with_basis(self.working)
-        ladder = {"single": "ir", "ir": "mixed", "mixed": "mixed-eft",
-                  "mixed-eft": "eft", "double": "eft", "eft": None}
-        if self.name in ladder:
-            nxt = ladder[self.name]
+        if PRESETS.get(self.name) == self:
+            nxt = _LADDER[self.name]
             return None if nxt is None else PRESETS[nxt]
         if self.inner is not None or "float32" in (self.working, self.matrix, self.accumulate):
             return replace(self, name=self.name + "+fp64", working="float64",
                            matrix="float64", accumulate="float64", inner=None,
                            basis="float64")
         if self.dot == "native":
-            return replace(self, name=self.name + "+eft", dot="compensated")
+            return replace(self, name=self.name + "+eft", dot="compensated", residual="dd")
+        if self.residual != "dd":
+            return replace(self, name=self.name + "+dd", residual="dd")
         return None
 
     @staticmethod
@@ -277,6 +289,10 @@ PRESETS["ir"] = Precision("ir", _f8, _f8, _f4, _f8, "native",
                           inner=replace(PRESETS["single"], name="ir-inner",
                                         accumulate=_f8))
 PRESETS["mixed-cb"] = PRESETS["mixed"].with_basis(_f4)
+#: The presets' escalation ladder (:meth:`Precision.stronger`; the compressed-basis presets
+#: first drop their compression).
+_LADDER = {"single": "ir", "ir": "mixed", "mixed": "mixed-eft", "mixed-eft": "eft",
+           "double": "eft", "eft": None}
 PRESETS["mixed-eft-cb"] = PRESETS["mixed-eft"].with_basis(_f4)
 
 

@@ -45,6 +45,15 @@ def test_precision_is_frozen_and_validated():
         Precision(dot="kahan")
     with pytest.raises(ValueError, match="unknown precision preset"):
         Precision.preset("quad")
+    # the inner policy by a preset's name; anything else named (an AttributeError of
+    # 'str' before), and None is no precision (np.dtype(None) made it float64)
+    assert Precision(inner="single").inner == PRESETS["single"]
+    with pytest.raises(ValueError, match="Precision.inner='quad'"):
+        Precision(inner="quad")
+    with pytest.raises(TypeError, match="Precision.inner=3"):
+        Precision(inner=3)
+    with pytest.raises(ValueError, match="Precision.working=None"):
+        Precision(working=None)
 
 
 def test_escalation_ladder_ends_in_fp64_compensated():
@@ -57,6 +66,29 @@ def test_escalation_ladder_ends_in_fp64_compensated():
     custom = Precision("mine", "float32", "float32", "float32", "float32", "native")
     up = custom.stronger()
     assert up.working == up.matrix == "float64"
+    top = up.stronger()                 # then the dots and the residual, as 'eft' has them
+    assert (top.dot, top.residual, top.stronger()) == ("compensated", "dd", None)
+
+
+def test_custom_policies_escalate_to_the_double_double_residual():
+    """A custom policy (or a preset with a field replaced: the ladder follows the fields)
+    ends where ``eft`` does, with compensated dots *and* the double-double residual: at a
+    tolerance FP64's x cannot meet, its solve reported failure (info > 0, "at the
+    accuracy floor") on the very x that 'double' -> 'eft' accepts."""
+    A = poisson2d(16).tocsr()
+    b = np.random.default_rng(1).standard_normal(A.shape[0])
+    policies = ["double", Precision("mine", matrix="float32"),
+                Precision("mine2", dot="compensated"),
+                dataclasses.replace(PRESETS["mixed"], precond="float64")]
+    for p in policies:
+        r = mpsolve.solve(A, b, method="cg", precond="jacobi", precision=p, rtol=1e-14)
+        assert r.info == 0 and r.true_residual <= 1e-14, (p, r.status)
+        assert r.escalations[-1].to_precision.endswith(("eft", "+dd"))
+    # a preset's name with other fields is not that preset: no FP64 M moved back to FP32,
+    # and an 'eft' without its double-double residual is not the top of the ladder
+    up = dataclasses.replace(PRESETS["mixed"], precond="float64").stronger()
+    assert (up.precond, up.dot, up.residual) == ("float64", "compensated", "dd")
+    assert dataclasses.replace(PRESETS["eft"], residual="fp64").stronger().residual == "dd"
 
 
 def test_default_precision_follows_the_data():
