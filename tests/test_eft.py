@@ -829,3 +829,17 @@ def test_parallel_dot2_from_the_disk_cache(tmp_path):
                              env=env, capture_output=True, text=True)
         assert out.returncode == 0, (first, out.returncode, out.stderr[-2000:])
         assert float(out.stdout.split()[-1]) == want
+
+
+def test_dot2_refuses_vectors_of_other_shapes_or_dtypes():
+    """The kernels read ``x.size`` entries of both and accumulate in ``y``'s dtype: a
+    shorter ``x`` cut ``y`` silently and an FP32 ``y`` made an FP64 dot FP32."""
+    from mpsolve.kernels.cpu.eft import cdot2, dot2
+
+    with pytest.raises(ValueError, match="dot2: x and y must have one shape and dtype"):
+        dot2(np.ones(50), np.ones(100))
+    with pytest.raises(ValueError, match="one shape and dtype"):
+        dot2(np.ones(64), np.ones(64, np.float32))
+    with pytest.raises(ValueError, match="cdot2"):
+        cdot2(np.ones(8, complex), np.ones(8, np.complex64))
+    assert dot2(np.ones(50), np.ones(50)) == 50.0

@@ -316,9 +316,19 @@ def dot2(x, y):
     >>> dot2(x, y), float(np.dot(x, y))
     (1.0, 0.0)
     """
+    _check_pair(x, y, "dot2")
     if x.size >= PARALLEL_MIN:
         return float(_dot2_par(x, y, _CHUNK))
     return float(_dot2_ser(x, y))
+
+
+def _check_pair(x, y, what):
+    """``x`` and ``y`` of one shape and dtype (the kernels read ``x.size`` entries of
+    both and accumulate in ``y``'s dtype: a shorter ``x`` cut ``y`` silently, an FP32
+    ``y`` made an FP64 ``x``'s sum FP32)."""
+    if x.shape != y.shape or x.dtype != y.dtype:
+        raise ValueError(f"{what}: x and y must have one shape and dtype, got "
+                         f"{x.shape} {x.dtype} and {y.shape} {y.dtype}")
 
 
 @njit(**_EFT_JIT)
@@ -433,6 +443,7 @@ def cdot2(x, y):
     >>> cdot2(x, y), complex(np.vdot(x, y))       # conj(x) . y = 1 - 1j
     ((1-1j), -1j)
     """
+    _check_pair(x, y, "cdot2")
     if x.size >= PARALLEL_MIN:
         re, im = _cdot2_par(x, y, _CHUNK)
     else:
