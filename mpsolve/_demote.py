@@ -6,7 +6,7 @@ import numpy as np
 from .backend import HOST_DEVICE, device_of, is_host, on_host, to_host
 from .kernels import lookup
 
-__all__ = ["PrecisionRangeError", "demote", "row_scale"]
+__all__ = ["PrecisionRangeError", "demote", "row_scale", "bsr_row_scale"]
 
 
 class PrecisionRangeError(ValueError):
@@ -111,3 +111,18 @@ def row_scale(indptr, values):
         m = np.maximum.reduceat(a, indptr[nz])
         out[:] = np.repeat(m, rows[nz])
     return out
+
+
+def bsr_row_scale(indptr, blocks):
+    """For each stored value of a BSR matrix (``blocks`` of shape ``(nnzb, b, b)``, block
+    row pointers ``indptr``), the largest magnitude in its scalar row (the ``scale`` of
+    :func:`demote` for stored blocks).  Host arrays (device ones are read back)."""
+    ip, a = to_host(indptr), np.abs(to_host(blocks))
+    out = np.zeros(a.shape[:2])
+    rows = np.diff(ip)
+    nz = np.flatnonzero(rows)
+    if nz.size:
+        m = np.maximum.reduceat(a.max(axis=2), ip[nz], axis=0)   # (block rows, b)
+        out[:] = np.repeat(m, rows[nz], axis=0)
+    return np.broadcast_to(out[:, :, None], a.shape)
+

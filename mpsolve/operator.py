@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
-from ._demote import demote, row_scale
+from ._demote import bsr_row_scale, demote, row_scale
 from .backend import (DEFAULT_DEVICE, HOST_DEVICE, array_module, device_of, is_host, on_host,
                       to_device, to_host)
 from .kernels import lookup
@@ -286,7 +286,8 @@ class BSROperator(_Stored):
         if wide is np.complex128:
             dtype = np.result_type(dtype, np.complex64)
         if data.dtype != np.dtype(dtype):          # (blocks already stored: kept as they are)
-            data = demote(xp.ascontiguousarray(data, dtype=wide), dtype, what, device=device)
+            data = demote(xp.ascontiguousarray(data, dtype=wide), dtype, what, device=device,
+                          scale=lambda: bsr_row_scale(indptr, data))
         data = xp.ascontiguousarray(data)
         self.indptr = to_device(np.ascontiguousarray(indptr, dtype=np.int32), device)
         self.indices = to_device(np.ascontiguousarray(indices, dtype=np.int32), device)
@@ -382,14 +383,13 @@ def _unit_row_scale(indptr, values):
     ip, v = to_host(indptr), to_host(values)
     if v.ndim == 1:
         return np.maximum(row_scale(ip, v), 1.0)
-    a = np.abs(v)
-    out = np.ones(a.shape)
-    rows = np.diff(ip)
-    nz = np.flatnonzero(rows)
-    if nz.size:
-        m = np.maximum.reduceat(a.max(axis=2), ip[nz], axis=0)   # (block rows, b)
-        out[:] = np.maximum(np.repeat(m, rows[nz], axis=0)[:, :, None], 1.0)
-    return out
+    return np.maximum(bsr_row_scale(ip, v), 1.0)
+
+
+def _pivot_block_scale(dinv):
+    """:func:`~mpsolve._demote.bsr_row_scale` of inverse pivot blocks ``(nb, b, b)`` (one
+    block a row): a value far below the rest of its row of the inverse is negligible."""
+    return bsr_row_scale(np.arange(dinv.shape[0] + 1), dinv)
 
 
 class TriangularSweeps(_Stored):
@@ -478,7 +478,8 @@ class BlockTriangularSweeps(_Stored):
         self.uval = to_device(demote(uval, dtype, f"{what} factor D^-1 U", device=device,
                                      scale=lambda: _unit_row_scale(uptr, uval)), device)
         self.dinv = to_device(demote(dinv, dtype, f"{what} inverse pivot blocks",
-                                     device=device), device)
+                                     device=device, scale=lambda: _pivot_block_scale(dinv)),
+                              device)
         self.lptr, self.lind = to_device(lptr, device), to_device(lind, device)
         self.uptr, self.uind = to_device(uptr, device), to_device(uind, device)
         self.dtype = np.dtype(dtype)

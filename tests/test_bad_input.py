@@ -192,6 +192,33 @@ def test_a_factor_entry_that_underflows_next_to_the_unit_diagonal_is_flushed():
     assert np.linalg.norm(y - y64) <= 8 * np.finfo(np.float32).eps * np.linalg.norm(y64)
 
 
+def test_block_storage_flushes_a_value_negligible_in_its_row():
+    """The block operators (BSR blocks of A, BILU(0)'s inverse pivot blocks) measure a value
+    that underflows in FP32 against its scalar row, as the CSR ones do: a coupling of 1e-50
+    inside 2 x 2 blocks of order 1 made every block preconditioner refuse FP32 storage
+    ("not negligible in their rows") and a mixed solve escalate to eft; a block row whose
+    entries are all that small still cannot be stored."""
+    from mpsolve.precond import BlockILU0, BlockISAI, BlockJacobi
+
+    K = np.array([[2.0, 1e-50], [1e-50, 2.0]])
+    A = sp.kron(sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(50, 50)), K).tocsr()
+    b = A @ np.ones(100)
+    for M in (BlockJacobi(block_size=2), BlockILU0(block_size=2), BlockISAI(block_size=2),
+              BlockISAI(block_size=2, variant="bilu")):
+        M.setup(A)
+        assert M.storage_dtype == np.float32
+        r = mpsolve.solve(A, b, method="cg", precond=M, precision="mixed", rtol=1e-8)
+        assert r.converged and not r.escalations, (type(M).__name__, r.status)
+    from mpsolve.operator import BSROperator
+
+    blocks = np.array([[[1e-50, 2e-50], [1.0, 2.0]], [[3e-50, 0.0], [0.0, 3.0]]])
+    ptr, ind = np.array([0, 2, 2]), np.array([0, 1])   # scalar row 0: all of it about 1e-50
+    with pytest.raises(PrecisionRangeError, match="underflow"):
+        BSROperator(ptr, ind, blocks, 4, np.float32)
+    blocks[0, 0, 1] = 1.0                             # now negligible next to that 1: flushed
+    assert BSROperator(ptr, ind, blocks, 4, np.float32).data[0, 0, 0] == 0
+
+
 def test_demote_computes_a_scale_function_only_when_a_value_underflows():
     from mpsolve._demote import demote
 
