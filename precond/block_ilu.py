@@ -152,7 +152,8 @@ def bilu0_shifted(C, b, host, symmetric):
     with its off-diagonal blocks divided by ``1 + s`` for the first ``s`` of
     :func:`~.ilu.first_shift`'s sequence that makes them so (``shift = s``; else ``None``).
     For ``s`` large enough the pivots are ``C``'s own diagonal blocks, positive definite
-    for SPD ``C``: otherwise :class:`ZeroPivotError`."""
+    for SPD ``C``; where they are not, ``C`` is not positive definite and the unshifted
+    factors are returned as they are (a zero pivot block: :class:`ZeroPivotError`)."""
     spd = symmetric and positive_diagonal(C)
     first = None
     try:
@@ -178,14 +179,16 @@ def bilu0_shifted(C, b, host, symmetric):
         return fac if _pd_blocks(fac[4]) else None
 
     if limit:                           # (then some finite shift makes them positive definite)
-        fac, s = first_shift(attempt, 1e16)
-        if fac is not None:
-            return fac, s
+        shifted, s = first_shift(attempt, 1e16)
+        if shifted is not None:
+            return shifted, s
     if first is not None:
         raise first
-    raise ZeroPivotError("BILU(0): the pivot blocks are not positive definite, nor are A's "
-                         "diagonal blocks (so A is not positive definite); use GMRES with "
-                         "BlockILU0(symmetric=False), or Block-ISAI")
+    # A's own diagonal blocks are not positive definite, so neither is A and no shift makes
+    # M so: BILU(0)'s factors as they are (a symmetric indefinite M, for GMRES or BiCGSTAB;
+    # CG stops at its curvature test) -- refusing them failed GMRES on a symmetric
+    # indefinite A whose unshifted factors are exact
+    return fac, None
 
 
 def _pd_blocks(dinv):
@@ -224,7 +227,9 @@ class BlockILU0(Preconditioner):
         blocks of BILU(0) are not all positive definite (``M`` would not be, and CG would
         break down), the off-diagonal blocks are divided by ``1 + s`` for the smallest
         ``s`` in ``1e-3, 4e-3, ...`` that makes them so (Manteuffel's shift, as
-        :class:`ILU0`'s; the value is in ``shift``).  A number: that ``s`` always.
+        :class:`ILU0`'s; the value is in ``shift``) -- unless ``A``'s own diagonal blocks
+        are not positive definite (then ``A`` is not, and no shift makes ``M`` so: the
+        factors are kept unshifted, for GMRES or BiCGSTAB).  A number: that ``s`` always.
         ``None`` or 0: no shift.
 
     Attributes

@@ -144,6 +144,24 @@ def test_symmetric_a_gives_a_symmetric_blockilu0():
         BlockILU0(symmetric=True).setup(block_coupled(4))
 
 
+def test_symmetric_indefinite_blocks_keep_the_unshifted_factors():
+    """A symmetric A with a positive diagonal whose 2 x 2 diagonal blocks are indefinite is
+    not positive definite, and no shift makes BILU(0)'s pivot blocks so: the factors are
+    kept as they are (exact here: A is block tridiagonal), not refused -- GMRES with
+    'block-ilu0' and Block-ISAI's 'bilu' variant raised ZeroPivotError, whose advice was
+    the GMRES the caller was already running."""
+    A = sp.kron(sp.diags([0.1, 1.0, 0.1], [-1, 0, 1], shape=(50, 50)),
+                np.array([[1.0, 2.0], [2.0, 1.0]])).tocsr()
+    b = A @ np.ones(100)
+    M = BlockILU0(dtype="float64").setup(A)
+    assert M.symmetric and M.shift is None
+    np.testing.assert_allclose(M.matvec(b), np.ones(100), rtol=1e-12)
+    for method in ("gmres", "bicgstab"):
+        for kw in ({"precond": "block-ilu0"}, {"precond": "block-isai", "variant": "bilu"}):
+            r = mpsolve.solve(A, b, method=method, rtol=1e-8, **kw)
+            assert r.converged and r.iterations <= 5, (method, kw, r.status)
+
+
 def test_singular_pivot_block_names_the_block_row():
     A = random_block(6, 2, seed=4).tolil()
     A[6:8, :] = 0.0                                     # block row 3 is zero
