@@ -266,7 +266,10 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
     if sdev != host:                                # the device's arrays: A once, out there
         aptr, aind, adata = (to_device(a, sdev) for a in (aptr_h, aind_h, adata_h))
     bad_rows = []
-    mmax = max(1, int(max_local) // b)
+    # local systems of at most max_local scalar unknowns go batched; a block wider than
+    # max_local (block_size near n) sends every row to the excess path's LAPACK solve --
+    # the batched kernels' unblocked loops took minutes on a few thousand unknowns
+    mmax = int(max_local) // b
     # rows grouped by |J_i|, ascending (stable: the same order whatever the algorithm;
     # 16-bit keys take NumPy's radix sort, 3x faster than the merge sort of int64)
     key = sizes.astype(np.uint16) if sizes.size and sizes.max() < 2**16 else sizes
@@ -279,14 +282,19 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
         # Cholesky unless a probe of the rows says A_J is mostly not SPD (a nonsymmetric
         # A): then LU at once, instead of Cholesky failing and LU again on every row
         use_chol = chol is not None
+        done = False
         if use_chol:
             probe = rows[::max(1, rows.size // _PROBE)]
             pbad = np.zeros(probe.size, dtype=np.int8)
             chol(probe, pos[probe], pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out,
                  pbad)
             use_chol = np.count_nonzero(pbad == 2) <= probe.size // 2
+            if probe.size == rows.size:     # the probe was every row: its results stand
+                bad[:] = pbad
+                done = True
         if use_chol:
-            chol(rows, p, pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out, bad)
+            if not done:
+                chol(rows, p, pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out, bad)
         else:
             bad[:] = 2
         retry = np.flatnonzero(bad == 2)                # not SPD, or rejected: LU decides
