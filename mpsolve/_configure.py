@@ -54,7 +54,8 @@ def is_auto(precond) -> bool:
 def check_precond(precond):
     """A number where a preconditioner belongs is refused by name (it would otherwise be
     read as a 0-d matrix ``M``)."""
-    if isinstance(precond, (numbers.Number, np.generic)):
+    if isinstance(precond, (numbers.Number, np.generic)) and not isinstance(precond, str):
+        # (a NumPy string is a str: a name drawn from an array is that name)
         raise TypeError(f"precond={precond!r}: pass a preconditioner name "
                         "(mpsolve.precond.REGISTRY), a preconditioner object, a matrix or "
                         "LinearOperator approximating A^-1, 'auto' or None")

@@ -82,6 +82,8 @@ _NAME_HINTS = {
     "spai": ("isai", "a sparse approximate inverse on a fixed pattern"),
     "fsai": ("isai", "variant='spd' is FSAI"),
     "bilu": ("block-ilu0", "ILU(0) on the BSR blocks"),
+    "bilu0": ("block-ilu0", "ILU(0) on the BSR blocks"),
+    "blockilu0": ("block-ilu0", "ILU(0) on the BSR blocks"),
 }
 
 

@@ -372,6 +372,8 @@ def test_stray_keywords_are_named_with_their_fix(method, precond, kw, match):
     ("icc", ValueError, ["did you mean 'ilu0'?", "IC(0)"]),
     ("bjacobi", ValueError, ["did you mean 'ilu0'?", "blocks="]),
     ("spilu", ValueError, ["did you mean 'ilut'?"]),
+    ("bilu0", ValueError, ["did you mean 'block-ilu0'?"]),
+    (np.float64(2.0), TypeError, ["precond=", "preconditioner name"]),
     ("nonsense", ValueError, ["unknown preconditioner 'nonsense'", "'jacobi'"]),
 ])
 @pytest.mark.parametrize("method", ["cg", "auto"])
@@ -385,6 +387,15 @@ def test_preconditioner_names_from_petsc_and_scipy_get_a_hint(precond, exc, word
     if exc is TypeError:
         with pytest.raises(exc, match="precond="):
             mpsolve.Solver(A0, method=method, precond=precond)
+
+
+def test_a_numpy_string_is_a_preconditioner_name():
+    """np.str_ is a str (a name drawn from an array or a config table): it was refused as a
+    NumPy scalar, "pass a preconditioner name"."""
+    for p in ("jacobi", "block-isai", "auto"):
+        r = mpsolve.solve(A0, B0, method=np.str_("cg"), precond=np.str_(p), rtol=1e-8)
+        assert r.converged, p
+        assert mpsolve.Solver(A0, method="cg", precond=np.str_(p)).solve(B0).converged
 
 
 @pytest.mark.parametrize("b", [1, 2, 3])
