@@ -112,7 +112,8 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
 
     Sorted column indices, no duplicates (summed, as SciPy does), 32-bit
     indices where they fit, and the pattern completed where ``A`` is symmetric but for
-    stored zeros (:func:`complete_symmetric_pattern`).  The caller's object is never
+    stored zeros (:func:`complete_symmetric_pattern`).  A BSR ``A`` with square blocks
+    larger than 1 x 1 hands its block size on as the result's ``node_block_size``.  The caller's object is never
     modified: anything not already canonical is copied first; a ``csr_matrix`` that is
     canonical already (32-bit indices) is returned as it is.
     """
@@ -140,7 +141,12 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
         C = sp.csr_matrix((native(C.data), C.indices.astype(index, copy=False),
                            C.indptr.astype(index, copy=False)),
                           shape=C.shape)
-    return C if C.data.all() else complete_symmetric_pattern(C)
+    C = C if C.data.all() else complete_symmetric_pattern(C)
+    if sp.issparse(A) and A.format == "bsr" and A.blocksize[0] == A.blocksize[1] > 1:
+        # the block size the caller stored A with: the block preconditioners' default
+        # (precond.detect_block_size; PETSc's rule for a BAIJ matrix)
+        C.node_block_size = int(A.blocksize[0])
+    return C
 
 
 #: Relative tolerance of the symmetry test (:func:`is_symmetric`) for FP64 values.

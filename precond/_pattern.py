@@ -44,8 +44,20 @@ def block_of(request, A):
     return max(1, min(int(b), A.shape[0]))
 
 
+def given_block_size(A):
+    """The square block size ``A`` was handed over with -- a SciPy BSR matrix's
+    ``blocksize`` ``(R, R)``, ``R > 1``, kept on its canonical CSR form as
+    ``node_block_size`` (:func:`mpsolve._sparse.canonical_csr`) -- or None."""
+    if sp.issparse(A) and A.format == "bsr":
+        r, c = A.blocksize
+        return int(r) if r == c and r > 1 else None
+    return getattr(A, "node_block_size", None)
+
+
 def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_DEVICE):
-    """The block size of ``A``'s node blocks: :func:`mpsolve.matrices.detect_block_size`.
+    """The block size of ``A``'s node blocks: the ``blocksize`` of a BSR ``A`` with square
+    blocks larger than 1 x 1 (as PETSc takes a BAIJ matrix's; :func:`given_block_size`),
+    else detected as :func:`mpsolve.matrices.detect_block_size` does.
 
     The largest ``b`` whose ``b x b`` blocks tile the pattern (at least ``min_fill`` of
     the block-expanded pattern stored; a partial last block allowed), else 1.  The fill
@@ -64,6 +76,9 @@ def detect_block_size(A, candidates=(6, 5, 4, 3, 2), min_fill=0.95, device=HOST_
     """
     if not 0 < min_fill <= 1:
         raise ValueError(f"argument min_fill must lie in (0, 1], got {min_fill}")
+    given = given_block_size(A)
+    if given is not None:
+        return min(given, max(1, min(A.shape)))
     if not (type(A) is sp.csr_matrix and A.has_canonical_format) and \
             not (sp.issparse(A) and A.format == "csr" and A.has_canonical_format):
         A = sp.csr_matrix(A)                            # the canonical CSR matrix of auto's

@@ -209,8 +209,9 @@ class BlockILU0(Preconditioner):
     Parameters
     ----------
     block_size : int, optional
-        ``b``.  Default: detected (:func:`~mpsolve.precond.detect_block_size`; 1 --
-        point ILU(0) -- without block structure).  A ``b`` that does not divide ``n``
+        ``b``.  Default: a BSR ``A``'s own block size, else detected
+        (:func:`~mpsolve.precond.detect_block_size`; 1 -- point ILU(0) -- without block
+        structure).  A ``b`` that does not divide ``n``
         pads ``A`` with an identity block.
     dtype : {"float32", "float64"} or None
         Storage precision of the factors (FP32 when set up on its own; complex64 /

@@ -29,7 +29,7 @@ class BlockJacobi(Preconditioner):
     Parameters
     ----------
     block_size : int, optional
-        ``b``.  Default: detected by
+        ``b``.  Default: a BSR ``A``'s own block size, else detected by
         :func:`~mpsolve.precond.detect_block_size` (1 -- point Jacobi --
         when ``A`` has no block structure).  When ``b`` does not divide ``n`` the
         last block is smaller (padded with the identity); a ``b`` above ``n`` is ``n``.

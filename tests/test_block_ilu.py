@@ -460,3 +460,26 @@ def test_docstring_examples_run():
 
     res = doctest.testmod(block_ilu, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert res.attempted > 0 and res.failed == 0
+
+
+def test_a_bsr_matrix_gives_its_own_block_size():
+    """A SciPy BSR matrix's square blocksize is the block preconditioners' default block
+    size (PETSc's rule for a BAIJ matrix): it was re-detected from the pattern, so a
+    (2, 2) BSR of a matrix whose pattern tiles at 4 got b = 4.  An explicit block_size
+    still wins; (1, 1) blocks leave it to detection."""
+    from mpsolve.precond import detect_block_size
+
+    T = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(30, 30))
+    K = np.eye(4) * 4.0 + 1.0                              # SPD 4 x 4 node blocks
+    A = sp.kron(T, K).tocsr()
+    n = A.shape[0]
+    b = A @ np.ones(n)
+    assert detect_block_size(A) == 4
+    for bs, want in (((1, 1), 4), ((2, 2), 2), ((4, 4), 4)):
+        B = sp.bsr_matrix(A, blocksize=bs)
+        assert detect_block_size(B) == want
+        for M in (BlockILU0(), BlockISAI(), BlockJacobi()):
+            assert M.setup(B).block_size == want, (bs, type(M).__name__)
+        assert BlockISAI(block_size=4).setup(B).block_size == 4
+        r = mpsolve.solve(B, b, method="cg", precond="block-isai", rtol=1e-8)
+        assert r.converged and f"block_size={want}" in r.precond_detail, r.precond_detail
