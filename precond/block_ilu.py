@@ -404,7 +404,7 @@ def _tri_isai(sdev, pptr, pind, fac, lower):
 
 
 def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
-                        device=HOST_DEVICE, symmetric=None):
+                        device=HOST_DEVICE, symmetric=None, scale=None):
     """The stored operators of ``BlockISAI(variant="bilu")`` for canonical CSR ``C``.
 
     BILU(0) of ``C`` (FP64, on the host set-up device of ``device``), the block ISAI of
@@ -415,7 +415,10 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     ``M = G^T G``; where the pivot blocks are not SPD on an SPD-looking ``A``, BILU(0) is
     shifted first as :class:`BlockILU0`'s, ``stats["shift"]``; a symmetric ``A`` with a
     negative diagonal: all of it for ``-A``, ``M`` negated, ``stats["negated"]``);
-    ``False`` always gives ``M = U_isai L_isai``.
+    ``False`` always gives ``M = U_isai L_isai``.  ``scale = (c, r)`` (with ``symmetric=False``):
+    ``C`` is ``diag(r) A diag(c)`` (:func:`~.isai.equilibrated`), and the operators stored
+    are those of ``A``'s ``M = diag(c) U_isai L_isai diag(r)``, the scalings folded into the
+    columns of ``L_isai`` and the rows of ``U_isai`` in FP64.
 
     Returns ``(chain, fallback_rows, stats)``: ``chain(r, out)`` applies ``M``
     (``[L_isai, U_isai]`` or ``[G, G^T]``, in the order applied), the block rows that
@@ -486,6 +489,11 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
         t3 = time.perf_counter()
         t_pattern, t_solve = t_pattern + (t2 - t1), t_solve + (t3 - t2)
         t1 = t3
+        if scale is not None:           # M of A = diag(c) U_isai L_isai diag(r)
+            pad = np.ones(nb * b - n)
+            c_, r_ = (np.r_[v, pad].reshape(nb, b) for v in scale)
+            Lx = Lx * to_device(r_[li][:, None, :], sdev)     # block (I, J)'s columns: r_J
+            Ux = Ux * to_device(c_[np.repeat(np.arange(nb), np.diff(up))][:, :, None], sdev)
         ops = [BSROperator(lp, li, Lx, n, dtype, accumulate, f"{name} of L", device=device),
                BSROperator(up, ui, -Ux if negate else Ux, n, dtype, accumulate, f"{name} of U",
                            device=device)]
