@@ -1320,7 +1320,11 @@ def ref_residual_dd(plan, indptr, indices, data, xh, xl, b, r, rl):
                 (Fraction(float(data[k])) * (Fraction(float(xh[cols[k]]))
                                              + Fraction(float(xl[cols[k]])))
                  for k in range(lo, hi)), Fraction(0))
-            r[i] = float(q)
+            try:
+                r[i] = float(q)
+            except OverflowError:           # past FP64's range: rounds to +-inf
+                r[i], rl[i] = (math.inf if q > 0 else -math.inf), 0.0
+                continue
             rl[i] = float(q - Fraction(r[i]))
             continue
         terms = [float(b[i])]

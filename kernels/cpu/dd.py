@@ -58,6 +58,15 @@ def _rows_residual_dd(lo, hi, indptr, indices, data, xh, xl, b, r, rl):
             p, q = two_sum(p, h)
             s += q + e
         r[i], rl[i] = two_sum(p, s)               # r = fl(p + s), rl = the rest
+        if not np.isfinite(r[i]):
+            # a product or sum past FP64's range: the EFTs' error terms are inf - inf;
+            # the plain FP64 residual says +-inf (or NaN for NaN data), as FP64 does
+            t = b[i]
+            for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+                j = np.uint64(indices[k])
+                t -= data[k] * xh[j] + data[k] * xl[j]     # (the CUDA kernel's order)
+            r[i] = t
+            rl[i] = 0.0
 
 
 @njit(parallel=True, **_EFT_JIT)

@@ -13,10 +13,12 @@ two devices give the same bits.
 """
 from __future__ import annotations
 
+import math
+
 from numba import cuda
 
 from ..registry import register
-from ._intrin import add_rn
+from ._intrin import add_rn, mul_rn
 from ._launch import dev, expose, grid, stream
 from .eft import two_prod, two_sum
 
@@ -39,6 +41,14 @@ def _residual_dd(indptr, indices, data, xh, xl, b, r, rl):
             p, q = two_sum(p, h)
             s = add_rn(s, add_rn(q, e))
         hi, lo = two_sum(p, s)                     # r = fl(p + s), rl = the rest
+        if math.isinf(hi) or math.isnan(hi):
+            # past FP64's range (the error terms are inf - inf): the plain FP64 residual,
+            # +-inf or NaN as FP64 says (the CPU kernel's rule)
+            hi = b[i]
+            for k in range(indptr[i], indptr[i + 1]):
+                j = indices[k]
+                hi = add_rn(hi, -add_rn(mul_rn(data[k], xh[j]), mul_rn(data[k], xl[j])))
+            lo = 0.0
         r[i] = hi
         rl[i] = lo
         i += cuda.gridsize(1)

@@ -483,3 +483,23 @@ def test_residual_dd_and_dd_axpy_give_the_cpu_bits():
         got = Fraction(float(r[i])) + Fraction(float(rl[i]))
         gamma2 = (4 * (hi - lo) + 4) ** 2 * 2.0**-106            # a generous gamma_2m^2
         assert abs(got - exact) <= gamma2 * mag + 2.0**-53 * abs(exact)
+
+
+
+def test_residual_dd_past_the_fp64_range_is_the_fp64_residual():
+    """A row whose products overflow: the EFTs' error terms are inf - inf (NaN); the
+    kernels give the plain FP64 residual, +-inf (NaN for NaN data), as the reference."""
+    ip, ix = np.array([0, 1, 2, 3, 4], np.int32), np.arange(4, dtype=np.int32)
+    data = np.array([1e300, 1e300, 1e300, 1e300])
+    xh, xl = np.array([1e10, -1e10, np.nan, 1e-10]), np.zeros(4)
+    b = np.array([0.0, 0.0, 0.0, 1.0])
+    out = {}
+    for dev in ("gpu", "cpu", "reference"):
+        r, rl = np.full(4, 7.0), np.full(4, 7.0)
+        lookup(dev, "residual_dd", ("float64",))(launch_plan("cpu", "spmv", ip), ip, ix, data,
+                                                 xh, xl, b, r, rl)
+        out[dev] = (r, rl)
+    for dev in ("gpu", "cpu", "reference"):
+        r, rl = out[dev]
+        assert r[0] == -np.inf and r[1] == np.inf and np.isnan(r[2]), (dev, r)
+        assert np.array_equal(rl[:3], np.zeros(3)) and r[3] == -1e290, (dev, rl)
