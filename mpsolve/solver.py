@@ -367,7 +367,9 @@ class Solver:
         counts both runs' iterations and set-up; ``choices`` and ``status`` say so."""
         t0 = time.perf_counter()
         self._not_pd = True
-        self._build(self._problem.A_csr, stacklevel=5, device=self._problem.device)
+        P = self._problem                   # (an operator A has no CSR form: A itself)
+        self._build(P.A_csr if P.A_csr is not None else P.A_user, stacklevel=5,
+                    device=P.device)
         rebuilt = time.perf_counter() - t0
         broke = (f"CG broke down after {r.iterations} iterations (A is not positive "
                  f"definite): this Solver now runs {self.method}")

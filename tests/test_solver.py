@@ -568,6 +568,25 @@ def test_auto_solver_leaves_cg_when_it_breaks_down_on_an_indefinite_matrix():
     assert " it, " not in line and "nan" not in line
 
 
+def test_a_solver_on_an_operator_leaves_cg_too():
+    """The same switch for an A given as a LinearOperator (auto chose CG by its symmetry
+    probe): the choice was made again from A's CSR form, which an operator does not have
+    ("A of type NoneType is not a matrix", for one right-hand side and for several)."""
+    n = 40
+    d = np.full(n, 3.0)
+    d[::7] = -1.0                                       # symmetric, indefinite
+    A = (sp.diags(d) + sp.diags([-np.ones(n - 1), -np.ones(n - 1)], [-1, 1])).tocsr()
+    L = spla.aslinearoperator(A)
+    b = np.random.default_rng(0).standard_normal(n)
+    s = Solver(L, rtol=1e-10)
+    assert s.method == "cg"
+    res = s.solve(b)
+    assert res.converged and s.method != "cg" and "CG broke down" in res.status
+    assert np.linalg.norm(b - A @ res.x) <= 1e-10 * np.linalg.norm(b)
+    block = mpsolve.solve(L, np.c_[b, 2 * b], rtol=1e-10)
+    assert block.converged and np.all(np.asarray(block.column_info) == 0)
+
+
 def test_a_solver_leaving_cg_keeps_the_callers_budget(monkeypatch):
     """``maxiter`` counts the iterations of both runs when the Solver leaves CG (above):
     the GMRES run gets what CG left (it got the whole budget again, 22 iterations for
