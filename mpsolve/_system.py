@@ -238,7 +238,8 @@ class Problem:
         than ``|b|`` that ``b - A x`` cancels to rounding noise (a diverged iterate of a
         singular system, a tolerance below what FP64 can verify) a computed residual of
         0 no longer reads as "converged".  An operator without entries (a
-        ``LinearOperator``) has no bound: its computed residual is returned as it is.
+        ``LinearOperator``) has no bound: the rounding of the residual's last steps
+        stands for it (:meth:`operator_floor`).
         On a device with ``residual_norms`` (the host devices) the residual, its norm and
         the bound's sum come from one pass over ``A``."""
         first, self._first_residual = self._first_residual, False
@@ -291,16 +292,28 @@ class Problem:
         ``ssq_v``: the bound's sum of squares when the residual's pass computed it already
         (``residual_norms``)."""
         tol = self.tol if tol is None else tol
-        if nrm <= tol and self.A_csr is not None:
-            bound = self.residual_bound(x64, b64, dd, ssq_v)
-            if dd:
-                bound += 1.01 * 2.0**-53 * nrm
+        if nrm <= tol:
+            if self.A_csr is not None:
+                bound = self.residual_bound(x64, b64, dd, ssq_v)
+                if dd:
+                    bound += 1.01 * 2.0**-53 * nrm
+            else:
+                bound = self.operator_floor(nrm, b64)
             reach = nrm + (bound if dd else 2.0 * bound)
             if not reach <= tol:                               # (NaN: not certified)
                 return reach
             if not bound <= CERTIFY * tol:
                 return nrm + bound
         return nrm
+
+    def operator_floor(self, nrm, b64=None) -> float:
+        """For an operator without entries (a ``LinearOperator``), whose rounding inside
+        ``A x`` cannot be bounded: the rounding of ``A x`` to FP64 alone, ``u ||A x||``
+        with ``||A x|| <= ||b|| + nrm`` -- not an upper bound of the error, but a
+        tolerance below it (``rtol=0``, ``1e-16``) is no longer met by a computed residual
+        of 0 (``info == 0`` with an exact residual above the tolerance)."""
+        bn = self.bnrm if b64 is None else norm(b64, self.xp)
+        return 2.0**-53 * (bn + nrm)
 
     def residual_bound(self, x64, b64=None, dd=False, ssq_v=None) -> float:
         """A bound of the rounding error of the FP64 residual ``b - A x64`` that

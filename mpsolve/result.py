@@ -112,7 +112,10 @@ class SolveResult:
     true_residual : float
         ``||b - A x|| / ||b||`` of the returned ``x``, computed in FP64 -- where it meets
         the tolerance, plus the FP64 residual's rounding bound if that bound is not
-        negligible (an upper bound of the exact value: ``info == 0`` is certified).
+        negligible (an upper bound of the exact value: ``info == 0`` is certified).  An
+        ``A`` given as a ``LinearOperator`` has no entries to bound its product's
+        rounding by: the rounding of ``A x`` to FP64, ``u ||A x||``, stands for it, so
+        a tolerance below that is not reported met.
     setup_time, solve_time : float
         Seconds: preconditioner and operator setup; the iteration.
     status : str

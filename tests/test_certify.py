@@ -274,3 +274,32 @@ def test_a_residual_within_twice_its_bound_of_the_tolerance_is_not_certified():
     assert p.residual_bound(x, dd=True) <= CERTIFY * tol
     assert p.certified(tol / 2, x, tol=tol, dd=True) == tol / 2
     assert p.certified(tol, x, tol=tol, dd=True) > tol
+
+
+@pytest.mark.parametrize("method", ["cg", "gmres", "bicgstab"])
+def test_an_operator_answer_is_not_called_exact(method):
+    """A LinearOperator has no entries to bound its product's rounding by; its computed
+    residual was taken as it is, so ``rtol=0`` returned ``info == 0`` with a reported
+    residual of 0 where the exact one (rational arithmetic) was 7e-17, and ``rtol=1e-16``
+    was met by residuals up to twice that.  The rounding of ``A x`` to FP64 now stands
+    for the bound: no success below it, the same answers above it."""
+    import scipy.sparse.linalg as spla
+
+    def exact(A, b, x):
+        s = sum((Fraction(float(b[i])) - sum(Fraction(float(A[i, j])) * Fraction(float(x[j]))
+                                             for j in range(len(b)))) ** 2
+                for i in range(len(b)))
+        return float(s) ** 0.5 / np.linalg.norm(b)
+
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        n = 4 + seed
+        A = rng.standard_normal((n, n))
+        A = A + A.T + 3 * n * np.eye(n)
+        b = rng.standard_normal(n)
+        for rtol in (0.0, 1e-16, 1e-12):
+            r = mpsolve.solve(spla.aslinearoperator(A), b, method=method, precond=None,
+                              precision="double", rtol=rtol)
+            if r.info == 0:
+                assert exact(A, b, r.x) <= rtol, (seed, rtol, r.true_residual)
+            assert (r.info == 0) == (rtol == 1e-12), (seed, rtol, r.status)
