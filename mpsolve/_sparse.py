@@ -149,6 +149,16 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
     return C
 
 
+def keep_block_size(C, like):
+    """``C`` (a new CSR matrix of the same pattern as ``like``: a copy, another dtype, new
+    values) given ``like``'s ``node_block_size`` (:func:`canonical_csr`), which the
+    SciPy constructors do not carry (one ``C`` has of its own is kept); returns ``C``."""
+    b = getattr(like, "node_block_size", None)
+    if b is not None and getattr(C, "node_block_size", None) is None:
+        C.node_block_size = b
+    return C
+
+
 #: Relative tolerance of the symmetry test (:func:`is_symmetric`) for FP64 values.
 SYMMETRY_RTOL = 1e-12
 

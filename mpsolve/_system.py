@@ -32,7 +32,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError, demote
-from ._sparse import canonical_csr, check_matrix, dtype_check, kernel_ready
+from ._sparse import (canonical_csr, check_matrix, dtype_check, keep_block_size,
+                      kernel_ready)
 from .backend import (DEFAULT_DEVICE, HOST_DEVICE, array_module, on_host, resolve_device,
                       to_device, to_host)
 from .kernels.primitives import Primitives, bind_primitives
@@ -271,7 +272,7 @@ class Problem:
         """Take ``C``, a canonical CSR matrix of ``A``'s pattern and field, as ``A``
         (:meth:`mpsolve.Solver.update`): its FP64 operator made again, and the kernels
         bound to the old values dropped (the residual's and its rounding bound's)."""
-        self.A_csr = self.A_user = C
+        self.A_csr = self.A_user = keep_block_size(C, self.A_csr)   # (the same pattern)
         self.A64 = SparseOperator(C, self.hp, "float64", self.device, what="A")
         self._residual64 = self._rbound = self._dd64 = None
 
@@ -297,9 +298,9 @@ class Problem:
                 bound = self.residual_bound(x64, b64, dd, ssq_v)
                 if dd:
                     bound += 1.01 * 2.0**-53 * nrm
-            else:
+            else:               # (an estimate, not a bound: not doubled)
                 bound = self.operator_floor(nrm, b64)
-            reach = nrm + (bound if dd else 2.0 * bound)
+            reach = nrm + (bound if dd or self.A_csr is None else 2.0 * bound)
             if not reach <= tol:                               # (NaN: not certified)
                 return reach
             if not bound <= CERTIFY * tol:
@@ -489,8 +490,8 @@ def make_problem(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         A_csr = canonical_csr(A)
         if A_csr.dtype.kind not in "fc" or (cplx and A_csr.dtype.kind != "c"):
             # integer data as FP64 (SciPy's rule); a real A of a complex problem in complex128
-            A_csr = sp.csr_matrix((A_csr.data.astype(hp), A_csr.indices, A_csr.indptr),
-                                  shape=A_csr.shape)
+            A_csr = keep_block_size(sp.csr_matrix((A_csr.data.astype(hp), A_csr.indices,
+                                                   A_csr.indptr), shape=A_csr.shape), A_csr)
         A64 = SparseOperator(A_csr, hp, "float64", device, what="A")
     else:
         A_csr = None

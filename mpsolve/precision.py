@@ -234,9 +234,10 @@ class Precision:
         then the reductions become compensated and ``x`` and the residual
         double-double.  Any other policy -- a custom one, or a preset with a field
         replaced (the ladder follows the fields, not the name) -- moves its
-        low-precision parts to FP64 (``+fp64``), then to compensated dots and the
+        vectors, ``A`` and sums to FP64 (``+fp64``), then to compensated dots and the
         double-double residual as ``eft`` has them (``+eft``; ``+dd`` where its dots
-        were compensated already).  A compressed basis goes first: ``mixed-cb ->
+        were compensated already), last its preconditioner to FP64 (``+m64``): it ends
+        where ``eft`` does.  A compressed basis goes first: ``mixed-cb ->
         mixed``, ``mixed-eft-cb -> mixed-eft``, any other policy to itself with an FP64
         basis (the compressed basis is what most likely cost the convergence).
         """
@@ -253,6 +254,8 @@ class Precision:
             return replace(self, name=self.name + "+eft", dot="compensated", residual="dd")
         if self.residual != "dd":
             return replace(self, name=self.name + "+dd", residual="dd")
+        if self.precond != "float64":
+            return replace(self, name=self.name + "+m64", precond="float64")
         return None
 
     @staticmethod

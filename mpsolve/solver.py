@@ -43,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._demote import PrecisionRangeError
-from ._sparse import canonical_csr, check_matrix
+from ._sparse import canonical_csr, check_matrix, keep_block_size
 from ._system import _check_maxiter, check_basis, make_problem, set_rhs, system_for
 from ._configure import (check_cg_preconditioner, check_gmres_options, check_precond,
                          configure, is_auto)
@@ -603,7 +603,8 @@ def _private_csr(A) -> sp.csr_matrix:
     if any(np.may_share_memory(getattr(C, k), theirs) for k in ("data", "indices", "indptr")
            for theirs in (getattr(A, "data", None), getattr(A, "indices", None),
                           getattr(A, "indptr", None)) if theirs is not None):
-        C = sp.csr_matrix((C.data.copy(), C.indices.copy(), C.indptr.copy()), shape=C.shape)
+        C = keep_block_size(sp.csr_matrix((C.data.copy(), C.indices.copy(), C.indptr.copy()),
+                                          shape=C.shape), C)
         C.has_sorted_indices = True
         C.has_canonical_format = True
     return C

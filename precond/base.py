@@ -180,7 +180,10 @@ class Preconditioner:
         self._side = side or "left"
         device = resolve_device(device, C)
         if C.dtype.kind not in "fc" or C.dtype.itemsize > (16 if C.dtype.kind == "c" else 8):
-            C = C.astype(wide_dtype(C.dtype))   # integers, booleans, long double: set up in FP64
+            # integers, booleans, long double: set up in FP64
+            from mpsolve._sparse import keep_block_size
+
+            C = keep_block_size(C.astype(wide_dtype(C.dtype)), C)
         want = self._dtype_request or _storage_name(dtype, _STORAGE) or "float32"
         # a complex A is stored in the complex twin of the requested precision
         want = in_field(real_dtype(want), C.dtype.kind == "c")

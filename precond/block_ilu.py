@@ -184,11 +184,14 @@ def bilu0_shifted(C, b, host, symmetric):
             return shifted, s
     if first is not None:
         raise first
-    # A's own diagonal blocks are not positive definite, so neither is A and no shift makes
-    # M so: BILU(0)'s factors as they are (a symmetric indefinite M, for GMRES or BiCGSTAB;
-    # CG stops at its curvature test) -- refusing them failed GMRES on a symmetric
-    # indefinite A whose unshifted factors are exact
-    return fac, None
+    if not limit:
+        # A's own diagonal blocks are not positive definite, so neither is A and no shift
+        # makes M so: BILU(0)'s factors as they are (a symmetric indefinite M, for GMRES or
+        # BiCGSTAB; CG stops at its curvature test) -- refusing them failed GMRES on a
+        # symmetric indefinite A whose unshifted factors are exact
+        return fac, None
+    raise ZeroPivotError("BILU(0): no shift up to 1e16 makes the pivot blocks positive "
+                         "definite; use GMRES with BlockILU0(symmetric=False), or Block-ISAI")
 
 
 def _pd_blocks(dinv):

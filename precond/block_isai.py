@@ -115,6 +115,7 @@ class BlockISAI(_ISAIBase):
             self.variant, self.variant_reason = "bilu", "requested"
             self.accumulate = self._resolve_accumulate(dtype)
             self.sparsity_power = self._power_request or 1
+
             def build(C, **kw):
                 # (its warnings are shown only if it is kept)
                 with warnings.catch_warnings(record=True) as caught:
@@ -134,8 +135,13 @@ class BlockISAI(_ISAIBase):
                 # scaled by 1e-6..1e6 sent 239 of 500 block rows of an exactly factored
                 # block-tridiagonal matrix to the fallback, and GMRES failed
                 S, scale = equilibrated(A)
-                if scale is not None:
-                    (chain2, bad2, stats2), caught2 = build(S, symmetric=False, scale=scale)
+                try:            # (optional: a failure of its own keeps the first build)
+                    second = build(S, symmetric=False, scale=scale) if scale is not None \
+                        else None
+                except (ArithmeticError, ValueError, np.linalg.LinAlgError):
+                    second = None
+                if second is not None:
+                    (chain2, bad2, stats2), caught2 = second
                     if bad2.size < bad.size:
                         unscaled = sum(stats["stage_times"].values())
                         chain, bad, stats, caught, scaled = chain2, bad2, stats2, caught2, True

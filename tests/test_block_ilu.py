@@ -483,6 +483,22 @@ def test_a_bsr_matrix_gives_its_own_block_size():
         assert BlockISAI(block_size=4).setup(B).block_size == 4
         r = mpsolve.solve(B, b, method="cg", precond="block-isai", rtol=1e-8)
         assert r.converged and f"block_size={want}" in r.precond_detail, r.precond_detail
+    # kept through the library's own copies of A: a Solver's private copy and its pickle,
+    # a numeric update with the same pattern, integer values set up in FP64, a real A of
+    # a complex problem
+    import pickle
+
+    B = sp.bsr_matrix(A, blocksize=(2, 2))
+    s = mpsolve.Solver(B, method="cg", precond="block-isai", rtol=1e-8)
+    got = [s.solve(b), pickle.loads(pickle.dumps(s)).solve(b)]
+    s.update(A * 1.5)
+    assert s.last_update == "numeric"
+    got += [s.solve(1.5 * b),
+            mpsolve.solve(sp.bsr_matrix(A.astype(np.int64), blocksize=(2, 2)), b,
+                          method="cg", precond="block-isai", rtol=1e-8),
+            mpsolve.solve(B, b + 1j * b, method="gmres", precond="block-isai", rtol=1e-8)]
+    for r in got:
+        assert r.converged and "block_size=2," in r.precond_detail, r.precond_detail
 
 
 def test_bilu_isai_of_a_badly_scaled_matrix_is_the_scaled_isai():

@@ -67,7 +67,9 @@ def test_escalation_ladder_ends_in_fp64_compensated():
     up = custom.stronger()
     assert up.working == up.matrix == "float64"
     top = up.stronger()                 # then the dots and the residual, as 'eft' has them
-    assert (top.dot, top.residual, top.stronger()) == ("compensated", "dd", None)
+    assert (top.dot, top.residual, top.precond) == ("compensated", "dd", "float32")
+    last = top.stronger()               # and last its preconditioner
+    assert (last.precond, last.stronger()) == ("float64", None)
 
 
 def test_custom_policies_escalate_to_the_double_double_residual():
@@ -89,6 +91,19 @@ def test_custom_policies_escalate_to_the_double_double_residual():
     up = dataclasses.replace(PRESETS["mixed"], precond="float64").stronger()
     assert (up.precond, up.dot, up.residual) == ("float64", "compensated", "dd")
     assert dataclasses.replace(PRESETS["eft"], residual="fp64").stronger().residual == "dd"
+    # ... and it ends where 'eft' does, its preconditioner in FP64 last: an FP32 M that
+    # does not fit (Jacobi's inverse diagonal of A ~ 1e-40) escalates, as from the preset
+    tiny = (poisson2d(10) * 1e-40).tocsr()
+    for p in (dataclasses.replace(PRESETS["mixed-eft"], residual="fp64"),
+              dataclasses.replace(PRESETS["mixed"], dot="compensated")):
+        top = p
+        while top.stronger() is not None:
+            top = top.stronger()
+        assert (top.working, top.matrix, top.precond, top.dot, top.residual) == \
+            ("float64", "float64", "float64", "compensated", "dd")
+        r = mpsolve.solve(tiny, tiny @ np.ones(100), method="cg", precond="jacobi",
+                          precision=p, rtol=1e-8)
+        assert r.converged and r.escalations, (p.name, r.status)
 
 
 def test_default_precision_follows_the_data():

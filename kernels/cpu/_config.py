@@ -2,17 +2,9 @@
 import os
 import types
 
-from numba import get_num_threads, njit
+from numba import njit
 
 from ._calibrate import parallel_min
-
-# Numba's thread pool is launched here, at import: a cached kernel that is not
-# ``parallel=True`` but calls one that is (the compensated dot's ``_dot2_par`` calls
-# ``_dot2_pair_par``) does not launch it when it is loaded from the disk cache, and its first
-# call in a process in which no parallel kernel had run called a null pointer (a
-# segmentation fault; Numba issue 8578).  Every solve launched the pool anyway (the loops'
-# thread count): only a direct first call of such a kernel met the null pointer.
-get_num_threads()
 
 #: Vectors shorter than this run the serial kernel: opening a parallel region costs more
 #: than a short vector takes to stream -- a few microseconds on a server whose idle

@@ -54,7 +54,7 @@ file: after editing :mod:`mpsolve.kernels.eft`, clear ``kernels/cpu/__pycache__`
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
 from .. import eft as _eft
 from ..registry import register
@@ -67,6 +67,17 @@ __all__ = [
     "sum2", "dot2", "nrm2_compensated", "sum_native", "mdot2", "cb_mdot2",
     "cdot2", "cnrm2_compensated", "cmdot2",
 ]
+
+def _pool():
+    """Launch Numba's thread pool (once; a flag test after that).  ``_sum2_par``,
+    ``_dot2_par`` and ``_nrm2_par`` are cached serial functions that call cached
+    ``parallel=True`` ones: loaded from Numba's disk cache they do not launch the pool,
+    and the first of them called in a process in which no parallel kernel had run called
+    a null pointer (a segmentation fault; Numba issue 8578).  Launched here, at their
+    first call, not at import: a process that forks after importing the kernels (a
+    ``multiprocessing`` pool) must not hold a GNU OpenMP pool yet."""
+    get_num_threads()
+
 
 # Explicit: an EFT kernel must never get fastmath, whatever JIT grows into.
 _EFT_JIT = dict(JIT, fastmath=False)
@@ -182,6 +193,7 @@ def sum2(x):
     (1e-16, 0.0)
     """
     if x.size >= PARALLEL_MIN:
+        _pool()
         return float(_sum2_par(x, _CHUNK))
     return float(_sum2_ser(x))
 
@@ -318,6 +330,7 @@ def dot2(x, y):
     """
     _check_pair(x, y, "dot2")
     if x.size >= PARALLEL_MIN:
+        _pool()
         return float(_dot2_par(x, y, _CHUNK))
     return float(_dot2_ser(x, y))
 
@@ -360,6 +373,7 @@ def nrm2_compensated(x):
     5.0
     """
     if x.size >= PARALLEL_MIN:
+        _pool()
         return float(_nrm2_par(x, _CHUNK))
     return float(_nrm2_ser(x))
 
