@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+
 from ._localsolve import DEFAULT_MAX_LOCAL
 from ._pattern import block_of
 from ._util import check_count
