@@ -125,4 +125,3 @@ def bsr_row_scale(indptr, blocks):
         m = np.maximum.reduceat(a.max(axis=2), ip[nz], axis=0)   # (block rows, b)
         out[:] = np.repeat(m, rows[nz], axis=0)
     return np.broadcast_to(out[:, :, None], a.shape)
-

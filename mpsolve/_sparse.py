@@ -113,9 +113,9 @@ def canonical_csr(A, name: str = "A") -> sp.csr_matrix:
     Sorted column indices, no duplicates (summed, as SciPy does), 32-bit
     indices where they fit, and the pattern completed where ``A`` is symmetric but for
     stored zeros (:func:`complete_symmetric_pattern`).  A BSR ``A`` with square blocks
-    larger than 1 x 1 hands its block size on as the result's ``node_block_size``.  The caller's object is never
-    modified: anything not already canonical is copied first; a ``csr_matrix`` that is
-    canonical already (32-bit indices) is returned as it is.
+    larger than 1 x 1 hands its block size on as the result's ``node_block_size``.  The
+    caller's object is never modified: anything not already canonical is copied first; a
+    ``csr_matrix`` that is canonical already (32-bit indices) is returned as it is.
     """
     if type(A) is sp.csr_matrix and A.indptr.dtype == np.int32 and \
             A.indices.dtype == np.int32 and A.data.dtype.isnative and A.has_canonical_format:

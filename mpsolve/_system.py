@@ -239,8 +239,8 @@ class Problem:
         than ``|b|`` that ``b - A x`` cancels to rounding noise (a diverged iterate of a
         singular system, a tolerance below what FP64 can verify) a computed residual of
         0 no longer reads as "converged".  An operator without entries (a
-        ``LinearOperator``) has no bound: the rounding of the residual's last steps
-        stands for it (:meth:`operator_floor`).
+        ``LinearOperator``) has no bound: the rounding of ``A x`` to FP64 stands for it
+        (:meth:`operator_floor`).
         On a device with ``residual_norms`` (the host devices) the residual, its norm and
         the bound's sum come from one pass over ``A``."""
         first, self._first_residual = self._first_residual, False

@@ -153,7 +153,8 @@ def bilu0_shifted(C, b, host, symmetric):
     :func:`~.ilu.first_shift`'s sequence that makes them so (``shift = s``; else ``None``).
     For ``s`` large enough the pivots are ``C``'s own diagonal blocks, positive definite
     for SPD ``C``; where they are not, ``C`` is not positive definite and the unshifted
-    factors are returned as they are (a zero pivot block: :class:`ZeroPivotError`)."""
+    factors are returned as they are.  A zero pivot block, or no shift that works:
+    :class:`ZeroPivotError`."""
     spd = symmetric and positive_diagonal(C)
     first = None
     try:
@@ -214,8 +215,7 @@ class BlockILU0(Preconditioner):
     block_size : int, optional
         ``b``.  Default: a BSR ``A``'s own block size, else detected
         (:func:`~mpsolve.precond.detect_block_size`; 1 -- point ILU(0) -- without block
-        structure).  A ``b`` that does not divide ``n``
-        pads ``A`` with an identity block.
+        structure).  A ``b`` that does not divide ``n`` pads ``A`` with an identity block.
     dtype : {"float32", "float64"} or None
         Storage precision of the factors (FP32 when set up on its own; complex64 /
         complex128 for complex ``A``).  The factorisation and the pivot-block inverses
@@ -418,10 +418,10 @@ def bilu_isai_operators(C, b, power, dtype, accumulate, name="BlockISAI(bilu)",
     ``M = G^T G``; where the pivot blocks are not SPD on an SPD-looking ``A``, BILU(0) is
     shifted first as :class:`BlockILU0`'s, ``stats["shift"]``; a symmetric ``A`` with a
     negative diagonal: all of it for ``-A``, ``M`` negated, ``stats["negated"]``);
-    ``False`` always gives ``M = U_isai L_isai``.  ``scale = (c, r)`` (with ``symmetric=False``):
-    ``C`` is ``diag(r) A diag(c)`` (:func:`~.isai.equilibrated`), and the operators stored
-    are those of ``A``'s ``M = diag(c) U_isai L_isai diag(r)``, the scalings folded into the
-    columns of ``L_isai`` and the rows of ``U_isai`` in FP64.
+    ``False`` always gives ``M = U_isai L_isai``.  ``scale = (c, r)`` (with
+    ``symmetric=False``): ``C`` is ``diag(r) A diag(c)`` (:func:`~.isai.equilibrated`), and
+    the operators stored are those of ``A``'s ``M = diag(c) U_isai L_isai diag(r)``, the
+    scalings folded into the columns of ``L_isai`` and the rows of ``U_isai`` in FP64.
 
     Returns ``(chain, fallback_rows, stats)``: ``chain(r, out)`` applies ``M``
     (``[L_isai, U_isai]`` or ``[G, G^T]``, in the order applied), the block rows that

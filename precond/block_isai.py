@@ -33,8 +33,8 @@ class BlockISAI(_ISAIBase):
     block_size : int, optional
         ``b``.  Default: a BSR ``A``'s own block size, else detected
         (:func:`~mpsolve.precond.detect_block_size`: the largest of 6, 5, 4, 3, 2 whose
-        ``b x b`` blocks tile ``A``'s pattern, a partial last block allowed; 1 otherwise).  A ``b`` that does not divide ``n``
-        pads ``A`` with an identity block.
+        ``b x b`` blocks tile ``A``'s pattern, a partial last block allowed; 1
+        otherwise).  A ``b`` that does not divide ``n`` pads ``A`` with an identity block.
     variant : {"auto", "general", "right", "spd", "bilu"}
         * ``"auto"`` (default) -- ``"spd"`` for symmetric ``A`` (CG-safe) and under CG
           (``side="symmetric"``: a method that needs a symmetric ``M``), otherwise

@@ -68,6 +68,7 @@ __all__ = [
     "cdot2", "cnrm2_compensated", "cmdot2",
 ]
 
+
 def _pool():
     """Launch Numba's thread pool (once; a flag test after that).  ``_sum2_par``,
     ``_dot2_par`` and ``_nrm2_par`` are cached serial functions that call cached
