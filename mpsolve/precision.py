@@ -292,11 +292,11 @@ PRESETS["ir"] = Precision("ir", _f8, _f8, _f4, _f8, "native",
                           inner=replace(PRESETS["single"], name="ir-inner",
                                         accumulate=_f8))
 PRESETS["mixed-cb"] = PRESETS["mixed"].with_basis(_f4)
+PRESETS["mixed-eft-cb"] = PRESETS["mixed-eft"].with_basis(_f4)
 #: The presets' escalation ladder (:meth:`Precision.stronger`; the compressed-basis presets
 #: first drop their compression).
 _LADDER = {"single": "ir", "ir": "mixed", "mixed": "mixed-eft", "mixed-eft": "eft",
            "double": "eft", "eft": None}
-PRESETS["mixed-eft-cb"] = PRESETS["mixed-eft"].with_basis(_f4)
 
 
 _TWINS = {}     # (dtype-like, table's id) -> the twin: a set-up asks a dozen times

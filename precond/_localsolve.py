@@ -282,18 +282,16 @@ def _local_solve(aptr, aind, adata, pptr, pind, variant, max_local, scalar_csr, 
         # Cholesky unless a probe of the rows says A_J is mostly not SPD (a nonsymmetric
         # A): then LU at once, instead of Cholesky failing and LU again on every row
         use_chol = chol is not None
-        done = False
+        probe = rows[::max(1, rows.size // _PROBE)]
         if use_chol:
-            probe = rows[::max(1, rows.size // _PROBE)]
             pbad = np.zeros(probe.size, dtype=np.int8)
             chol(probe, pos[probe], pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out,
                  pbad)
             use_chol = np.count_nonzero(pbad == 2) <= probe.size // 2
+        if use_chol:
             if probe.size == rows.size:     # the probe was every row: its results stand
                 bad[:] = pbad
-                done = True
-        if use_chol:
-            if not done:
+            else:
                 chol(rows, p, pptr, pind, aptr, aind, adata, BWD_TOL, COND_LIMIT, out, bad)
         else:
             bad[:] = 2

@@ -12,15 +12,13 @@ point :class:`~mpsolve.precond.ISAI`.
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from ._localsolve import DEFAULT_MAX_LOCAL
 from ._pattern import block_of
 from ._util import check_count
 from .block_ilu import bilu_isai_operators
-from .isai import _ISAIBase, equilibrated
+from .isai import _ISAIBase, equilibrated, recorded, replay
 
 __all__ = ["BlockISAI"]
 
@@ -118,14 +116,10 @@ class BlockISAI(_ISAIBase):
             self.accumulate = self._resolve_accumulate(dtype)
             self.sparsity_power = self._power_request or 1
 
-            def build(C, **kw):
-                # (its warnings are shown only if it is kept)
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    got = bilu_isai_operators(C, b, self.sparsity_power, dtype,
-                                              self.accumulate, "BlockISAI(bilu)",
-                                              device=self.device, **kw)
-                return got, caught
+            def build(C, **kw):                 # (its warnings said only if it is kept)
+                return recorded(bilu_isai_operators, C, b, self.sparsity_power, dtype,
+                                self.accumulate, "BlockISAI(bilu)", device=self.device,
+                                **kw)
 
             (chain, bad, stats), caught = build(A)
             scaled = False
@@ -148,8 +142,7 @@ class BlockISAI(_ISAIBase):
                         unscaled = sum(stats["stage_times"].values())
                         chain, bad, stats, caught, scaled = chain2, bad2, stats2, caught2, True
                         stats["stage_times"]["unscaled"] = unscaled
-            for w in caught:                    # the kept build's warnings only
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            replay(caught)                      # the kept build's warnings only
             stats["equilibrated"] = scaled
             self._chain, self.fallback_rows, self.stats = chain, bad, stats
             self.symmetric = bool(self.stats["symmetric"])

@@ -89,6 +89,21 @@ def _store(pp, pi, data, n, storage, dtype, accumulate, what, device):
     return BSROperator(pp, pi, data, n, dtype, accumulate, what, device=device)
 
 
+def recorded(build, *args, **kwargs):
+    """``(build(*args, **kwargs), caught)``: a set-up tried and perhaps discarded, its
+    warnings recorded instead of shown -- the one kept says its own (:func:`replay`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = build(*args, **kwargs)
+    return got, caught
+
+
+def replay(caught):
+    """Show the warnings :func:`recorded` kept, as they were raised."""
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 #: Rows (or columns) whose largest entries span more than this are equilibrated before the
 #: general ISAI is set up: the square root of the local systems' condition limit
 #: (``1 / (1024 eps)``, :mod:`._localsolve`), so the scaling alone cannot take a local
@@ -439,10 +454,7 @@ class _ISAIBase(Preconditioner):
                                   negate=negate)
 
         def first_build():
-            # (its warnings are shown only if it is kept)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                got = build(self.sparsity_power)
+            got, caught = recorded(build, self.sparsity_power)   # (said if kept)
             t0 = time.perf_counter()
             res = pattern_residual(C, got[0].ops[0], scale) if test else None
             return got, caught, res, time.perf_counter() - t0
@@ -466,9 +478,7 @@ class _ISAIBase(Preconditioner):
             # against A's 1.07, and GMRES with it did not converge where A's took 235
             first = sum(self.stats["stage_times"].values()) + t_test
             t0 = time.perf_counter()
-            with warnings.catch_warnings(record=True) as caught2:   # (said if kept)
-                warnings.simplefilter("always")
-                wider = build(2)
+            wider, caught2 = recorded(build, 2)                 # (said if kept)
             res2 = pattern_residual(C, wider[0].ops[0], scale)
             if res2 < res:
                 caught = caught2
@@ -488,8 +498,7 @@ class _ISAIBase(Preconditioner):
             self.power_reason = (f"pattern of A: median residual {what} "
                                  f"{res:.2f} <= {POWER_RESIDUAL}")
             self.stats["stage_times"]["power_test"] = t_test
-        for w in caught:                        # the kept build's warnings only
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        replay(caught)                          # the kept build's warnings only
         self.stats["power_reason"] = self.power_reason
         self.stats["equilibrated"] = scale is not None
         if self.variant == "right":
