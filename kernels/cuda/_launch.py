@@ -26,10 +26,11 @@ the caller with CuPy and by these kernels stays ordered; else numba's default st
 
 Scratch
 -------
-:func:`scratch` hands out device buffers cached per (device, stream, dtype, name) and grown
-on demand: the reductions' partial pairs and their one-element result, allocated once
-instead of once per call.  A reduction reads its result back with a synchronous copy
-before returning, so the next call on the same stream can reuse the buffer.
+:func:`scratch` hands out device buffers cached per (device, stream, host thread, dtype,
+name) and grown on demand: the reductions' partial pairs and their one-element result,
+allocated once instead of once per call (two threads launching on one stream interleave
+their passes: each has its own).  A reduction reads its result back with a synchronous
+copy before returning, so the next call on the same stream can reuse the buffer.
 """
 from __future__ import annotations
 
@@ -124,9 +125,11 @@ def override(threads: Optional[int] = None, blocks: Optional[int] = None):
     For tests (results must not change) and tuning; nothing in the library calls it.
     """
     base = _device_config()
-    if threads is not None and (threads <= 0 or threads % base.warp):
+    if threads is not None and (threads <= 0 or threads % base.warp or threads > THREADS):
+        # (the reductions are compiled with launch_bounds of THREADS threads: a wider
+        # block would not launch on a GPU, though the simulator, which ignores them, runs)
         raise ValueError(f"threads={threads}: a positive multiple of the warp size "
-                         f"({base.warp})")
+                         f"({base.warp}) of at most {THREADS}")
     cfg = replace(base, threads=threads or base.threads, max_blocks=blocks or base.max_blocks)
     old = getattr(_LOCAL, "forced", None)
     _LOCAL.forced = cfg
@@ -263,23 +266,28 @@ def scratch(name: str, size: int, dtype, strm=0):
     ``size`` elements are returned; the contents are undefined)."""
     dt = np.dtype(dtype)
     dev = -1 if SIM else cuda.get_current_device().id
-    key = (dev, id(strm) if strm else 0, dt.str, name)
+    # a thread's own (as read_scalar's pinned scalar): two threads launching on one
+    # stream (CuPy's default) interleave their passes, and one's final pass would read
+    # the other's partials
+    key = (dev, id(strm) if strm else 0, threading.get_ident(), dt.str, name)
     view = _SCRATCH_VIEWS.get((key, size))          # slicing a device array costs ~20 us
     if view is not None:
         return view
-    buf = _SCRATCH.get(key)
-    if buf is None or buf.size < size:
-        cap = max(size, 2 * buf.size if buf is not None else 64)
-        buf = _SCRATCH[key] = cuda.device_array(cap, dtype=dt)
-        for k in [k for k in _SCRATCH_VIEWS if k[0] == key]:
-            del _SCRATCH_VIEWS[k]                   # views of the old buffer
-    if len(_SCRATCH_VIEWS) >= 1024:
-        _SCRATCH_VIEWS.clear()
-    view = _SCRATCH_VIEWS[(key, size)] = buf[:size]
+    with _SCRATCH_LOCK:                 # (the tables are shared by the threads)
+        buf = _SCRATCH.get(key)
+        if buf is None or buf.size < size:
+            cap = max(size, 2 * buf.size if buf is not None else 64)
+            buf = _SCRATCH[key] = cuda.device_array(cap, dtype=dt)
+            for k in [k for k in list(_SCRATCH_VIEWS) if k[0] == key]:
+                _SCRATCH_VIEWS.pop(k, None)         # views of the old buffer
+        if len(_SCRATCH_VIEWS) >= 1024:
+            _SCRATCH_VIEWS.clear()
+        view = _SCRATCH_VIEWS[(key, size)] = buf[:size]
     return view
 
 
 _SCRATCH_VIEWS: Dict[tuple, object] = {}
+_SCRATCH_LOCK = threading.Lock()
 
 
 # --- the compile test's view of a registered function ------------------------------------

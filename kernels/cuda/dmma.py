@@ -82,12 +82,30 @@ WPB = 2 if SIM else 4
 _SIG = [(float64[:, :, ::1], float64[:, :, ::1], float64[:, :, ::1], float64)]
 
 
+def _cache_dir():
+    """This user's folder for the compiled PTX (``MPSOLVE_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/mpsolve`` or ``~/.cache/mpsolve``, made private), or ``None`` where
+    it cannot be made or is not private: a PTX file that another user could write would
+    be linked into this process's kernels (the shared temporary folder is not used)."""
+    root = os.environ.get("MPSOLVE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "mpsolve")
+    try:
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        st = os.stat(root)
+    except OSError:
+        return None
+    if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & 0o022:
+        return None
+    return root
+
+
 def _nvrtc_ptx() -> str:
     """``dmma.cu`` compiled to PTX by NVRTC (``cuda.bindings.nvrtc``: no driver needed),
-    cached in a file keyed by the source's hash; returns that ``.ptx`` path (or the
-    ``.cu`` path where the NVRTC bindings are missing)."""
+    cached in a file of :func:`_cache_dir` keyed by the source, the target and the NVRTC
+    version; returns that ``.ptx`` path (or the ``.cu`` path where the NVRTC bindings are
+    missing or nothing can be cached: numba then runs NVRTC at the first launch)."""
     import hashlib
-    import tempfile
 
     with open(CU_PATH, "rb") as f:
         src = f.read()
@@ -95,9 +113,14 @@ def _nvrtc_ptx() -> str:
         from cuda.bindings import nvrtc
     except Exception:                            # noqa: BLE001
         return CU_PATH
-    key = hashlib.sha256(src + ARCH.encode()).hexdigest()[:16]
-    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or tempfile.gettempdir(),
-                         f"mpsolve-dmma-{key}.ptx")
+    folder = _cache_dir()
+    if folder is None:
+        return CU_PATH
+    # the NVRTC version in the key: PTX of a newer CUDA (a higher .version) does not link
+    # under an older one sharing this folder
+    version = ".".join(str(v) for v in nvrtc.nvrtcVersion()[1:])
+    key = hashlib.sha256(src + ARCH.encode() + version.encode()).hexdigest()[:16]
+    cache = os.path.join(folder, f"dmma-{key}.ptx")
     if os.path.exists(cache):
         return cache
     err, prog = nvrtc.nvrtcCreateProgram(src, b"dmma.cu", 0, [], [])

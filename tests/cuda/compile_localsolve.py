@@ -54,3 +54,25 @@ def test_compiles_links_sass(name, d, sig, op, cc):
         cu_ptx = b"".join(data for kind, data, _ in extra)
         assert b"mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64" in cu_ptx
         assert "mpsolve_dmma_m8n8k4" in ptx          # numba's kernel calls the C++ function
+
+
+def test_dmma_ptx_cached_privately_keyed_by_nvrtc_version(tmp_path, monkeypatch):
+    """The NVRTC PTX of ``dmma.cu`` is kept in this user's private cache folder (not the
+    shared temporary folder, where another user could plant PTX for this process to
+    link), under a name that changes with the NVRTC version; a folder that others can
+    write is not used (numba then compiles the ``.cu`` at the first launch)."""
+    from cuda.bindings import nvrtc
+
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("MPSOLVE_CACHE_DIR", str(folder))
+    path = dmma._nvrtc_ptx()
+    assert Path(path).parent == folder and path.endswith(".ptx")
+    assert (folder.stat().st_mode & 0o077) == 0
+    assert b"m8n8k4" in Path(path).read_bytes()
+    version = ".".join(str(v) for v in nvrtc.nvrtcVersion()[1:])
+    import hashlib
+    src = Path(dmma.CU_PATH).read_bytes()
+    key = hashlib.sha256(src + dmma.ARCH.encode() + version.encode()).hexdigest()[:16]
+    assert Path(path).name == f"dmma-{key}.ptx"
+    folder.chmod(0o777)
+    assert dmma._cache_dir() is None and dmma._nvrtc_ptx() == dmma.CU_PATH

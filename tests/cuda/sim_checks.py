@@ -560,3 +560,36 @@ def test_a_block_has_one_shared_array(monkeypatch):
     out[:] = 0.0
     _shared_probe[1, 15](out)
     assert np.isnan(out).any(), out               # the simulator's own: split, NaN read
+
+
+def test_override_refuses_blocks_wider_than_the_launch_bounds():
+    """The reductions are compiled with ``launch_bounds`` of ``THREADS`` threads: a wider
+    forced block would fail to launch on a GPU (the simulator ignores the bounds)."""
+    with pytest.raises(ValueError, match="at most 256"):
+        with _launch.override(threads=2 * _launch.THREADS):
+            pass
+    with _launch.override(threads=_launch.THREADS) as cfg:
+        assert cfg.threads == _launch.THREADS
+
+
+def test_scratch_buffers_are_per_host_thread():
+    """Two threads launching on one stream interleave their passes: one's final pass must
+    not read the other's partials, so each thread has its own scratch buffers (one
+    thread gets the same buffer back)."""
+    import threading
+
+    got = {}
+
+    def take(tag):
+        got[tag] = (_launch.scratch("pv", 8, np.float64), _launch.scratch("pv", 8, np.float64))
+
+    threads = [threading.Thread(target=take, args=(t,)) for t in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    a, b = got["a"], got["b"]
+    assert a[0] is a[1] and b[0] is b[1]
+    a[0][:] = 1.0
+    b[0][:] = 2.0
+    assert np.all(a[0].copy_to_host() == 1.0) and np.all(b[0].copy_to_host() == 2.0)
