@@ -242,6 +242,11 @@ def test_subwarp_width_rule_and_plan():
         gspmv.csr_plan(indptr, width=3)
     with pytest.raises(ValueError):
         gspmv.csr_plan(indptr, block=48)
+    # 1024 threads of the complex BSR kernel (66 registers each on sm_80) exceed an SM's
+    # register file: the launch would fail on a GPU
+    with pytest.raises(ValueError, match="512"):
+        gspmv.csr_plan(indptr, block=1024)
+    assert gspmv.csr_plan(indptr, block=512, grid=1).block == 512
     empty = launch_plan("gpu", "spmv", np.zeros(1, dtype=np.int32))
     y = np.zeros(0)
     lookup("gpu", "spmv", ("float64",) * 3, "acc64")(empty, np.zeros(1, np.int32),
