@@ -181,6 +181,31 @@ def test_local_lu_solve_blocked_path_beyond_32_unknowns(spd):
     _compare(got, want, bad_g, bad_r, scale=10.0)
 
 
+@pytest.mark.parametrize("spd", [False, True])
+def test_local_lu_solve_in_batches_that_fit(spd, monkeypatch):
+    """A size group larger than the memory budget is solved in batches (a whole group of
+    3-D elasticity at 10^6 unknowns would take 17.5 GB a stack on the GPU): with a
+    budget of one or two systems a batch, the same stored rows and verdicts bit for bit."""
+    A = sp.csr_matrix(elasticity3d(3) + sp.diags(np.linspace(0.0, 0.1, 81)))
+    (aptr, aind, adata), (pp, pi), pos = _pattern(A, 3, 1, "lower" if spd else "all")
+    sizes = np.diff(pp) * 3
+    count = np.bincount(sizes)
+    count[:33] = 0
+    s = int(count.argmax())                                    # one group, blocked LU
+    rows = np.flatnonzero(sizes == s).astype(np.int64)[:3]
+    assert rows.size >= 2 and s > 32
+    args = (rows, pos[rows], pp, pi, aptr, aind, adata)
+    nb = rows.size
+    whole, bad_w = _run_op(GPU, "local_lu_solve", args, spd, pi.size, 3, nb)
+    for per in (1, 2):
+        monkeypatch.setattr(S, "BATCH_BYTES", per * S.STACKS * 8 * s * s)
+        assert S._batch_rows(np, s) == per
+        got, bad_g = _run_op(GPU, "local_lu_solve", args, spd, pi.size, 3, nb)
+        assert np.array_equal(bad_g, bad_w) and np.array_equal(got, whole)
+    want, bad_r = _run_op(REF, "local_lu_solve", args, spd, pi.size, 3, nb)
+    _compare(whole, want, bad_w, bad_r, scale=10.0)
+
+
 @pytest.mark.parametrize("s", [33, 64, 81])
 def test_blocked_batched_lu_against_lapack(s):
     rng = np.random.default_rng(s)
