@@ -23,8 +23,9 @@ Arguments (the device form of the contract)
   SPD or too ill-conditioned).  Rejected rows are not written; the caller's CPU fallback
   replaces them, exactly as on the host devices.
 
-How (one size group ``s = m b`` at a time, in batches of :data:`BATCH_BYTES`; ``xp`` the arrays' module: CuPy on a GPU, NumPy
-under numba's simulator, where CuPy cannot allocate -- the same code runs on both)
+How (one size group ``s = m b`` at a time, in batches of :data:`BATCH_BYTES`; ``xp`` the
+arrays' module: CuPy on a GPU, NumPy under numba's simulator, where CuPy cannot allocate --
+the same code runs on both)
 ----------------------------------------------------------------------------------------
 1. **Gather** (:func:`gather_local`): one warp per block row ``i``; for each block row
    ``J_p`` of ``J_i`` the lanes stride over the stored blocks of ``A``'s row ``J_p``,
