@@ -996,18 +996,7 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
                         warnings.simplefilter("ignore", PreconditionerWarning)
                     M, note = _set_up(make_preconditioner, name, params, C, policy, device,
                                       side, escalate, cache)
-                g, what = None, "for e = ones"
-                if name == "ilu0" and not params.get("reorder") and C is not None:
-                    g = ilu_growth(M, C)
-                    if not g <= ILU_GROWTH_LIMIT and not M.symmetric:
-                        g = equilibrated_growth(M, C)
-                        what = "for A equilibrated and e = ones"
-                elif name == "ilut":          # measured by its set-up, on what it factored
-                    g = M.stats.get("growth", 0.0)
-                if g is not None and not g <= ILU_GROWTH_LIMIT:
-                    raise UnstableFactorsError(
-                        f"unstable factors: ||M A e - e||_inf = {g:.1e} {what}, "
-                        f"over {ILU_GROWTH_LIMIT:.1e} (1/eps of FP32)")
+                check_factors(name, params, M, C)
             except SETUP_ERRORS as err:
                 cache[key] = err
                 raise
@@ -1018,6 +1007,25 @@ def set_up_candidate(c, pinned, precond_params, C, policy, device, side, escalat
             c.reason += f"; shift={M.shift:g} (an unshifted pivot was not positive)"
         _check_symmetric(c, M)
     return M
+
+
+def check_factors(name, params, M, C):
+    """Refuse (:class:`UnstableFactorsError`: the next candidate is tried) the factors of
+    an ILU(0) or ILUT ``M`` set up on ``C`` whose triangular solves amplify beyond
+    :data:`ILU_GROWTH_LIMIT`; ``name``/``params``: the candidate's preconditioner.  The
+    test of every set-up of a candidate: the constructor's and ``Solver.update``'s."""
+    g, what = None, "for e = ones"
+    if name == "ilu0" and not params.get("reorder") and C is not None:
+        g = ilu_growth(M, C)
+        if not g <= ILU_GROWTH_LIMIT and not M.symmetric:
+            g = equilibrated_growth(M, C)
+            what = "for A equilibrated and e = ones"
+    elif name == "ilut":                  # measured by its set-up, on what it factored
+        g = M.stats.get("growth", 0.0)
+    if g is not None and not g <= ILU_GROWTH_LIMIT:
+        raise UnstableFactorsError(
+            f"unstable factors: ||M A e - e||_inf = {g:.1e} {what}, "
+            f"over {ILU_GROWTH_LIMIT:.1e} (1/eps of FP32)")
 
 
 def _check_symmetric(c, M):

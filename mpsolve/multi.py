@@ -211,13 +211,22 @@ def _by_columns(solver, b, bh, x0, x0h, rtol, atol, maxiter, callback, t0):
         results.append(solver._solve(bc, xc, rtol, atol, maxiter, callback, "compact"))
     xs = [r.x for r in results]
     if host:
-        x = np.column_stack(xs) if k else np.zeros((bh.shape[0], 0))
+        x = np.column_stack(xs) if k else np.zeros((bh.shape[0], 0), _empty_dtype(solver, bh))
     else:
         import importlib
 
         xp = importlib.import_module(type(xs[0]).__module__.split(".")[0])
         x = xp.stack(xs, axis=1)
     return _combine(solver, results, x, "by column", time.perf_counter() - t0)
+
+
+def _empty_dtype(solver, bh):
+    """``x``'s dtype for ``k = 0`` right-hand sides: a single solve's (complex where ``A``
+    or ``b`` is; long double answered in FP64)."""
+    dt = np.result_type(solver._a_dtype(), bh.dtype if bh.dtype.kind in "fc" else np.float64)
+    if dt.kind == "c":
+        return dt if dt.itemsize <= 16 else np.dtype(np.complex128)
+    return dt if dt.itemsize <= 8 else np.dtype(np.float64)
 
 
 def _not_run(solver, like, b, x0, rtol, atol):

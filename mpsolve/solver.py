@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -48,9 +49,10 @@ from ._system import _check_maxiter, check_basis, make_problem, set_rhs, system_
 from ._configure import (check_cg_preconditioner, check_gmres_options, check_precond,
                          configure, is_auto)
 from .backend import on_host, resolve_device
-from .driver import iterate, report_fields
+from .driver import _describe as describe, iterate, report_fields
 from .krylov import BODIES
 from .precision import as_precision, in_field
+from .precond._util import PreconditionerWarning
 from .precond.base import Preconditioner, setup_for_solve
 from .result import SolveResult, status_text
 
@@ -164,6 +166,7 @@ class Solver:
         b0 = np.zeros(n, a_dtype if a_dtype.kind in "fc" else np.float64)  # until a solve
         self.choices, self.analysis = [], {}
         self._plan_labels = None
+        self._chosen = self._pinned = None
         # the caller's own set-up (one a solve made for another matrix is not theirs)
         M_was_setup = isinstance(precond, Preconditioner) and precond.is_setup \
             and getattr(precond, "_solve_key", None) is None
@@ -214,6 +217,7 @@ class Solver:
                 chosen = c
                 break
             self.choices = cands
+            self._chosen, self._pinned = chosen, pinned
             self.analysis = an.as_dict() if an is not None else {}
             if chosen is None:
                 raise NoCandidateError("method/precond 'auto': no candidate could be set up: "
@@ -257,6 +261,7 @@ class Solver:
         if method == "cg":
             check_cg_preconditioner(problem)
         self._name = name
+        self._M_state = self._m_state()
         self._report = report_fields(problem, method, name)
         if auto:
             self._report.update(choices=self.choices, analysis=self.analysis)
@@ -394,9 +399,32 @@ class Solver:
         r2.status += f"; {broke}"
         return r2
 
+    def _m_state(self):
+        """What this Solver set its own preconditioner object up as: ``(set-ups, storage
+        dtype, side)`` (``None`` for one it does not own)."""
+        M = self._problem.M_user
+        if not self._owns_M or not isinstance(M, Preconditioner):
+            return None
+        return (M.setups, M.storage_dtype, M._side)
+
+    def _reclaim(self):
+        """The preconditioner object this Solver set up, set up since by another (a second
+        Solver given the same object, a copy's update): set up again for this Solver's
+        matrix, as it was -- its stored operators are another matrix's now."""
+        st = self._M_state
+        M, p = self._problem.M_user, self._problem
+        if st is None or M.setups == st[0] or p.A_csr is None:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PreconditionerWarning)   # (said at its set-up)
+            setup_for_solve(M, p.A_csr, dtype=st[1], device=p.device, side=st[2])
+        p._systems.clear()                  # (loops fused with the other set-up's arrays)
+        self._M_state = self._m_state()
+
     def _run(self, b, x0, rtol, atol, maxiter, callback, deflation):
         t0 = time.perf_counter()
         a = self._args
+        self._reclaim()
         M = self._problem.M_user
         if isinstance(M, Preconditioner) and (not M.is_setup or M.shape[0] != self._problem.n):
             # the caller's own M, set up again (or reset) since: its stored operators are
@@ -419,7 +447,7 @@ class Solver:
                 r.column_info = np.where(info > 0, np.maximum(its, 1), info)
                 if r.info > 0:
                     r.info = int(np.max(r.column_info))
-            return r
+            return self._with_memory(r)
         cap = _check_maxiter(self._maxiter if maxiter is None else maxiter, None)
         body_kw = self._body_kw
         if self._restart_of_inner is not None:      # cycles enough, inner ones capped
@@ -432,6 +460,19 @@ class Solver:
                     escalate=self.escalate, body_kw=body_kw, t0=t0, report=self._report)
         if self._restart_of_inner is not None and r.info > 0:
             r.info = max(1, r.iterations)           # (auto's info: iterations, not cycles)
+        return self._with_memory(r)
+
+    def _with_memory(self, r):
+        """``r`` with the preconditioner's memory as it is after the solve (what
+        :func:`mpsolve.solve` reports): some store more at their first use (ISAI's
+        transposed operator), after the constructor's report was made."""
+        M = self._problem.M_user
+        if isinstance(M, Preconditioner):
+            nb = int(M.nbytes or 0)
+            if nb != self._report["precond_nbytes"]:
+                self._report.update(precond_nbytes=nb, precond_detail=describe(M))
+            r.precond_nbytes = nb
+            r.precond_detail = self._report["precond_detail"]
         return r
 
     def _block_cycles(self, maxiter: int) -> int:
@@ -485,7 +526,8 @@ class Solver:
         "full"``): everything is set up again as by the constructor -- also where
         ``"auto"`` would now choose differently (the analysis of the new values orders
         other candidates: ``A`` no longer symmetric, a zero diagonal entry, values beyond
-        FP32), where the new values are complex and the old were not (or the other way
+        FP32; the chosen candidate's set-up fails its checks on the new values, unstable
+        ILU factors; a candidate before it had failed on the old ones), where the new values are complex and the old were not (or the other way
         round) or of another precision (float32 for float64, ...), and where the kept
         choice cannot take them (a zero pivot, an FP32 range the first policy does not
         reach).  Waits for a solve running in another thread.
@@ -536,7 +578,7 @@ class Solver:
         hp = in_field("float64", p.is_complex)
         if same and C.dtype.kind not in "fc":
             C = C.astype(hp)                     # as make_problem: integers in FP64
-        if not same or self._not_pd or self._choice_changed(C):
+        if not same or self._not_pd or self._choice_changed(C) or self._tried_before():
             # (_not_pd: CG was given up for the old values, which the new ones may not
             # share: the choice is made again, as a fresh Solver's)
             self._not_pd = False                 # (learnt of the old matrix)
@@ -551,10 +593,19 @@ class Solver:
                 # its set-up on the new values in the first policy's storage, as a fresh
                 # Solver's: not in the storage an escalation for the old values left (an
                 # FP64 M under 'mixed'), and range-checked again (escalated if need be)
-                setup_for_solve(M, C, dtype=p.realise(start.precond), device=M.device,
-                                side=M._side)
+                with warnings.catch_warnings():
+                    if self._chosen is not None and self._chosen.precond == "ilut":
+                        # (auto's ILUT: its warning, unstable factors, is a refusal below)
+                        warnings.simplefilter("ignore", PreconditionerWarning)
+                    setup_for_solve(M, C, dtype=p.realise(start.precond), device=M.device,
+                                    side=M._side)
+            self._check_candidate(M, C)
             p._systems.clear()   # the stored (FP32) copies of A, made again and range-checked
             self._policies.clear()
+            # from a zero right-hand side, as the constructor (not the last solve's b,
+            # whose range may have escalated the policy then)
+            set_rhs(p, np.zeros(p.n, self._a_dtype()), rtol=self._args["rtol"],
+                    atol=self._args["atol"], maxiter=self._maxiter)
             self.precision = self._realise(start)
         except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             # the new values do not fit the kept choice (a zero pivot, an FP32 range the
@@ -564,6 +615,7 @@ class Solver:
             return self
         if self.method == "cg":
             check_cg_preconditioner(p)       # (new values: A symmetric now, M not)
+        self._M_state = self._m_state()
         self._report.update(report_fields(p, self.method, self._name))
         self.setup_time = time.perf_counter() - t0
         self.last_update = "numeric"
@@ -572,21 +624,51 @@ class Solver:
     def _choice_changed(self, C) -> bool:
         """``"auto"``: whether the analysis of the new values ``C`` orders other candidates
         than the constructor's did (``A`` no longer symmetric, a diagonal entry now zero,
-        values beyond FP32...): the kept choice was made for a matrix of another kind."""
+        values beyond FP32...): the kept choice was made for a matrix of another kind.
+        Else the analysis of ``C`` is this Solver's from now on."""
         if self._plan_labels is None:
             return False
         from .auto import plan
 
         a = self._args
-        _, cands = plan(C, a["method"], a["precond"], a["precond_params"])
-        return [c.label for c in cands] != self._plan_labels
+        an, cands = plan(C, a["method"], a["precond"], a["precond_params"])
+        if [c.label for c in cands] != self._plan_labels:
+            return True
+        self.analysis = an.as_dict() if an is not None else {}
+        self._report["analysis"] = self.analysis
+        return False
+
+    def _tried_before(self) -> bool:
+        """``"auto"``: whether a candidate before the chosen one failed its set-up on the
+        old values -- the new ones may let it pass, and a fresh Solver would choose it."""
+        if self._chosen is None:
+            return False
+        for c in self.choices:
+            if c is self._chosen:
+                return False
+            if c.outcome.startswith("set-up failed"):
+                return True
+        return False
+
+    def _check_candidate(self, M, C):
+        """``"auto"``: the checks of its candidate's set-up (:func:`mpsolve.auto.
+        set_up_candidate`) on the new values: unstable ILU(0)/ILUT factors, a
+        nonsymmetric ``M`` under CG -- raised (an update sets everything up again)."""
+        c = self._chosen
+        if c is None or not isinstance(M, Preconditioner):
+            return
+        from .auto import _check_symmetric, check_factors
+
+        if self._pinned is None and isinstance(c.precond, str):
+            check_factors(c.precond, dict(c.params, **self._args["precond_params"]), M, C)
+        _check_symmetric(c, M)
 
     def __reduce__(self):
         # A Solver holds compiled kernels, device arrays and a lock, none of them
         # picklable: a pickled (or deep-copied) Solver is its matrix and its arguments, set
         # up again where it is loaded -- the same choices, as the analysis is deterministic.
         a = dict(self._args)
-        return (_rebuild, (self._problem.A_user, a.pop("precond_params"), a))
+        return (_rebuild, (self._problem.A_user, a.pop("precond_params"), a, self._not_pd))
 
     def __repr__(self):
         return (f"<Solver {self.n}x{self.n}: {self.method}"
@@ -610,6 +692,15 @@ def _private_csr(A) -> sp.csr_matrix:
     return C
 
 
-def _rebuild(A, precond_params, args):
-    """A :class:`Solver` from its pickled form (:meth:`Solver.__reduce__`)."""
-    return Solver(A, **args, **precond_params)
+def _rebuild(A, precond_params, args, not_pd=False):
+    """A :class:`Solver` from its pickled form (:meth:`Solver.__reduce__`); ``not_pd``: the
+    pickled one had left CG (its breakdown showed ``A`` not positive definite), so this
+    one chooses without CG too, as the pickled one ran."""
+    s = Solver(A, **args, **precond_params)
+    if not_pd and not s._not_pd:
+        s._not_pd = True
+        if s.method == "cg" and s._plan_labels is not None:
+            P = s._problem
+            s._build(P.A_csr if P.A_csr is not None else P.A_user, stacklevel=3,
+                     device=P.device)
+    return s

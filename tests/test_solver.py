@@ -801,3 +801,123 @@ def test_auto_gmres_counts_maxiter_in_iterations_as_solve_does(monkeypatch):
     # a named GMRES keeps SciPy's unit, restart cycles
     r = mpsolve.Solver(A, method="gmres", precond="isai", rtol=1e-13, maxiter=2).solve(b)
     assert r.info == 2 and r.iterations == 40
+
+
+# ---------------------------------------------------------------- update and sharing (stop 50)
+
+@pytest.mark.parametrize("pe_old,pe_new", [(10, 1000), (1000, 10)])
+def test_auto_update_chooses_as_a_fresh_solver(pe_old, pe_new):
+    """Same pattern, new values: under ``"auto"`` the update ends with a fresh Solver's
+    choice.  Peclet 1000's ILU(0) has unstable factors (a fresh Solver refuses it and runs
+    GMRES + ILUT: 3 iterations); the numeric path kept BiCGSTAB + ILU(0) and broke down
+    (info -10 after 353).  The other way round a fresh Solver's first candidate passes
+    again, where the kept ILUT was the old values' third."""
+    import warnings
+
+    A_old = convection_diffusion2d(20, peclet=pe_old, upwind=False).tocsr()
+    A_new = convection_diffusion2d(20, peclet=pe_new, upwind=False).tocsr()
+    b = np.ones(A_old.shape[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = Solver(A_old, rtol=1e-8).update(A_new)
+        f = Solver(A_new, rtol=1e-8)
+        r, q = s.solve(b), f.solve(b)
+    assert (s.method, s.precond) == (f.method, f.precond)
+    _same(r, q, detail=False)
+    assert r.converged
+
+
+def test_auto_numeric_update_reports_the_new_analysis():
+    A = poisson2d(10).tocsr()
+    B = (A + sp.diags(np.linspace(0, 50, 100))).tocsr()
+    s = Solver(A, rtol=1e-8).update(B)
+    f = Solver(B, rtol=1e-8)
+    assert s.last_update == "numeric"
+    drop = ("time",)
+    assert {k: v for k, v in s.analysis.items() if k not in drop} == \
+        {k: v for k, v in f.analysis.items() if k not in drop}
+    assert s.solve(np.ones(100)).analysis is s.analysis
+
+
+def test_update_starts_from_the_constructors_policy_not_the_last_b():
+    """A solve with a b beyond FP32 escalated ``single``; after an update the Solver's
+    policy is a fresh Solver's again (it was set up from the last solve's b)."""
+    A = poisson2d(10).tocsr()
+    s = Solver(A, method="cg", precond="jacobi", precision="single", rtol=1e-4)
+    s.solve(np.full(100, 1e39))
+    s.update(2.0 * A)
+    f = Solver(2.0 * A, method="cg", precond="jacobi", precision="single", rtol=1e-4)
+    assert s.last_update == "numeric" and s.precision.name == f.precision.name == "single"
+
+
+def test_a_preconditioner_object_shared_by_two_solvers():
+    """One ILU0 object given to two Solvers of other matrices (same size): the second set
+    it up for its matrix; the first sets it up for its own again before its next solve
+    (it ran CG with the other matrix's nonsymmetric factors: no convergence)."""
+    A = poisson2d(10).tocsr()
+    N = convection_diffusion2d(10, peclet=50).tocsr()
+    b = np.ones(100)
+    M = ILU0()
+    s1 = Solver(A, method="cg", precond=M, rtol=1e-10)
+    r1 = s1.solve(b)
+    s2 = Solver(N, method="gmres", precond=M, rtol=1e-10)
+    _same(r1, s1.solve(b))
+    q = s2.solve(b)
+    assert q.converged and np.linalg.norm(b - N @ q.x) <= 1e-9 * np.linalg.norm(b)
+    _same(q, mpsolve.solve(N, b, method="gmres", precond="ilu0", rtol=1e-10))
+
+
+def test_a_copys_update_leaves_the_original_alone():
+    import copy
+
+    A = convection_diffusion2d(10, peclet=5).tocsr()
+    B = A.copy()
+    B.data = B.data * (1 + 0.9 * np.random.default_rng(0).random(A.nnz))
+    b = np.ones(100)
+    s = Solver(A, method="gmres", precond=ILU0(), rtol=1e-10)
+    r1 = s.solve(b)
+    t = copy.copy(s)
+    t.update(B)
+    _same(r1, s.solve(b))
+
+
+def test_a_pickled_solver_remembers_it_left_cg():
+    """``"auto"``'s CG broke down (A indefinite): the Solver runs GMRES from then on, and
+    so does its pickle or copy (they started with CG again, broke down again, and
+    counted those iterations)."""
+    import copy
+    import pickle
+    import warnings
+
+    A = (poisson2d(12) - 3.0 * sp.eye(144)).tocsr()
+    b = np.ones(144)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = Solver(A, rtol=1e-8)
+        s.solve(b)
+        r = s.solve(b)
+        assert s.method != "cg"
+        for t in (pickle.loads(pickle.dumps(s)), copy.copy(s), copy.deepcopy(s)):
+            assert t.method == s.method
+            _same(r, t.solve(b), detail=False)
+
+
+def test_solver_reports_the_preconditioner_memory_solve_does():
+    """ISAI stores more at its first use: the Solver's results say so, as solve()'s."""
+    A = poisson2d(30).tocsr()
+    b = A @ np.ones(A.shape[0])
+    s = Solver(A, method="gmres", precond="isai", precision="double", rtol=1e-9)
+    r = s.solve(b)
+    q = mpsolve.solve(A, b, method="gmres", precond="isai", precision="double", rtol=1e-9)
+    assert r.precond_nbytes == q.precond_nbytes == s._problem.M_user.nbytes
+    assert r.precond_detail == q.precond_detail
+
+
+def test_no_right_hand_sides_keep_the_complex_dtype():
+    from mpsolve.matrices import helmholtz2d
+
+    A = helmholtz2d(8, k=3.0).tocsr()
+    B = np.zeros((A.shape[0], 0), complex)
+    for x in (Solver(A, method="gmres", precond="ilu0").solve(B).x,
+              mpsolve.solve(A, B, method="gmres", precond="ilu0").x):
+        assert x.shape == (A.shape[0], 0) and x.dtype == np.complex128
