@@ -23,7 +23,8 @@ calls the methods it finds):
     entries, an M the chosen storage cannot hold) follows
     PETSc's convention: the PC's failed reason is set, the apply returns Inf and the KSP
     stops with ``KSP_DIVERGED_PC_FAILED`` (petsc4py's ``DIVERGED_PCSETUP_FAILED``;
-    ``failed`` and ``view`` say why);
+    ``failed`` and ``view`` say why; the reason is positive, ``FACTOR_OTHER`` where
+    no pivot is to blame, as PETSc combines the ranks' reasons by their maximum);
     ``Jacobi`` uses 1 where the diagonal is zero, as PCJACOBI.  The constructor refuses
     keywords its class does not take, and a bad option value is refused by
     ``KSPSetFromOptions``, naming the option.
@@ -36,14 +37,19 @@ calls the methods it finds):
     KSP stays on the host, only the preconditioner runs on the device.
 ``matApply(pc, X, Y)``
     several right-hand sides: the columns of the dense matrices, in place.
+``applySymmetricLeft(pc, x, y)`` / ``applySymmetricRight`` (``Jacobi`` only)
+    ``y = D^{-1/2} x``: ``-ksp_pc_side symmetric``, as PCJACOBI.
 ``setFromOptions(pc)``
     reads ``-[prefix]mpsolve_precision`` (a preset: its preconditioner precision
-    is used), ``-[prefix]mpsolve_dtype`` (``float32``/``float64``, overrides),
+    is the storage, FP64 where FP32 cannot hold ``M``, as without the option),
+    ``-[prefix]mpsolve_dtype`` (``float32``/``float64``, overrides: no escalation),
     ``-[prefix]mpsolve_block_size``, ``-[prefix]mpsolve_sparsity_power``,
     ``-[prefix]mpsolve_variant``, ``-[prefix]mpsolve_accumulate``,
     ``-[prefix]mpsolve_side``, ``-[prefix]mpsolve_device``; an option without the prefix
-    is used when the prefixed one is absent.
+    is used when the prefixed one is absent; values in any case, as PETSc's.  (Not
+    listed by ``-help``.)
 ``view(pc, viewer)`` / ``reset(pc)``
+    ``view`` on several ranks prints each rank's preconditioner (synchronised).
 
 Use from the options database::
 
@@ -59,9 +65,10 @@ the left, ``A M ~ I`` on the right; symmetric ``A`` gets the SPD form either way
 The side is taken from, in order: ``-mpsolve_side`` (an option overrides what code
 set, as PETSc's options do), the ``side=`` keyword of the class
 (``mpsolve.petsc.ISAI(side="right")``), ``-ksp_pc_side``, then the KSP type in the
-options database (``fgmres``, ``fbcgs``, ``fbcgsr``, ``pipefgmres`` and ``gcr``
-precondition on the right only; CG, MINRES and their kin (:data:`SYMMETRIC_KSP`) need a
-symmetric ``M``: side ``"symmetric"``, PETSc's ``PC_SYMMETRIC``, under which
+options database (:data:`RIGHT_ONLY_KSP`: ``fgmres``, ``fbcgs``, ``gcr``, ... precondition
+on the right only, as do :data:`NORM_SIDE_KSP` under ``-ksp_norm_type unpreconditioned``;
+CG, MINRES and their kin (:data:`SYMMETRIC_KSP`) need a symmetric ``M``, also where
+``-ksp_pc_side left`` is given: side ``"symmetric"``, PETSc's ``PC_SYMMETRIC``, under which
 ``variant="auto"`` takes the SPD form even where assembly noise leaves ``A`` a little
 nonsymmetric; a block Jacobi sub-PC whose sub-KSP is ``preonly`` takes the outer KSP's);
 otherwise PETSc's default, left.  A KSP configured in code
@@ -108,14 +115,16 @@ __all__ = ["ISAI", "BlockISAI", "BlockJacobi", "BlockILU0", "ILU0", "Jacobi", "l
 _KEEP = object()
 
 #: KSP types that support right preconditioning only.
-RIGHT_ONLY_KSP = ("fgmres", "fbcgs", "fbcgsr", "pipefgmres", "gcr")
+RIGHT_ONLY_KSP = ("fgmres", "fbcgs", "fbcgsr", "pipefgmres", "gcr", "pipebcgs", "qmrcgs")
 #: KSP types that need a symmetric ``M`` (CG and its relatives, MINRES, SYMMLQ, the trust-
 #: region CGs): the side ``"symmetric"``, under which ``variant="auto"`` takes the SPD form
-SYMMETRIC_KSP = ("cg", "pipecg", "pipecgrr", "pipelcg", "groppcg", "fcg", "pipefcg", "cr",
-                 "pipecr", "minres", "symmlq", "nash", "stcg", "gltr", "qcg")
+SYMMETRIC_KSP = ("cg", "pipecg", "pipecg2", "pipecgrr", "pipelcg", "pipeprcg", "groppcg",
+                 "fcg", "pipefcg", "cr", "pipecr", "minres", "symmlq", "nash", "stcg", "gltr",
+                 "qcg")
 #: KSP types PETSc runs right-preconditioned under ``-ksp_norm_type unpreconditioned``
-#: (their left side supports the preconditioned norm only)
-NORM_SIDE_KSP = ("gmres", "bcgs")
+#: (their left side supports the preconditioned norm only; PETSc 3.26's ``KSPSetUp`` side)
+NORM_SIDE_KSP = ("gmres", "bcgs", "tfqmr", "cgs", "bcgsl", "lgmres", "dgmres", "pgmres",
+                 "ibcgs", "idr", "tcqmr", "tsirm")
 
 
 def scalar_dtype() -> np.dtype:
@@ -138,6 +147,16 @@ def _check_scalar(dtype, name):
     return st
 
 
+def _check_serial(comm, name):
+    """Refuse a communicator of several ranks: the objects made here are sequential (each
+    rank would hold the whole matrix, and petsc4py's errors say only "size(I) is 17")."""
+    if comm is not None and comm.getSize() > 1:
+        raise ValueError(
+            f"{name}: comm has {comm.getSize()} ranks, but it makes a sequential (one-rank) "
+            "object: pass comm=PETSc.COMM_SELF (the default), or build the distributed Mat "
+            "or Vec with PETSc (each rank setting its own rows)")
+
+
 def petsc_mat(A, comm=None):
     """A sequential AIJ PETSc Mat holding the SciPy sparse (or dense) matrix ``A``, in
     PETSc's scalar type.
@@ -149,6 +168,7 @@ def petsc_mat(A, comm=None):
     """
     from petsc4py import PETSc
 
+    _check_serial(comm, "petsc_mat")
     A = canonical_csr(A if sp.issparse(A) else sp.csr_matrix(np.asarray(A)))
     st = _check_scalar(A.dtype, "A")    # (canonical: duplicates summed, as SciPy reads them)
     P = PETSc.Mat().createAIJ(size=A.shape, csr=(A.indptr.astype(PETSc.IntType),
@@ -164,6 +184,7 @@ def petsc_vec(x, comm=None):
     type; a complex ``x`` on a real PETSc is refused as in :func:`petsc_mat`."""
     from petsc4py import PETSc
 
+    _check_serial(comm, "petsc_vec")
     x = np.asarray(x)
     st = _check_scalar(x.dtype, "x")
     v = PETSc.Vec().createSeq(x.size, comm=comm or PETSc.COMM_SELF)
@@ -218,6 +239,9 @@ class _MpsolvePC:
                 f"{sorted(self._accepted() | {'side', 'device'})} (dtype: the storage "
                 "precision, 'float32' or 'float64')")
         self.dtype = self.params.pop("dtype", None)   # storage precision (None: FP32)
+        #: -mpsolve_precision's storage: the default where no dtype is given (escalated
+        #: to FP64 where FP32 cannot hold M, as the default FP32 is)
+        self._preset = None
         if self.dtype is not None:                    # checked now, as -mpsolve_dtype is
             name = float_name(self.dtype)
             if name is None:
@@ -256,7 +280,10 @@ class _MpsolvePC:
         def get(kind, name):
             for db in (scoped, plain):
                 if db.hasName("mpsolve_" + name):
-                    return getattr(db, kind)("mpsolve_" + name)
+                    try:
+                        return getattr(db, kind)("mpsolve_" + name)
+                    except KeyError:     # (petsc4py's error for an option without a value)
+                        raise ValueError(f"-{prefix}mpsolve_{name} needs a value") from None
             return None
 
         changed = False
@@ -269,17 +296,22 @@ class _MpsolvePC:
         for opt in ("variant", "accumulate"):
             if opt in self._accepted():
                 v = get("getString", opt)
+                v = v.lower() if v else v     # (PETSc's enum options ignore case)
                 if v is not None and self.params.get(opt) != v:
                     self._take_option(opt, opt, v)
                     changed = True
         prec = get("getString", "precision")
         if prec is not None:
+            prec = prec.lower()
             if prec not in PRESETS:
                 raise ValueError(f"-mpsolve_precision {prec}: choose one of {sorted(PRESETS)}")
-            changed = changed or self.dtype != PRESETS[prec].precond
-            self.dtype = PRESETS[prec].precond
+            # the preset's storage, escalated where FP32 cannot hold M (as mpsolve.solve
+            # escalates the preset): a default, not the caller's fixed dtype
+            changed = changed or self._preset != PRESETS[prec].precond
+            self._preset = PRESETS[prec].precond
         dt = get("getString", "dtype")
         if dt is not None:
+            dt = dt.lower()
             if dt not in ("float32", "float64"):
                 raise ValueError(f"-mpsolve_dtype {dt}: use float32 or float64")
             changed = changed or self.dtype != dt
@@ -316,6 +348,7 @@ class _MpsolvePC:
         no longer keeps fgmres's right side."""
         side = get("getString", "side")
         if side is not None:
+            side = side.lower()
             if side not in ("left", "right", "symmetric"):
                 raise ValueError(f"-mpsolve_side {side}: use left, right or symmetric")
             return side
@@ -332,6 +365,8 @@ class _MpsolvePC:
                 continue             # a block's sub-KSP applying M: the outer KSP decides
             if plain.hasName(p + "ksp_pc_side"):
                 given = plain.getString(p + "ksp_pc_side").lower()
+                if given == "left" and kind in SYMMETRIC_KSP:
+                    return "symmetric"   # (CG applies a left M: it must be symmetric)
                 return given if given in ("right", "symmetric") else "left"
             if kind in NORM_SIDE_KSP and plain.hasName(p + "ksp_norm_type") and \
                     plain.getString(p + "ksp_norm_type").lower() == "unpreconditioned":
@@ -385,7 +420,7 @@ class _MpsolvePC:
         self.M, self.failed, self._key = None, None, None
         try:
             try:
-                self.M, self.escalated = build(self.dtype or "float32"), None
+                self.M, self.escalated = build(self.dtype or self._preset or "float32"), None
             except PrecisionRangeError as err:
                 if self.dtype is not None:   # a storage precision the caller chose: refused
                     raise
@@ -401,11 +436,13 @@ class _MpsolvePC:
             # PETSc's convention for a set-up that fails on the matrix (PCILU's zero pivot):
             # the failed reason is set, applies return Inf, the KSP stops with
             # KSP_DIVERGED_PC_FAILED -- a Newton or time-stepping solver then recovers
+            # (a positive reason: PETSc combines the ranks' reasons by MPI_MAX, so
+            # SETUP_ERROR, -1, below "no error", was lost where one rank of several failed)
             reason = PETSc.PC.FailedReason
             pc.setFailedReason(
                 reason.FACTOR_STRUCT_ZEROPIVOT if isinstance(err, StructurallySingularError)
                 else reason.FACTOR_NUMERIC_ZEROPIVOT
-                if isinstance(err, (ZeroPivotError, ZeroDiagonalError)) else reason.SETUP_ERROR)
+                if isinstance(err, (ZeroPivotError, ZeroDiagonalError)) else reason.FACTOR_OTHER)
             self.failed = f"{type(err).__name__}: {err}"
             self._key = key
             return
@@ -518,8 +555,20 @@ class _MpsolvePC:
                 lines.append(f"  {self.escalated}")
             if getattr(self, "zero_diagonal", 0):
                 lines.append(f"  {self.zero_diagonal} zero diagonal entries: 1 used there")
-        for ln in lines:
-            viewer.printfASCII(ln + "\n")
+        comm = viewer.getComm()
+        if comm.getSize() == 1:
+            for ln in lines:
+                viewer.printfASCII(ln + "\n")
+            return
+        # a PC of several ranks: each rank's own M (its diagonal block: block Jacobi across
+        # the ranks), set-up failure and escalation -- rank 0's alone hid the others'
+        viewer.printfASCII(f"mpsolve {type(self).__name__}: one per rank, on its diagonal "
+                           "block (block Jacobi across the ranks)\n")
+        viewer.pushASCIISynchronized()
+        rank = comm.getRank()
+        viewer.printfASCIISynchronized("".join(f"  [{rank}] {ln}\n" for ln in lines[1:]))
+        viewer.flush()
+        viewer.popASCIISynchronized()
 
     def reset(self, pc):
         self.M = None
@@ -546,7 +595,19 @@ class Jacobi(_MpsolvePC):
         if zero.any():                   # PETSc's PCJACOBI: 1 where the diagonal is zero
             d[zero] = 1.0
         self.zero_diagonal = int(zero.sum())
+        # the symmetric side's halves (PETSc's PCJACOBI: 1/sqrt|d_i|), in FP64
+        self._half = 1.0 / np.sqrt(np.abs(d))
         return sp.diags_array(d, format="csr")
+
+    def applySymmetricLeft(self, pc, x, y):
+        """``y = D^{-1/2} x`` (``-ksp_pc_side symmetric``: ``M = D^{-1/2} D^{-1/2}``, each
+        half on one side of ``A``; PETSc's PCJACOBI's form, ``|d_i|``)."""
+        if not self._ready(pc):
+            y.set(np.inf)
+            return
+        y.array[:] = x.array_r * self._half
+
+    applySymmetricRight = applySymmetricLeft
 
     @property
     def precond_cls(self):

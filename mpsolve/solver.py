@@ -527,10 +527,11 @@ class Solver:
         ``"auto"`` would now choose differently (the analysis of the new values orders
         other candidates: ``A`` no longer symmetric, a zero diagonal entry, values beyond
         FP32; the chosen candidate's set-up fails its checks on the new values, unstable
-        ILU factors; a candidate before it had failed on the old ones), where the new values are complex and the old were not (or the other way
-        round) or of another precision (float32 for float64, ...), and where the kept
-        choice cannot take them (a zero pivot, an FP32 range the first policy does not
-        reach).  Waits for a solve running in another thread.
+        ILU factors; a candidate before it had failed on the old ones), where the new
+        values are complex and the old were not (or the other way round) or of another
+        precision (float32 for float64, ...), and where the kept choice cannot take them
+        (a zero pivot, an FP32 range the first policy does not reach).  Waits for a solve
+        running in another thread.
         An update that raises (the new matrix refused, or no set-up of it possible) leaves
         the Solver solving the old matrix, as before the call.
         """

@@ -17,7 +17,7 @@ from petsc4py import PETSc  # noqa: E402
 
 import mpsolve  # noqa: E402
 import mpsolve.petsc as mp  # noqa: E402
-from mpsolve.matrices import convection_diffusion2d, elasticity3d  # noqa: E402
+from mpsolve.matrices import convection_diffusion2d, elasticity3d, poisson2d  # noqa: E402
 from mpsolve.bench.baselines import petsc_solve  # noqa: E402
 
 from conftest import COLLECTION, load_collection_matrix, petsc_mat_apply  # noqa: E402
@@ -739,8 +739,8 @@ def test_a_failed_set_up_follows_petscs_convention():
     N = convection_diffusion2d(10, peclet=2.0).tocsr()
     N[3, 4] = np.nan
     Z = A.copy()
-    for ctx, M, why in ((mp.ILU0(), N, PETSc.PC.FailedReason.SETUP_ERROR),
-                        (mp.ISAI(), N, PETSc.PC.FailedReason.SETUP_ERROR),
+    for ctx, M, why in ((mp.ILU0(), N, PETSc.PC.FailedReason.FACTOR_OTHER),
+                        (mp.ISAI(), N, PETSc.PC.FailedReason.FACTOR_OTHER),
                         (mp.BlockJacobi(block_size=1), Z,
                          PETSc.PC.FailedReason.FACTOR_NUMERIC_ZEROPIVOT)):
         ksp, P = _ksp(M, "gmres", ctx)
@@ -1000,3 +1000,126 @@ def test_one_context_serving_two_pcs_gives_each_its_own_m():
     again = _solve(k1, P1, A @ np.ones(A.shape[0]))
     assert again[2] > 0 and again[1] == first
     np.testing.assert_allclose(again[0], 1.0, rtol=1e-6)
+
+
+# ------------------------------------------------------ the side, options, failures (stop 50)
+def _from_options(A, options):
+    """A KSP configured from the options database alone (``options`` removed after), set
+    up; returns ``(ksp, P)``."""
+    opts = PETSc.Options()
+    for k, v in options.items():
+        opts[k] = v
+    try:
+        P = mp.petsc_mat(A)
+        ksp = PETSc.KSP().create(PETSc.COMM_SELF)
+        ksp.setOperators(P)
+        ksp.setTolerances(rtol=RTOL, atol=0.0, max_it=3000)
+        ksp.setFromOptions()
+        ksp.setUp()
+    finally:
+        for k in options:
+            opts.delValue(k)
+    return ksp, P
+
+
+@pytest.mark.parametrize("options", [
+    {"ksp_type": "pipebcgs"}, {"ksp_type": "qmrcgs"},
+    *({"ksp_type": k, "ksp_norm_type": "unpreconditioned"}
+      for k in ("tfqmr", "cgs", "bcgsl", "lgmres", "dgmres", "pgmres", "ibcgs", "idr", "tcqmr",
+                "tsirm"))])
+def test_plugin_side_is_the_side_petsc_applies_m_on(options):
+    """The plug-in infers the side from the options: the one PETSc's KSPSetUp settles on
+    (these run right-preconditioned; the plug-in took them for left and built the left
+    approximate inverse for the right side)."""
+    A = convection_diffusion2d(8, peclet=5.0).tocsr()
+    ksp, _ = _from_options(A, dict(options, pc_type="python",
+                                   pc_python_type="mpsolve.petsc.ISAI"))
+    side = {PETSc.PC.Side.LEFT: "left", PETSc.PC.Side.RIGHT: "right"}[ksp.getPCSide()]
+    ctx = ksp.getPC().getPythonContext()
+    assert side == "right" and ctx.side == side and ctx.M.variant == "right"
+
+
+@pytest.mark.parametrize("options", [{"ksp_type": "cg", "ksp_pc_side": "left"},
+                                     {"ksp_type": "pipecg2"}, {"ksp_type": "pipeprcg"}])
+def test_plugin_takes_the_spd_form_for_every_cg_kind(options):
+    """CG with an explicit left side, and the pipelined CGs pipecg2/pipeprcg, need a
+    symmetric M: on an SPD matrix with 1e-11 assembly noise the plug-in built the
+    nonsymmetric ``general`` ISAI (pipecg2: no convergence in 2998 iterations)."""
+    from mpsolve.matrices import jump3d
+
+    A = jump3d(8, contrast=1e4).tocsr()
+    A.data *= 1.0 + 1e-11 * np.random.default_rng(0).standard_normal(A.nnz)
+    b = A @ np.ones(A.shape[0])
+    ksp, P = _from_options(A, dict(options, pc_type="python",
+                                   pc_python_type="mpsolve.petsc.ISAI"))
+    ctx = ksp.getPC().getPythonContext()
+    x, its, reason = _solve(ksp, P, b)
+    assert ctx.side == "symmetric" and ctx.M.variant == "spd"
+    assert reason > 0 and np.linalg.norm(b - A @ x) <= 1e-6 * np.linalg.norm(b)
+
+
+def test_a_precision_preset_option_keeps_the_fp64_fallback():
+    """``-mpsolve_precision mixed`` names the preset's FP32 storage as the default, as
+    mpsolve.solve's preset: values FP32 cannot hold are stored in FP64 (the option made
+    FP32 a fixed choice and failed the PC); ``-mpsolve_dtype float32`` stays fixed."""
+    A = (poisson2d(12) * 1e-80).tocsr()
+    b = A @ np.ones(A.shape[0])
+    base = dict(ksp_type="gmres", pc_type="python", pc_python_type="mpsolve.petsc.Jacobi")
+    ksp, P = _from_options(A, dict(base, mpsolve_precision="MIXED"))
+    ctx = ksp.getPC().getPythonContext()
+    x, its, reason = _solve(ksp, P, b)
+    assert reason > 0 and ctx.escalated and ctx.M.storage_dtype == np.float64
+    ksp, P = _from_options(A, dict(base, mpsolve_dtype="float32"))
+    assert ksp.getPC().getFailedReason() != 0 and ksp.getPC().getPythonContext().failed
+
+
+def test_options_without_a_value_or_in_capitals():
+    ksp, _ = _ksp(elasticity3d(3), "gmres")
+    cause = _options_error(ksp, {"pc_type": "python", "mpsolve_block_size": "",
+                                 "pc_python_type": "mpsolve.petsc.BlockISAI"})
+    assert isinstance(cause, ValueError) and "-mpsolve_block_size needs a value" in str(cause)
+    A = convection_diffusion2d(8, peclet=5.0).tocsr()
+    ksp, _ = _from_options(A, {"ksp_type": "gmres", "pc_type": "python", "mpsolve_side": "RIGHT",
+                               "mpsolve_variant": "General", "mpsolve_dtype": "FLOAT64",
+                               "pc_python_type": "mpsolve.petsc.ISAI"})
+    ctx = ksp.getPC().getPythonContext()
+    assert ctx.side == "right" and ctx.M.variant == "general" and ctx.dtype == "float64"
+
+
+def test_jacobi_on_the_symmetric_side_is_petscs():
+    """``-ksp_pc_side symmetric``: D^{-1/2} on each side, PCJACOBI's iterations (PETSc
+    said "No method applysymmetricleft for PC of type python")."""
+    A = convection_diffusion2d(10, peclet=5.0).tocsr()
+    A = (A + sp.diags(np.linspace(1.0, 30.0, A.shape[0]))).tocsr()
+    b = A @ np.ones(A.shape[0])
+    got = []
+    for pc in ({"pc_type": "jacobi"},
+               {"pc_type": "python", "pc_python_type": "mpsolve.petsc.Jacobi"}):
+        ksp, P = _from_options(A, dict(pc, ksp_type="gmres", ksp_pc_side="symmetric"))
+        x, its, reason = _solve(ksp, P, b)
+        assert reason > 0
+        got.append((its, x))
+    assert got[0][0] == got[1][0] and np.allclose(got[0][1], got[1][1], rtol=1e-6)
+
+
+@pytest.mark.mpi
+def test_two_ranks_failure_reason_view_and_sequential_helpers(tmp_path):
+    """Under ``mpiexec -n 2``: a set-up that fails on one rank fails the PC on both
+    (SETUP_ERROR, -1, was lost in PETSc's MPI_MAX of the ranks' reasons: both said
+    "no error" and diverged on NaN); view prints each rank's M; petsc_mat/petsc_vec
+    refuse a communicator of two ranks, naming the fix."""
+    script = Path(__file__).parent / "mpi" / "petsc_failure.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+    proc = subprocess.run([_mpiexec(), "-n", "2", sys.executable, str(script), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    res = [json.loads((tmp_path / f"result-{r}.json").read_text()) for r in (0, 1)]
+    assert [r["rank"] for r in res] == [0, 1], proc.stdout[-2000:]
+    for r in res:
+        assert r["ksp_reason"] == PETSc.KSP.ConvergedReason.DIVERGED_PCSETUP_FAILED, r
+        assert r["pc_reason"] > 0, r
+        assert r["failed"] == (r["rank"] == 1), r
+        assert r["escalated_reason"] > 0 and r["escalated"] == (r["rank"] == 1), r
+        assert "comm has 2 ranks" in r["petsc_mat"] and "comm has 2 ranks" in r["petsc_vec"]
+    view = proc.stdout
+    assert "[0]" in view and "[1]" in view and "FP32 range: stored in FP64" in view
