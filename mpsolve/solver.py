@@ -301,8 +301,9 @@ class Solver:
             Never modified (it is checked and copied).  ``(n, k)`` with ``k > 1``: ``k``
             right-hand sides, solved together where the method and policy allow and that
             pays (CG and GMRES under ``double``/``mixed``: one sweep over ``A`` and ``M``
-            serves every column; :func:`mpsolve.multi.together`), else one after the other; ``x`` then has shape ``(n, k)`` and the
-            result per-column figures (:mod:`mpsolve.multi`).
+            serves every column; :func:`mpsolve.multi.together`), else one after the
+            other; ``x`` then has shape ``(n, k)`` and the result per-column figures
+            (:mod:`mpsolve.multi`).
         x0 : ndarray, ``'Mb'`` or None
             As in :func:`mpsolve.solve`; with ``k`` right-hand sides ``(n,)`` (one start
             for every column) or ``(n, k)``.
