@@ -169,7 +169,7 @@ def csr_spmv_dot(plan, indptr, indices, data, x, y):
     Dtypes key: ``(data, x, y)`` with ``x`` and ``y`` alike."""
     n = plan.n
     if n == 0:
-        return 0.0
+        return 0j if np.dtype(y.dtype).kind == "c" else 0.0
     nchunks = cdiv(n, CHUNK)
     strm = stream(x, y)
     part = scratch("spmv_dot_part", nchunks, y.dtype, strm)

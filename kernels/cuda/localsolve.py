@@ -404,11 +404,12 @@ def _launch(kernel, A, pos, *extra, nrhs=0):
                                         or pos.max(initial=0) >= s):
         raise ValueError("pos must hold one position 0 <= pos < s per system")
     shape = (batch, s, nrhs) if nrhs else (batch, s)
-    if batch == 0:
-        return np.zeros(shape), np.zeros((0, 2))
     xp = np
     if type(A).__module__.split(".")[0] == "cupy":
         import cupy as xp  # noqa: F811
+    if batch == 0:                      # (in A's array module, as any other result)
+        return xp.zeros(shape), xp.zeros((0, 2))
+    if xp is not np:
         pos = xp.asarray(pos)           # checked on the host, uploaded once with A (numba
     Xo = xp.zeros(shape, dtype=np.float64)   # would copy a host array at every launch)
     Qo = xp.zeros((batch, 2), dtype=np.float64)

@@ -362,13 +362,39 @@ def _partials(name, rows, m, dtype, strm):
     return scratch(name, rows * max(m, 1), dtype, strm).reshape((rows, max(m, 1)))
 
 
+#: The largest grid.y of a launch (CUDA's limit): the row passes take ``rows`` there, and
+#: run in slices of at most this many rows.
+MAX_GRID_Y = 65535
+
+
 def _finish_pairs(ps, pc, rows, m, chunk, root, out, strm):
     """Levels (while ``m > chunk``) and the final warp per row into ``out[:rows]``."""
+    if rows <= MAX_GRID_Y:              # (no slicing: a device array's costs ~20 us)
+        _finish_pairs_rows(ps, pc, rows, m, chunk, root, out, strm, 0)
+        return
+    for r0 in range(0, rows, MAX_GRID_Y):
+        r1 = min(rows, r0 + MAX_GRID_Y)
+        _finish_pairs_rows(ps[r0:r1], pc[r0:r1], r1 - r0, m, chunk, root, out[r0:r1], strm,
+                           r0)
+
+
+def _finish_vals(ps, rows, m, chunk, root, out, strm):
+    if rows <= MAX_GRID_Y:
+        _finish_vals_rows(ps, rows, m, chunk, root, out, strm, 0)
+        return
+    for r0 in range(0, rows, MAX_GRID_Y):
+        r1 = min(rows, r0 + MAX_GRID_Y)
+        _finish_vals_rows(ps[r0:r1], r1 - r0, m, chunk, root, out[r0:r1], strm, r0)
+
+
+def _finish_pairs_rows(ps, pc, rows, m, chunk, root, out, strm, r0):
+    """:func:`_finish_pairs` for at most :data:`MAX_GRID_Y` rows (``r0``: the first one's
+    number, naming their scratch apart from another slice's)."""
     dt = ps.dtype
     level = 0
     while m > chunk:
         m2 = cdiv(m, chunk)
-        tag = "ab"[level % 2]
+        tag = "ab"[level % 2] + (f"@{r0}" if r0 else "")
         qs = _partials("qs" + tag, rows, m2, dt, strm)
         qc = _partials("qc" + tag, rows, m2, dt, strm)
         blocks, threads = grid_warps(m2)
@@ -378,12 +404,12 @@ def _finish_pairs(ps, pc, rows, m, chunk, root, out, strm):
     _pairs_final[(1, rows), WARP, strm](ps, pc, m, root, out)
 
 
-def _finish_vals(ps, rows, m, chunk, root, out, strm):
+def _finish_vals_rows(ps, rows, m, chunk, root, out, strm, r0):
     dt = ps.dtype
     level = 0
     while m > chunk:
         m2 = cdiv(m, chunk)
-        qs = _partials("qv" + "ab"[level % 2], rows, m2, dt, strm)
+        qs = _partials("qv" + "ab"[level % 2] + (f"@{r0}" if r0 else ""), rows, m2, dt, strm)
         blocks, threads = grid_warps(m2)
         _vals_pass[(blocks, rows), threads, strm](ps, m, chunk, qs)
         ps, m = qs, m2

@@ -593,3 +593,19 @@ def test_scratch_buffers_are_per_host_thread():
     a[0][:] = 1.0
     b[0][:] = 2.0
     assert np.all(a[0].copy_to_host() == 1.0) and np.all(b[0].copy_to_host() == 2.0)
+
+
+@pytest.mark.parametrize("mode", ["native", "compensated"])
+def test_mdot_rows_beyond_the_grid_y_limit(mode, small_chunks, monkeypatch):
+    """The row passes put the rows on grid.y (at most 65535 on a GPU): more rows run in
+    slices, each row still bitwise its dot (here slices of 2 of 5 rows, with a level of
+    partials between the passes)."""
+    monkeypatch.setattr(R, "MAX_GRID_Y", 2)
+    rng = np.random.default_rng(19)
+    k = 5
+    V = rng.standard_normal((k, 300))
+    w = rng.standard_normal(300)
+    out = np.zeros(k)
+    lookup("gpu", "mdot", (np.float64,), mode)(V, k, w, out)
+    dot = lookup("gpu", "dot", (np.float64,), mode)
+    assert list(out) == [dot(V[i], w) for i in range(k)]

@@ -252,6 +252,11 @@ def test_subwarp_width_rule_and_plan():
     lookup("gpu", "spmv", ("float64",) * 3, "acc64")(empty, np.zeros(1, np.int32),
                                                      np.zeros(0, np.int32), np.zeros(0),
                                                      np.zeros(0), y)
+    # an empty complex x^H A x is a complex zero (as every complex result), not 0.0
+    zc = np.zeros(0, np.complex128)
+    d = lookup("gpu", "spmv_dot", ("complex128",) * 3, "acc64")(
+        empty, np.zeros(1, np.int32), np.zeros(0, np.int32), zc, zc, zc.copy())
+    assert type(d) is complex and d == 0
 
 
 def test_spmv_int64_index_arrays():
