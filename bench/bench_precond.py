@@ -70,7 +70,8 @@ def candidates(spd):
     """(label, factory) pairs; factories take ``dtype``."""
     out = []
     if spd:
-        out += [("isai spd k=1", lambda dt: ISAI("spd", dtype=dt)),
+        out += [("isai spd k=1", lambda dt: ISAI("spd", sparsity_power=1, dtype=dt)),
+                ("isai spd default", lambda dt: ISAI("spd", dtype=dt)),
                 ("isai spd k=2", lambda dt: ISAI("spd", sparsity_power=2, dtype=dt)),
                 ("block-isai spd", lambda dt: BlockISAI(variant="spd", dtype=dt))]
     else:

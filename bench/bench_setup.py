@@ -5,8 +5,9 @@ on an otherwise idle machine.  For each generated problem it measures, in one ru
 
 * **set-up** (best of ``--repeat``, JIT warmed up on a small twin first) of ILU(0), BILU(0)
   and Block-ISAI with the patterns of ``A`` (``spd`` on symmetric problems, ``general``
-  on all), ``general``'s default (the pattern of ``A`` and its power test; ``A^2`` where
-  that fails it), of ``A^2`` (``general``) and of the BILU factors (``bilu``); each Block-ISAI
+  on all), ``spd``'s default (``A``'s pattern, widened along line-like strong couplings),
+  ``general``'s default (the pattern of ``A`` and its power test; ``A^2`` where that
+  fails it), of ``A^2`` (``general``) and of the BILU factors (``bilu``); each Block-ISAI
   set-up as a ratio to ILU(0)'s (``bilu``: to BILU(0)'s), split into the stages
   ``stats["stage_times"]`` reports, and the rate of its batched local solves
   (``stats["solve_flops"]`` / solve seconds) next to the machine's dense FP64 rate
@@ -80,7 +81,10 @@ def setup_rows(spec, A, repeat):
     configs = [("ilu0", lambda: ILU0(dtype="float32")),
                ("block-ilu0", lambda: BlockILU0(dtype="float32"))]
     if spd:
-        configs.append(("block-isai spd k=1", lambda: BlockISAI(variant="spd", dtype="float32")))
+        configs += [("block-isai spd k=1",
+                     lambda: BlockISAI(variant="spd", sparsity_power=1, dtype="float32")),
+                    ("block-isai spd default",       # A's pattern, widened along strong lines
+                     lambda: BlockISAI(variant="spd", dtype="float32"))]
     configs += [("block-isai general k=1",
                  lambda: BlockISAI(variant="general", sparsity_power=1, dtype="float32")),
                 ("block-isai general default",       # k=1, its power test, A^2 if poor
@@ -133,7 +137,7 @@ def solve_rows(A, spd, rtol, maxiter):
         row = dict(method=method + (" right" if kw.get("side") == "right" else ""))
         for pc in ("jacobi", "ilu0", "block-isai", *ALTERNATIVES):
             if pc == "block-isai k=2" and spd:
-                continue                                # (the spd default is FSAI on A)
+                continue          # (the spd default: FSAI on A, widened along lines)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PreconditionerWarning)
                 # a short untimed run first: it compiles every kernel this configuration

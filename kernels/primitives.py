@@ -278,6 +278,12 @@ CONTRACT = (
     Op("pattern_power", "pattern_power(sptr, sind, power, part) -> (pptr, pind)",
        "pattern of (S + I)^power, part 0 all / 1 tril / 2 triu, canonical",
        keys=(("float64",),), host=True),
+    Op("strong_graph", "strong_graph(aptr, aind, anorm, theta) -> (sptr, sind)",
+       "row i: off-diagonal j with 0 < anorm_ij >= theta max_k anorm_ik, canonical",
+       keys=(("float64",),), host=True),
+    Op("pattern_union_power", "pattern_union_power(aptr, aind, sptr, sind, power, part) -> "
+       "(pptr, pind)", "pattern of A | (S + I)^power, part 0 all / 1 tril / 2 triu, canonical",
+       keys=(("float64",),), host=True),
     Op("pattern_truncate", "pattern_truncate(pptr, pind, wptr, wind, wdata, power, keep) -> "
        "(qptr, qind, ntrunc)", "rows wider than keep keep the diagonal and the keep - 1 "
        "heaviest columns of row i of W^power (ties: lower column)", keys=(("float64",),),

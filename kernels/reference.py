@@ -964,6 +964,39 @@ def ref_pattern_power(sptr, sind, power, part):
     return P.indptr.astype(np.int64), P.indices.astype(np.int64)
 
 
+@_reg_pc("reference", "strong_graph", _PC_SETUP)
+def ref_strong_graph(aptr, aind, anorm, theta):
+    """The strong couplings of each row (NumPy): off the diagonal, ``anorm > 0`` and at
+    least ``theta`` times the row's largest off-diagonal ``anorm``."""
+    nb = aptr.size - 1
+    rows = np.repeat(np.arange(nb), np.diff(aptr))
+    w = np.where(aind != rows, np.asarray(anorm, np.float64), 0.0)
+    top = np.zeros(nb)
+    np.maximum.at(top, rows, w)
+    keep = (w > 0) & (w >= theta * top[rows])
+    sptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=nb), out=sptr[1:])
+    return sptr, np.asarray(aind, np.int64)[keep]
+
+
+@_reg_pc("reference", "pattern_union_power", _PC_SETUP)
+def ref_pattern_union_power(aptr, aind, sptr, sind, power, part):
+    """``pattern(A) | pattern((S + I)^power)`` (SciPy), then ``tril``/``triu`` for
+    ``part`` 1/2."""
+    nb = aptr.size - 1
+    qp, qi = ref_pattern_power(sptr, sind, power, 0)
+    P = (_sp.csr_matrix((np.ones(aind.size), aind, aptr), shape=(nb, nb))
+         + _sp.csr_matrix((np.ones(qi.size), qi, qp), shape=(nb, nb)))
+    if part == 1:
+        P = _sp.tril(P, format="csr")
+    elif part == 2:
+        P = _sp.triu(P, format="csr")
+    P = _sp.csr_matrix(P)
+    P.sum_duplicates()
+    P.sort_indices()
+    return P.indptr.astype(np.int64), P.indices.astype(np.int64)
+
+
 @_reg_pc("reference", "pattern_truncate", _PC_SETUP)
 def ref_pattern_truncate(pptr, pind, wptr, wind, wdata, power, keep):
     """Wide rows keep the diagonal and their heaviest columns in ``W^power`` (SciPy

@@ -26,7 +26,7 @@ from mpsolve.backend import HOST_DEVICE, on_host, to_device, to_host
 from mpsolve.operator import BSROperator, OperatorChain, SparseOperator
 
 from ._localsolve import DEFAULT_MAX_LOCAL, local_solve, transpose_operator
-from ._pattern import block_pattern, to_bsr, truncate_wide_rows
+from ._pattern import block_pattern, strong_extension, to_bsr, truncate_wide_rows
 from ._util import PreconditionerWarning, check_count, rows_text, setup_device, wide_dtype
 from .base import Preconditioner
 from .ilu import is_symmetric, negative_diagonal, symmetry_rtol
@@ -158,7 +158,7 @@ def _fold_scale(data, pp, pi, b, c, r, device):
 
 
 def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, device, host,
-         scale=None, negate=False):
+         scale=None, negate=False, strong=False):
     """Operators of one (Block-)ISAI on ``C``: ``[M]`` or ``[G, G^T]`` (spd; ``[G, -G^T]``
     with ``negate``: ``C = -A`` for a negative definite ``A``), stored on
     ``device``; the set-up kernels (patterns, local solves) are those of the host device
@@ -166,7 +166,9 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
     :mod:`._localsolve`).  ``stats["stage_times"]``: seconds of each stage (pattern,
     solve, excess, fallback, store).  ``scale = (c, r)``: ``C`` is ``diag(r) A diag(c)``
     and ``diag(c) M diag(r)`` (the approximate inverse of ``A``) is stored (powers of two:
-    exact)."""
+    exact).  ``strong``: the pattern of ``A`` (``power`` 1) widened along its strong
+    couplings where they run along lines (:func:`._pattern.strong_extension`;
+    ``stats["strong_power"]``: the power of the strong graph, 0 where not widened)."""
     t0 = time.perf_counter()
     n = C.shape[0]
     Cp = _pad(C, b)
@@ -175,10 +177,15 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
     aptr, aind, adata = to_bsr(Cp, b, device=host, copy=False)      # (read only)
     nb = aptr.size - 1
     part = {"general": "all", "spd": "lower", "lower": "lower", "upper": "upper"}[variant]
-    if power == 1 and part == "all":    # the pattern of S + I: A's own, diagonal stored
-        pp, pi = aptr, aind
+    ext = strong_extension(aptr, aind, adata, part, host) if strong and power == 1 \
+        else None
+    if ext is not None:
+        pp, pi, strong_power = ext
+    elif power == 1 and part == "all":  # the pattern of S + I: A's own, diagonal stored
+        pp, pi, strong_power = aptr, aind, 0
     else:
         pp, pi = block_pattern(aptr, aind, nb, power, part, device=host)
+        strong_power = 0
     narrowed = 0
     if power > 1:
         # a row whose pattern of A^k is very wide (a dense row or column of A spreads it
@@ -199,12 +206,12 @@ def _one(C, b, variant, power, max_local, storage, dtype, accumulate, what, devi
     times = dict(pattern=t_pattern, **stats.pop("stage_times"),
                  store=time.perf_counter() - t1)
     stats = dict(stats, pattern_nnz_blocks=int(pi.size), narrowed_rows=narrowed,
-                 stage_times=times)
+                 strong_power=strong_power, stage_times=times)
     return ops, bad, stats
 
 
 def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, name,
-                   device=HOST_DEVICE, scale=None, negate=False):
+                   device=HOST_DEVICE, scale=None, negate=False, strong=False):
     """Build the stored operators of (Block-)ISAI; shared by :class:`ISAI` and ``BlockISAI``.
 
     The set-up runs in FP64: patterns on the host (:func:`._util.setup_device` of
@@ -214,7 +221,7 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
     values are).  Returns ``(chain, fallback_rows, stats)``:
     ``chain(r, out)`` applies ``M``; ``fallback_rows`` are the (block) rows that took
     the fallback rule.  ``scale``: see :func:`_one` (``general`` only); ``negate``:
-    ``C`` is ``-A`` and ``M = -(G^T G)`` (``spd`` only).
+    ``C`` is ``-A`` and ``M = -(G^T G)`` (``spd`` only); ``strong``: see :func:`_one`.
     """
     host = setup_device(device)
     if variant == "ilu":
@@ -234,7 +241,7 @@ def isai_operators(C, b, variant, power, max_local, storage, dtype, accumulate, 
                                 for k in stL["stage_times"]}
     else:
         ops, bad, stats = _one(C, b, variant, power, max_local, storage, dtype, accumulate, name,
-                               device, host, scale, negate)
+                               device, host, scale, negate, strong)
     if bad.size:
         unit = "block row" if b > 1 else "row"
         warnings.warn(
@@ -448,10 +455,13 @@ class _ISAIBase(Preconditioner):
         scale = None
         what = "||e_i - m_i A||" if kind == self.variant else "||e_i - A m_i|| (columns)"
 
+        # FSAI's default pattern widened along line-like strong couplings (anisotropy)
+        strong = kind == "spd" and self._power_request is None
+
         def build(k):
             return isai_operators(C, b, kind, k, self.max_local, self._storage, dtype,
                                   self.accumulate, name, device=self.device, scale=scale,
-                                  negate=negate)
+                                  negate=negate, strong=strong)
 
         def first_build():
             got, caught = recorded(build, self.sparsity_power)   # (said if kept)
@@ -498,6 +508,9 @@ class _ISAIBase(Preconditioner):
             self.power_reason = (f"pattern of A: median residual {what} "
                                  f"{res:.2f} <= {POWER_RESIDUAL}")
             self.stats["stage_times"]["power_test"] = t_test
+        if self.stats.get("strong_power"):
+            self.power_reason = (f"pattern of A with its strong couplings to the power "
+                                 f"{self.stats['strong_power']} (they run along lines)")
         replay(caught)                          # the kept build's warnings only
         self.stats["power_reason"] = self.power_reason
         self.stats["equilibrated"] = scale is not None
@@ -584,7 +597,11 @@ class ISAI(_ISAIBase):
           sequential triangular solves replaced by two parallel SpMVs.
     sparsity_power : int, optional
         ``k`` of the pattern ``A^k`` (of ``T^k`` for the triangular variants).
-        Default 1, tested for ``general``/``right``: where the inverse on the pattern of
+        Default 1; for ``spd`` widened along strong couplings that run along lines (an
+        anisotropic diffusion: :func:`._pattern.strong_extension`, the powers of the
+        strong graph joined to ``A``'s pattern, at most 2.5 times its entries; CG
+        iterations 129 -> 59 on ``anisotropic3d:48``; ``stats["strong_power"]``); tested
+        for ``general``/``right``: where the inverse on the pattern of
         ``A`` leaves the sampled rows of ``M A`` far from the identity (median
         ``||e_i - m_i A||_2`` above :data:`POWER_RESIDUAL` = 0.5, over 256 rows) it is
         rebuilt on ``A^2``, kept where its median residual is lower -- unless the rows of

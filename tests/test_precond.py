@@ -1271,9 +1271,11 @@ def _with_defects(A):
 
 @pytest.mark.parametrize("b", [1, 3])
 def test_isai_pattern_kernels_agree(b):
-    """``bsr_from_csr``, ``pattern_power``, ``pattern_truncate`` and ``bsr_transpose`` give
-    the same arrays on cpu (compiled) and reference (SciPy): BSR with every diagonal
-    block and every stored entry, ``(S + I)^k`` whole/lower/upper, the heaviest columns of
+    """``bsr_from_csr``, ``pattern_power``, ``strong_graph``, ``pattern_union_power``,
+    ``pattern_truncate`` and ``bsr_transpose`` give the same arrays on cpu (compiled) and
+    reference (SciPy): BSR with every diagonal block and every stored entry, ``(S + I)^k``
+    whole/lower/upper (alone and joined with A's pattern), the strong couplings, the
+    heaviest columns of
     ``|A|^k`` (k <= 2: equal weights, equal ties), the block transpose."""
     A = _with_defects(block3(3, seed=55, dim=3) if b == 3 else random_nonsym(90, 0.05, 56))
     f64 = ("float64",)
@@ -1292,6 +1294,24 @@ def test_isai_pattern_kernels_agree(b):
             pc, pr = (lookup(dev, "pattern_power", f64)(aptr, aind, power, part)
                       for dev in ("cpu", "reference"))
             assert np.array_equal(pc[0], pr[0]) and np.array_equal(pc[1], pr[1]), (power, part)
+    # the strong-coupling extension's union (S: every other entry of A, made symmetric)
+    ar = np.repeat(np.arange(nb), np.diff(aptr))
+    S = sp.csr_matrix((np.ones(ar[::2].size), (ar[::2], aind[::2])), shape=(nb, nb))
+    S = sp.csr_matrix(S + S.T)
+    S.data[:] = 1.0
+    norms = np.sqrt((adata ** 2).sum(axis=(1, 2)))
+    norms[::7] = 0.0                                  # (stored zeros are never strong)
+    for theta in (0.0, 0.25, 0.9):
+        gc, gr = (lookup(dev, "strong_graph", f64)(aptr, aind, norms, theta)
+                  for dev in ("cpu", "reference"))
+        assert np.array_equal(gc[0], gr[0]) and np.array_equal(gc[1], gr[1]), theta
+    assert gc[1].size < aind.size - nb
+    for power in (1, 2, 3, 5):
+        for part in (0, 1, 2):
+            uc, ur = (lookup(dev, "pattern_union_power", f64)(
+                aptr, aind, S.indptr.astype(np.int64), S.indices.astype(np.int64), power, part)
+                for dev in ("cpu", "reference"))
+            assert np.array_equal(uc[0], ur[0]) and np.array_equal(uc[1], ur[1]), (power, part)
     rows = np.repeat(np.arange(nb), np.diff(aptr))
     w = np.sqrt((adata ** 2).sum(axis=(1, 2))) + 1e-30
     w[aind == rows] += w.max()
@@ -2215,3 +2235,30 @@ def test_a_reordered_preconditioner_before_set_up_has_no_bytes():
     """``nbytes`` before set-up read ``shape``, which now says "not set up"."""
     M = make_preconditioner("ilu0", reorder="mc64")
     assert M.nbytes == 0 and "not set up" in repr(M)
+
+
+def test_fsai_pattern_follows_line_like_strong_couplings():
+    """FSAI's default pattern on an anisotropic diffusion (couplings 1 : 1e-2 : 1e-4) is
+    widened along the strong lines (the strong graph's powers, Chow's thresholded
+    patterns): CG needs about half the iterations of the pattern of A; an isotropic
+    Laplacian (every neighbour strong) keeps A's pattern, and so does a requested power."""
+    from mpsolve.matrices import anisotropic3d, poisson3d
+    from mpsolve.precond._pattern import STRONG_GROWTH
+
+    A = anisotropic3d(16)
+    b = A @ np.ones(A.shape[0])
+    got = {}
+    for name, P in (("default", ISAI(variant="spd")), ("A", ISAI(variant="spd",
+                                                                  sparsity_power=1)),
+                    ("block", BlockISAI())):
+        r = mpsolve.solve(A, b, method="cg", precond=P, rtol=1e-8)
+        assert r.converged
+        got[name] = (r.iterations, P.stats["strong_power"], P.stats["pattern_nnz_blocks"])
+    assert got["A"][1] == 0 and got["default"][1] >= 2 and got["block"] == got["default"]
+    assert got["default"][0] <= 0.6 * got["A"][0], got
+    lower_A = (sp.tril(A).nnz)
+    assert got["default"][2] <= STRONG_GROWTH * lower_A
+    L = poisson3d(12)
+    P = ISAI(variant="spd").setup(L)
+    assert P.stats["strong_power"] == 0 and P.power_reason == "default"
+    assert P.stats["pattern_nnz_blocks"] == sp.tril(L).nnz

@@ -256,6 +256,143 @@ def pattern_power(sptr, sind, power, part):
     return pptr, pind
 
 
+@njit(parallel=True, **JIT)
+def _strong_count(aptr, aind, anorm, theta, cnt):
+    for i in prange(aptr.size - 1):
+        top = 0.0
+        for p in range(aptr[i], aptr[i + 1]):
+            if aind[p] != i and anorm[p] > top:
+                top = anorm[p]
+        k = 0
+        for p in range(aptr[i], aptr[i + 1]):
+            if aind[p] != i and anorm[p] > 0.0 and anorm[p] >= theta * top:
+                k += 1
+        cnt[i] = k
+
+
+@njit(parallel=True, **JIT)
+def _strong_fill(aptr, aind, anorm, theta, sptr, sind):
+    for i in prange(aptr.size - 1):
+        top = 0.0
+        for p in range(aptr[i], aptr[i + 1]):
+            if aind[p] != i and anorm[p] > top:
+                top = anorm[p]
+        k = sptr[i]
+        for p in range(aptr[i], aptr[i + 1]):
+            if aind[p] != i and anorm[p] > 0.0 and anorm[p] >= theta * top:
+                sind[k] = aind[p]
+                k += 1
+
+
+@register("cpu", "strong_graph", _F64)
+def strong_graph(aptr, aind, anorm, theta):
+    """Canonical pattern ``(sptr, sind)`` of ``A``'s strong couplings: row ``i`` keeps the
+    off-diagonal ``j`` with ``0 < anorm_ij >= theta max_k anorm_ik`` (``anorm``: a
+    nonnegative weight per stored entry, the block norms)."""
+    aptr = np.asarray(aptr, dtype=np.int64)
+    aind = np.asarray(aind, dtype=np.int64)
+    anorm = np.asarray(anorm, dtype=np.float64)
+    nb = aptr.size - 1
+    cnt = np.empty(nb, dtype=np.int64)
+    _strong_count(aptr, aind, anorm, float(theta), cnt)
+    sptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(cnt, out=sptr[1:])
+    sind = np.empty(int(sptr[-1]), dtype=np.int64)
+    _strong_fill(aptr, aind, anorm, float(theta), sptr, sind)
+    return sptr, sind
+
+
+@njit(**JIT)
+def _union_row(i, aptr, aind, sptr, sind, power, part, mark, lst, queue):
+    # distinct columns j (in part) of row i of pattern(A) | pattern((S + I)^power) -> lst:
+    # A's row, then a breadth-first walk of S from i to depth power (through any node)
+    k = 0
+    for p in range(aptr[i], aptr[i + 1]):
+        j = aind[p]
+        if (part == 1 and j > i) or (part == 2 and j < i):
+            continue
+        if mark[j] != i:
+            mark[j] = i
+            lst[k] = j
+            k += 1
+    # (seen: mark2 = -2 - i; a node is seen once, whether or not it is in part)
+    head, tail = 0, 1
+    queue[0] = i
+    if mark[i] != i:
+        mark[i] = i
+        lst[k] = i
+        k += 1
+    level_end = 1
+    depth = 0
+    while head < tail and depth < power:
+        while head < level_end:
+            r = queue[head]
+            head += 1
+            for q in range(sptr[r], sptr[r + 1]):
+                j = sind[q]
+                if mark[j] == -2 - i or j == i:
+                    continue
+                inpart = not ((part == 1 and j > i) or (part == 2 and j < i))
+                if mark[j] == i:                  # in A's row already: walk on from it
+                    mark[j] = -2 - i
+                    queue[tail] = j
+                    tail += 1
+                    continue
+                mark[j] = -2 - i
+                queue[tail] = j
+                tail += 1
+                if inpart:
+                    lst[k] = j
+                    k += 1
+        level_end = tail
+        depth += 1
+    return k
+
+
+@njit(parallel=True, **JIT)
+def _union_count(aptr, aind, sptr, sind, power, part, nchunk, cnt):
+    nb = aptr.size - 1
+    for ch in prange(nchunk):
+        mark = np.full(nb, -1, dtype=np.int64)
+        lst = np.empty(nb, dtype=np.int64)
+        queue = np.empty(nb, dtype=np.int64)
+        for i in range(ch * nb // nchunk, (ch + 1) * nb // nchunk):
+            cnt[i] = _union_row(i, aptr, aind, sptr, sind, power, part, mark, lst, queue)
+
+
+@njit(parallel=True, **JIT)
+def _union_fill(aptr, aind, sptr, sind, power, part, nchunk, qptr, qind):
+    nb = aptr.size - 1
+    for ch in prange(nchunk):
+        mark = np.full(nb, -1, dtype=np.int64)
+        lst = np.empty(nb, dtype=np.int64)
+        queue = np.empty(nb, dtype=np.int64)
+        for i in range(ch * nb // nchunk, (ch + 1) * nb // nchunk):
+            k = _union_row(i, aptr, aind, sptr, sind, power, part, mark, lst, queue)
+            _sorted_into(lst, k, qind, qptr[i])
+
+
+@register("cpu", "pattern_union_power", _F64)
+def pattern_union_power(aptr, aind, sptr, sind, power, part):
+    """Canonical pattern ``(pptr, pind)`` of ``pattern(A) | pattern((S + I)^power)``
+    restricted to ``part`` (0 all, 1 lower, 2 upper); ``A``, ``S`` square CSR patterns of
+    one size.  One breadth-first walk of ``S`` a row (``S`` sparse, ``power`` small: the
+    strong-coupling extension of :func:`mpsolve.precond._pattern.strong_extension`)."""
+    aptr = np.asarray(aptr, dtype=np.int64)
+    aind = np.asarray(aind, dtype=np.int64)
+    sptr = np.asarray(sptr, dtype=np.int64)
+    sind = np.asarray(sind, dtype=np.int64)
+    nb = aptr.size - 1
+    nch = _nchunk(nb)
+    cnt = np.empty(nb, dtype=np.int64)
+    _union_count(aptr, aind, sptr, sind, int(power), int(part), nch, cnt)
+    qptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(cnt, out=qptr[1:])
+    qind = np.empty(int(qptr[-1]), dtype=np.int64)
+    _union_fill(aptr, aind, sptr, sind, int(power), int(part), nch, qptr, qind)
+    return qptr, qind
+
+
 # ----------------------------------------------------------------- truncation
 @njit(parallel=True, **JIT)
 def _truncate(pptr, pind, wptr, wind, wdata, power, keep, wide, qptr, qind, nchunk):
