@@ -58,10 +58,23 @@ def gzip_checked(path):
                                 f"damaged ({type(exc).__name__}: {exc})") from None
 
 
+def _gzipped(path) -> bool:
+    """Whether the file at ``path`` is gzip data (its magic bytes, whatever its name:
+    ``NOS4.MTX.GZ`` is one, as is a ``.gz`` file renamed), or is named ``*.gz`` (any
+    case: a damaged one is then reported as a damaged gzip file)."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) == b"\x1f\x8b":
+                return True
+    except OSError:
+        pass
+    return path.lower().endswith(".gz")
+
+
 def _open_text(path):
-    """Open ``path`` for reading text, decompressing ``.gz`` files."""
+    """Open ``path`` for reading text, decompressing gzip data."""
     path = os.fspath(path)
-    if path.endswith(".gz"):
+    if _gzipped(path):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="latin-1")
     return open(path, encoding="latin-1")
 
@@ -245,7 +258,7 @@ _FORTRAN_EXPONENT = bytes.maketrans(b"dD", b"ee")
 
 
 def _read_bytes(path):
-    if path.endswith(".gz"):
+    if _gzipped(path):
         with gzip.open(path, "rb") as fh:
             return fh.read()
     with open(path, "rb") as fh:
@@ -580,7 +593,7 @@ def write_mtx(path, A, comment="", *, symmetry="AUTO", precision=None, compressl
         raise ValueError(f"write_mtx: compresslevel={compresslevel!r}: use 0..9 (gzip's)")
     path = os.fspath(path)
     kwargs = dict(comment=comment or None, symmetry=symmetry, precision=precision)
-    if path.endswith(".gz"):
+    if path.lower().endswith(".gz"):
         fh = gzip.open(path, "wb", compresslevel=compresslevel)
     else:
         fh = open(path, "wb")

@@ -25,15 +25,26 @@ def load_matrix(spec: str):
     generator spec or a collection name."""
     from .matrices import GENERATORS, MATRIX_SUFFIXES, generate, load, read_matrix
 
+    missing = FileNotFoundError(f"{spec}: no such file (a matrix is a file -- Matrix Market, "
+                                "MATLAB, Harwell-Boeing or .npz --, a generator spec such as "
+                                "poisson3d:50, or a collection name, as bcsstk01 or "
+                                "HB/bcsstk01)")
     if os.path.exists(spec):
         return read_matrix(spec)
-    if spec.lower().endswith(MATRIX_SUFFIXES) or os.sep in spec:
-        raise FileNotFoundError(f"{spec}: no such file (a matrix is a file -- Matrix Market, "
-                                "MATLAB, Harwell-Boeing or .npz --, a generator spec such as "
-                                "poisson3d:50, or a collection name)")
+    if spec.lower().endswith(MATRIX_SUFFIXES):
+        raise missing
     head = spec.split(":", 1)[0]
     if ":" in spec or head in GENERATORS:
         return generate(spec if ":" in spec else spec + ":32")
+    if "/" in spec or os.sep in spec:
+        # a path that is not there, or a collection's group/name (load's form)
+        if spec.count("/") != 1 or os.sep != "/" and os.sep in spec:
+            raise missing
+        try:
+            return load(spec)
+        except (LookupError, FileNotFoundError) as err:
+            raise FileNotFoundError(f"{spec}: no such file, nor a matrix of the collection "
+                                    f"({err})") from None
     return load(spec)
 
 
@@ -150,7 +161,8 @@ def cmd_solve(args):
 
     if args.out:
         _check_out_file(args.out)        # before the solve, not after it
-    A = check_matrix(load_matrix(args.matrix), "A")   # square, finite: before b = A @ 1
+    # square, finite: before b = A @ 1 (the messages name the file)
+    A = check_matrix(load_matrix(args.matrix), f"A ({args.matrix})")
     n = A.shape[0]
     if args.rhs:
         try:                             # n x 1 (or 1 x n): one; n x k: k solved together
@@ -162,6 +174,9 @@ def cmd_solve(args):
         if b.ndim not in (1, 2) or b.dtype.kind not in "biufc":
             raise ValueError(f"--rhs {args.rhs}: holds a {b.ndim}-D {b.dtype} array, not "
                              "a vector or an n x k block of them")
+        if 0 in b.shape:
+            raise ValueError(f"--rhs {args.rhs}: holds a {' x '.join(map(str, b.shape))} "
+                             "array: no right-hand side to solve for")
         if 1 in b.shape:
             b = b.reshape(-1)
         if b.shape[0] != n:
@@ -172,7 +187,13 @@ def cmd_solve(args):
                              "right-hand sides)")
         rhs_text = args.rhs + (f"  ({b.shape[1]} right-hand sides)" if b.ndim == 2 else "")
     else:
-        b = A @ np.ones(n)
+        with np.errstate(all="ignore"):
+            b = A @ np.ones(n)
+        if b.dtype.kind in "fc" and not np.isfinite(b).all():
+            bad = int((~np.isfinite(b)).sum())
+            raise ValueError(f"the default right-hand side A @ ones overflows FP64 in {bad} "
+                             f"row(s) (their sums pass 1.8e308): give one with --rhs, or "
+                             "scale A")
         rhs_text = "A @ ones (default)"
     if args.restart is not None and args.method in ("cg", "bicgstab"):
         raise ValueError(f"--restart {args.restart} does not apply to --method "
@@ -348,7 +369,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, LookupError, OSError, DeviceUnavailableError) as err:
+    except BrokenPipeError:
+        # the reader of stdout left (`| head`): no error message, the shell's status
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
+    except (ValueError, TypeError, LookupError, OSError, DeviceUnavailableError,
+            ArithmeticError, np.linalg.LinAlgError) as err:
+        # (ArithmeticError: a set-up the matrix's values defeat -- a block inverse that
+        # overflows FP64; exit status 1 is kept for "did not converge")
         print(f"mpsolve {args.command}: error: {err}", file=sys.stderr)
         return 2
     except MemoryError as err:          # (a generator size or a file too large for memory)

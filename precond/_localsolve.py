@@ -77,7 +77,7 @@ from mpsolve.kernels import lookup, provides
 from mpsolve.operator import transpose_stored  # noqa: F401  (the core's, re-exported)
 
 from ._blas import blas_single_thread
-from ._util import setup_device, wide_dtype
+from ._util import rows_text, setup_device, wide_dtype
 
 __all__ = [
     "gather_local", "local_solve", "block_diag_fallback", "block_inverse_checked",
@@ -473,6 +473,13 @@ def block_inverse_checked(D, rowmax, spd=False):
         fb = np.zeros((int(bad.sum()), b, b), dtype=inv.dtype)
         fb[:, np.arange(b), np.arange(b)] = diag
         inv[bad] = fb
-    if not np.isfinite(inv).all():  # pragma: no cover
-        raise FloatingPointError("block inverse produced a non-finite entry")
+    over = np.flatnonzero(~np.isfinite(inv).reshape(nblk, -1).all(axis=1))
+    if over.size:
+        # (a diagonal rule's 1/d of a subnormal d, or an inverse too large for FP64:
+        # ArithmeticError, as a zero pivot -- a solve's "auto" tries the next candidate)
+        raise FloatingPointError(
+            f"block inverse: {over.size} diagonal block(s) of A (block rows "
+            f"{rows_text(over)}) so small that the inverse overflows FP64: scale the "
+            "system's rows and columns (or divide A and b by a power of two), or use "
+            "another preconditioner")
     return inv, bad

@@ -398,3 +398,76 @@ def test_bad_numbers_name_the_option(args, opt, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {opt}:" in err and "None" not in err
+
+
+# ------------------------------------------------- messages and statuses (stop 50's sweep)
+def _mtx(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_block_inverse_that_overflows_is_a_clear_error(tmp_path, capsys):
+    """block-jacobi on a subnormal diagonal: a FloatingPointError traceback and status 1
+    (the status of "did not converge"); now a message naming the block rows, status 2."""
+    f = _mtx(tmp_path / "sub.mtx", "%%MatrixMarket matrix coordinate real general\n"
+             "2 2 2\n1 1 1e-320\n2 2 1\n")
+    assert main(["solve", f, "--method", "gmres", "--precond", "block-jacobi"]) == 2
+    err = capsys.readouterr().err
+    assert "block rows 0" in err and "overflows FP64" in err and "Traceback" not in err
+
+
+def test_an_overflowing_default_rhs_is_named(tmp_path, capsys):
+    f = _mtx(tmp_path / "big.mtx", "%%MatrixMarket matrix coordinate real general\n"
+             "2 2 3\n1 1 1e308\n1 2 1e308\n2 2 1\n")
+    assert main(["solve", f]) == 2
+    err = capsys.readouterr().err
+    assert "default right-hand side A @ ones overflows" in err and "--rhs" in err
+
+
+def test_refusals_name_the_file_and_an_empty_rhs(tmp_path, capsys):
+    f = _mtx(tmp_path / "rect.mtx", "%%MatrixMarket matrix coordinate real general\n"
+             "3 2 2\n1 1 1\n2 2 1\n")
+    assert main(["solve", f]) == 2
+    assert "rect.mtx" in capsys.readouterr().err
+    g = _mtx(tmp_path / "sq.mtx", "%%MatrixMarket matrix coordinate real general\n"
+             "2 2 2\n1 1 2\n2 2 3\n")
+    np.save(tmp_path / "b0.npy", np.zeros((2, 0)))
+    assert main(["solve", g, "--rhs", str(tmp_path / "b0.npy")]) == 2
+    assert "no right-hand side" in capsys.readouterr().err
+
+
+def test_gzip_files_in_capitals_and_collection_group_names(tmp_path, capsys, monkeypatch):
+    """``NOS4.MTX.GZ`` is gzip data ("binary data, not a Matrix Market text file"); the
+    collection's ``group/name`` form, as mpsolve.matrices.load takes it, was "no such file"."""
+    import gzip
+
+    text = ("%%MatrixMarket matrix coordinate real symmetric\n3 3 4\n1 1 4\n2 1 -1\n"
+            "2 2 4\n3 3 4\n")
+    (tmp_path / "SMALL.MTX.GZ").write_bytes(gzip.compress(text.encode()))
+    assert main(["solve", str(tmp_path / "SMALL.MTX.GZ"), "--rtol", "1e-10"]) == 0
+    from mpsolve.matrices import read_matrix, write_mtx as w
+
+    B = read_matrix(str(tmp_path / "SMALL.MTX.GZ"))
+    w(str(tmp_path / "OUT.MTX.GZ"), B)
+    assert (tmp_path / "OUT.MTX.GZ").read_bytes()[:2] == b"\x1f\x8b"
+    coll = tmp_path / "coll"
+    (coll / "HB").mkdir(parents=True)
+    (coll / "small.mtx").write_text(text)
+    monkeypatch.setenv("MPSOLVE_MATRIX_PATH", str(coll))
+    capsys.readouterr()
+    assert main(["info", "HB/small"]) == 0
+    assert main(["info", "HB/nothere"]) == 2
+    assert "nor a matrix of the collection" in capsys.readouterr().err
+
+
+def test_a_closed_stdout_pipe_is_not_an_error():
+    """``mpsolve solve ... | head``: the reader leaving is no error message, and the
+    status is the shell's for SIGPIPE (it printed "error: [Errno 32] Broken pipe", 2)."""
+    code = ("import os, sys\n"
+            "r, w = os.pipe(); os.close(r); os.dup2(w, 1)   # a reader that has left\n"
+            "from mpsolve.cli import main\n"
+            "sys.stderr.write(f'RC {main([\"solve\", \"poisson2d:20\"])}\\n')\n")
+    p = subprocess.run([sys.executable, "-u", "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert "Broken pipe" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "RC 141" in p.stderr
