@@ -184,7 +184,7 @@ def test_clear_errors(tmp_path, capsys):
     rect = tmp_path / "rect.mtx"
     scipy.io.mmwrite(str(rect), sp.random(5, 7, density=0.5, random_state=1))
     assert main(["solve", str(rect)]) == 2
-    assert "A must be square, got shape (5, 7)" in capsys.readouterr().err
+    assert f"A ({rect}) must be square, got shape (5, 7)" in capsys.readouterr().err
     # --out into a folder that does not exist: refused before the solve, not after it
     assert main(["solve", "poisson2d:10", "--out", str(tmp_path / "no" / "x.mtx")]) == 2
     err = capsys.readouterr()
