@@ -35,10 +35,12 @@ PETSC_PRECONDS = ["jacobi", "bjacobi", "sor", "ilu", "none", "mpsolve", "mpsolve
 
 
 def petsc_available():
-    """True when petsc4py can be imported."""
+    """True when PETSc can be used: petsc4py and the PETSc library it loads (a petsc4py
+    whose library is missing or broken imports, but ``from petsc4py import PETSc`` fails:
+    its runs were counted as PETSc's failures)."""
     try:
-        import petsc4py  # noqa: F401
-    except ImportError:
+        from petsc4py import PETSc  # noqa: F401
+    except (ImportError, OSError, RuntimeError):
         return False
     return True
 

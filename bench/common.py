@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Dict, List
 
 __all__ = ["Run", "TimeLimit", "deadline_callback", "maxiter_for", "sampled",
-           "mpsolve_threads"]
+           "mpsolve_threads", "spd_like"]
 
 
 @dataclass
@@ -141,3 +141,13 @@ def find_collection():
         if f.is_dir() and f not in out:
             out.append(f)
     return out
+
+
+def spd_like(A) -> bool:
+    """Whether a matrix whose collection does not say (no ``likely_spd`` column) is taken
+    as SPD, so that CG runs on it: symmetric to 1e-12 of its largest entry and a positive
+    diagonal (a symmetric indefinite one fails CG visibly, as a run that did not
+    converge)."""
+    d = A.diagonal()
+    return bool(d.size and (d > 0).all() and
+                abs(A - A.T).max() <= 1e-12 * abs(A).max())

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from .common import spd_like
+
 __all__ = ["main", "run_auto", "run_mpsolve_best", "run_petsc_best", "run_scipy_best",
            "GENERATED"]
 
@@ -303,12 +305,9 @@ def _warm_up():
                     pass
 
 
-def _is_spd_like(A):
-    d = A.diagonal()
-    return bool((d > 0).all() and abs(A - A.T).max() <= 1e-12 * abs(A).max())
-
-
-def main(argv=None):
+def main(argv=None, prog="python -m mpsolve.bench.coverage", command=None):
+    """The coverage table; ``prog``: the program named in its errors, ``command``: the
+    command line recorded in the table (``mpsolve bench --coverage`` passes its own)."""
     from mpsolve.bench.baselines import petsc_available
     from mpsolve.bench.petsc_mpi import default_ranks, find_mpiexec
     from mpsolve.bench.common import find_collection
@@ -316,8 +315,7 @@ def main(argv=None):
     from mpsolve.matrices.collection import LAYOUTS
 
     here = Path(__file__).resolve().parents[1]
-    p = argparse.ArgumentParser(prog="python -m mpsolve.bench.coverage",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--collection", default=None,
                    help="the matrices' folder (a MANIFEST.tsv, *.mtx[.gz] or extracted "
                         "SuiteSparse tarballs; default: the first folder of $MPSOLVE_MATRIX_PATH, "
@@ -325,7 +323,8 @@ def main(argv=None):
                         "../shared/matrices/suitesparse that exists)")
     p.add_argument("--out", default=str(here / "bench" / "results" / "coverage.md"),
                    help="the Markdown file to write (or a folder: its coverage.md)")
-    p.add_argument("--only", nargs="*", default=None, help="these matrices only")
+    p.add_argument("--only", "--matrices", nargs="*", default=None, dest="only",
+                   help="these matrices only")
     p.add_argument("--no-generated", action="store_true")
     p.add_argument("--time-limit", type=float, default=60.0,
                    help="seconds per baseline configuration (default 60)")
@@ -352,14 +351,15 @@ def main(argv=None):
     listed = _problems(entries, [] if args.no_generated else GENERATED)
     unknown = sorted(set(args.only or ()) - {name for name, _, _ in listed})
     if unknown:
-        p.error(f"--only {' '.join(unknown)}: neither in the collection "
+        p.error(f"--{'matrices' if prog.startswith('mpsolve') else 'only'} "
+                f"{' '.join(unknown)}: neither in the collection "
                 f"({collection or 'none found'}) nor a generated problem")
     problems = []
     for name, spd, load in listed:
         if args.only and name not in args.only:
             continue
         A = load()
-        problems.append((name, A, _is_spd_like(A) if spd is None else spd))
+        problems.append((name, A, spd_like(A) if spd is None else spd))
     ranks = sorted(set(args.petsc_ranks or default_ranks())) if have_petsc else []
     notes, parallel = [], {}
     if any(r > 1 for r in ranks) and find_mpiexec() is None:
@@ -385,8 +385,9 @@ def main(argv=None):
         table.append((name, A.shape[0], A.nnz, auto, own, pet, sci))
         print(name, A.shape[0], "auto", _cell(auto), "own best", _cell(own), "petsc",
               pet and _cell(pet), "scipy", _cell(sci), flush=True)
-    given = sys.argv[1:] if argv is None else list(argv)
-    command = " ".join(["python -m mpsolve.bench.coverage"] + [shlex.quote(a) for a in given])
+    if command is None:
+        given = sys.argv[1:] if argv is None else list(argv)
+        command = shlex.join(["python", "-m", "mpsolve.bench.coverage", *given])
     text = _markdown(table, have_petsc, ranks, notes, command=command, collection=collection)
     out = Path(args.out)
     if out.is_dir():                        # a folder: its coverage.md

@@ -87,18 +87,24 @@ def _summary_lines(runs, reference, bold="**"):
     against the named reference runs."""
     out = []
     problems = list(dict.fromkeys(r.problem for r in runs))
-    for ref in (None, reference):
-        _, gm, ratios = summary(runs, ref)
-        for s, g in gm.items():
+    baselines = [s for s in ("scipy", "petsc") if any(r.solver == s for r in runs)]
+    for ref in (None, reference) if reference else (None,):
+        rows, gm, ratios = summary(runs, ref)
+        for s in baselines:
             if ref and not any(reference_run(runs, s, p, ref) for p in problems):
                 continue    # no such run at all (its preconditioner not asked for): unnamed
-            finite = [x for x in ratios[s] if math.isfinite(x)]
-            failed = len(ratios[s]) - len(finite)
+            finite = [x for x in ratios.get(s, []) if math.isfinite(x)]
+            failed = len(ratios.get(s, [])) - len(finite)
+            # the other way round: the baseline solved, no run of mpsolve's did
+            lost = sum(1 for row in rows if row["mpsolve"] is None and row[s] is not None
+                       and row[s].converged)
             name = (reference_name(s, ref) if ref else
                     f"{s}'s best run (any method and preconditioner)")
-            out.append(f"mpsolve's best vs {name}: geometric-mean speed-up {bold}{g:.2f}x{bold} "
-                       f"over the {len(finite)} problems both solved; on {failed} more the {s} "
-                       f"run failed and mpsolve's did not")
+            head = (f"geometric-mean speed-up {bold}{gm[s]:.2f}x{bold} over the {len(finite)} "
+                    f"problems both solved" if finite else "no problem solved by both")
+            out.append(f"mpsolve's best vs {name}: {head}; on {failed} more the {s} run "
+                       f"failed and mpsolve's did not; on {lost} the {s} run solved and "
+                       f"no run of mpsolve's did")
     return out
 
 

@@ -22,11 +22,13 @@ and a summary of time-to-solution ratios), ``convergence_*.png`` and ``profile.p
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import math
 import os
 import platform
+import shlex
 import sys
 import time
 from dataclasses import asdict, fields
@@ -37,7 +39,7 @@ import numpy as np
 from mpsolve._cliargs import count
 
 from .baselines import petsc_available, petsc_build, run_petsc, run_petsc_ranks, run_scipy
-from .common import (Run, TimeLimit, deadline_callback, find_collection, maxiter_for,
+from .common import (Run, TimeLimit, deadline_callback, find_collection, maxiter_for, spd_like,
                      mpsolve_threads, sampled)
 
 __all__ = ["add_arguments", "main", "run_suite", "run_mpsolve", "Run", "DEFAULT_SUITE",
@@ -145,8 +147,16 @@ def _load_problems(args, log=None):
         for e in entries:
             if args.matrices and e.name not in args.matrices:
                 continue
-            A = read_mtx(e.path)
-            out.append((e.name, A, bool(e.spd)))
+            try:
+                A = read_mtx(e.path)
+            except (ValueError, OSError) as err:
+                # one damaged file does not end the run of the others (said, not hidden)
+                if log is not None:
+                    log(f"note: {e.name} skipped: {err}")
+                continue
+            # the collection's likely_spd, else from the matrix (no MANIFEST: CG ran on
+            # none of them)
+            out.append((e.name, A, spd_like(A) if e.spd is None else bool(e.spd)))
     specs = args.problems
     if specs is None:
         specs = ([] if collection else QUICK_SUITE if args.quick else
@@ -567,7 +577,7 @@ def _versions():
         v["petsc"] = ".".join(map(str, PETSc.Sys.getVersion()))
         v["petsc build"] = petsc_build()
     except Exception:
-        v["petsc4py"] = "not installed"
+        v["petsc4py"] = "not usable (petsc4py or its PETSc library does not import)"
     return v
 
 
@@ -582,6 +592,14 @@ def _positive_float(text):
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
     return value
+
+
+def _command_line():
+    """The command line that runs this bench, as a shell would take it (arguments with
+    spaces quoted)."""
+    if sys.argv and "mpsolve" in sys.argv[0]:
+        return shlex.join(["mpsolve", *sys.argv[1:]])
+    return "mpsolve bench (called from Python)"
 
 
 def add_arguments(p):
@@ -756,20 +774,26 @@ def main(args):
         argv = ["--out", os.path.join(args.out, "coverage.md")]
         argv += ["--collection", folders[0]] if folders else []
         argv += ["--time-limit", str(args.time_limit)] if args.time_limit else []
-        argv += ["--only", *args.matrices] if args.matrices else []
+        argv += ["--matrices", *args.matrices] if args.matrices else []
         argv += ["--petsc-ranks", *map(str, args.petsc_ranks)] if args.petsc_ranks else []
         argv += ["--repeat", str(args.repeat)] if args.repeat else []
-        fixed = [f"--{k.replace('_', '-')}" for k, default in
-                 (("rtol", 1e-8), ("maxiter", 3000), ("restart", 30), ("problems", None),
-                  ("methods", None), ("precisions", None), ("preconds", None),
-                  ("petsc_preconds", None), ("scipy_preconds", None))
-                 if getattr(args, k, default) != default]
+        # every other option of the suite left at its default: the coverage table's
+        # tolerance, methods, preconditioners and device are fixed (they were ignored)
+        ref = argparse.ArgumentParser()
+        add_arguments(ref)
+        defaults = vars(ref.parse_args([]))
+        takes = {"collection", "matrices", "time_limit", "petsc_ranks", "repeat", "out",
+                 "coverage", "rebuild", "no_plots"}
+        fixed = [f"--{k.replace('_', '-')}" for k, default in defaults.items()
+                 if k not in takes and getattr(args, k, default) != default]
         if fixed:
             raise ValueError(f"--coverage: {' '.join(fixed)} do(es) not apply: the coverage "
-                             "table's tolerance, methods and preconditioners are fixed "
-                             "(python -m mpsolve.bench.coverage --help)")
+                             "table's tolerance, methods, preconditioners and device are "
+                             "fixed; it takes --collection, --matrices, --time-limit, "
+                             "--petsc-ranks, --repeat and --out")
         _out_folder(args.out)
-        return coverage_main(argv) or 0
+        return coverage_main(argv, prog="mpsolve bench --coverage",
+                             command=_command_line()) or 0
     if getattr(args, "device", "cpu") == "gpu":
         from .gpu import main as gpu_main
 
@@ -795,14 +819,14 @@ def main(args):
         print(msg, file=sys.stderr, flush=True)
 
     if "petsc" in args.baselines and not petsc_available():
-        log("note: petsc4py is not installed: the PETSc baseline is skipped")
+        log("note: PETSc is not usable here (petsc4py or its PETSc library does not import): "
+            "the PETSc baseline is skipped")
     _out_folder(args.out)
     t0 = time.time()
     info = {}
     runs = run_suite(args, progress=True, log=log, info=info)
     meta = {
-        "command": "mpsolve " + " ".join(sys.argv[1:]) if sys.argv and "mpsolve" in sys.argv[0]
-        else "mpsolve bench (called from Python)",
+        "command": _command_line(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
         "python": platform.python_version(), "versions": _versions(), "rtol": args.rtol,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": time.time() - t0,

@@ -26,6 +26,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -238,7 +239,7 @@ def list_collection(path=None):
         of its ``*.mtx`` / ``*.mtx.gz`` files and of the extracted SuiteSparse tarballs in it,
         ``<name>/<name>.mtx[.gz]`` and ``<group>/<name>/<name>.mtx[.gz]`` (sorted by name;
         ``spd`` is None; a tarball's auxiliary files such as ``<name>_b.mtx`` are not
-        listed).
+        listed; a file whose header cannot be read is skipped with a ``RuntimeWarning``).
 
     Examples
     --------
@@ -288,7 +289,14 @@ def list_collection(path=None):
                                      "likely_spd, file") from None
             continue
         for group, name, f in _matrix_files(folder):
-            h = mtx_header(f)
+            try:
+                h = mtx_header(f)
+            except (ValueError, OSError) as err:
+                # one damaged file: said, and the others listed (a bench over the folder
+                # ran none of them)
+                warnings.warn(f"list_collection: {f} skipped: {err}", RuntimeWarning,
+                              stacklevel=2)
+                continue
             entries.append(MatrixEntry(name=name, group=group, path=f, rows=h["rows"],
                                        nnz=h["entries"], symmetric=h["symmetry"] != "general",
                                        spd=None, cols=h["cols"], field=h["field"]))

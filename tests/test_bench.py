@@ -584,3 +584,72 @@ def test_the_warm_up_compiles_the_timed_runs_callback_path(monkeypatch):
     for kw in seen:
         assert getattr(kw.get("callback"), "period", None) == suite.DEADLINE_PERIOD
     assert seen[1]["restart"] == 30 and seen[1]["side"] == "right"
+
+
+# ------------------------------------------------------------ the stop-50 sweep's findings
+def test_the_summary_counts_mpsolves_failures_too():
+    """A problem SciPy solved and no run of mpsolve's did is counted (it was dropped: the
+    summary spoke of the baseline's failures only), and with no problem both solved the
+    sentence says so (the lines vanished, or read "nanx")."""
+    from mpsolve.bench.report import _summary_lines
+
+    runs = [_run("p1", "mpsolve", "cg", "jacobi", "double", 0.01),
+            _run("p1", "scipy", "cg", "jacobi", "-", 0.02),
+            _run("p2", "mpsolve", "cg", "jacobi", "double", 0.01, converged=False),
+            _run("p2", "scipy", "cg", "jacobi", "-", 0.02)]
+    line, = [ln for ln in _summary_lines(runs, None, bold="") if "scipy's best" in ln]
+    assert "2.00x over the 1 problems both solved" in line
+    assert "on 1 the scipy run solved and no run of mpsolve's did" in line
+    line, = [ln for ln in _summary_lines(runs[2:], None, bold="") if "scipy's best" in ln]
+    assert "no problem solved by both" in line and "nan" not in line
+
+
+def test_a_collection_without_manifest_decides_spd_and_skips_a_damaged_file(tmp_path):
+    """No MANIFEST.tsv: SPD is decided from the matrix (every matrix was taken as
+    nonsymmetric: CG never ran); a damaged file is skipped, said, and the rest run (the
+    listing raised and nothing ran)."""
+    import warnings
+
+    from mpsolve.bench import suite
+    from mpsolve.matrices import convection_diffusion2d, poisson2d, write_mtx
+
+    write_mtx(str(tmp_path / "spd.mtx"), poisson2d(4))
+    write_mtx(str(tmp_path / "nonsym.mtx"), convection_diffusion2d(4, peclet=10))
+    (tmp_path / "broken.mtx.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    args = argparse.Namespace(collection=str(tmp_path), matrices=None, problems=[],
+                              quick=False, full=False)
+    notes = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = suite._load_problems(args, notes.append)
+    assert [(n, spd) for n, _, spd in got] == [("nonsym", False), ("spd", True)]
+    assert any("broken" in str(w.message) for w in caught)
+
+
+def test_coverage_refuses_the_suites_options_and_records_the_users_command(monkeypatch,
+                                                                           capsys):
+    """``--coverage`` ignored --device gpu (it ran the CPU table), --quick, --baselines
+    ... silently; the command it recorded was another program's."""
+    from mpsolve.bench import suite
+    from mpsolve.cli import main
+
+    for opt in (["--device", "gpu"], ["--quick"], ["--gmres-side", "left"],
+                ["--baselines", "scipy"]):
+        assert main(["bench", "--coverage", *opt]) == 2
+        assert f"--coverage: {opt[0]} do(es) not apply" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/mpsolve", "bench", "--out", "a b"])
+    assert suite._command_line() == "mpsolve bench --out 'a b'"
+
+
+def test_petsc_is_not_available_where_its_library_does_not_load(monkeypatch):
+    """petsc4py imports, its PETSc module does not (a missing libpetsc): no PETSc baseline
+    (its runs were recorded as PETSc's failures, and counted as mpsolve's wins)."""
+    import types
+
+    from mpsolve.bench.baselines import petsc_available
+
+    fake = types.ModuleType("petsc4py")
+    fake.__path__ = []
+    monkeypatch.setitem(sys.modules, "petsc4py", fake)
+    monkeypatch.setitem(sys.modules, "petsc4py.PETSc", None)    # import raises ImportError
+    assert petsc_available() is False
