@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List
 
+import numpy as np
+
 __all__ = ["Run", "TimeLimit", "deadline_callback", "maxiter_for", "sampled",
            "mpsolve_threads", "spd_like"]
 
@@ -145,9 +147,9 @@ def find_collection():
 
 def spd_like(A) -> bool:
     """Whether a matrix whose collection does not say (no ``likely_spd`` column) is taken
-    as SPD, so that CG runs on it: symmetric to 1e-12 of its largest entry and a positive
-    diagonal (a symmetric indefinite one fails CG visibly, as a run that did not
-    converge)."""
+    as SPD (HPD), so that CG runs on it: symmetric (Hermitian) to 1e-12 of its largest
+    entry and a real positive diagonal (a symmetric indefinite one fails CG visibly, as a
+    run that did not converge)."""
     d = A.diagonal()
-    return bool(d.size and (d > 0).all() and
-                abs(A - A.T).max() <= 1e-12 * abs(A).max())
+    return bool(d.size and np.isreal(d).all() and (d.real > 0).all() and
+                abs(A - A.conj().T).max() <= 1e-12 * abs(A).max())

@@ -170,6 +170,10 @@ def solve_block(solver, b, x0=None, *, rtol, atol, maxiter, callback=None,
     bh = check_block(b, n, "b")
     k = bh.shape[1]
     x0h = _check_x0(x0, n, k)
+    if bh.dtype.kind == "c" and not problem.is_complex:
+        # (as each column's solve refuses it: k = 0 answered a complex x)
+        raise TypeError("b is complex, but this solver was set up for a real system: "
+                        "create it with a complex A to solve complex right-hand sides")
     if x0h is not None and x0h.dtype.kind == "c" and not problem.is_complex:
         raise TypeError("x0 is complex, but this solver was set up for a real system: "
                         "create it with a complex A to solve from a complex start")

@@ -150,9 +150,11 @@ def _check_scalar(dtype, name):
 def _check_serial(comm, name):
     """Refuse a communicator of several ranks: the objects made here are sequential (each
     rank would hold the whole matrix, and petsc4py's errors say only "size(I) is 17")."""
-    if comm is not None and comm.getSize() > 1:
+    size = None if comm is None else (
+        comm.getSize() if hasattr(comm, "getSize") else comm.Get_size())   # (mpi4py's)
+    if size is not None and size > 1:
         raise ValueError(
-            f"{name}: comm has {comm.getSize()} ranks, but it makes a sequential (one-rank) "
+            f"{name}: comm has {size} ranks, but it makes a sequential (one-rank) "
             "object: pass comm=PETSc.COMM_SELF (the default), or build the distributed Mat "
             "or Vec with PETSc (each rank setting its own rows)")
 
@@ -317,6 +319,7 @@ class _MpsolvePC:
             changed = changed or self.dtype != dt
             self.dtype = dt
         dev = get("getString", "device")
+        dev = dev.lower() if dev else dev
         if dev is not None and dev != self.device:
             self.device = self._check_device(dev, "-mpsolve_device")
             changed = True

@@ -596,7 +596,7 @@ class Solver:
                 # Solver's: not in the storage an escalation for the old values left (an
                 # FP64 M under 'mixed'), and range-checked again (escalated if need be)
                 with warnings.catch_warnings():
-                    if self._chosen is not None and self._chosen.precond == "ilut":
+                    if self._candidate_precond() == "ilut":
                         # (auto's ILUT: its warning, unstable factors, is a refusal below)
                         warnings.simplefilter("ignore", PreconditionerWarning)
                     setup_for_solve(M, C, dtype=p.realise(start.precond), device=M.device,
@@ -643,8 +643,9 @@ class Solver:
     def _tried_before(self) -> bool:
         """``"auto"``: whether a candidate before the chosen one failed its set-up on the
         old values -- the new ones may let it pass, and a fresh Solver would choose it."""
-        if self._chosen is None:
-            return False
+        if self._chosen is None or (isinstance(self._pinned, Preconditioner)
+                                    and not self._owns_M):
+            return False                # (the caller's set-up object: used as it is)
         for c in self.choices:
             if c is self._chosen:
                 return False
@@ -661,9 +662,23 @@ class Solver:
             return
         from .auto import _check_symmetric, check_factors
 
-        if self._pinned is None and isinstance(c.precond, str):
-            check_factors(c.precond, dict(c.params, **self._args["precond_params"]), M, C)
+        name = self._candidate_precond()
+        if name is not None:
+            # (set_up_candidate's parameters: the candidate's own, or none for a pinned name)
+            params = dict(c.params) if self._pinned is None else {}
+            params.update(self._args["precond_params"])
+            check_factors(name, params, M, C)
         _check_symmetric(c, M)
+
+    def _candidate_precond(self):
+        """The name of the preconditioner ``"auto"``'s chosen candidate set up by name --
+        its own, or the caller's pinned name (``precond="ilu0"``) -- else ``None``."""
+        if self._chosen is None:
+            return None
+        if isinstance(self._pinned, str):
+            return self._pinned
+        return self._chosen.precond if self._pinned is None and \
+            isinstance(self._chosen.precond, str) else None
 
     def __reduce__(self):
         # A Solver holds compiled kernels, device arrays and a lock, none of them

@@ -15,8 +15,9 @@ methods are the case ``b = 1``.
 * :func:`transpose_blocks` -- the block transpose (``G^T`` of FSAI).
 
 The work is done by host set-up kernels (``bsr_from_csr``, ``pattern_power``,
-``pattern_truncate``, ``bsr_transpose``) looked up for the host device the set-up runs
-on: compiled and parallel over rows on the CPU, SciPy on the ``reference`` device.
+``strong_graph``, ``pattern_union_power``, ``pattern_truncate``, ``bsr_transpose``) looked
+up for the host device the set-up runs on: compiled and parallel over rows on the CPU,
+SciPy on the ``reference`` device.
 """
 from __future__ import annotations
 
@@ -178,8 +179,6 @@ def truncate_wide_rows(pptr, pind, aptr, aind, adata, power, keep, device=HOST_D
     w[diag] = w[diag] + top
     return lookup(device, "pattern_truncate", _F64)(pptr, pind, aptr, aind, w, int(power),
                                                      int(keep))
-
-
 
 
 #: :func:`strong_extension`: a coupling is strong where its block norm is at least this

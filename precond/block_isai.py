@@ -60,8 +60,9 @@ class BlockISAI(_ISAIBase):
           (:func:`~mpsolve.precond.isai.equilibrated`), the scalings folded into the
           stored factors, and kept where fewer rows fall back (``stats["equilibrated"]``).
     sparsity_power : int, optional
-        ``k`` (default 1; ``general``/``right`` move to 2 where the pattern of ``A`` is
-        poor: see :class:`~mpsolve.precond.ISAI`).
+        ``k`` (default 1; ``spd`` widened along line-like strong couplings,
+        ``general``/``right`` moved to 2 where the pattern of ``A`` is poor: see
+        :class:`~mpsolve.precond.ISAI`).
     dtype : {"float32", "float64"} or None
         Storage precision (FP32 when set up on its own).
     accumulate : {"float32", "float64"} or None

@@ -653,3 +653,31 @@ def test_petsc_is_not_available_where_its_library_does_not_load(monkeypatch):
     monkeypatch.setitem(sys.modules, "petsc4py", fake)
     monkeypatch.setitem(sys.modules, "petsc4py.PETSc", None)    # import raises ImportError
     assert petsc_available() is False
+
+
+def test_the_suite_skips_a_matrix_file_it_cannot_read(tmp_path):
+    """A header that reads and a body that does not: the suite says so and runs the rest."""
+    from mpsolve.bench import suite
+    from mpsolve.matrices import poisson2d, write_mtx
+
+    write_mtx(str(tmp_path / "good.mtx"), poisson2d(4))
+    (tmp_path / "badbody.mtx").write_text("%%MatrixMarket matrix coordinate real general\n"
+                                          "2 2 2\n1 1 x\n2 2 1\n")
+    args = argparse.Namespace(collection=str(tmp_path), matrices=None, problems=[],
+                              quick=False, full=False)
+    notes = []
+    got = suite._load_problems(args, notes.append)
+    assert [n for n, _, _ in got] == ["good"]
+    assert any("badbody skipped" in n for n in notes)
+
+
+def test_spd_like_takes_hermitian_not_complex_symmetric():
+    import numpy as np
+    import scipy.sparse as sp
+
+    from mpsolve.bench.common import spd_like
+
+    H = sp.csr_matrix(np.array([[4.0, 1 + 1j], [1 - 1j, 3.0]]))
+    S = sp.csr_matrix(np.array([[4.0, 1 + 1j], [1 + 1j, 3.0]]))
+    assert spd_like(H) and not spd_like(S)
+    assert spd_like(sp.csr_matrix(np.array([[2.0, -1.0], [-1.0, 2.0]])))

@@ -585,8 +585,7 @@ _STRUCTURED = {"ilu_sweeps", "ilu_sweeps_mm", "diag_positions", "ilu0_factor", "
                # (Block-)ISAI set-up: tests/test_precond.py (test_isai_pattern_kernels_agree,
                # test_local_solve_kernels_agree)
                "bsr_from_csr", "pattern_power", "strong_graph", "pattern_union_power",
-               "pattern_truncate",
-               "bsr_transpose",
+               "pattern_truncate", "bsr_transpose",
                "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
                # the analysis' row scan and the ILU(0) stability test: tests/test_auto.py
                "row_stats", "ilu_growth",

@@ -51,8 +51,7 @@ TESTED_OPS = {"spmv", "bsrmv", "residual", "dot", "nrm2", "sum", "axpy", "xpay",
               "bilu0_factor", "bilu_split", "block_tri_isai", "bilu_sweeps",
               # against the reference device: tests/test_precond.py
               "bsr_from_csr", "pattern_power", "strong_graph", "pattern_union_power",
-              "pattern_truncate",
-              "bsr_transpose",
+              "pattern_truncate", "bsr_transpose",
               "local_lu_solve", "local_chol_solve", "local_tri_solve", "block_capacity",
               # against the reference device: tests/test_auto.py
               "row_stats", "ilu_growth",

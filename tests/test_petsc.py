@@ -1081,6 +1081,7 @@ def test_options_without_a_value_or_in_capitals():
     A = convection_diffusion2d(8, peclet=5.0).tocsr()
     ksp, _ = _from_options(A, {"ksp_type": "gmres", "pc_type": "python", "mpsolve_side": "RIGHT",
                                "mpsolve_variant": "General", "mpsolve_dtype": "FLOAT64",
+                               "mpsolve_device": "CPU",
                                "pc_python_type": "mpsolve.petsc.ISAI"})
     ctx = ksp.getPC().getPythonContext()
     assert ctx.side == "right" and ctx.M.variant == "general" and ctx.dtype == "float64"

@@ -2256,7 +2256,7 @@ def test_fsai_pattern_follows_line_like_strong_couplings():
         got[name] = (r.iterations, P.stats["strong_power"], P.stats["pattern_nnz_blocks"])
     assert got["A"][1] == 0 and got["default"][1] >= 2 and got["block"] == got["default"]
     assert got["default"][0] <= 0.6 * got["A"][0], got
-    lower_A = (sp.tril(A).nnz)
+    lower_A = sp.tril(A).nnz
     assert got["default"][2] <= STRONG_GROWTH * lower_A
     L = poisson3d(12)
     P = ISAI(variant="spd").setup(L)

@@ -921,3 +921,31 @@ def test_no_right_hand_sides_keep_the_complex_dtype():
     for x in (Solver(A, method="gmres", precond="ilu0").solve(B).x,
               mpsolve.solve(A, B, method="gmres", precond="ilu0").x):
         assert x.shape == (A.shape[0], 0) and x.dtype == np.complex128
+
+
+def test_an_update_checks_a_pinned_preconditioner_names_factors():
+    """``precond="ilu0"`` pinned under ``method="auto"``: new values with unstable ILU(0)
+    factors are refused as a fresh Solver refuses them (the update kept them as
+    'numeric' and BiCGSTAB broke down after 353 iterations)."""
+    import warnings
+
+    from mpsolve.auto import NoCandidateError
+
+    A_old = convection_diffusion2d(20, peclet=10, upwind=False).tocsr()
+    A_new = convection_diffusion2d(20, peclet=1000, upwind=False).tocsr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(NoCandidateError):
+            Solver(A_new, precond="ilu0", rtol=1e-8)
+        s = Solver(A_old, precond="ilu0", rtol=1e-8)
+        with pytest.raises(NoCandidateError):
+            s.update(A_new)
+    assert s.update(A_old * 2.0).last_update == "numeric"
+
+
+def test_a_complex_b_on_a_real_solver_is_refused_for_any_k():
+    A = poisson2d(6).tocsr()
+    s = Solver(A, method="cg", precond="jacobi")
+    for k in (0, 1, 3):
+        with pytest.raises(TypeError, match="set up for a real system"):
+            s.solve(np.zeros((A.shape[0], k), complex))

@@ -276,6 +276,8 @@ def scratch(name: str, size: int, dtype, strm=0):
     with _SCRATCH_LOCK:                 # (the tables are shared by the threads)
         buf = _SCRATCH.get(key)
         if buf is None or buf.size < size:
+            if buf is None:
+                _drop_ended_threads()
             cap = max(size, 2 * buf.size if buf is not None else 64)
             buf = _SCRATCH[key] = cuda.device_array(cap, dtype=dt)
             for k in [k for k in list(_SCRATCH_VIEWS) if k[0] == key]:
@@ -288,6 +290,17 @@ def scratch(name: str, size: int, dtype, strm=0):
 
 _SCRATCH_VIEWS: Dict[tuple, object] = {}
 _SCRATCH_LOCK = threading.Lock()
+
+
+def _drop_ended_threads():
+    """Forget the scratch buffers of host threads that have ended (a new thread's first
+    buffer: the device memory of a pool of short-lived threads is not kept for good);
+    the caller holds :data:`_SCRATCH_LOCK`."""
+    alive = {t.ident for t in threading.enumerate()}
+    for key in [k for k in _SCRATCH if k[2] not in alive]:
+        del _SCRATCH[key]
+    for key in [k for k in _SCRATCH_VIEWS if k[0][2] not in alive]:
+        del _SCRATCH_VIEWS[key]
 
 
 # --- the compile test's view of a registered function ------------------------------------

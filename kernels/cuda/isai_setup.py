@@ -379,7 +379,8 @@ def _local(kind, rows, pos, pptr, pind, aptr, aind, adata, flag, bwd_tol, cond_l
 
 #: Bytes one batch of a size group may take (its stacks: the gathered systems, the LU's
 #: copy, the check's temporaries -- :data:`STACKS` times ``s * s`` doubles a row);
-#: ``None``: half the device's free memory at the call (64 MiB on the host's NumPy).
+#: ``None``: half the device's free memory at the call (64 MiB on the host's NumPy); a
+#: batch has one row at least.
 BATCH_BYTES = None
 #: Stacks of ``s x s`` doubles a batch holds at once (gathered ``A``, the LU's ``F``, the
 #: check's ``|Mat|`` and product, the trailing update's temporaries).
@@ -396,7 +397,7 @@ def _batch_rows(xp, s):
         if xp is not np:
             try:
                 free, _ = xp.cuda.runtime.memGetInfo()
-                budget = max(budget, free // 2)
+                budget = free // 2
             except Exception:                               # noqa: BLE001
                 pass
     return max(1, int(budget) // (STACKS * 8 * s * s))

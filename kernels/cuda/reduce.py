@@ -379,6 +379,7 @@ def _finish_pairs(ps, pc, rows, m, chunk, root, out, strm):
 
 
 def _finish_vals(ps, rows, m, chunk, root, out, strm):
+    """:func:`_finish_pairs` for plain partial sums (no compensation terms)."""
     if rows <= MAX_GRID_Y:
         _finish_vals_rows(ps, rows, m, chunk, root, out, strm, 0)
         return

@@ -579,9 +579,11 @@ def test_scratch_buffers_are_per_host_thread():
     import threading
 
     got = {}
+    both = threading.Barrier(2)         # both alive at once: distinct thread idents
 
     def take(tag):
         got[tag] = (_launch.scratch("pv", 8, np.float64), _launch.scratch("pv", 8, np.float64))
+        both.wait()
 
     threads = [threading.Thread(target=take, args=(t,)) for t in "ab"]
     for t in threads:
@@ -609,3 +611,26 @@ def test_mdot_rows_beyond_the_grid_y_limit(mode, small_chunks, monkeypatch):
     lookup("gpu", "mdot", (np.float64,), mode)(V, k, w, out)
     dot = lookup("gpu", "dot", (np.float64,), mode)
     assert list(out) == [dot(V[i], w) for i in range(k)]
+
+
+def test_scratch_of_ended_threads_is_dropped():
+    """Buffers of host threads that have ended are forgotten at the next new buffer (a pool
+    of short-lived threads kept one set each for good)."""
+    import threading
+
+    three = threading.Barrier(3)        # alive at once: three distinct idents
+
+    def take():
+        _launch.scratch("pv", 8, np.float64)
+        three.wait()
+
+    threads = [threading.Thread(target=take) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ended = {t.ident for t in threads}
+    assert ended <= {k[2] for k in _launch._SCRATCH}
+    _launch.scratch("fresh-name", 8, np.float64)           # a new buffer: the drop
+    assert not ended & {k[2] for k in _launch._SCRATCH}
+    assert not ended & {k[0][2] for k in _launch._SCRATCH_VIEWS}
