@@ -17,22 +17,16 @@ from petsc4py import PETSc  # noqa: E402
 
 import mpsolve.petsc as mp  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from petsc_bjacobi import distributed  # noqa: E402  (the rows PETSc gives each rank)
+
 comm = PETSc.COMM_WORLD
 rank = comm.getRank()
 n = 40
 A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(n, n), format="lil")
 A[n - 1, n - 1] = 1e-45
 A = sp.csr_matrix(A)
-P = PETSc.Mat().create(comm=comm)
-P.setSizes([n, n])
-P.setType("aij")
-P.setUp()
-lo, hi = P.getOwnershipRange()
-rows = A[lo:hi]
-ip, ix = rows.indptr.astype(PETSc.IntType), rows.indices.astype(PETSc.IntType)
-P.setPreallocationCSR((ip, ix))
-P.setValuesCSR(ip, ix, rows.data)
-P.assemble()
+P, lo, hi = distributed(A, comm)
 out = {"rank": rank}
 for tag, ctx in (("", mp.Jacobi(dtype="float32")), ("escalated_", mp.Jacobi())):
     ksp = PETSc.KSP().create(comm)
