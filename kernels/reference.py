@@ -943,6 +943,19 @@ def ref_bsr_from_csr(indptr, indices, data, b):
             np.ascontiguousarray(B.data, dtype=wide))
 
 
+def _ref_part(P, part):
+    """Canonical ``(indptr, indices)`` (int64) of ``P``, ``tril``/``triu`` for ``part``
+    1/2."""
+    if part == 1:
+        P = _sp.tril(P, format="csr")
+    elif part == 2:
+        P = _sp.triu(P, format="csr")
+    P = _sp.csr_matrix(P)
+    P.sum_duplicates()
+    P.sort_indices()
+    return P.indptr.astype(np.int64), P.indices.astype(np.int64)
+
+
 @_reg_pc("reference", "pattern_power", _PC_SETUP)
 def ref_pattern_power(sptr, sind, power, part):
     """Pattern of ``(S + I)^power`` (SciPy products of 0/1 matrices), then
@@ -955,13 +968,7 @@ def ref_pattern_power(sptr, sind, power, part):
     for _ in range(int(power) - 1):
         P = P @ S
         P.data[:] = 1.0  # pattern only: no cancellation, no overflow
-    if part == 1:
-        P = _sp.tril(P, format="csr")
-    elif part == 2:
-        P = _sp.triu(P, format="csr")
-    P = _sp.csr_matrix(P)
-    P.sort_indices()
-    return P.indptr.astype(np.int64), P.indices.astype(np.int64)
+    return _ref_part(P, part)
 
 
 @_reg_pc("reference", "strong_graph", _PC_SETUP)
@@ -987,14 +994,7 @@ def ref_pattern_union_power(aptr, aind, sptr, sind, power, part):
     qp, qi = ref_pattern_power(sptr, sind, power, 0)
     P = (_sp.csr_matrix((np.ones(aind.size), aind, aptr), shape=(nb, nb))
          + _sp.csr_matrix((np.ones(qi.size), qi, qp), shape=(nb, nb)))
-    if part == 1:
-        P = _sp.tril(P, format="csr")
-    elif part == 2:
-        P = _sp.triu(P, format="csr")
-    P = _sp.csr_matrix(P)
-    P.sum_duplicates()
-    P.sort_indices()
-    return P.indptr.astype(np.int64), P.indices.astype(np.int64)
+    return _ref_part(P, part)
 
 
 @_reg_pc("reference", "pattern_truncate", _PC_SETUP)

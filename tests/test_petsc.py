@@ -55,6 +55,25 @@ def _solve(ksp, P, b):
     return xv.array.copy(), ksp.getIterationNumber(), ksp.getConvergedReason()
 
 
+def _from_options(A, options):
+    """A KSP configured from the options database alone (``options`` removed after), set
+    up; returns ``(ksp, P)``."""
+    opts = PETSc.Options()
+    for k, v in options.items():
+        opts[k] = v
+    try:
+        P = mp.petsc_mat(A)
+        ksp = PETSc.KSP().create(PETSc.COMM_SELF)
+        ksp.setOperators(P)
+        ksp.setTolerances(rtol=RTOL, atol=0.0, max_it=3000)
+        ksp.setFromOptions()
+        ksp.setUp()
+    finally:
+        for k in options:
+            opts.delValue(k)
+    return ksp, P
+
+
 CASES = [
     # (matrix, PETSc KSP, mpsolve method, context factory)
     ("bcsstk14", "cg", "cg", lambda: mp.ISAI(variant="spd")),
@@ -880,22 +899,11 @@ def test_a_preonly_sub_ksp_takes_the_outer_ksps_side():
     a preonly sub-KSP applies M once, so the outer KSP's side holds."""
     A = convection_diffusion2d(20, peclet=50.0).tocsr()
     b = A @ np.ones(A.shape[0])
-    opts = PETSc.Options()
-    options = {"ksp_type": "fgmres", "pc_type": "bjacobi", "sub_ksp_type": "preonly",
-               "sub_pc_type": "python", "sub_pc_python_type": "mpsolve.petsc.ISAI"}
-    for k, v in options.items():
-        opts[k] = v
-    try:
-        P = mp.petsc_mat(A)
-        ksp = PETSc.KSP().create(PETSc.COMM_SELF)
-        ksp.setOperators(P)
-        ksp.setTolerances(rtol=RTOL, atol=0.0, max_it=3000)
-        ksp.setFromOptions()
-        x, its, reason = _solve(ksp, P, b)
-        sub = ksp.getPC().getBJacobiSubKSP()[0].getPC().getPythonContext()
-    finally:
-        for k in options:
-            opts.delValue(k)
+    ksp, P = _from_options(A, {"ksp_type": "fgmres", "pc_type": "bjacobi",
+                               "sub_ksp_type": "preonly", "sub_pc_type": "python",
+                               "sub_pc_python_type": "mpsolve.petsc.ISAI"})
+    x, its, reason = _solve(ksp, P, b)
+    sub = ksp.getPC().getBJacobiSubKSP()[0].getPC().getPythonContext()
     assert reason > 0 and sub.side == "right" and sub.M.variant == "right"
 
 
@@ -1003,25 +1011,6 @@ def test_one_context_serving_two_pcs_gives_each_its_own_m():
 
 
 # ------------------------------------------------------ the side, options, failures (stop 50)
-def _from_options(A, options):
-    """A KSP configured from the options database alone (``options`` removed after), set
-    up; returns ``(ksp, P)``."""
-    opts = PETSc.Options()
-    for k, v in options.items():
-        opts[k] = v
-    try:
-        P = mp.petsc_mat(A)
-        ksp = PETSc.KSP().create(PETSc.COMM_SELF)
-        ksp.setOperators(P)
-        ksp.setTolerances(rtol=RTOL, atol=0.0, max_it=3000)
-        ksp.setFromOptions()
-        ksp.setUp()
-    finally:
-        for k in options:
-            opts.delValue(k)
-    return ksp, P
-
-
 @pytest.mark.parametrize("options", [
     {"ksp_type": "pipebcgs"}, {"ksp_type": "qmrcgs"},
     *({"ksp_type": k, "ksp_norm_type": "unpreconditioned"}

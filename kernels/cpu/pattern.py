@@ -134,13 +134,18 @@ def _product_row(i, pptr, pind, sptr, sind, mark, lst, part):
         r = pind[p]
         for q in range(sptr[r], sptr[r + 1] + 1):
             j = sind[q] if q < sptr[r + 1] else r          # S + I: the diagonal too
-            if (part == 1 and j > i) or (part == 2 and j < i):
-                continue
-            if mark[j] != i:
-                mark[j] = i
-                lst[k] = j
-                k += 1
+            k = _mark_in_part(i, j, part, mark, lst, k)
     return k
+
+
+@njit(**JIT)
+def _mark_in_part(i, j, part, mark, lst, k):
+    # column j joins row i's list (lst[:k]) once, if in part (0 all, 1 j <= i, 2 j >= i)
+    if (part == 1 and j > i) or (part == 2 and j < i) or mark[j] == i:
+        return k
+    mark[j] = i
+    lst[k] = j
+    return k + 1
 
 
 @njit(**JIT)
@@ -308,14 +313,8 @@ def _union_row(i, aptr, aind, sptr, sind, power, part, mark, lst, queue):
     # A's row, then a breadth-first walk of S from i to depth power (through any node)
     k = 0
     for p in range(aptr[i], aptr[i + 1]):
-        j = aind[p]
-        if (part == 1 and j > i) or (part == 2 and j < i):
-            continue
-        if mark[j] != i:
-            mark[j] = i
-            lst[k] = j
-            k += 1
-    # (seen: mark2 = -2 - i; a node is seen once, whether or not it is in part)
+        k = _mark_in_part(i, aind[p], part, mark, lst, k)
+    # (seen by the walk: mark = -2 - i; a node is seen once, whether or not in part)
     head, tail = 0, 1
     queue[0] = i
     if mark[i] != i:
